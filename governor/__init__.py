@@ -1,0 +1,46 @@
+"""fleet-governor: one adaptive concurrency limit for a fleet of LLM agents, kept in Redis.
+
+from governor import Governor, GovernorConfig, Outcome
+
+gov = Governor.from_url("redis://localhost:6379/0", "openai", GovernorConfig(max_capacity=128))
+with gov.acquire(timeout=600, holder="host-3/agent-17") as lease:
+    ...  # one LLM call, or one agent's whole run
+    gov.report(Outcome.SUCCESS, lease=lease)
+"""
+
+from ._async.governor import AsyncGovernor, AsyncLease
+from ._sync.governor import Governor, Lease
+from .config import GovernorConfig
+from .core import Outcome, Status
+from .errors import (
+    AcquireTimeout,
+    ConfigError,
+    GovernorError,
+    GovernorUnavailable,
+    LeaseLost,
+    QuotaExhausted,
+    StateError,
+)
+from .keys import SCHEMA_VERSION, GovernorKeys, governor_keys
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AcquireTimeout",
+    "AsyncGovernor",
+    "AsyncLease",
+    "ConfigError",
+    "Governor",
+    "GovernorConfig",
+    "GovernorError",
+    "GovernorKeys",
+    "GovernorUnavailable",
+    "Lease",
+    "LeaseLost",
+    "Outcome",
+    "QuotaExhausted",
+    "StateError",
+    "Status",
+    "governor_keys",
+]

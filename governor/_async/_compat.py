@@ -1,0 +1,101 @@
+"""asyncio primitives for the facade in this package.
+
+governor/_sync/_compat.py offers the same names for threads; the facade
+(governor.py here) is written once against these names and the sync one is
+generated from it by scripts/unasync.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Event:
+    """A one-shot flag a task can wait on with a timeout."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        self._event.clear()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self, timeout: float | None) -> bool:
+        """Wait until set or ``timeout`` seconds passed; True if set."""
+        if self._event.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        return self._event.is_set()
+
+
+class Lock:
+    """Guards state shared with the background worker.
+
+    Critical sections never await, and one event loop runs one task at a
+    time, so nothing is needed here; the thread version is a real lock.
+    """
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class Worker:
+    """A background task running ``target`` until it returns or is stopped."""
+
+    def __init__(self, target: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        self._task = asyncio.get_running_loop().create_task(target(), name=name)
+
+    def alive(self) -> bool:
+        return not self._task.done()
+
+    async def stop(self, timeout: float) -> None:
+        self._task.cancel()
+        try:
+            await asyncio.wait_for(self._task, timeout)
+        except (asyncio.CancelledError, asyncio.TimeoutError):
+            pass
+
+
+async def sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+async def shielded(awaitable: Awaitable[T]) -> T:
+    """Run cleanup to its end even if the calling task is cancelled again."""
+    return await asyncio.shield(awaitable)
+
+
+class AcquireContext(Generic[T]):
+    """What ``AsyncGovernor.acquire`` returns: await it, or ``async with`` it."""
+
+    def __init__(self, acquiring: Coroutine[Any, Any, T]) -> None:
+        self._acquiring = acquiring
+        self._lease: Any = None
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._acquiring.__await__()
+
+    async def __aenter__(self) -> T:
+        self._lease = await self._acquiring
+        return self._lease  # type: ignore[no-any-return]
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._lease.__aexit__(exc_type, exc, tb)

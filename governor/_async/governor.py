@@ -1,0 +1,617 @@
+"""The asyncio facade: AsyncGovernor and AsyncLease.
+
+This file is the source of truth for both facades: scripts/unasync.py
+generates governor/_sync/governor.py from it (``async``/``await`` dropped,
+names mapped, the line after each ``# sync:`` comment swapped for the code
+in the comment), and a test fails when the two drift. The facade only does I/O and waiting; arguments and replies belong
+to governor.core.
+
+One background worker per governor object (a task here, a thread in the
+sync facade) listens for grants on the governor's pub/sub channel,
+refreshes this process's queued callers every ``poll`` seconds in one
+script call (a recovery probe too), and renews every held lease each
+``lease_ttl / 3`` in one call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+import redis.asyncio as redis_client
+
+from ..backoff import full_jitter
+from ..config import GovernorConfig
+from ..core import (
+    MISSING,
+    Call,
+    Clock,
+    Denied,
+    GovernorCore,
+    Granted,
+    Outcome,
+    Queued,
+    Refreshed,
+    Renewed,
+    Status,
+    new_id,
+)
+from ..errors import (
+    AcquireTimeout,
+    ConfigError,
+    GovernorError,
+    GovernorUnavailable,
+    LeaseLost,
+    StateError,
+    map_errors,
+)
+
+# sync: from ._compat import Event, Lock, Worker, shielded, sleep
+from ._compat import AcquireContext, Event, Lock, Worker, shielded, sleep
+
+log = logging.getLogger("governor")
+T = TypeVar("T")
+
+#: the background worker looks at its closed flag at least this often (s)
+LISTEN_SLICE = 0.25
+#: ids per refresh or renew call, so no single script call grows unbounded
+BATCH = 500
+
+
+def default_holder() -> str:
+    """The holder label when none is given: host name and process id."""
+    return f"{socket.gethostname()}/{os.getpid()}"
+
+
+def _holder_label(holder: str | None) -> str:
+    if holder is None:
+        return default_holder()
+    if not isinstance(holder, str) or len(holder.encode()) > 200:
+        raise ConfigError(f"holder must be a string of at most 200 bytes, got {holder!r}")
+    return holder
+
+
+class AsyncLease:
+    """One slot of the fleet-wide limit, held until released or lost.
+
+    Renewed in the background every ``lease_ttl / 3``. ``lost`` turns true
+    when a renewal finds the lease gone (the holder stalled past its TTL) or
+    when no renewal got through before the TTL ran out; the slot may then
+    belong to someone else, and a late ``release()`` or report touches
+    nothing of theirs. Release is idempotent; leaving ``async with lease:``
+    releases.
+    """
+
+    def __init__(self, governor: AsyncGovernor, lease_id: str, fence: int, epoch: str, holder: str) -> None:
+        self._governor = governor
+        self.id = lease_id  #: unguessable lease id (also its key in Redis)
+        self.fence = fence  #: monotonically increasing fencing token
+        self.epoch = epoch  #: the state incarnation the lease belongs to
+        self.holder = holder  #: label shown to operators
+        self._deadline = governor._core.local_now() + governor.config.lease_ttl
+        self._lost = False
+        self._released = False
+
+    @property
+    def governor(self) -> AsyncGovernor:
+        return self._governor
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is known, or must be assumed, to have expired."""
+        if not self._lost and not self._released and self._governor._core.local_now() > self._deadline:
+            self._lost = True
+        return self._lost
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    async def release(self) -> None:
+        """Give the slot back (idempotent)."""
+        await self._governor._release(self)
+
+    async def __aenter__(self) -> AsyncLease:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            await self.release()
+            return
+        try:
+            await self.release()
+        except GovernorError as error:  # the body's exception matters more; the TTL reclaims the slot
+            log.warning("governor %r: release of lease %s failed: %s", self._governor.name, self.id, error)
+
+    def __repr__(self) -> str:
+        state = "lost" if self._lost else "released" if self._released else "held"
+        return f"<AsyncLease {self._governor.name}/{self.id} fence={self.fence} {state}>"
+
+
+class _Waiter:
+    """A caller of this process waiting in the queue; the background worker
+    hands it a grant, tells it to enqueue again, or fails it."""
+
+    def __init__(self, lease_id: str) -> None:
+        self.lease_id = lease_id
+        self.event = Event()
+        self.enqueued = False
+        self.granted: Granted | None = None
+        self.retry = False
+        self.error: GovernorError | None = None
+        self.reason = ""
+        self.position = -1
+
+
+class _Background:
+    """Listens for grants, refreshes waiters, renews leases: one per governor."""
+
+    def __init__(self, governor: AsyncGovernor) -> None:
+        self._gov = governor
+        self._lock = Lock()
+        self._waiters: dict[str, _Waiter] = {}
+        self._leases: dict[str, AsyncLease] = {}
+        self._worker: Worker | None = None
+        self._listening = Event()
+        self._renew_now = False
+        self._pid = os.getpid()
+        #: monotonic time of the last successful contact with Redis
+        self._last_ok = time.monotonic()
+
+    # -- called by the facade --------------------------------------------------
+
+    def add_waiter(self, lease_id: str) -> _Waiter:
+        waiter = _Waiter(lease_id)
+        with self._lock:
+            self._waiters[lease_id] = waiter
+        return waiter
+
+    def remove_waiter(self, lease_id: str) -> None:
+        with self._lock:
+            self._waiters.pop(lease_id, None)
+
+    def add_lease(self, lease_id: str, granted: Granted, holder: str) -> AsyncLease:
+        lease = AsyncLease(self._gov, lease_id, granted.fence, granted.epoch, holder)
+        with self._lock:
+            self._leases[lease_id] = lease
+        return lease
+
+    def drop_lease(self, lease: AsyncLease) -> None:
+        with self._lock:
+            self._leases.pop(lease.id, None)
+
+    def holds_leases(self) -> bool:
+        return bool(self._leases)
+
+    def state_lost(self) -> None:
+        """The state was re-created: renew (and so re-register) leases at once."""
+        self._renew_now = True
+
+    async def start(self, wait_listening: bool) -> None:
+        """Start the worker if it is not running; optionally wait (bounded)
+        until it listens, so no grant announced after this can be missed."""
+        if self._pid != os.getpid():  # forked: the parent's worker is not ours
+            self._pid = os.getpid()
+            self._worker = None
+            self._listening = Event()
+        if self._worker is None or not self._worker.alive():
+            self._listening.clear()
+            self._worker = Worker(self._run, name=f"governor:{self._gov.name}")
+        if wait_listening:
+            await self._listening.wait(self._gov.config.redis_timeout)
+
+    async def stop(self) -> None:
+        if self._worker is not None:
+            await self._worker.stop(LISTEN_SLICE + self._gov.config.redis_timeout)
+            self._worker = None
+
+    # -- the worker ----------------------------------------------------------
+
+    async def _run(self) -> None:
+        config = self._gov.config
+        pubsub: Any = None
+        failures = 0
+        next_refresh = 0.0
+        next_renew = time.monotonic() + config.renew_interval
+        try:
+            while not self._gov._closed:
+                try:
+                    if pubsub is None:
+                        pubsub = await self._subscribe()
+                        next_refresh = 0.0  # grants announced before we listened
+                    now = time.monotonic()
+                    if now >= next_refresh:
+                        next_refresh = now + await self._refresh()
+                    if self._renew_now or now >= next_renew:
+                        self._renew_now = False
+                        next_renew = now + config.renew_interval
+                        await self._renew()
+                    self._last_ok = time.monotonic()
+                    failures = 0
+                    wait = max(0.0, min(next_refresh, next_renew) - time.monotonic())
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=min(wait, LISTEN_SLICE))
+                    if message is not None and message.get("type") == "message":
+                        self._dispatch(message["data"])
+                except Exception as error:  # noqa: BLE001 - the worker must outlive any failure
+                    failures += 1
+                    self._listening.clear()
+                    await self._close_pubsub(pubsub)
+                    pubsub = None
+                    self._fail_waiters_if_stale(error)
+                    if failures == 1 or failures % 20 == 0:
+                        log.warning("governor %r: background worker error (%s); retrying", self._gov.name, error)
+                    await sleep(full_jitter(min(failures, 8), base=0.05, cap=config.poll))
+        finally:
+            await self._close_pubsub(pubsub)
+
+    async def _subscribe(self) -> Any:
+        pubsub = self._gov._client.pubsub()
+        with map_errors(self._gov.name):
+            await pubsub.subscribe(self._gov.keys.channel)
+            deadline = time.monotonic() + self._gov.config.redis_timeout
+            while True:
+                message = await pubsub.get_message(timeout=LISTEN_SLICE)
+                if message is not None and message.get("type") == "subscribe":
+                    break
+                if time.monotonic() > deadline:
+                    raise GovernorUnavailable("no confirmation of the pub/sub subscription", name=self._gov.name)
+        self._listening.set()
+        return pubsub
+
+    async def _close_pubsub(self, pubsub: Any) -> None:
+        if pubsub is not None:
+            try:
+                # sync: pubsub.close()
+                await pubsub.aclose()
+            except Exception:  # noqa: BLE001 - best effort on a broken connection
+                pass
+
+    def _dispatch(self, data: Any) -> None:
+        epoch, grants = self._gov._core.parse_wake(data)
+        with self._lock:
+            for lease_id, fence in grants.items():
+                waiter = self._waiters.get(lease_id)
+                if waiter is not None:
+                    waiter.granted = Granted(fence, epoch)
+                    waiter.event.set()
+
+    async def _refresh(self) -> float:
+        """Refresh this process's queued callers; seconds until the next refresh."""
+        poll = self._gov.config.poll
+        with self._lock:
+            ids = [w.lease_id for w in self._waiters.values() if w.enqueued and w.granted is None]
+        if not ids:
+            return poll
+        hint = poll
+        for start in range(0, len(ids), BATCH):
+            chunk = ids[start : start + BATCH]
+            result: Refreshed = await self._gov._execute(self._gov._core.refresh(chunk))
+            if result.hint > 0:
+                hint = min(hint, result.hint + 0.001)
+            with self._lock:
+                for lease_id, fence in result.granted.items():
+                    waiter = self._waiters.get(lease_id)
+                    if waiter is not None:
+                        waiter.granted = Granted(fence, result.epoch)
+                        waiter.event.set()
+                for lease_id, position in result.queued.items():
+                    waiter = self._waiters.get(lease_id)
+                    if waiter is not None:
+                        waiter.position, waiter.reason = position, result.reason
+                for lease_id in result.unknown:
+                    waiter = self._waiters.get(lease_id)
+                    if waiter is not None:
+                        waiter.retry = True
+                        waiter.event.set()
+        return hint
+
+    async def _renew(self) -> None:
+        with self._lock:
+            leases = [lease for lease in self._leases.values() if not lease.lost and not lease.released]
+        for start in range(0, len(leases), BATCH):
+            chunk = leases[start : start + BATCH]
+            sent_at = self._gov._core.local_now()
+            call = self._gov._core.renew([(lease.id, lease.epoch, lease.holder) for lease in chunk])
+            result: Renewed = await self._gov._execute(call)
+            by_id = {lease.id: lease for lease in chunk}
+            for lease_id in result.ok:
+                by_id[lease_id]._deadline = sent_at + self._gov.config.lease_ttl
+            for lease_id, fence in result.adopted.items():
+                lease = by_id[lease_id]
+                lease.fence, lease.epoch = fence, result.epoch
+                lease._deadline = sent_at + self._gov.config.lease_ttl
+            for lease_id in result.lost:
+                by_id[lease_id]._lost = True
+                log.warning("governor %r: lease %s was lost (expired before renewal)", self._gov.name, lease_id)
+        with self._lock:
+            for lease_id in [i for i, lease in self._leases.items() if lease.lost or lease.released]:
+                del self._leases[lease_id]
+
+    def _fail_waiters_if_stale(self, error: Exception) -> None:
+        """Fail closed: after queue_ttl without reaching Redis the waiters'
+        places are gone; tell them rather than let them wait blind."""
+        if time.monotonic() - self._last_ok < self._gov.config.queue_ttl:
+            return
+        unavailable = (
+            error
+            if isinstance(error, GovernorUnavailable)
+            else GovernorUnavailable(f"governor {self._gov.name!r}: {error}", name=self._gov.name)
+        )
+        with self._lock:
+            for waiter in self._waiters.values():
+                waiter.error = unavailable
+                waiter.event.set()
+
+
+class AsyncGovernor:
+    """The fleet-wide adaptive concurrency limit, for asyncio code.
+
+    ``client`` is a ``redis.asyncio.Redis`` (or ``RedisCluster``);
+    ``clock``, when given, returns seconds and replaces Redis ``TIME`` for
+    policy and lease time, so tests step time instead of sleeping. Use one
+    object per process and event loop; it is cheap to share between tasks.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        config: GovernorConfig | None = None,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        from ..scripts import Scripts
+
+        self._core = GovernorCore(name, config, clock)
+        self._client = client
+        self._scripts = Scripts(client)
+        self._owns_client = False
+        self._closed = False
+        self._background = _Background(self)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        name: str,
+        config: GovernorConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        **redis_options: Any,
+    ) -> AsyncGovernor:
+        """A governor with its own Redis client, closed by ``aclose()``.
+
+        Socket timeouts default to ``config.redis_timeout``, so an
+        unreachable or hung Redis raises GovernorUnavailable in bounded time.
+        """
+        config = config if config is not None else GovernorConfig()
+        options: dict[str, Any] = {
+            "socket_timeout": config.redis_timeout,
+            "socket_connect_timeout": config.redis_timeout,
+            **redis_options,
+        }
+        try:
+            client = redis_client.Redis.from_url(url, **options)
+        except ValueError as error:
+            raise ConfigError(f"invalid Redis URL {url!r}: {error}") from error
+        governor = cls(client, name, config, clock=clock)
+        governor._owns_client = True
+        return governor
+
+    # -- properties -------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    @property
+    def config(self) -> GovernorConfig:
+        return self._core.config
+
+    @property
+    def keys(self) -> Any:
+        """The Redis keys of this governor (governor.keys.GovernorKeys)."""
+        return self._core.keys
+
+    @property
+    def client(self) -> Any:
+        return self._client
+
+    # -- admission ----------------------------------------------------------------
+
+    # sync: def acquire(self, timeout: float | None = None, holder: str | None = None) -> Lease:
+    def acquire(self, timeout: float | None = None, holder: str | None = None) -> AcquireContext[AsyncLease]:
+        """Wait in the fleet-wide FIFO queue for a lease.
+
+        Use ``async with gov.acquire() as lease:`` to release on the way out,
+        or ``lease = await gov.acquire()`` and ``lease.release()``. Raises AcquireTimeout
+        after ``timeout`` seconds (None: wait as long as it takes); a caller
+        cancelled at any point leaves no slot taken and none lost.
+        """
+        # sync: return self._acquire(timeout, holder)
+        return AcquireContext(self._acquire(timeout, holder))
+
+    async def _acquire(self, timeout: float | None, holder: str | None) -> AsyncLease:
+        self._check_open()
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+            raise ConfigError(f"timeout must be None or seconds >= 0, got {timeout!r}")
+        label = _holder_label(holder)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        lease_id = new_id()
+        waiter = self._background.add_waiter(lease_id)
+        try:
+            await self._background.start(wait_listening=True)
+            result = await self._execute(self._core.acquire(lease_id, label, wait=True))
+            waiter.enqueued = True
+            while not isinstance(result, Granted):
+                if isinstance(result, Queued):
+                    waiter.reason, waiter.position = result.reason, result.position
+                result = await self._wait_turn(waiter, deadline, timeout, label)
+            return self._background.add_lease(lease_id, result, label)
+        except BaseException:
+            await shielded(self._abandon(lease_id))
+            raise
+        finally:
+            self._background.remove_waiter(lease_id)
+
+    async def _wait_turn(
+        self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str
+    ) -> Granted | Queued | Denied:
+        """Wait for the background worker's news; a grant, or the next step."""
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise AcquireTimeout(
+                f"governor {self.name!r}: no lease within {timeout} s "
+                f"({waiter.reason or 'queued'}; {waiter.position} ahead at last look)",
+                name=self.name,
+            )
+        slice_ = self.config.queue_ttl if remaining is None else min(remaining, self.config.queue_ttl)
+        await waiter.event.wait(slice_)
+        waiter.event.clear()
+        if waiter.error is not None:
+            raise waiter.error
+        if waiter.granted is not None:
+            return waiter.granted
+        if waiter.retry:
+            waiter.retry = False
+            return await self._execute(self._core.acquire(waiter.lease_id, label, wait=True))
+        await self._background.start(wait_listening=False)  # a safety net if the worker died
+        return Queued(waiter.position, waiter.reason, 0.0, "")
+
+    async def _abandon(self, lease_id: str) -> str:
+        """Give up a place or a grant; never raises (the TTLs clean up after us).
+        Returns what was given up: 'queued', 'granted', 'none' or 'failed'."""
+        try:
+            return await self._execute(self._core.cancel(lease_id))
+        except GovernorError as error:
+            log.warning(
+                "governor %r: cancel of %s failed (%s); its place expires by itself", self.name, lease_id, error
+            )
+            return "failed"
+
+    async def try_acquire(self, holder: str | None = None) -> AsyncLease | None:
+        """A lease if one is free right now and nobody is queued, else None."""
+        self._check_open()
+        label = _holder_label(holder)
+        lease_id = new_id()
+        result = await self._execute(self._core.acquire(lease_id, label, wait=False))
+        if isinstance(result, Granted):
+            lease = self._background.add_lease(lease_id, result, label)
+            await self._background.start(wait_listening=False)
+            return lease
+        return None
+
+    async def _release(self, lease: AsyncLease) -> None:
+        if lease._released:
+            return
+        lease._released = True
+        self._background.drop_lease(lease)
+        await self._execute(self._core.release(lease.id))
+
+    # -- outcomes and policy ------------------------------------------------------------
+
+    async def report(
+        self,
+        outcome: Outcome,
+        retry_after: float | None = None,
+        lease: AsyncLease | None = None,
+    ) -> None:
+        """Feed one provider outcome to the fleet's policy.
+
+        ``retry_after`` (seconds, rate-limited only) holds the whole fleet
+        until then, capped by ``config.retry_after_cap``. With a ``lease``
+        that has been lost, nothing is recorded and LeaseLost is raised.
+        """
+        if lease is not None and lease._governor is not self:
+            raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
+        recorded = await self._execute(self._core.report(outcome, retry_after, lease.id if lease else None))
+        if not recorded and lease is not None:
+            lease._lost = True
+            raise LeaseLost(
+                f"governor {self.name!r}: lease {lease.id} (fence {lease.fence}) expired before this report; "
+                "its outcome was not counted and its slot may be someone else's",
+                name=self.name,
+            )
+
+    async def probe(self) -> Status:
+        """Time-driven recovery: reclaim expired leases, lift a drained pause,
+        admit waiters; returns the status."""
+        return await self._execute(self._core.probe())
+
+    async def status(self) -> Status:
+        """The governor's state (read-only in Redis)."""
+        return await self._execute(self._core.status())
+
+    async def set_max_capacity(self, n: int) -> Status:
+        """Change the ceiling; applied at once unless paused (then on resume)."""
+        return await self._execute(self._core.set_max_capacity(n))
+
+    async def pause(self, reason: str, duration: float | None = None) -> Status:
+        """Stop admissions fleet-wide (held leases keep running) until
+        ``resume()`` or for ``duration`` seconds."""
+        return await self._execute(self._core.pause(reason, duration))
+
+    async def resume(self) -> Status:
+        """Lift any pause and any Retry-After hold."""
+        return await self._execute(self._core.resume())
+
+    async def reset(self) -> Status:
+        """Forget what the policy learnt and store this object's config;
+        holders and waiters are kept."""
+        return await self._execute(self._core.reset())
+
+    async def renew(self) -> None:
+        """Renew every lease this object holds now (the heartbeat does it
+        every ``lease_ttl / 3``)."""
+        await self._background._renew()
+
+    # -- plumbing -----------------------------------------------------------------
+
+    async def _execute(self, call: Call[T]) -> T:
+        """Run one script; when the state is missing, re-create it and run again."""
+        result = await self._run(call)
+        if result is MISSING:
+            if not call.recreate:
+                return call.if_missing  # type: ignore[no-any-return]
+            created = await self._run(self._core.init(holds_leases=self._background.holds_leases()))
+            if created == "created" and self._background.holds_leases():
+                self._background.state_lost()
+            result = await self._run(call)
+            if result is MISSING:
+                raise StateError(f"governor {self.name!r}: state vanished right after creation", name=self.name)
+        return cast(T, result)
+
+    async def _run(self, call: Call[T]) -> Any:
+        with map_errors(self.name):
+            reply = await self._scripts[call.script](keys=self._core.keys.keys, args=call.args)
+        return call.parse(reply)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise GovernorError(f"governor {self.name!r} is closed", name=self.name)
+
+    async def aclose(self) -> None:
+        """Stop the background worker (held leases are no longer renewed) and
+        close the Redis client if ``from_url`` made it."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._background.stop()
+        if self._owns_client:
+            # sync: self._client.close()
+            await self._client.aclose()
+
+    async def __aenter__(self) -> AsyncGovernor:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<AsyncGovernor {self.name!r} policy={self.config.policy} max={self.config.max_capacity}>"

@@ -1,0 +1,171 @@
+"""The governor's configuration: one frozen dataclass, validated on construction.
+
+Every number of the policy is a field. The defaults are the seed governor's
+(a 60 s window, halve on 2 rate-limited attempts or a share over 30 %, pause
+on 4, resume at a quarter, +1 per 3 successes) except ``policy``: the
+default policy is ``"adaptive"``; ``"seed"`` runs the seed's rules exactly.
+
+The config is stored in Redis by the first client that creates the governor;
+later clients use the stored policy (one fleet, one policy). ``reset()``
+replaces the stored config with the caller's, ``set_max_capacity()`` changes
+only the ceiling.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from .errors import ConfigError
+from .keys import DEFAULT_PREFIX, governor_keys
+
+Policy = Literal["adaptive", "seed"]
+POLICIES: tuple[str, ...] = ("adaptive", "seed")
+MAX_CAPACITY_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True)
+class GovernorConfig:
+    """How one governor behaves. Times are in seconds."""
+
+    #: the configured ceiling of concurrent leases across the fleet
+    max_capacity: int = 128
+    #: ``"adaptive"`` (default) or ``"seed"`` (the seed governor's rules exactly)
+    policy: Policy = "adaptive"
+    #: length of the sliding window of reported attempts
+    window: float = 60.0
+    #: seed: rate-limited attempts in the window that halve capacity
+    decrease_count: int = 2
+    #: seed: rate-limited share of the window above which capacity halves ...
+    decrease_ratio: float = 0.30
+    #: ... provided the window holds at least this many attempts
+    ratio_min_attempts: int = 2
+    #: seed: capacity = max(1, floor(capacity * decrease_factor)) on a decrease
+    decrease_factor: float = 0.5
+    #: rate-limited attempts in the window that pause admissions
+    pause_count: int = 4
+    #: adaptive: the rate-limited share that must also be reached to pause
+    pause_ratio: float = 0.5
+    #: a pause lifts at max(1, floor(max_capacity * resume_fraction))
+    resume_fraction: float = 0.25
+    #: successes in a row that add one to capacity (seed; adaptive above the pushback level)
+    increase_successes: int = 3
+    #: adaptive: on a new congestion episode, cut to this share of the in-flight level
+    cut_factor: float = 0.9
+    #: adaptive: time between probes above the level where the provider pushed back
+    probe_interval: float = 15.0
+    #: a provider's Retry-After holds the whole fleet, but never longer than this
+    retry_after_cap: float = 60.0
+    #: a lease expires unless renewed within this (renewed every lease_ttl / 3)
+    lease_ttl: float = 30.0
+    #: a queued caller re-checks (and probes for recovery) at least this often
+    poll: float = 1.0
+    #: a queued caller that stops refreshing is dropped after this
+    queue_ttl: float = 5.0
+    #: every key of the governor expires after this long without a write
+    idle_expiry: float = 86400.0
+    #: approximate number of entries kept in the decision log
+    log_length: int = 10_000
+    #: socket timeouts of clients made by ``from_url``: a hung Redis fails in bounded time
+    redis_timeout: float = 5.0
+    #: first part of every key name
+    key_prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("int", int):
+                _check_int(f.name, value)
+            elif f.type in ("float", float):
+                _check_float(f.name, value)
+        if self.policy not in POLICIES:
+            raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        _at_least("max_capacity", self.max_capacity, 1)
+        if self.max_capacity > MAX_CAPACITY_LIMIT:
+            raise ConfigError(f"max_capacity must be <= {MAX_CAPACITY_LIMIT}, got {self.max_capacity}")
+        for name in ("decrease_count", "ratio_min_attempts", "pause_count", "increase_successes", "log_length"):
+            _at_least(name, getattr(self, name), 1)
+        for name in ("decrease_ratio", "pause_ratio", "resume_fraction"):
+            _within(name, getattr(self, name), 0.0, 1.0)
+        for name in ("decrease_factor", "cut_factor"):
+            value = getattr(self, name)
+            if not 0.0 < value < 1.0:
+                raise ConfigError(f"{name} must be between 0 and 1 (exclusive), got {value!r}")
+        for name in ("window", "lease_ttl", "poll", "queue_ttl", "redis_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
+        for name in ("probe_interval", "retry_after_cap"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0 seconds, got {getattr(self, name)!r}")
+        if self.window > 86400 or self.probe_interval > 86400 or self.retry_after_cap > 86400:
+            raise ConfigError("window, probe_interval and retry_after_cap must be at most a day")
+        if self.lease_ttl < 0.003:
+            raise ConfigError(f"lease_ttl must be >= 0.003 s (it is renewed every third), got {self.lease_ttl!r}")
+        if self.queue_ttl < 2 * self.poll:
+            raise ConfigError(
+                f"queue_ttl ({self.queue_ttl}) must be at least twice poll ({self.poll}): "
+                "a waiter refreshes its place every poll and must not be dropped between two"
+            )
+        if not 1.0 <= self.idle_expiry <= 30 * 86400:
+            raise ConfigError(f"idle_expiry must be between 1 s and 30 days, got {self.idle_expiry!r}")
+        if self.idle_expiry < max(self.window, self.lease_ttl, self.queue_ttl):
+            raise ConfigError("idle_expiry must be at least window, lease_ttl and queue_ttl")
+        governor_keys("x", self.key_prefix)  # validates the prefix
+
+    def script_fields(self) -> list[str]:
+        """The config as ``name, value`` pairs, in the units lua/common.lua expects."""
+        pairs = {
+            "policy": self.policy,
+            "max": self.max_capacity,
+            "window_ms": ms(self.window),
+            "dec_count": self.decrease_count,
+            "dec_ratio": self.decrease_ratio,
+            "ratio_min": self.ratio_min_attempts,
+            "dec_factor": self.decrease_factor,
+            "pause_count": self.pause_count,
+            "pause_ratio": self.pause_ratio,
+            "resume_frac": self.resume_fraction,
+            "inc_succ": self.increase_successes,
+            "cut_factor": self.cut_factor,
+            "probe_ms": ms(self.probe_interval),
+            "ra_cap_ms": ms(self.retry_after_cap),
+            "idle_ms": max(1000, ms(self.idle_expiry)),
+            "log_len": self.log_length,
+        }
+        out: list[str] = []
+        for name, value in pairs.items():
+            out += [name, repr(value) if isinstance(value, float) else str(value)]
+        return out
+
+    @property
+    def renew_interval(self) -> float:
+        """How often held leases are renewed."""
+        return self.lease_ttl / 3
+
+
+def ms(seconds: float) -> int:
+    """Seconds to whole milliseconds, as the scripts count time."""
+    return round(seconds * 1000)
+
+
+def _check_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+
+
+def _check_float(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+
+
+def _at_least(name: str, value: int, low: int) -> None:
+    if value < low:
+        raise ConfigError(f"{name} must be >= {low}, got {value!r}")
+
+
+def _within(name: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {value!r}")

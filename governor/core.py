@@ -1,0 +1,459 @@
+"""The sans-IO core shared by the sync and asyncio facades.
+
+It validates input, builds the ARGV of every script and parses every reply
+into the frozen result types below. It performs no I/O and never waits:
+``governor/_async`` runs these calls with ``await``, ``governor/_sync``
+(generated from it) without. Time comes from the injected clock when one
+is given, else from Redis ``TIME`` inside the scripts.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from .config import GovernorConfig, ms
+from .errors import ConfigError, StateError
+from .keys import SCHEMA_VERSION, GovernorKeys, governor_keys
+
+Clock = Callable[[], float]
+T = TypeVar("T")
+
+
+class Outcome(enum.Enum):
+    """What became of one provider call, as reported to the governor."""
+
+    SUCCESS = "s"  #: the provider answered
+    RATE_LIMITED = "r"  #: throttled: 429, or overloaded (529, 503)
+    ERROR = "e"  #: failed otherwise; counts as an attempt, moves nothing
+    QUOTA_EXHAUSTED = "q"  #: billing limit: recorded for operators, never a policy input
+
+
+@dataclass(frozen=True)
+class Status:
+    """A governor's state as the scripts see it. Times are Unix seconds."""
+
+    name: str  #: the governor
+    capacity: int  #: current adaptive limit (0 only while paused)
+    max_capacity: int  #: configured ceiling
+    paused: bool  #: new admissions stopped
+    reason: str  #: why paused ('' when not)
+    pause_kind: str  #: 'policy', 'operator' or ''
+    paused_until: float | None  #: an operator pause's end, if it has one
+    not_before: float | None  #: fleet-wide hold from a provider's Retry-After
+    in_flight: int  #: live leases
+    queued: int  #: live waiters
+    window_rate_limited: int  #: rate-limited attempts in the window
+    window_attempts: int  #: all attempts in the window
+    window: float  #: window length, seconds
+    policy: str  #: 'adaptive' or 'seed'
+    ceiling: int  #: adaptive: in-flight level of the last pushback (0 unknown)
+    streak: int  #: successes in a row since the last change
+    fence: int  #: the last fence handed out
+    quota_exhausted: int  #: quota-exhausted reports since creation
+    quota_at: float | None  #: when the last one came
+    epoch: str  #: id of this incarnation of the state (changes when state is lost)
+    created: float  #: when this incarnation was created
+    now: float  #: the clock the scripts used
+    schema: int = SCHEMA_VERSION  #: schema version of the state and replies
+
+    @property
+    def rate_limited_share(self) -> float:
+        """Rate-limited share of the attempts in the window (0 when empty)."""
+        return self.window_rate_limited / self.window_attempts if self.window_attempts else 0.0
+
+    @property
+    def holding(self) -> bool:
+        """True while a provider's Retry-After holds new admissions."""
+        return self.not_before is not None and self.not_before > self.now
+
+
+class Missing:
+    """A script found no state: the governor must be (re)created first."""
+
+
+MISSING = Missing()
+
+
+@dataclass(frozen=True)
+class Granted:
+    """acquire/refresh: the caller holds a lease."""
+
+    fence: int
+    epoch: str
+
+
+@dataclass(frozen=True)
+class Queued:
+    """acquire: the caller waits in the FIFO queue."""
+
+    position: int  #: waiters ahead of it (0 = next)
+    reason: str  #: why it is not admitted now
+    hint: float  #: seconds until asking again may pay off (0: no idea)
+    epoch: str
+
+
+@dataclass(frozen=True)
+class Denied:
+    """try_acquire: not admitted now."""
+
+    reason: str
+    hint: float
+    epoch: str
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    """refresh: where each of a process's waiters stands."""
+
+    epoch: str
+    reason: str
+    hint: float
+    granted: dict[str, int]  #: id -> fence
+    queued: dict[str, int]  #: id -> position
+    unknown: tuple[str, ...]  #: no longer queued nor granted: enqueue again
+
+
+@dataclass(frozen=True)
+class Renewed:
+    """renew: the fate of each lease of a heartbeat."""
+
+    epoch: str
+    ok: tuple[str, ...]
+    adopted: dict[str, int]  #: id -> new fence (the state was lost and re-created)
+    lost: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One script invocation: which script, its ARGV, and how to read the reply."""
+
+    script: str
+    args: tuple[str, ...]
+    parse: Callable[[Any], T | Missing]
+    #: recreate the state and call again when it is missing; else return `if_missing`
+    recreate: bool = True
+    if_missing: Any = None
+
+
+def text(value: Any) -> str:
+    """A reply element as str, whatever decode_responses is."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def new_id() -> str:
+    """An unguessable lease id (128 random bits)."""
+    return secrets.token_hex(16)
+
+
+def _seconds(ms_value: Any) -> float | None:
+    value = int(text(ms_value))
+    return value / 1000 if value > 0 else None
+
+
+def _check_reply(reply: Any, name: str) -> tuple[str, list[Any]]:
+    if not isinstance(reply, list) or len(reply) < 2:
+        raise StateError(f"governor {name!r}: unreadable script reply {reply!r}", name=name)
+    schema = int(text(reply[0]))
+    if schema != SCHEMA_VERSION:
+        raise StateError(
+            f"governor {name!r}: script reply has schema {schema}, this client speaks {SCHEMA_VERSION}",
+            name=name,
+        )
+    return text(reply[1]), reply[2:]
+
+
+def _check_count(script: str, name: str, ids: Sequence[str], values: int) -> None:
+    if values != 2 * len(ids):
+        raise StateError(f"governor {name!r}: {script} answered for {values // 2} ids, asked for {len(ids)}", name=name)
+
+
+class GovernorCore:
+    """Arguments and replies of every operation, for one governor."""
+
+    def __init__(self, name: str, config: GovernorConfig | None = None, clock: Clock | None = None) -> None:
+        if config is None:
+            config = GovernorConfig()
+        if not isinstance(config, GovernorConfig):
+            raise ConfigError(f"config must be a GovernorConfig, got {type(config).__name__}")
+        if clock is not None and not callable(clock):
+            raise ConfigError("clock must be a callable returning seconds")
+        self.keys: GovernorKeys = governor_keys(name, config.key_prefix)
+        self.name = name
+        self.config = config
+        self.clock = clock
+        self._channel = self.keys.channel
+        self._ttl_ms = str(ms(config.lease_ttl))
+        self._queue_ttl_ms = str(ms(config.queue_ttl))
+        #: highest fence seen, so a re-created state never hands out a lower one
+        self.fence_floor = 0
+        #: local time of the last reply that showed the state existed
+        self.last_seen: float | None = None
+
+    # -- time -------------------------------------------------------------
+
+    def now_arg(self) -> str:
+        """ARGV[1]: the injected clock in ms, or '' for Redis TIME."""
+        if self.clock is None:
+            return ""
+        now = self.clock()
+        if not isinstance(now, (int, float)) or not math.isfinite(now) or now < 0:
+            raise ConfigError(f"clock returned {now!r}; it must return non-negative seconds")
+        return str(ms(now))
+
+    def local_now(self) -> float:
+        """The clock of local deadlines: the injected clock, else monotonic."""
+        return self.clock() if self.clock is not None else time.monotonic()
+
+    def _call(self, script: str, args: Sequence[str], parse: Callable[[Any], T | Missing], **kw: Any) -> Call[T]:
+        return Call(script, (self.now_arg(), self._channel, *args), parse, **kw)
+
+    def _seen(self) -> None:
+        self.last_seen = self.local_now()
+
+    def _saw_fence(self, fence: int) -> None:
+        if fence > self.fence_floor:
+            self.fence_floor = fence
+
+    # -- operations ---------------------------------------------------------
+
+    def init(self, holds_leases: bool) -> Call[str]:
+        """Create the state from this client's config, if it is missing.
+
+        It is a *recovery* (start cautiously, hold admissions while holders
+        re-register) when this client saw the state recently enough that idle
+        expiry cannot explain its loss, or holds leases.
+        """
+        recovered = holds_leases or (
+            self.last_seen is not None and self.local_now() - self.last_seen < self.config.idle_expiry
+        )
+        hold = ms(self.config.renew_interval + self.config.poll) if recovered else 0
+        args = (secrets.token_hex(8), "1" if recovered else "0", str(self.fence_floor), str(hold))
+        return self._call("init", (*args, *self.config.script_fields()), self._parse_init)
+
+    def _parse_init(self, reply: Any) -> str:
+        kind, _ = _check_reply(reply, self.name)
+        if kind not in ("created", "exists"):
+            raise self._unexpected("init", kind)
+        self._seen()
+        return kind
+
+    def acquire(self, lease_id: str, holder: str, wait: bool) -> Call[Granted | Queued | Denied]:
+        return self._call(
+            "acquire",
+            (lease_id, holder, self._ttl_ms, "1" if wait else "0", self._queue_ttl_ms),
+            self._parse_acquire,
+        )
+
+    def _parse_acquire(self, reply: Any) -> Granted | Queued | Denied | Missing:
+        kind, rest = _check_reply(reply, self.name)
+        if kind == "missing":
+            return MISSING
+        self._seen()
+        if kind == "granted":
+            fence = int(text(rest[0]))
+            self._saw_fence(fence)
+            return Granted(fence, text(rest[2]))
+        if kind == "queued":
+            return Queued(int(text(rest[0])), text(rest[1]), int(text(rest[2])) / 1000, text(rest[3]))
+        if kind == "denied":
+            return Denied(text(rest[0]), int(text(rest[1])) / 1000, text(rest[2]))
+        raise self._unexpected("acquire", kind)
+
+    def release(self, lease_id: str) -> Call[bool]:
+        return self._call("release", (lease_id,), self._parse_released, recreate=False, if_missing=False)
+
+    def _parse_released(self, reply: Any) -> bool | Missing:
+        kind, rest = _check_reply(reply, self.name)
+        if kind == "missing":
+            return MISSING
+        if kind != "released":
+            raise self._unexpected("release", kind)
+        return text(rest[0]) == "1"
+
+    def cancel(self, lease_id: str) -> Call[str]:
+        return self._call("cancel", (lease_id,), self._parse_cancelled, recreate=False, if_missing="none")
+
+    def _parse_cancelled(self, reply: Any) -> str | Missing:
+        kind, rest = _check_reply(reply, self.name)
+        if kind == "missing":
+            return MISSING
+        if kind != "cancelled":
+            raise self._unexpected("cancel", kind)
+        return text(rest[0])
+
+    def renew(self, leases: Sequence[tuple[str, str, str]]) -> Call[Renewed]:
+        """Renew (id, epoch, holder) triples in one call."""
+        flat = [part for triple in leases for part in triple]
+        ids = [triple[0] for triple in leases]
+        return self._call("renew", (self._ttl_ms, *flat), self._renew_parser(ids))
+
+    def _renew_parser(self, ids: Sequence[str]) -> Callable[[Any], Renewed | Missing]:
+        def parse(reply: Any) -> Renewed | Missing:
+            kind, rest = _check_reply(reply, self.name)
+            if kind == "missing":
+                return MISSING
+            if kind != "renewed":
+                raise self._unexpected("renew", kind)
+            self._seen()
+            ok: list[str] = []
+            adopted: dict[str, int] = {}
+            lost: list[str] = []
+            _check_count("renew", self.name, ids, len(rest) - 1)
+            for lease_id, i in zip(ids, range(1, len(rest), 2), strict=True):
+                status, fence = text(rest[i]), int(text(rest[i + 1]))
+                if status == "ok":
+                    ok.append(lease_id)
+                elif status == "adopted":
+                    adopted[lease_id] = fence
+                    self._saw_fence(fence)
+                elif status == "lost":
+                    lost.append(lease_id)
+                else:
+                    raise self._unexpected("renew", status)
+            return Renewed(text(rest[0]), tuple(ok), adopted, tuple(lost))
+
+        return parse
+
+    def report(self, outcome: Outcome, retry_after: float | None, lease_id: str | None) -> Call[bool]:
+        """True if recorded, False if the lease was no longer live (fenced off)."""
+        if not isinstance(outcome, Outcome):
+            raise ConfigError(f"outcome must be an Outcome, got {outcome!r}")
+        ra = ""
+        if retry_after is not None:
+            if isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)):
+                raise ConfigError(f"retry_after must be seconds, got {retry_after!r}")
+            if not math.isfinite(retry_after) or retry_after < 0:
+                raise ConfigError(f"retry_after must be finite and >= 0 seconds, got {retry_after!r}")
+            ra = str(ms(min(retry_after, 86400.0)))
+        return self._call("report", (outcome.value, ra, lease_id or ""), self._parse_reported)
+
+    def _parse_reported(self, reply: Any) -> bool | Missing:
+        kind, _ = _check_reply(reply, self.name)
+        if kind == "missing":
+            return MISSING
+        self._seen()
+        if kind == "reported":
+            return True
+        if kind == "lost":
+            return False
+        raise self._unexpected("report", kind)
+
+    def refresh(self, ids: Sequence[str]) -> Call[Refreshed]:
+        return self._call("refresh", (self._queue_ttl_ms, *ids), self._refresh_parser(ids))
+
+    def _refresh_parser(self, ids: Sequence[str]) -> Callable[[Any], Refreshed | Missing]:
+        def parse(reply: Any) -> Refreshed | Missing:
+            kind, rest = _check_reply(reply, self.name)
+            if kind == "missing":
+                return MISSING
+            if kind != "refreshed":
+                raise self._unexpected("refresh", kind)
+            self._seen()
+            granted: dict[str, int] = {}
+            queued: dict[str, int] = {}
+            unknown: list[str] = []
+            _check_count("refresh", self.name, ids, len(rest) - 3)
+            for lease_id, i in zip(ids, range(3, len(rest), 2), strict=True):
+                status, value = text(rest[i]), int(text(rest[i + 1]))
+                if status == "granted":
+                    granted[lease_id] = value
+                    self._saw_fence(value)
+                elif status == "queued":
+                    queued[lease_id] = value
+                elif status == "unknown":
+                    unknown.append(lease_id)
+                else:
+                    raise self._unexpected("refresh", status)
+            return Refreshed(text(rest[0]), text(rest[1]), int(text(rest[2])) / 1000, granted, queued, tuple(unknown))
+
+        return parse
+
+    def probe(self) -> Call[Status]:
+        return self._call("probe", (), self._parse_status)
+
+    def status(self) -> Call[Status]:
+        return self._call("status", (), self._parse_status)
+
+    def set_max_capacity(self, n: int) -> Call[Status]:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"max_capacity must be an integer >= 1, got {n!r}")
+        if n > 1_000_000:
+            raise ConfigError(f"max_capacity must be <= 1000000, got {n!r}")
+        return self._call("set_max", (str(n),), self._parse_status)
+
+    def pause(self, reason: str, duration: float | None) -> Call[Status]:
+        if not isinstance(reason, str) or not reason.strip() or len(reason.encode()) > 500:
+            raise ConfigError("pause reason must be a non-empty string of at most 500 bytes")
+        if duration is not None:
+            if isinstance(duration, bool) or not isinstance(duration, (int, float)):
+                raise ConfigError(f"pause duration must be seconds, got {duration!r}")
+            if not math.isfinite(duration) or duration <= 0:
+                raise ConfigError(f"pause duration must be > 0 seconds, got {duration!r}")
+        return self._call("pause", (reason, str(ms(duration) if duration else 0)), self._parse_status)
+
+    def resume(self) -> Call[Status]:
+        return self._call("resume", (), self._parse_status)
+
+    def reset(self) -> Call[Status]:
+        return self._call("reset", tuple(self.config.script_fields()), self._parse_status)
+
+    def _parse_status(self, reply: Any) -> Status | Missing:
+        kind, rest = _check_reply(reply, self.name)
+        if kind == "missing":
+            return MISSING
+        if kind != "status":
+            raise self._unexpected("status", kind)
+        self._seen()
+        f = {text(rest[i]): text(rest[i + 1]) for i in range(0, len(rest) - 1, 2)}
+        try:
+            self._saw_fence(int(f["fence"]))
+            return Status(
+                name=self.name,
+                capacity=int(f["capacity"]),
+                max_capacity=int(f["max_capacity"]),
+                paused=f["paused"] == "1",
+                reason=f["reason"],
+                pause_kind=f["pause_kind"],
+                paused_until=_seconds(f["paused_until"]),
+                not_before=_seconds(f["not_before"]),
+                in_flight=int(f["in_flight"]),
+                queued=int(f["queued"]),
+                window_rate_limited=int(f["window_limited"]),
+                window_attempts=int(f["window_attempts"]),
+                window=int(f["window_ms"]) / 1000,
+                policy=f["policy"],
+                ceiling=int(f["ceiling"]),
+                streak=int(f["streak"]),
+                fence=int(f["fence"]),
+                quota_exhausted=int(f["quota_exhausted"]),
+                quota_at=_seconds(f["quota_at"]),
+                epoch=f["epoch"],
+                created=int(f["created"]) / 1000,
+                now=int(f["now"]) / 1000,
+            )
+        except (KeyError, ValueError) as exc:
+            raise StateError(f"governor {self.name!r}: unreadable status reply ({exc})", name=self.name) from exc
+
+    def _unexpected(self, script: str, kind: str) -> StateError:
+        return StateError(f"governor {self.name!r}: {script} gave an unexpected reply {kind!r}", name=self.name)
+
+    # -- pub/sub ----------------------------------------------------------
+
+    def parse_wake(self, data: Any) -> tuple[str, dict[str, int]]:
+        """A grant announcement, "epoch id:fence id:fence ...", as (epoch, {id: fence})."""
+        words = text(data).split()
+        grants: dict[str, int] = {}
+        for word in words[1:]:
+            lease_id, _, fence = word.rpartition(":")
+            if lease_id and fence.isdigit():
+                grants[lease_id] = int(fence)
+                self._saw_fence(int(fence))
+        return (words[0] if words else ""), grants

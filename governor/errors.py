@@ -1,0 +1,118 @@
+"""The exception tree, and the one place foreign errors are translated.
+
+Every error the library raises derives from :class:`GovernorError`; where a
+builtin exception means the same thing it is a base too, so ``except
+TimeoutError`` catches an acquire timeout. :func:`map_errors` is the only
+code that turns redis-py exceptions and the scripts' ``GOVERNOR_*`` error
+replies into this tree; an unknown reply code is an error, never ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import redis.exceptions
+
+
+class GovernorError(Exception):
+    """Base of every error raised by fleet-governor."""
+
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name  #: the governor concerned, when there is one
+
+
+class ConfigError(GovernorError, ValueError):
+    """A config value, governor name or argument is invalid."""
+
+
+class AcquireTimeout(GovernorError, TimeoutError):
+    """No lease was granted within the timeout; the caller's place is given up."""
+
+
+class LeaseLost(GovernorError):
+    """A lease expired before it was renewed or released (the holder stalled
+    past its TTL, or Redis was unreachable); its slot went to someone else."""
+
+
+class QuotaExhausted(GovernorError):
+    """The provider says the account's quota or spend limit is used up.
+
+    Billing, not a throttle: retrying does not help and the adaptive policy
+    ignores it; an operator has to act.
+    """
+
+
+class GovernorUnavailable(GovernorError, ConnectionError):
+    """Redis could not be reached, or did not answer in time."""
+
+
+class StateError(GovernorError):
+    """The governor's state in Redis is unusable: a key of the wrong type, a
+    schema written by another version, or a reply this client cannot read."""
+
+
+_REPLY = re.compile(r"GOVERNOR_([A-Z]+) ([^\n]*?)(?: script: [0-9a-f]+.*)?$", re.S)
+
+
+def error_from_reply(message: str, name: str | None) -> GovernorError:
+    """The :class:`GovernorError` for a script's ``GOVERNOR_*`` error reply."""
+    match = _REPLY.search(message)
+    if match is None:
+        return StateError(f"governor {name!r}: Redis answered with an error: {message}", name=name)
+    code, detail = match.group(1), match.group(2).strip()
+    if code == "WRONGTYPE":
+        return StateError(
+            f"governor {name!r}: key {detail}; another program wrote to this governor's keys. "
+            "Delete the key (see `governor keys`) or choose another governor name.",
+            name=name,
+        )
+    if code == "BADARG":
+        return ConfigError(f"governor {name!r}: invalid argument: {detail}", name=name)
+    if code == "SCHEMA":
+        return StateError(
+            f"governor {name!r}: state has schema version {detail}; upgrade this client or reset the governor",
+            name=name,
+        )
+    return StateError(f"governor {name!r}: unknown error reply GOVERNOR_{code}: {detail}", name=name)
+
+
+@contextmanager
+def map_errors(name: str | None) -> Iterator[None]:
+    """Translate redis-py errors raised inside the block into the tree above."""
+    try:
+        yield
+    except GovernorError:
+        raise
+    except (redis.exceptions.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
+        raise GovernorUnavailable(
+            f"governor {name!r}: Redis refused access ({exc}); check the credentials and the ACL "
+            "(README: Guarantees and failure modes)",
+            name=name,
+        ) from exc
+    except redis.exceptions.BusyLoadingError as exc:
+        raise GovernorUnavailable(
+            f"governor {name!r}: Redis is loading its data set; retry shortly", name=name
+        ) from exc
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.ClusterError) as exc:
+        raise GovernorUnavailable(
+            f"governor {name!r}: Redis is unreachable ({type(exc).__name__}: {exc}); "
+            "check the URL and that Redis is up",
+            name=name,
+        ) from exc
+    except redis.exceptions.ResponseError as exc:
+        text = str(exc)
+        if "GOVERNOR_" in text:
+            raise error_from_reply(text, name) from exc
+        if text.startswith("WRONGTYPE"):
+            raise StateError(
+                f"governor {name!r}: a key holds the wrong Redis type ({text}); see `governor keys`",
+                name=name,
+            ) from exc
+        if text.startswith(("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")):
+            raise GovernorUnavailable(f"governor {name!r}: Redis cannot serve now: {text}", name=name) from exc
+        raise StateError(f"governor {name!r}: Redis answered with an error: {text}", name=name) from exc
+    except redis.exceptions.RedisError as exc:
+        raise GovernorUnavailable(f"governor {name!r}: Redis error: {type(exc).__name__}: {exc}", name=name) from exc

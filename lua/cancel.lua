@@ -1,0 +1,36 @@
+--[[ cancel.lua: a caller gives up waiting, at whatever point it is.
+
+Removes the id from the queue, or, when it was granted in the meantime,
+releases the lease so the slot goes to the next waiter. Never swallows a
+slot, never leaks one; idempotent.
+
+KEYS    the governor's eight keys, see common.lua
+ARGV
+  ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
+  ARGV[2] channel  string        where grants to waiters are announced
+  ARGV[3] id       string        the waiter's (and would-be lease's) id
+Reply
+  {1, 'cancelled', was}   was = 'queued' | 'granted' | 'none'
+  {1, 'missing'}          no such governor: nothing to cancel
+]]
+
+local id = arg_id(3, 'id')
+if not load_state() then return missing_reply() end
+
+local was = 'none'
+if redis.call('ZREM', K.queue, id) == 1 then
+  was = 'queued'
+  redis.call('ZREM', K.waiters, id)
+  redis.call('HDEL', K.holders, id)
+else
+  redis.call('ZREM', K.waiters, id)
+  local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
+  if expiry then
+    redis.call('ZREM', K.leases, id)
+    redis.call('HDEL', K.holders, id)
+    if expiry > NOW then was = 'granted' end
+  end
+end
+reclaim()
+grant()
+return finish({SCHEMA, 'cancelled', was})

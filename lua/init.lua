@@ -1,0 +1,50 @@
+--[[ init.lua: create a governor's state from a client's config if missing.
+
+Every other script answers {1, 'missing'} when the state hash is gone (a
+first use, Redis restarted without persistence, FLUSHDB, idle expiry); the
+client then runs this script and calls again. After a *loss* (recovered =
+'1') the governor starts cautiously: new admissions hold for hold_ms, long
+enough for running holders to renew and be adopted (renew.lua), and
+capacity starts at the resume level; it never comes back unlimited.
+
+KEYS    the governor's eight keys, see common.lua
+ARGV
+  ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME
+  ARGV[2] channel      string        where grants to waiters are announced
+  ARGV[3] epoch        string        random id of the new state
+  ARGV[4] recovered    '1' | '0'     '1' if the client saw this governor before
+  ARGV[5] fence_floor  int >= 0      highest fence the client has seen
+  ARGV[6] hold_ms      int ms >= 0   admission hold after a loss
+  ARGV[7..] config     name, value pairs (see CONFIG_FIELDS in common.lua)
+Reply
+  {1, 'created', epoch}   a new state was written
+  {1, 'exists', epoch}    the state was there already; nothing changed
+]]
+
+local epoch = arg_id(3, 'epoch')
+local recovered = ARGV[4] == '1'
+local fence_floor = arg_int(5, 'fence_floor')
+local hold = arg_int(6, 'hold_ms')
+local cfg = parse_config(7)
+if load_state() then return {SCHEMA, 'exists', S.epoch} end
+
+-- Fences keep growing across a loss: they restart above the clock (in
+-- microseconds' worth of grants per ms) and above any fence the client saw.
+S = {fence = math.max(fence_floor, NOW * 1000)}
+DIRTY = {fence = true}
+set('schema', SCHEMA)
+set('epoch', epoch)
+set('created', NOW)
+set('ticket', 0)
+set('evseq', 0)
+set('quota_count', 0)
+set('quota_at', 0)
+apply_config(cfg)
+if recovered then
+  set('cap', resume_level())
+  set('not_before', NOW + hold)
+  log('recreate', 'why', 'state was lost (Redis restart, flush or expiry): holding ' .. int(hold) .. ' ms for holders to re-register')
+else
+  log('create', 'why', 'first use')
+end
+return finish({SCHEMA, 'created', epoch})

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Generate the sync facade from the asyncio one (the source of truth).
+
+    python scripts/unasync.py          write governor/_sync/governor.py
+    python scripts/unasync.py --check  exit 1 if the checked-in file drifted
+
+Token substitutions in the manner of encode/httpcore's unasync, plus one
+pragma: a comment line ``# sync: <code>`` makes the sync file carry
+``<code>`` (same indentation) instead of the line after the comment, for
+the few places where the two differ in shape rather than in spelling.
+The generated file is not run through the formatter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAIRS = [(ROOT / "governor/_async/governor.py", ROOT / "governor/_sync/governor.py")]
+
+SUBS = [
+    (r"\basync def ", "def "),
+    (r"\basync with ", "with "),
+    (r"\basync for ", "for "),
+    (r"\bawait ", ""),
+    (r"\bAsyncGovernor\b", "Governor"),
+    (r"\bAsyncLease\b", "Lease"),
+    (r"\bredis\.asyncio\b", "redis"),
+    (r"\b__aenter__\b", "__enter__"),
+    (r"\b__aexit__\b", "__exit__"),
+    (r"\baclose\b", "close"),
+    (r"\basyncio code\b", "threaded code"),
+    (r"\bevent loop\b", "process"),
+    (
+        r"\(a task here, a thread in the\s*\n(\s*)sync facade\)",
+        r"(a daemon thread here, a task in the\n\1asyncio facade)",
+    ),
+]
+PRAGMA = re.compile(r"^(\s*)# sync: (.*)$")
+HEADER = '''"""The sync facade: Governor and Lease.
+
+GENERATED from governor/_async/governor.py by scripts/unasync.py; do not
+edit. Change the asyncio facade and run ``python scripts/unasync.py``.
+"""
+'''
+
+
+def unasync(source: str) -> str:
+    lines: list[str] = []
+    swap: str | None = None
+    for line in source.splitlines():
+        match = PRAGMA.match(line)
+        if match:
+            swap = match.group(1) + match.group(2)
+        elif swap is not None:
+            lines.append(swap)
+            swap = None
+        else:
+            lines.append(line)
+    text = "\n".join(lines) + "\n"
+    for pattern, replacement in SUBS:
+        text = re.sub(pattern, replacement, text)
+    # The module docstring is the sync file's own.
+    if text.startswith('"""'):
+        end = text.index('"""', 3) + 3
+        text = HEADER + "\n" + text[end:].lstrip("\n")
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="fail if a generated file is out of date")
+    args = parser.parse_args()
+    stale = []
+    for source, target in PAIRS:
+        expected = unasync(source.read_text(encoding="utf-8"))
+        current = target.read_text(encoding="utf-8") if target.exists() else ""
+        if args.check:
+            if current != expected:
+                stale.append(target)
+                sys.stdout.writelines(
+                    difflib.unified_diff(current.splitlines(True), expected.splitlines(True), str(target), "expected")
+                )
+        elif current != expected:
+            target.write_text(expected, encoding="utf-8")
+            print(f"wrote {target.relative_to(ROOT)}")
+    if stale:
+        print(f"\n{len(stale)} generated file(s) out of date: run python scripts/unasync.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
