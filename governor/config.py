@@ -169,3 +169,30 @@ def _at_least(name: str, value: int, low: int) -> None:
 def _within(name: str, value: float, low: float, high: float) -> None:
     if not low <= value <= high:
         raise ConfigError(f"{name} must be between {low} and {high}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How ``Governor.call`` retries throttled calls (SPEC §5). Times in seconds."""
+
+    #: calls in all, the first included; quota exhaustion is never retried
+    max_attempts: int = 8
+    #: give up (re-raise the last error) once this much time has passed; None: no deadline
+    deadline: float | None = 600.0
+    #: full-jitter backoff without a Retry-After: uniform(0, min(cap, base * 2**(n-1)))
+    base: float = 0.25
+    cap: float = 120.0
+    #: a provider's Retry-After longer than this is cut to it
+    max_retry_after: float = 120.0
+
+    def __post_init__(self) -> None:
+        _check_int("max_attempts", self.max_attempts)
+        _at_least("max_attempts", self.max_attempts, 1)
+        for name in ("base", "cap", "max_retry_after"):
+            _check_float(name, getattr(self, name))
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0 seconds, got {getattr(self, name)!r}")
+        if self.deadline is not None:
+            _check_float("deadline", self.deadline)
+            if self.deadline <= 0:
+                raise ConfigError(f"deadline must be > 0 seconds or None, got {self.deadline!r}")

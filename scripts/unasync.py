@@ -20,7 +20,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAIRS = [(ROOT / "governor/_async/governor.py", ROOT / "governor/_sync/governor.py")]
+PAIRS = [
+    (ROOT / "governor/_async/governor.py", ROOT / "governor/_sync/governor.py"),
+    (ROOT / "governor/_async/retry.py", ROOT / "governor/_sync/retry.py"),
+]
 
 SUBS = [
     (r"\basync def ", "def "),
@@ -41,15 +44,14 @@ SUBS = [
     ),
 ]
 PRAGMA = re.compile(r"^(\s*)# sync: (.*)$")
-HEADER = '''"""The sync facade: Governor and Lease.
+HEADER = '''"""GENERATED from governor/_async/{name} by scripts/unasync.py; do not edit.
 
-GENERATED from governor/_async/governor.py by scripts/unasync.py; do not
-edit. Change the asyncio facade and run ``python scripts/unasync.py``.
+Change the asyncio source and run ``python scripts/unasync.py``.
 """
 '''
 
 
-def unasync(source: str) -> str:
+def unasync(source: str, name: str) -> str:
     lines: list[str] = []
     swap: str | None = None
     for line in source.splitlines():
@@ -67,7 +69,7 @@ def unasync(source: str) -> str:
     # The module docstring is the sync file's own.
     if text.startswith('"""'):
         end = text.index('"""', 3) + 3
-        text = HEADER + "\n" + text[end:].lstrip("\n")
+        text = HEADER.format(name=name) + "\n" + text[end:].lstrip("\n")
     return text
 
 
@@ -77,7 +79,7 @@ def main() -> int:
     args = parser.parse_args()
     stale = []
     for source, target in PAIRS:
-        expected = unasync(source.read_text(encoding="utf-8"))
+        expected = unasync(source.read_text(encoding="utf-8"), source.name)
         current = target.read_text(encoding="utf-8") if target.exists() else ""
         if args.check:
             if current != expected:

@@ -19,13 +19,16 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
 import redis.asyncio as redis_client
 
+from .. import metrics
 from ..backoff import full_jitter
-from ..config import GovernorConfig
+from ..classify import Classifier
+from ..config import GovernorConfig, RetryPolicy
 from ..core import (
     MISSING,
     Call,
@@ -52,6 +55,7 @@ from ..errors import (
 
 # sync: from ._compat import Event, Lock, Worker, shielded, sleep
 from ._compat import AcquireContext, Event, Lock, Worker, shielded, sleep
+from .retry import retry_call, retry_decorator
 
 log = logging.getLogger("governor")
 T = TypeVar("T")
@@ -444,6 +448,7 @@ class AsyncGovernor:
         label = _holder_label(holder)
         deadline = None if timeout is None else time.monotonic() + timeout
         lease_id = new_id()
+        started = time.monotonic()
         waiter = self._background.add_waiter(lease_id)
         try:
             await self._background.start(wait_listening=True)
@@ -453,7 +458,9 @@ class AsyncGovernor:
                 if isinstance(result, Queued):
                     waiter.reason, waiter.position = result.reason, result.position
                 result = await self._wait_turn(waiter, deadline, timeout, label)
-            return self._background.add_lease(lease_id, result, label)
+            lease = self._background.add_lease(lease_id, result, label)
+            metrics.observe_admission(self.name, time.monotonic() - started)
+            return lease
         except BaseException:
             await shielded(self._abandon(lease_id))
             raise
@@ -513,6 +520,38 @@ class AsyncGovernor:
         lease._released = True
         self._background.drop_lease(lease)
         await self._execute(self._core.release(lease.id))
+
+    # -- calls under the limit --------------------------------------------------------------
+
+    async def call(
+        self,
+        # sync: fn: Callable[..., T],
+        fn: Callable[..., Awaitable[T]],
+        /,
+        *args: Any,
+        classify: Classifier | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        holder: str | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """Run ``fn(*args, **kwargs)`` under the fleet limit: acquire a lease,
+        call, classify the outcome, report it, release, and retry throttled
+        calls with the provider's Retry-After or the backoff (SPEC §5).
+        Quota exhaustion raises QuotaExhausted at once; other errors propagate."""
+        return await retry_call(self, fn, args, kwargs, classify=classify, retry=retry, timeout=timeout, holder=holder)
+
+    def limit(
+        self,
+        *,
+        classify: Classifier | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        holder: str | None = None,
+        # sync: ) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    ) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
+        """Decorator form of :meth:`call`: every call of the function goes through it."""
+        return retry_decorator(self, classify=classify, retry=retry, timeout=timeout, holder=holder)
 
     # -- outcomes and policy ------------------------------------------------------------
 

@@ -1,7 +1,6 @@
-"""The sync facade: Governor and Lease.
+"""GENERATED from governor/_async/governor.py by scripts/unasync.py; do not edit.
 
-GENERATED from governor/_async/governor.py by scripts/unasync.py; do not
-edit. Change the asyncio facade and run ``python scripts/unasync.py``.
+Change the asyncio source and run ``python scripts/unasync.py``.
 """
 
 from __future__ import annotations
@@ -10,13 +9,16 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
 import redis as redis_client
 
+from .. import metrics
 from ..backoff import full_jitter
-from ..config import GovernorConfig
+from ..classify import Classifier
+from ..config import GovernorConfig, RetryPolicy
 from ..core import (
     MISSING,
     Call,
@@ -42,6 +44,7 @@ from ..errors import (
 )
 
 from ._compat import Event, Lock, Worker, shielded, sleep
+from .retry import retry_call, retry_decorator
 
 log = logging.getLogger("governor")
 T = TypeVar("T")
@@ -431,6 +434,7 @@ class Governor:
         label = _holder_label(holder)
         deadline = None if timeout is None else time.monotonic() + timeout
         lease_id = new_id()
+        started = time.monotonic()
         waiter = self._background.add_waiter(lease_id)
         try:
             self._background.start(wait_listening=True)
@@ -440,7 +444,9 @@ class Governor:
                 if isinstance(result, Queued):
                     waiter.reason, waiter.position = result.reason, result.position
                 result = self._wait_turn(waiter, deadline, timeout, label)
-            return self._background.add_lease(lease_id, result, label)
+            lease = self._background.add_lease(lease_id, result, label)
+            metrics.observe_admission(self.name, time.monotonic() - started)
+            return lease
         except BaseException:
             shielded(self._abandon(lease_id))
             raise
@@ -500,6 +506,36 @@ class Governor:
         lease._released = True
         self._background.drop_lease(lease)
         self._execute(self._core.release(lease.id))
+
+    # -- calls under the limit --------------------------------------------------------------
+
+    def call(
+        self,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        classify: Classifier | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        holder: str | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """Run ``fn(*args, **kwargs)`` under the fleet limit: acquire a lease,
+        call, classify the outcome, report it, release, and retry throttled
+        calls with the provider's Retry-After or the backoff (SPEC §5).
+        Quota exhaustion raises QuotaExhausted at once; other errors propagate."""
+        return retry_call(self, fn, args, kwargs, classify=classify, retry=retry, timeout=timeout, holder=holder)
+
+    def limit(
+        self,
+        *,
+        classify: Classifier | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        holder: str | None = None,
+        ) -> Callable[[Callable[..., T]], Callable[..., T]]:
+        """Decorator form of :meth:`call`: every call of the function goes through it."""
+        return retry_decorator(self, classify=classify, retry=retry, timeout=timeout, holder=holder)
 
     # -- outcomes and policy ------------------------------------------------------------
 

@@ -1,0 +1,134 @@
+"""Fixtures shared by the whole suite.
+
+Every behavioural test runs on a real Redis (a private ``redis-server``
+started for the session, or ``REDIS_URL`` when set) and again on fakeredis
+with its Lua extra, each with ``decode_responses`` off and on. Governor
+names are unique per test. Policy time comes from an injected clock.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+import redis.asyncio
+
+from governor import AsyncGovernor, Governor, GovernorConfig
+
+from .servers import RedisServer
+
+
+class FakeClock:
+    """An injected clock: seconds that move only when a test says so."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real Redis for the session: REDIS_URL, or a private redis-server."""
+    if os.environ.get("REDIS_URL"):
+        yield os.environ["REDIS_URL"]
+        return
+    server = RedisServer().start()
+    try:
+        yield server.url
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> fakeredis.FakeServer:
+    return fakeredis.FakeServer()
+
+
+BACKENDS = [
+    pytest.param(("redis", False), id="redis"),
+    pytest.param(("redis", True), id="redis-decoded"),
+    pytest.param(("fakeredis", False), id="fakeredis"),
+    pytest.param(("fakeredis", True), id="fakeredis-decoded"),
+]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> tuple[str, bool]:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def sync_client(backend: tuple[str, bool], redis_url: str, fake_server: fakeredis.FakeServer) -> Iterator[Any]:
+    kind, decode = backend
+    if kind == "redis":
+        client: Any = redis.Redis.from_url(redis_url, decode_responses=decode, socket_timeout=10)
+    else:
+        client = fakeredis.FakeRedis(server=fake_server, decode_responses=decode)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def async_client(
+    backend: tuple[str, bool], redis_url: str, fake_server: fakeredis.FakeServer
+) -> AsyncIterator[Any]:
+    kind, decode = backend
+    if kind == "redis":
+        client: Any = redis.asyncio.Redis.from_url(redis_url, decode_responses=decode, socket_timeout=10)
+    else:
+        client = fakeredis.FakeAsyncRedis(server=fake_server, decode_responses=decode)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def name() -> str:
+    """A governor name no other test uses."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def make_gov(sync_client: Any, name: str) -> Iterator[Callable[..., Governor]]:
+    """Governors on the parametrised sync client, closed after the test."""
+    made: list[Governor] = []
+
+    def make(config: GovernorConfig | None = None, clock: Any = None, governor_name: str | None = None) -> Governor:
+        gov = Governor(sync_client, governor_name or name, config or GovernorConfig(), clock=clock)
+        made.append(gov)
+        return gov
+
+    yield make
+    for gov in made:
+        gov.close()
+
+
+@pytest.fixture
+async def make_agov(async_client: Any, name: str) -> AsyncIterator[Callable[..., AsyncGovernor]]:
+    """Governors on the parametrised asyncio client, closed after the test."""
+    made: list[AsyncGovernor] = []
+
+    def make(
+        config: GovernorConfig | None = None, clock: Any = None, governor_name: str | None = None
+    ) -> AsyncGovernor:
+        gov = AsyncGovernor(async_client, governor_name or name, config or GovernorConfig(), clock=clock)
+        made.append(gov)
+        return gov
+
+    yield make
+    for gov in made:
+        await gov.aclose()
