@@ -379,8 +379,9 @@ class GovernorCore:
     def probe(self) -> Call[Status]:
         return self._call("probe", (), self._parse_status)
 
-    def status(self) -> Call[Status]:
-        return self._call("status", (), self._parse_status)
+    def status(self, create: bool = True) -> Call[Status]:
+        """The status; with create=False a missing governor gives None, not a new one."""
+        return self._call("status", (), self._parse_status, recreate=create)
 
     def set_max_capacity(self, n: int) -> Call[Status]:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -402,8 +403,10 @@ class GovernorCore:
     def resume(self) -> Call[Status]:
         return self._call("resume", (), self._parse_status)
 
-    def reset(self) -> Call[Status]:
-        return self._call("reset", tuple(self.config.script_fields()), self._parse_status)
+    def reset(self, with_config: bool) -> Call[Status]:
+        """Clear what the policy learnt; with_config also stores this client's config."""
+        fields = tuple(self.config.script_fields()) if with_config else ()
+        return self._call("reset", fields, self._parse_status)
 
     def _parse_status(self, reply: Any) -> Status | Missing:
         kind, rest = _check_reply(reply, self.name)

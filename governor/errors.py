@@ -45,6 +45,10 @@ class QuotaExhausted(GovernorError):
     """
 
 
+class GovernorNotFound(GovernorError, LookupError):
+    """No governor of that name exists in this Redis (nothing was created)."""
+
+
 class GovernorUnavailable(GovernorError, ConnectionError):
     """Redis could not be reached, or did not answer in time."""
 

@@ -47,6 +47,7 @@ from ..errors import (
     AcquireTimeout,
     ConfigError,
     GovernorError,
+    GovernorNotFound,
     GovernorUnavailable,
     LeaseLost,
     StateError,
@@ -583,9 +584,14 @@ class AsyncGovernor:
         admit waiters; returns the status."""
         return await self._execute(self._core.probe())
 
-    async def status(self) -> Status:
-        """The governor's state (read-only in Redis)."""
-        return await self._execute(self._core.status())
+    async def status(self, *, create: bool = True) -> Status:
+        """The governor's state, read-only in Redis. A governor that does not
+        exist yet is created from this object's config, unless ``create`` is
+        False: then GovernorNotFound is raised (what operator tools want)."""
+        status: Status | None = await self._execute(self._core.status(create))
+        if status is None:
+            raise GovernorNotFound(f"no governor named {self.name!r} in this Redis", name=self.name)
+        return status
 
     async def set_max_capacity(self, n: int) -> Status:
         """Change the ceiling; applied at once unless paused (then on resume)."""
@@ -601,9 +607,15 @@ class AsyncGovernor:
         return await self._execute(self._core.resume())
 
     async def reset(self) -> Status:
-        """Forget what the policy learnt and store this object's config;
-        holders and waiters are kept."""
-        return await self._execute(self._core.reset())
+        """Forget what the policy learnt (window, pause, hold, adaptive memory);
+        capacity goes back to max_capacity. The stored config, holders and
+        waiters are kept."""
+        return await self._execute(self._core.reset(with_config=False))
+
+    async def configure(self) -> Status:
+        """Store this object's config as the governor's (the first client to
+        create a governor stores its config; later ones use it) and reset."""
+        return await self._execute(self._core.reset(with_config=True))
 
     async def renew(self) -> None:
         """Renew every lease this object holds now (the heartbeat does it

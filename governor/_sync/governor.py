@@ -37,6 +37,7 @@ from ..errors import (
     AcquireTimeout,
     ConfigError,
     GovernorError,
+    GovernorNotFound,
     GovernorUnavailable,
     LeaseLost,
     StateError,
@@ -567,9 +568,14 @@ class Governor:
         admit waiters; returns the status."""
         return self._execute(self._core.probe())
 
-    def status(self) -> Status:
-        """The governor's state (read-only in Redis)."""
-        return self._execute(self._core.status())
+    def status(self, *, create: bool = True) -> Status:
+        """The governor's state, read-only in Redis. A governor that does not
+        exist yet is created from this object's config, unless ``create`` is
+        False: then GovernorNotFound is raised (what operator tools want)."""
+        status: Status | None = self._execute(self._core.status(create))
+        if status is None:
+            raise GovernorNotFound(f"no governor named {self.name!r} in this Redis", name=self.name)
+        return status
 
     def set_max_capacity(self, n: int) -> Status:
         """Change the ceiling; applied at once unless paused (then on resume)."""
@@ -585,9 +591,15 @@ class Governor:
         return self._execute(self._core.resume())
 
     def reset(self) -> Status:
-        """Forget what the policy learnt and store this object's config;
-        holders and waiters are kept."""
-        return self._execute(self._core.reset())
+        """Forget what the policy learnt (window, pause, hold, adaptive memory);
+        capacity goes back to max_capacity. The stored config, holders and
+        waiters are kept."""
+        return self._execute(self._core.reset(with_config=False))
+
+    def configure(self) -> Status:
+        """Store this object's config as the governor's (the first client to
+        create a governor stores its config; later ones use it) and reset."""
+        return self._execute(self._core.reset(with_config=True))
 
     def renew(self) -> None:
         """Renew every lease this object holds now (the heartbeat does it
