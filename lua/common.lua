@@ -52,6 +52,12 @@ local function int(x)
   return string.format('%d', x)
 end
 
+-- Any number, exactly: integers as integers, fractions with 17 digits.
+local function num(x)
+  if x == math.floor(x) then return int(x) end
+  return string.format('%.17g', x)
+end
+
 local function arg_int(i, what, min)
   local v = tonumber(ARGV[i])
   if v == nil or v ~= v or v ~= math.floor(v) or v < (min or 0) then
@@ -127,7 +133,7 @@ local function save()
   for f in pairs(DIRTY) do
     local v = S[f]
     args[#args + 1] = f
-    if type(v) == 'number' then args[#args + 1] = int(v) else args[#args + 1] = v end
+    if type(v) == 'number' then args[#args + 1] = num(v) else args[#args + 1] = v end
   end
   if #args > 0 then
     redis.call('HSET', K.state, unpack(args))
@@ -303,14 +309,15 @@ local function on_limited_seed(rl, total)
 end
 
 local function on_limited_adaptive(rl, total, fence)
+  -- One decision per congestion episode: a lease admitted before the last
+  -- cut was sized for the old capacity, so its 429 is no news.
+  if fence ~= nil and fence <= S.cut_fence then return end
   if rl >= S.pause_count and rl >= S.pause_ratio * total then
     pause('policy', 'waiting for provider rate-limit recovery', 0)
+    set('cut_fence', S.fence)
     log('pause', 'why', 'rate-limited share ' .. string.format('%.2f', rl / total) .. ' of ' .. int(total) .. ' attempts', 'window_limited', int(rl), 'window_attempts', int(total))
     return
   end
-  -- One cut per congestion episode: a lease admitted before the last cut
-  -- was sized for the old capacity, its 429 is no news.
-  if fence ~= nil and fence <= S.cut_fence then return end
   local level = math.max(1, math.min(in_flight(), S.cap))
   set('ceiling', level)
   set('cut_fence', S.fence)

@@ -1,0 +1,361 @@
+"""The adaptive policy (SPEC §4) on an injected clock: the seed's own unit
+scenarios, carried over to the fleet API, then the default policy's rules.
+
+Every test runs on a real Redis and on fakeredis, with decode_responses off
+and on (see conftest.py). No test sleeps: time moves with ``clock.advance``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from governor import Governor, GovernorConfig, LeaseLost, Outcome
+
+S, R, E, Q = Outcome.SUCCESS, Outcome.RATE_LIMITED, Outcome.ERROR, Outcome.QUOTA_EXHAUSTED
+
+MakeGov = Callable[..., Governor]
+
+
+def seed(max_capacity: int = 8, **kw: object) -> GovernorConfig:
+    return GovernorConfig(policy="seed", max_capacity=max_capacity, **kw)  # type: ignore[arg-type]
+
+
+def report(gov: Governor, *outcomes: Outcome) -> None:
+    for outcome in outcomes:
+        gov.report(outcome)
+
+
+# -- the window -------------------------------------------------------------------
+
+
+def test_window_counts_attempts_and_prunes_them_after_window(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=100), clock=clock)
+    report(gov, S, S, E)
+    clock.advance(30)
+    report(gov, R)
+    st = gov.status()
+    assert (st.window_rate_limited, st.window_attempts) == (1, 4)
+    clock.advance(30.5)  # the first three are now 60.5 s old
+    st = gov.status()
+    assert (st.window_rate_limited, st.window_attempts) == (1, 1)
+    clock.advance(30)
+    st = gov.status()
+    assert (st.window_rate_limited, st.window_attempts) == (0, 0)
+
+
+def test_quota_exhausted_is_recorded_but_never_moves_the_policy(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(), clock=clock)
+    report(gov, Q, Q, Q, Q, Q)
+    st = gov.status()
+    assert st.capacity == 8 and not st.paused
+    assert st.window_attempts == 0
+    assert st.quota_exhausted == 5 and st.quota_at == pytest.approx(clock.now)
+
+
+# -- seed: decrease -----------------------------------------------------------------
+
+
+def test_seed_halves_on_the_second_rate_limited_attempt(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(), clock=clock)
+    report(gov, R)  # one attempt in the window: the share rule needs at least 2
+    assert gov.status().capacity == 8
+    report(gov, R)
+    assert gov.status().capacity == 4
+    report(gov, R)  # still >= 2 in the window: halves again
+    assert gov.status().capacity == 2
+
+
+def test_seed_halves_on_the_share_rule_with_two_attempts(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(), clock=clock)
+    report(gov, S, R)  # 1 of 2 = 50 % > 30 %
+    assert gov.status().capacity == 4
+
+
+def test_seed_does_not_halve_below_the_share(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(), clock=clock)
+    report(gov, *[S] * 3, R)  # 1 of 4 = 25 %, one rate-limited
+    assert gov.status().capacity == 8
+
+
+def test_seed_floor_is_one(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=3, pause_count=100), clock=clock)
+    report(gov, R, R, R, R, R)
+    assert gov.status().capacity == 1
+
+
+# -- seed: increase ---------------------------------------------------------------
+
+
+def test_seed_adds_one_per_three_successes_and_a_429_resets_the_streak(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(), clock=clock)
+    report(gov, R, R)  # 8 -> 4
+    clock.advance(61)  # window drained
+    report(gov, S, S)
+    assert gov.status().capacity == 4
+    report(gov, S)
+    assert gov.status().capacity == 5
+    report(gov, S, S, S, S, S)  # +1 after 3; streak 2
+    assert gov.status().capacity == 6
+    report(gov, R)  # 1 of 9: no decrease, but the streak is reset
+    st = gov.status()
+    assert (st.capacity, st.streak) == (6, 0)
+    report(gov, S, S)
+    assert gov.status().capacity == 6
+    report(gov, S)
+    assert gov.status().capacity == 7
+
+
+def test_seed_increase_is_capped_at_max(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=4), clock=clock)
+    report(gov, *[S] * 30)
+    assert gov.status().capacity == 4
+
+
+# -- seed: pause and recovery -------------------------------------------------------
+
+
+def test_seed_pauses_on_four_and_resumes_only_after_the_window_drains(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=20), clock=clock)
+    report(gov, R, R, R, R)
+    st = gov.status()
+    assert st.paused and st.capacity == 0
+    assert st.reason == "waiting for provider rate-limit recovery"
+    assert st.pause_kind == "policy"
+    report(gov, R)  # further 429s while paused change nothing
+    assert gov.status().capacity == 0
+    clock.advance(30)
+    report(gov, S)  # a success while 429s remain in the window: still paused
+    assert gov.status().paused
+    clock.advance(31)  # the last 429 is now 61 s old
+    report(gov, S)
+    st = gov.status()
+    assert not st.paused and st.capacity == 5  # max(1, 20 // 4)
+    assert st.reason == ""
+
+
+def test_time_driven_probe_lifts_a_drained_pause_without_any_success(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=20), clock=clock)
+    report(gov, R, R, R, R)
+    clock.advance(59)
+    assert gov.probe().paused
+    clock.advance(2)
+    st = gov.probe()
+    assert not st.paused and st.capacity == 5
+
+
+def test_resume_level_is_at_least_one(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=2), clock=clock)
+    report(gov, R, R, R, R)
+    clock.advance(61)
+    assert gov.probe().capacity == 1
+
+
+def test_set_max_while_paused_keeps_zero_and_resumes_at_a_quarter_of_the_new_max(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=8), clock=clock)
+    report(gov, R, R, R, R)
+    st = gov.set_max_capacity(40)
+    assert st.paused and st.capacity == 0 and st.max_capacity == 40
+    clock.advance(61)
+    st = gov.probe()
+    assert not st.paused and st.capacity == 10
+
+
+def test_set_max_when_not_paused_applies_at_once_up_and_down(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=8), clock=clock)
+    assert gov.set_max_capacity(3).capacity == 3
+    assert gov.set_max_capacity(12).capacity == 12
+    report(gov, R, R)
+    assert gov.status().capacity == 6
+
+
+# -- retry-after -----------------------------------------------------------------------
+
+
+def test_retry_after_holds_the_fleet_capped_by_config(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=8, retry_after_cap=20), clock=clock)
+    gov.report(R, retry_after=5)
+    st = gov.status()
+    assert st.not_before == pytest.approx(clock.now + 5) and st.holding
+    assert gov.try_acquire() is None
+    gov.report(R, retry_after=3600)  # capped at 20 s
+    assert gov.status().not_before == pytest.approx(clock.now + 20)
+    gov.report(R, retry_after=1)  # never shortens a hold
+    assert gov.status().not_before == pytest.approx(clock.now + 20)
+    clock.advance(20.001)
+    lease = gov.try_acquire()
+    assert lease is not None
+    lease.release()
+
+
+# -- operator actions -----------------------------------------------------------------
+
+
+def test_operator_pause_is_not_lifted_by_the_window_rule(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=8), clock=clock)
+    report(gov, R, R)  # 8 -> 4
+    st = gov.pause("deploying a new key")
+    assert st.paused and st.capacity == 0 and st.pause_kind == "operator"
+    assert st.reason == "deploying a new key"
+    clock.advance(120)
+    report(gov, S)
+    assert gov.probe().paused
+    st = gov.resume()
+    assert not st.paused and st.capacity == 4  # where it was before the pause
+
+
+def test_operator_pause_with_duration_ends_by_itself(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=8), clock=clock)
+    st = gov.pause("maintenance", duration=10)
+    assert st.paused_until == pytest.approx(clock.now + 10)
+    clock.advance(9.9)
+    assert gov.probe().paused
+    clock.advance(0.2)
+    st = gov.probe()
+    assert not st.paused and st.capacity == 8
+
+
+def test_resume_lifts_a_policy_pause_and_the_hold(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=8), clock=clock)
+    gov.report(R, retry_after=30)
+    report(gov, R, R, R)
+    st = gov.resume()
+    assert not st.paused and st.capacity == 2 and st.not_before is None
+
+
+def test_reset_forgets_learnt_state_but_keeps_holders_and_config(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=8), clock=clock)
+    lease = gov.try_acquire()
+    assert lease is not None
+    gov.set_max_capacity(6)
+    report(gov, R, R, R, R)
+    st = gov.reset()
+    assert (st.paused, st.capacity, st.max_capacity) == (False, 6, 6)
+    assert (st.window_attempts, st.in_flight) == (0, 1)
+    st = gov.configure()  # the object's own config: max 8 again
+    assert (st.capacity, st.max_capacity, st.in_flight) == (8, 8, 1)
+    lease.release()
+
+
+# -- leases and the policy ---------------------------------------------------------------
+
+
+def test_report_of_a_lost_lease_changes_nothing(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=8, lease_ttl=10), clock=clock)
+    lease = gov.try_acquire()
+    assert lease is not None
+    clock.advance(11)  # the holder stalled past its TTL
+    assert lease.lost
+    with pytest.raises(LeaseLost):
+        gov.report(R, lease=lease)
+    st = gov.status()
+    assert (st.window_attempts, st.capacity, st.in_flight) == (0, 8, 0)
+    lease.release()  # late release: harmless
+
+
+# -- the default (adaptive) policy ----------------------------------------------------------
+
+
+def adaptive(max_capacity: int = 20, **kw: object) -> GovernorConfig:
+    return GovernorConfig(max_capacity=max_capacity, probe_interval=10, **kw)  # type: ignore[arg-type]
+
+
+def hold(gov: Governor, n: int) -> list:  # type: ignore[type-arg]
+    leases = [gov.try_acquire() for _ in range(n)]
+    assert all(lease is not None for lease in leases)
+    return leases
+
+
+def test_adaptive_cuts_once_per_congestion_episode(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(), clock=clock)
+    leases = hold(gov, 20)
+    gov.report(R, lease=leases[0])  # pushback at 20 in flight: cut to 18
+    st = gov.status()
+    assert (st.capacity, st.ceiling) == (18, 20)
+    for lease in leases[1:6]:  # admitted before the cut: same episode
+        gov.report(R, lease=lease)
+    assert gov.status().capacity == 18
+    for lease in leases[6:]:
+        gov.report(S, lease=lease)  # fast climb: +1 per success up to ceiling - 1
+    assert gov.status().capacity == 19
+    for lease in leases:
+        lease.release()
+    fresh = hold(gov, 19)
+    gov.report(R, lease=fresh[0])  # admitted after the cut: a new episode
+    st = gov.status()
+    assert (st.capacity, st.ceiling) == (17, 19)
+    for lease in fresh:
+        lease.release()
+
+
+def test_adaptive_climbs_back_fast_then_probes_slowly(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(pause_count=100), clock=clock)
+    leases = hold(gov, 20)
+    gov.report(R, lease=leases[0])  # ceiling 20, capacity 18
+    for lease in leases:
+        lease.release()
+    report(gov, S)  # below ceiling - 1: one success, one step
+    assert gov.status().capacity == 19
+    report(gov, S, S, S, S, S)  # at ceiling - 1: wait for the probe interval
+    assert gov.status().capacity == 19
+    clock.advance(10)
+    report(gov, S, S, S)
+    assert gov.status().capacity == 20  # probe step 1
+    clock.advance(5)
+    report(gov, S, S, S)
+    assert gov.status().capacity == 20  # interval not over
+    clock.advance(5)
+    report(gov, S, S, S)
+    assert gov.status().capacity == 20  # at max
+
+
+def test_adaptive_probe_step_doubles_while_the_provider_accepts(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=100, pause_count=100), clock=clock)
+    leases = hold(gov, 20)
+    gov.report(R, lease=leases[0])  # ceiling 20, capacity 18
+    for lease in leases:
+        lease.release()
+    report(gov, S)  # 19
+    steps = []
+    for _ in range(4):
+        clock.advance(10)
+        before = gov.status().capacity
+        report(gov, S, S, S)
+        steps.append(gov.status().capacity - before)
+    assert steps == [1, 2, 4, 8]
+
+
+def test_adaptive_pauses_only_on_a_storm(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=20), clock=clock)
+    report(gov, *[S] * 20)
+    report(gov, R, R, R, R, R)  # 5 of 25: a mild overshoot, not a storm
+    assert not gov.status().paused
+    report(gov, *[R] * 16)  # 21 of 41 > 50 %, reported without leases: all news
+    st = gov.status()
+    assert st.paused and st.capacity == 0
+    clock.advance(61)
+    st = gov.probe()
+    assert not st.paused and st.capacity == 5
+
+
+def test_adaptive_a_burst_of_429s_from_one_admission_wave_does_not_pause(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=20), clock=clock)
+    leases = hold(gov, 20)  # the t0 burst: everyone starts at once
+    for lease in leases[:8]:
+        gov.report(R, lease=lease)  # 8 of 8 so far: the seed would pause here
+    st = gov.status()
+    assert not st.paused and st.capacity == 18
+    for lease in leases:
+        lease.release()
+
+
+def test_adaptive_never_drops_below_one(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=2, pause_count=100), clock=clock)
+    for _ in range(5):
+        lease = gov.try_acquire()
+        if lease is None:
+            break
+        gov.report(R, lease=lease)
+        lease.release()
+    assert gov.status().capacity == 1
