@@ -81,12 +81,28 @@ async def shielded(awaitable: Awaitable[T]) -> T:
     return await asyncio.shield(awaitable)
 
 
-class AcquireContext(Generic[T]):
-    """What ``AsyncGovernor.acquire`` returns: await it, or ``async with`` it."""
+class AcquireContext(Coroutine[Any, Any, T], Generic[T]):
+    """What ``AsyncGovernor.acquire`` returns: await it (or hand it to
+    ``asyncio.create_task``), or ``async with`` it to release on the way out.
+
+    A coroutine in its own right, delegating to the acquiring one, in the
+    manner of aiohttp's request context managers.
+    """
+
+    __slots__ = ("_acquiring", "_lease")
 
     def __init__(self, acquiring: Coroutine[Any, Any, T]) -> None:
         self._acquiring = acquiring
         self._lease: Any = None
+
+    def send(self, value: Any) -> Any:
+        return self._acquiring.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._acquiring.throw(*args)
+
+    def close(self) -> None:
+        self._acquiring.close()
 
     def __await__(self) -> Generator[Any, None, T]:
         return self._acquiring.__await__()

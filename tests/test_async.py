@@ -1,0 +1,159 @@
+"""The asyncio facade: the same behaviour as the sync one, plus cancellation
+of a waiting task at each point (before its grant, after it)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from governor import AcquireTimeout, AsyncGovernor, Governor, GovernorConfig, LeaseLost, Outcome
+
+MakeAGov = Callable[..., AsyncGovernor]
+
+
+async def until(predicate: Callable[[], Any], timeout: float = 10, what: str = "condition") -> None:
+    """Await ``predicate()`` (sync or async) becoming true, within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def queued(gov: AsyncGovernor, n: int) -> None:
+    async def check() -> bool:
+        return (await gov.status()).queued == n
+
+    await until(check, what=f"{n} queued")
+
+
+async def test_await_and_async_with(make_agov: MakeAGov) -> None:
+    gov = make_agov(GovernorConfig(max_capacity=2))
+    lease = await gov.acquire(timeout=5)
+    async with gov.acquire(timeout=5, holder="ctx") as second:
+        assert second.holder == "ctx"
+        assert (await gov.status()).in_flight == 2
+    assert second.released
+    await gov.report(Outcome.SUCCESS, lease=lease)
+    await lease.release()
+    st = await gov.status()
+    assert (st.in_flight, st.window_attempts) == (0, 1)
+
+
+async def test_blocks_and_admits_on_release(make_agov: MakeAGov) -> None:
+    gov = make_agov(GovernorConfig(max_capacity=1))
+    holder = await gov.acquire(timeout=5)
+    task = asyncio.create_task(gov.acquire(timeout=20))
+    await queued(gov, 1)
+    assert not task.done()
+    await holder.release()
+    lease = await asyncio.wait_for(task, 10)
+    assert not lease.lost
+    await lease.release()
+
+
+async def test_timeout(make_agov: MakeAGov) -> None:
+    gov = make_agov(GovernorConfig(max_capacity=1))
+    holder = await gov.try_acquire()
+    assert holder is not None
+    with pytest.raises(AcquireTimeout):
+        await gov.acquire(timeout=0.2)
+    assert (await gov.status()).queued == 0
+    await holder.release()
+
+
+async def test_cancelled_before_its_grant_leaves_no_place(make_agov: MakeAGov) -> None:
+    gov = make_agov(GovernorConfig(max_capacity=1))
+    holder = await gov.acquire(timeout=5)
+    task = asyncio.create_task(gov.acquire())
+    await queued(gov, 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    st = await gov.status()
+    assert (st.in_flight, st.queued) == (1, 0)
+    await holder.release()
+    assert (await gov.status()).in_flight == 0  # no ghost grant to the cancelled waiter
+    again = await gov.try_acquire()
+    assert again is not None
+    await again.release()
+
+
+async def test_cancelled_after_its_grant_passes_the_slot_on(make_agov: MakeAGov, sync_client: Any) -> None:
+    """The grant is made in Redis while the waiting task cannot run (the loop
+    is blocked in a sync call); then the task is cancelled before it sees it."""
+    gov = make_agov(GovernorConfig(max_capacity=1))
+    other = Governor(sync_client, gov.name, GovernorConfig(max_capacity=1))
+    try:
+        holder = other.acquire(timeout=5)
+        task = asyncio.create_task(gov.acquire())
+        next_task = asyncio.create_task(gov.acquire())
+        await queued(gov, 2)
+        holder.release()  # blocking: grants the slot to `task` in Redis, right now
+        assert other.status().in_flight == 1  # (no await: the task must not run yet)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        lease = await asyncio.wait_for(next_task, 10)  # the slot went on to the next waiter
+        st = await gov.status()
+        assert (st.in_flight, st.queued) == (1, 0)
+        await lease.release()
+        assert (await gov.status()).in_flight == 0
+    finally:
+        other.close()
+
+
+async def test_many_tasks_never_exceed_capacity_and_every_slot_comes_home(make_agov: MakeAGov) -> None:
+    gov = make_agov(GovernorConfig(max_capacity=3))
+    holding = 0
+    peak = 0
+
+    async def agent() -> None:
+        nonlocal holding, peak
+        for _ in range(4):
+            async with gov.acquire(timeout=30):
+                holding += 1
+                peak = max(peak, holding)
+                await asyncio.sleep(0.005)
+                holding -= 1
+
+    await asyncio.wait_for(asyncio.gather(*(agent() for _ in range(12))), 60)
+    assert peak == 3
+    st = await gov.status()
+    assert (st.in_flight, st.queued) == (0, 0)
+
+
+async def test_lost_lease_is_reported_and_fenced(make_agov: MakeAGov, clock: Any) -> None:
+    gov = make_agov(GovernorConfig(max_capacity=2, lease_ttl=10), clock=clock)
+    lease = await gov.acquire(timeout=5)
+    clock.advance(11)
+    assert lease.lost
+    with pytest.raises(LeaseLost):
+        await gov.report(Outcome.RATE_LIMITED, lease=lease)
+    st = await gov.status()
+    assert (st.in_flight, st.window_attempts, st.capacity) == (0, 0, 2)
+    await lease.release()
+
+
+async def test_admin_and_probe(make_agov: MakeAGov, clock: Any) -> None:
+    gov = make_agov(GovernorConfig(policy="seed", max_capacity=8), clock=clock)
+    for _ in range(4):
+        await gov.report(Outcome.RATE_LIMITED)
+    assert (await gov.status()).paused
+    clock.advance(61)
+    st = await gov.probe()
+    assert not st.paused and st.capacity == 2
+    assert (await gov.set_max_capacity(4)).capacity == 4
+    assert (await gov.pause("ops", duration=5)).paused
+    assert not (await gov.resume()).paused
+    assert (await gov.reset()).capacity == 4
+    assert (await gov.configure()).capacity == 8

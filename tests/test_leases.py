@@ -1,0 +1,69 @@
+"""Leases: TTL, renewal, the background heartbeat, loss and fencing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from governor import Governor, GovernorConfig
+
+from .servers import wait_until
+
+MakeGov = Callable[..., Governor]
+
+
+def test_renewal_keeps_a_lease_alive_past_its_ttl(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(GovernorConfig(max_capacity=2, lease_ttl=30), clock=clock)
+    lease = gov.acquire(timeout=5)
+    for _ in range(5):  # 100 s in all, renewed every 20 s
+        clock.advance(20)
+        gov.renew()
+        assert not lease.lost
+    assert gov.status().in_flight == 1
+    lease.release()
+    assert gov.status().in_flight == 0
+
+
+def test_an_unrenewed_lease_expires_and_its_slot_comes_back(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(GovernorConfig(max_capacity=1, lease_ttl=30), clock=clock)
+    crashed = gov.acquire(timeout=5)  # its holder dies: nobody renews
+    assert gov.try_acquire() is None
+    clock.advance(29.9)
+    assert gov.try_acquire() is None
+    clock.advance(0.2)
+    assert gov.status().in_flight == 0
+    successor = gov.try_acquire()
+    assert successor is not None and successor.fence > crashed.fence
+    gov.renew()  # the heartbeat finds the old lease gone
+    assert crashed.lost and not successor.lost
+    crashed.release()  # a late release touches nothing of the successor's
+    assert gov.status().in_flight == 1
+    successor.release()
+
+
+def test_a_lease_is_assumed_lost_when_no_renewal_got_through_within_its_ttl(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(GovernorConfig(max_capacity=1, lease_ttl=30), clock=clock)
+    lease = gov.acquire(timeout=5)
+    clock.advance(30.5)  # no renewal was attempted: the holder cannot know it still holds
+    assert lease.lost
+
+
+def test_background_heartbeat_renews_in_real_time(make_gov: MakeGov) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=1, lease_ttl=0.6, poll=0.2, queue_ttl=1))
+    lease = gov.acquire(timeout=5)
+    deadline = time.monotonic() + 2.0  # more than three TTLs
+    while time.monotonic() < deadline:
+        assert not lease.lost
+        time.sleep(0.1)
+    assert gov.status().in_flight == 1
+    lease.release()
+
+
+def test_closed_governor_stops_renewing_and_the_slot_returns(make_gov: MakeGov) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=1, lease_ttl=0.5, poll=0.2, queue_ttl=1))
+    watcher = make_gov(GovernorConfig(max_capacity=1, lease_ttl=0.5, poll=0.2, queue_ttl=1))
+    gov.acquire(timeout=5)
+    gov.close()  # as if the process died: no release, no heartbeat
+    wait_until(lambda: watcher.status().in_flight == 0, 5, what="the expired lease to stop counting")
+    lease = watcher.acquire(timeout=5)
+    lease.release()
