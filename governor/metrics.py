@@ -1,8 +1,246 @@
-"""Client-side metrics (placeholder until the operator work lands)."""
+"""Prometheus metrics: the clients' admission wait, and the exporter's view of Redis.
+
+Two sources, because they live in different processes:
+
+* Every client records how long each caller waited for admission in the
+  histogram ``governor_admission_wait_seconds{governor}`` of the default
+  registry (:func:`observe_admission`, called by the facades on every
+  grant). A worker publishes it with its own ``prometheus_client``
+  endpoint, e.g. ``prometheus_client.start_http_server(8000)``.
+* ``governor exporter`` serves :class:`GovernorCollector`, which reads each
+  governor's state from Redis on every scrape (read-only: the ``status``
+  script and the decision log), so what Prometheus sees is what the scripts
+  decide on, whichever host changed it.
+
+``prometheus_client`` is optional (the ``metrics`` extra): without it
+:func:`observe_admission` does nothing, and the exporter refuses to start
+with a message that says how to install it.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import GovernorError
+
+#: admission waits run from a free slot (ms) to a long pause (minutes)
+ADMISSION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+#: at most this many decision-log entries are read per governor per scrape
+EVENTS_PER_SCRAPE = 20_000
+_PAGE = 1000
+
+
+class _NoOp:
+    def observe(self, amount: float) -> None:
+        return None
+
+
+_NOOP = _NoOp()
+_children: dict[str, Any] = {}  # governor name -> histogram child, or _NOOP without prometheus_client
+_histogram: Any = None
+_lock = threading.Lock()
+
 
 def observe_admission(name: str, seconds: float) -> None:
-    """Record how long a caller waited for admission to governor ``name``."""
-    return None
+    """Record how long a caller waited for admission to governor ``name``.
+
+    Called on every grant: after the first call per name it is one dict
+    lookup and one histogram observation, or nothing at all when
+    prometheus_client is not installed.
+    """
+    child = _children.get(name)
+    if child is None:
+        child = _child(name)
+    child.observe(seconds)
+
+
+def _child(name: str) -> Any:
+    global _histogram
+    with _lock:
+        if name in _children:
+            return _children[name]
+        try:
+            import prometheus_client
+        except ImportError:
+            _children[name] = _NOOP
+            return _NOOP
+        if _histogram is None:
+            _histogram = prometheus_client.Histogram(
+                "governor_admission_wait_seconds",
+                "Time callers of this process waited for a lease (queue and pauses included)",
+                ["governor"],
+                buckets=ADMISSION_BUCKETS,
+            )
+        child = _histogram.labels(name)
+        _children[name] = child
+        return child
+
+
+# -- the exporter -----------------------------------------------------------------
+
+
+@dataclass
+class _Tracked:
+    """What the collector remembers of one governor between scrapes."""
+
+    governor: Any  #: a governor.Governor on the collector's client
+    last_id: str = "0"  #: newest decision-log entry already counted
+    decisions: dict[str, int] = field(default_factory=dict)  #: kind -> count since the exporter started
+
+
+class GovernorCollector:
+    """A Prometheus collector that reads governors from Redis on each scrape.
+
+    ``names`` lists the governors to export; None exports every governor in
+    the Redis (found with SCAN on each scrape, so new ones appear and
+    vanished ones disappear). Reading never creates a governor: a named one
+    that does not exist is exported as ``governor_up 0``.
+
+    Decisions are counted from the decision log: the first scrape counts
+    what the log holds, later scrapes what was appended since. A burst that
+    overflows the capped log between two scrapes is not counted whole.
+    """
+
+    def __init__(self, client: Any, names: Sequence[str] | None = None, *, prefix: str = "governor") -> None:
+        from .config import GovernorConfig
+        from .keys import validate_name
+
+        self._client = client
+        self._names = None if names is None else [validate_name(n) for n in dict.fromkeys(names)]
+        self._config = GovernorConfig(key_prefix=prefix)
+        self._prefix = prefix
+        self._tracked: dict[str, _Tracked] = {}
+        self._lock = threading.Lock()
+
+    def _track(self, name: str) -> _Tracked:
+        tracked = self._tracked.get(name)
+        if tracked is None:
+            from ._sync.governor import Governor
+
+            tracked = self._tracked[name] = _Tracked(Governor(self._client, name, self._config))
+        return tracked
+
+    def _count_decisions(self, tracked: _Tracked) -> None:
+        from .inspect import read_events_after
+
+        keys = tracked.governor.keys
+        for _ in range(EVENTS_PER_SCRAPE // _PAGE):
+            events = read_events_after(self._client, keys, tracked.last_id, _PAGE)
+            for event in events:
+                tracked.decisions[event.kind] = tracked.decisions.get(event.kind, 0) + 1
+            if events:
+                tracked.last_id = events[-1].id
+            if len(events) < _PAGE:
+                return
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+        from .inspect import list_governors, log_length
+
+        started = time.monotonic()
+        label = ["governor"]
+
+        def gauge(metric: str, doc: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(metric, doc, labels=label)
+
+        up = gauge("governor_up", "1 if the exporter read the governor's state, 0 if it is missing or unreadable")
+        g = {
+            "capacity": gauge("governor_capacity", "Current adaptive limit of concurrent leases (0 while paused)"),
+            "max_capacity": gauge("governor_max_capacity", "Configured ceiling of concurrent leases"),
+            "in_flight": gauge("governor_in_flight", "Live leases across the fleet"),
+            "queued": gauge("governor_queued", "Callers waiting in the FIFO queue"),
+            "paused": gauge("governor_paused", "1 while admissions are paused"),
+            "holding": gauge("governor_holding", "1 while a provider's Retry-After holds admissions"),
+            "not_before": gauge(
+                "governor_not_before_timestamp_seconds", "End of the Retry-After hold, Unix time (0: none)"
+            ),
+            "paused_until": gauge(
+                "governor_paused_until_timestamp_seconds", "End of a timed operator pause, Unix time (0: none)"
+            ),
+            "window_rate_limited": gauge("governor_window_rate_limited", "Rate-limited attempts in the window"),
+            "window_attempts": gauge("governor_window_attempts", "Reported attempts in the window"),
+            "window": gauge("governor_window_seconds", "Length of the sliding window"),
+            "ceiling": gauge("governor_ceiling", "Adaptive: in-flight level of the last pushback (0: unknown)"),
+            "log": gauge("governor_decision_log_entries", "Entries in the capped decision log"),
+        }
+        quota = CounterMetricFamily(
+            "governor_quota_exhausted", "Quota-exhausted reports since the governor was created", labels=label
+        )
+        decisions = CounterMetricFamily(
+            "governor_decisions", "Decisions read from the decision log, by kind", labels=[*label, "kind"]
+        )
+        info = InfoMetricFamily(
+            "governor", "Policy, pause and schema of each governor", labels=[*label, "policy", "pause_kind", "reason"]
+        )
+        with self._lock:
+            try:
+                names = self._names if self._names is not None else list_governors(self._client, self._prefix)
+            except GovernorError:
+                names = list(self._tracked) if self._names is None else self._names
+            for gone in set(self._tracked) - set(names):
+                del self._tracked[gone]
+            for name in names:
+                tracked = self._track(name)
+                try:
+                    status = tracked.governor.status(create=False)
+                    entries = log_length(self._client, tracked.governor.keys)
+                    self._count_decisions(tracked)
+                except GovernorError:  # missing (GovernorNotFound), unreachable or unreadable
+                    up.add_metric([name], 0)
+                    continue
+                up.add_metric([name], 1)
+                values = {
+                    "capacity": status.capacity,
+                    "max_capacity": status.max_capacity,
+                    "in_flight": status.in_flight,
+                    "queued": status.queued,
+                    "paused": int(status.paused),
+                    "holding": int(status.holding),
+                    "not_before": status.not_before or 0,
+                    "paused_until": status.paused_until or 0,
+                    "window_rate_limited": status.window_rate_limited,
+                    "window_attempts": status.window_attempts,
+                    "window": status.window,
+                    "ceiling": status.ceiling,
+                    "log": entries,
+                }
+                for key, value in values.items():
+                    g[key].add_metric([name], value)
+                quota.add_metric([name], status.quota_exhausted)
+                for kind, count in sorted(tracked.decisions.items()):
+                    decisions.add_metric([name, kind], count)
+                info.add_metric([name, status.policy, status.pause_kind, status.reason], {"schema": str(status.schema)})
+        yield up
+        yield from g.values()
+        yield quota
+        yield decisions
+        yield info
+        duration = GaugeMetricFamily("governor_exporter_scrape_duration_seconds", "Time this scrape took to read Redis")
+        duration.add_metric([], time.monotonic() - started)
+        yield duration
+
+
+def start_exporter(
+    client: Any,
+    names: Sequence[str] | None = None,
+    *,
+    port: int = 9733,
+    addr: str = "0.0.0.0",
+    prefix: str = "governor",
+) -> tuple[Any, threading.Thread]:
+    """Serve ``/metrics`` for ``names`` (None: every governor) on a daemon thread.
+
+    Returns prometheus_client's (server, thread); ``server.shutdown()``
+    stops it. Raises ImportError without prometheus_client.
+    """
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GovernorCollector(client, names, prefix=prefix))
+    server, thread = start_http_server(port, addr=addr, registry=registry)
+    return server, thread

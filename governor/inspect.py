@@ -1,0 +1,360 @@
+"""Read-only views of governors for operators: the CLI and the exporter.
+
+Everything here only reads Redis: the list of governors (found with SCAN,
+never KEYS), the holders of the leases, the waiters of the queue, the
+decision log and the keys themselves. Times are the Redis server's
+(``TIME``), the clock the scripts use, so ages and TTLs agree with what the
+scripts will decide. Writes go through :class:`governor.Governor`.
+
+The ``holders`` hash keeps ``"fence|ttl_ms|since_ms|holder"`` for every
+lease and waiter id; ``since`` is when the lease was granted or the waiter
+joined the queue, and a waiter's fence is 0 until it is granted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .core import Status, text
+from .errors import map_errors
+from .keys import SCHEMA_VERSION, GovernorKeys, name_from_state_key
+
+#: SCAN batch size: big enough to walk a large keyspace in few round trips,
+#: small enough that no single call blocks Redis
+SCAN_COUNT = 1000
+
+#: the fields every decision-log entry carries (see ``log()`` in lua/common.lua)
+COMMON_EVENT_FIELDS = ("kind", "at", "capacity", "paused")
+
+
+# -- result types -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """One admitted holder. Times are Unix seconds on the Redis clock."""
+
+    id: str  #: the lease id (member of the ``leases`` zset)
+    holder: str  #: the label the holder gave, e.g. "host-3/agent-17"
+    fence: int  #: fencing token handed out with the grant
+    since: float  #: when the lease was granted (or adopted)
+    expires: float  #: when it expires unless renewed
+    ttl: float  #: the TTL each renewal extends it by, seconds
+    now: float  #: the server time of this reading
+
+    @property
+    def host(self) -> str:
+        return host_of(self.holder)
+
+    @property
+    def age(self) -> float:
+        """Seconds since the grant."""
+        return max(0.0, self.now - self.since)
+
+    @property
+    def ttl_left(self) -> float:
+        """Seconds until expiry (negative: expired, not yet reclaimed)."""
+        return self.expires - self.now
+
+    @property
+    def live(self) -> bool:
+        return self.expires > self.now
+
+
+@dataclass(frozen=True)
+class WaiterInfo:
+    """One caller waiting in the FIFO queue. Times are Unix seconds on the Redis clock."""
+
+    id: str  #: the waiter id (it becomes the lease id when granted)
+    position: int  #: rank in the queue, 0 = next (what the waiter is told)
+    holder: str  #: the label the caller gave
+    ticket: int  #: arrival number
+    since: float  #: when it joined the queue
+    deadline: float  #: it is dropped unless it refreshes its place by then
+    now: float  #: the server time of this reading
+
+    @property
+    def host(self) -> str:
+        return host_of(self.holder)
+
+    @property
+    def waited(self) -> float:
+        """Seconds since it joined the queue."""
+        return max(0.0, self.now - self.since)
+
+    @property
+    def live(self) -> bool:
+        """False once it stopped refreshing (its process died); reclaimed by the next script."""
+        return self.deadline > self.now
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Some of the entries of a zset, read at one instant."""
+
+    now: float  #: server time, Unix seconds
+    total: int  #: entries in the zset (live or not)
+    items: tuple[Any, ...]  #: LeaseInfo or WaiterInfo, at most the requested limit
+
+
+@dataclass(frozen=True)
+class DecisionEvent:
+    """One entry of the decision log (the ``events`` stream)."""
+
+    id: str  #: the stream entry id ("<ms>-<seq>", Redis time of the write)
+    kind: str  #: create, recreate, capacity, pause, resume, hold, set_max, reset, quota, adopt
+    at: float  #: the scripts' clock at the decision, Unix seconds
+    capacity: int  #: capacity after the decision
+    paused: bool  #: paused after the decision
+    fields: Mapping[str, str] = field(default_factory=dict)  #: the kind-specific fields
+
+    def get(self, name: str, default: str = "") -> str:
+        return self.fields.get(name, default)
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """One Redis key of a governor, as redis-cli would see it."""
+
+    role: str  #: state, leases, holders, queue, waiters, attempts, limited or events
+    key: str  #: the full key name
+    type: str  #: Redis type, 'none' when the key does not exist
+    size: int  #: fields / members / entries
+    ttl: float | None  #: seconds until it expires when idle; None: no expiry or missing
+
+
+# -- helpers ------------------------------------------------------------------
+
+
+def host_of(holder: str) -> str:
+    """The host of a holder label: its part before the first '/' (all of it if none)."""
+    return holder.split("/", 1)[0]
+
+
+def server_time_ms(client: Any) -> int:
+    """The Redis server's clock in ms, the one the scripts use."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _parse_meta(raw: Any) -> tuple[int, int, int, str] | None:
+    """A ``holders`` entry as (fence, ttl_ms, since_ms, holder), or None if unreadable."""
+    if raw is None:
+        return None
+    parts = text(raw).split("|", 3)
+    if len(parts) != 4 or not all(p.isdigit() for p in parts[:3]):
+        return None
+    return int(parts[0]), int(parts[1]), int(parts[2]), parts[3]
+
+
+def admission_block(status: Status) -> str:
+    """Why a new caller would not be admitted now ('' when it would).
+
+    The same reasons the scripts give queued callers (``blocked()`` in
+    lua/common.lua, then the capacity check of acquire.lua).
+    """
+    if status.paused:
+        return f"paused: {status.reason}"
+    if status.holding:
+        return "holding until the provider's retry-after"
+    if status.in_flight >= status.capacity:
+        return f"at capacity: {status.in_flight} in flight of {status.capacity}"
+    return ""
+
+
+def state_of(status: Status) -> str:
+    """One word for the admission state: paused, holding, full or open."""
+    if status.paused:
+        return "paused"
+    if status.holding:
+        return "holding"
+    if status.in_flight >= status.capacity:
+        return "full"
+    return "open"
+
+
+# -- reads ----------------------------------------------------------------------
+
+
+def list_governors(client: Any, prefix: str = "governor") -> list[str]:
+    """Every governor of this schema in the Redis, sorted; found with SCAN (never KEYS)."""
+    pattern = f"{prefix}:v{SCHEMA_VERSION}:{{*}}:state"
+    names: set[str] = set()
+    with map_errors("*"):
+        for key in client.scan_iter(match=pattern, count=SCAN_COUNT, _type="hash"):
+            name = name_from_state_key(text(key), prefix)
+            if name:
+                names.add(name)
+    return sorted(names)
+
+
+def _head(client: Any, key: str, limit: int) -> tuple[int, list[tuple[Any, float]]]:
+    """ZCARD of a zset and its first ``limit`` (member, score) pairs."""
+    pipe = client.pipeline(transaction=False)
+    pipe.zcard(key)
+    if limit > 0:
+        pipe.zrange(key, 0, limit - 1, withscores=True)
+    replies = pipe.execute()
+    return int(replies[0]), (list(replies[1]) if limit > 0 else [])
+
+
+def read_leases(client: Any, keys: GovernorKeys, limit: int = 1000) -> Listing:
+    """The holders of the leases, soonest expiry first, at most ``limit``.
+
+    Expired leases that no script has reclaimed yet are included with
+    ``live`` False; the status's ``in_flight`` counts only live ones.
+    """
+    with map_errors(keys.name):
+        now_ms = server_time_ms(client)
+        total, entries = _head(client, keys.leases, limit)
+        metas = client.hmget(keys.holders, [e[0] for e in entries]) if entries else []
+    items: list[LeaseInfo] = []
+    for (member, expiry), raw in zip(entries, metas, strict=True):
+        meta = _parse_meta(raw)
+        if meta is None:  # released between the two reads, or written by someone else
+            continue
+        fence, ttl_ms, since_ms, holder = meta
+        items.append(
+            LeaseInfo(text(member), holder, fence, since_ms / 1000, float(expiry) / 1000, ttl_ms / 1000, now_ms / 1000)
+        )
+    items.sort(key=lambda lease: lease.fence)
+    return Listing(now_ms / 1000, int(total), tuple(items))
+
+
+def read_queue(client: Any, keys: GovernorKeys, limit: int = 1000) -> Listing:
+    """The waiters in FIFO order, at most ``limit``.
+
+    Waiters that stopped refreshing (their process died) and that no script
+    has dropped yet are included with ``live`` False.
+    """
+    with map_errors(keys.name):
+        now_ms = server_time_ms(client)
+        total, entries = _head(client, keys.queue, limit)
+        ids = [e[0] for e in entries]
+        deadlines: list[Any] = []
+        metas: list[Any] = []
+        if ids:
+            pipe = client.pipeline(transaction=False)
+            for member in ids:
+                pipe.zscore(keys.waiters, member)
+            pipe.hmget(keys.holders, ids)
+            *deadlines, metas = pipe.execute()
+    items: list[WaiterInfo] = []
+    for position, ((member, ticket), deadline, raw) in enumerate(zip(entries, deadlines, metas, strict=True)):
+        meta = _parse_meta(raw)
+        if meta is None or deadline is None:  # granted or cancelled between the reads
+            continue
+        _, _, since_ms, holder = meta
+        items.append(
+            WaiterInfo(
+                text(member), position, holder, int(ticket), since_ms / 1000, float(deadline) / 1000, now_ms / 1000
+            )
+        )
+    return Listing(now_ms / 1000, int(total), tuple(items))
+
+
+def _event(entry_id: Any, values: Mapping[Any, Any]) -> DecisionEvent:
+    decoded = {text(k): text(v) for k, v in values.items()}
+
+    def number(name: str) -> int:
+        try:
+            return int(decoded.get(name, "0"))
+        except ValueError:
+            return 0
+
+    return DecisionEvent(
+        id=text(entry_id),
+        kind=decoded.get("kind", "?"),
+        at=number("at") / 1000,
+        capacity=number("capacity"),
+        paused=decoded.get("paused") == "1",
+        fields={k: v for k, v in decoded.items() if k not in COMMON_EVENT_FIELDS},
+    )
+
+
+def read_events(
+    client: Any, keys: GovernorKeys, count: int = 20, kinds: Collection[str] | None = None
+) -> list[DecisionEvent]:
+    """The ``count`` newest decisions (of ``kinds``, if given), newest first.
+
+    With ``kinds`` the log is read back page by page until ``count`` match
+    or the log is exhausted; the log is capped, so this is bounded.
+    """
+    found: list[DecisionEvent] = []
+    end = "+"
+    page = count if not kinds else max(count, 500)
+    while count > 0 and len(found) < count:
+        with map_errors(keys.name):
+            entries = client.xrevrange(keys.events, end, "-", count=page)
+        for entry_id, values in entries:
+            event = _event(entry_id, values)
+            if not kinds or event.kind in kinds:
+                found.append(event)
+        if len(entries) < page:
+            break
+        end = f"({text(entries[-1][0])}"
+    return found[:count]
+
+
+def read_events_after(client: Any, keys: GovernorKeys, after: str, count: int = 1000) -> list[DecisionEvent]:
+    """Up to ``count`` decisions logged after entry id ``after`` ('0': from the start), oldest first."""
+    start = "-" if after in ("", "0", "0-0") else f"({after}"
+    with map_errors(keys.name):
+        entries = client.xrange(keys.events, start, "+", count=count)
+    return [_event(entry_id, values) for entry_id, values in entries]
+
+
+def wait_events(client: Any, keys: GovernorKeys, after: str, block: float, count: int = 100) -> list[DecisionEvent]:
+    """Decisions logged after ``after``, oldest first, waiting up to ``block`` seconds for one.
+
+    ``after`` may be '$' (only decisions logged from now on). The client's
+    socket timeout must be longer than ``block``.
+    """
+    with map_errors(keys.name):
+        reply = client.xread({keys.events: after}, count=count, block=max(1, round(block * 1000)))
+    events: list[DecisionEvent] = []
+    for _stream, entries in reply or []:
+        events.extend(_event(entry_id, values) for entry_id, values in entries)
+    return events
+
+
+def last_event_id(client: Any, keys: GovernorKeys) -> str:
+    """The id of the newest decision ('0' when the log is empty or missing)."""
+    with map_errors(keys.name):
+        newest = client.xrevrange(keys.events, "+", "-", count=1)
+    return text(newest[0][0]) if newest else "0"
+
+
+def log_length(client: Any, keys: GovernorKeys) -> int:
+    """Entries in the decision log."""
+    with map_errors(keys.name):
+        return int(client.xlen(keys.events))
+
+
+_SIZE_COMMAND = {"hash": "hlen", "zset": "zcard", "stream": "xlen"}
+
+
+def read_keys(client: Any, keys: GovernorKeys) -> list[KeyInfo]:
+    """Type, size and idle expiry of each key of the governor."""
+    roles: Sequence[str] = ("state", "leases", "holders", "queue", "waiters", "attempts", "limited", "events")
+    names = [getattr(keys, role) for role in roles]
+    with map_errors(keys.name):
+        pipe = client.pipeline(transaction=False)
+        for key in names:
+            pipe.type(key)
+            pipe.pttl(key)
+        replies = pipe.execute()
+        types = [text(t) for t in replies[0::2]]
+        pipe = client.pipeline(transaction=False)
+        for key, kind in zip(names, types, strict=True):
+            if kind in _SIZE_COMMAND:
+                getattr(pipe, _SIZE_COMMAND[kind])(key)
+        sizes = iter(pipe.execute())
+    out: list[KeyInfo] = []
+    for role, key, kind, pttl in zip(roles, names, types, replies[1::2], strict=True):
+        size = int(next(sizes)) if kind in _SIZE_COMMAND else 0
+        ttl = int(pttl) / 1000 if int(pttl) >= 0 else None
+        out.append(KeyInfo(role, key, kind, size, ttl))
+    return out
