@@ -5,12 +5,207 @@ Change the asyncio source and run ``python scripts/unasync.py``.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..backoff import retry_wait
+from ..classify import Classification, Classifier, Kind, default_classifier
+from ..config import RetryPolicy
+from ..core import Outcome
+from ..errors import AcquireTimeout, ConfigError, GovernorError, LeaseLost, QuotaExhausted
+from ._compat import shielded, sleep
+
+if TYPE_CHECKING:
+    from .governor import Governor, Lease
+
+log = logging.getLogger("governor")
+T = TypeVar("T")
+Args = tuple[Any, ...]
+Kwargs = dict[str, Any]
+
+NEEDS = "a plain function (coroutine functions need the asyncio facade)"
 
 
-def retry_call(governor: Any, fn: Any, args: Any, kwargs: Any, **options: Any) -> Any:
-    raise NotImplementedError("Governor.call is not built yet")
+def retry_call(
+    governor: Governor,
+    fn: Callable[..., T],
+    args: Args,
+    kwargs: Kwargs,
+    *,
+    classify: Classifier | None = None,
+    retry: RetryPolicy | None = None,
+    timeout: float | None = None,
+    holder: str | None = None,
+) -> T:
+    """``governor.call(fn, *args, **kwargs)``: see the module docstring."""
+    if not callable(fn):
+        raise ConfigError(f"call() needs a callable, got {fn!r}", name=governor.name)
+    if classify is not None and not callable(classify):
+        raise ConfigError(f"classify must be a callable or None, got {classify!r}", name=governor.name)
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ConfigError(f"retry must be a RetryPolicy or None, got {retry!r}", name=governor.name)
+    policy = retry if retry is not None else RetryPolicy()
+    classifier = classify if classify is not None else default_classifier
+    deadline = None if policy.deadline is None else time.monotonic() + policy.deadline
+    last_error: Exception | None = None
+    for attempt in range(1, policy.max_attempts + 1):
+        wait_timeout, cut_by_deadline = _queue_timeout(timeout, deadline)
+        try:
+            lease = governor.acquire(timeout=wait_timeout, holder=holder)
+        except AcquireTimeout:
+            if last_error is None or not cut_by_deadline:
+                raise
+            out_of_time = True
+        else:
+            out_of_time = False
+        if out_of_time:  # the deadline ran out in the queue: the provider's last answer is the news
+            assert last_error is not None
+            raise last_error
+        try:
+            try:
+                result = _invoke(governor, fn, args, kwargs)
+            except Exception as error:
+                verdict = _classify(governor, classifier, error)
+                if verdict.kind is Kind.QUOTA_EXHAUSTED:
+                    _report(governor, lease, Outcome.QUOTA_EXHAUSTED, None)
+                    raise QuotaExhausted(
+                        f"governor {governor.name!r}: the provider says the quota or spend limit is used up "
+                        f"({verdict.description}); not retried, an operator must act",
+                        name=governor.name,
+                    ) from error
+                if verdict.kind is not Kind.RATE_LIMITED:
+                    _report(governor, lease, Outcome.ERROR, None)
+                    raise
+                retry_after = _retry_after(verdict, policy)
+                _report(governor, lease, Outcome.RATE_LIMITED, retry_after)
+                last_error = error
+            else:
+                _report(governor, lease, Outcome.SUCCESS, None)
+                return result
+        finally:
+            shielded(_release(governor, lease))
+        # Rate-limited: wait (holding no lease) and try again, within the bounds.
+        assert last_error is not None
+        if attempt == policy.max_attempts:
+            log.info("governor %r: %s; giving up after %d attempts", governor.name, verdict.description, attempt)
+            raise last_error
+        wait = retry_wait(
+            attempt, retry_after, base=policy.base, cap=policy.cap, max_retry_after=policy.max_retry_after
+        )
+        if deadline is not None and time.monotonic() + wait >= deadline:
+            log.info(
+                "governor %r: %s; the retry deadline comes before the next try", governor.name, verdict.description
+            )
+            raise last_error
+        log.info(
+            "governor %r: %s; retry %d of %d in %.3f s",
+            governor.name,
+            verdict.description,
+            attempt,
+            policy.max_attempts - 1,
+            wait,
+        )
+        sleep(wait)
+    raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
 
-def retry_decorator(governor: Any, **options: Any) -> Any:
-    raise NotImplementedError("Governor.limit is not built yet")
+def retry_decorator(
+    governor: Governor,
+    *,
+    classify: Classifier | None = None,
+    retry: RetryPolicy | None = None,
+    timeout: float | None = None,
+    holder: str | None = None,
+    ) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """``@governor.limit(...)``: every call of the decorated function goes
+    through :func:`retry_call` with these options."""
+    if classify is not None and not callable(classify):
+        raise ConfigError(f"classify must be a callable or None, got {classify!r}", name=governor.name)
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ConfigError(f"retry must be a RetryPolicy or None, got {retry!r}", name=governor.name)
+
+    def decorate(fn: Callable[..., T]) -> Callable[..., T]:
+        if not callable(fn) or _wrong_kind(fn):
+            raise ConfigError(f"{type(governor).__name__}.limit() decorates {NEEDS}; got {fn!r}", name=governor.name)
+
+        @functools.wraps(fn)
+        def limited(*args: Any, **kwargs: Any) -> T:
+            return retry_call(
+                governor, fn, args, kwargs, classify=classify, retry=retry, timeout=timeout, holder=holder
+            )
+
+        return limited
+
+    return decorate
+
+
+def _wrong_kind(fn: Callable[..., Any]) -> bool:
+    """True when ``fn`` certainly cannot run under this facade (each call checks again)."""
+    return inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+
+
+def _invoke(governor: Governor, fn: Callable[..., T], args: Args, kwargs: Kwargs) -> T:
+    """Call ``fn``; a value of the wrong kind (a coroutine for the sync
+    facade, a plain value for the asyncio one) is a usage error."""
+    value = fn(*args, **kwargs)
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # never awaited: close it, or Python warns about it
+        raise ConfigError(
+            f"{type(governor).__name__}.call() needs {NEEDS}; {fn!r} returned {type(value).__name__}",
+            name=governor.name,
+        )
+    return value
+
+
+def _classify(governor: Governor, classifier: Classifier, error: Exception) -> Classification:
+    verdict = classifier(error)
+    if not isinstance(verdict, Classification):
+        raise ConfigError(
+            f"governor {governor.name!r}: classify must return a Classification, got {verdict!r}",
+            name=governor.name,
+        ) from error
+    return verdict
+
+
+def _retry_after(verdict: Classification, policy: RetryPolicy) -> float | None:
+    """The provider's Retry-After, cut to the policy's maximum: what this
+    caller waits and what the fleet is asked to hold for."""
+    if verdict.retry_after is None:
+        return None
+    return min(verdict.retry_after, policy.max_retry_after)
+
+
+def _queue_timeout(timeout: float | None, deadline: float | None) -> tuple[float | None, bool]:
+    """The acquire timeout of one attempt, and whether the deadline set it."""
+    if deadline is None:
+        return timeout, False
+    remaining = max(0.0, deadline - time.monotonic())
+    if timeout is None or remaining < timeout:
+        return remaining, True
+    return timeout, False
+
+
+def _report(governor: Governor, lease: Lease, outcome: Outcome, retry_after: float | None) -> None:
+    """Report one attempt with its lease; a failure to report is logged, never raised."""
+    try:
+        governor.report(outcome, retry_after=retry_after, lease=lease)
+    except LeaseLost as error:
+        log.warning("governor %r: %s outcome not counted: %s", governor.name, outcome.name.lower(), error)
+    except GovernorError as error:
+        log.warning("governor %r: could not report %s: %s", governor.name, outcome.name.lower(), error)
+
+
+def _release(governor: Governor, lease: Lease) -> bool:
+    """Release; False if Redis could not be told. Never raises: the
+    provider's answer matters more, and the lease's TTL frees the slot."""
+    try:
+        lease.release()
+    except GovernorError as error:
+        log.warning("governor %r: release of lease %s failed (%s); its TTL frees it", governor.name, lease.id, error)
+        return False
+    return True
