@@ -1,0 +1,193 @@
+"""governor.inspect: the read-only views behind the CLI and the exporter.
+
+The governors are set up through the library on an injected clock that
+starts a known time before the Redis server's clock, so ages and TTLs read
+with the server's TIME are known to within the test's own run time.
+Runs on a real Redis and on fakeredis, decode_responses off and on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from governor import Governor, GovernorConfig, Lease, Outcome
+from governor import inspect as gi
+from governor.keys import governor_keys
+
+from .conftest import FakeClock
+from .servers import wait_until
+
+MakeGov = Callable[..., Governor]
+BEHIND = 100.0  # the injected clock runs this many seconds behind the server's
+
+
+@pytest.fixture
+def past(sync_client: Any) -> FakeClock:
+    """A clock BEHIND seconds behind the Redis server's."""
+    return FakeClock(gi.server_time_ms(sync_client) / 1000 - BEHIND)
+
+
+def test_host_of() -> None:
+    assert gi.host_of("host-3/agent-17") == "host-3"
+    assert gi.host_of("host-3/pool/agent-17") == "host-3"
+    assert gi.host_of("lonely") == "lonely"
+    assert gi.host_of("") == ""
+
+
+def test_list_governors_finds_every_governor_and_nothing_else(make_gov: MakeGov, sync_client: Any, name: str) -> None:
+    odd = f"{name}:gpt-4o/eu@team.x"
+    for n in (name, odd):
+        make_gov(GovernorConfig(max_capacity=2), governor_name=n).status()
+    sync_client.set(f"governor:v1:{{{name}-str}}:state", "not a hash")  # wrong type: not a governor
+    sync_client.hset(f"other:v1:{{{name}-other}}:state", "x", "1")  # another prefix
+    sync_client.hset(f"governor:v2:{{{name}-v2}}:state", "x", "1")  # another schema
+    found = gi.list_governors(sync_client)
+    assert {name, odd} <= set(found)
+    assert not {f"{name}-str", f"{name}-other", f"{name}-v2"} & set(found)
+    assert found == sorted(found)
+    assert f"{name}-other" in gi.list_governors(sync_client, prefix="other")
+
+
+def test_read_leases(make_gov: MakeGov, sync_client: Any, past: FakeClock) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=8, lease_ttl=300), clock=past)
+    held = [gov.try_acquire(holder=f"host-{i % 2}/agent-{i}") for i in range(3)]
+    short = make_gov(GovernorConfig(max_capacity=8, lease_ttl=30), clock=past)  # its lease is past expiry
+    stale = short.try_acquire(holder="host-9/agent-9")
+    listing = gi.read_leases(sync_client, gov.keys)
+    assert listing.total == 4
+    assert [x.fence for x in listing.items] == sorted(x.fence for x in listing.items)
+    by_id = {x.id: x for x in listing.items}
+    for lease in held:
+        assert lease is not None
+        info = by_id[lease.id]
+        assert (info.holder, info.fence, info.ttl) == (lease.holder, lease.fence, 300)
+        assert info.host == lease.holder.split("/")[0]
+        assert info.live
+        assert BEHIND <= info.age < BEHIND + 10
+        assert 300 - BEHIND - 10 < info.ttl_left <= 300 - BEHIND
+    assert stale is not None
+    assert not by_id[stale.id].live and by_id[stale.id].ttl_left < 0
+    limited = gi.read_leases(sync_client, gov.keys, limit=2)
+    assert (limited.total, len(limited.items)) == (4, 2)
+
+
+def test_read_leases_skips_unreadable_holder_entries(make_gov: MakeGov, sync_client: Any, past: FakeClock) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=8, lease_ttl=300), clock=past)
+    lease = gov.try_acquire(holder="a/b")
+    assert lease is not None
+    sync_client.hset(gov.keys.holders, lease.id, "garbage")
+    assert gi.read_leases(sync_client, gov.keys).items == ()
+    sync_client.hset(gov.keys.holders, lease.id, f"{lease.fence}|300000|1|a|b/c")  # '|' in a label is kept
+    (info,) = gi.read_leases(sync_client, gov.keys).items
+    assert info.holder == "a|b/c"
+
+
+@dataclasses.dataclass
+class _Caller:
+    label: str
+    lease: Lease | None = None
+    error: BaseException | None = None
+
+
+@contextmanager
+def queued_callers(gov: Governor, n: int) -> Iterator[list[str]]:
+    """``n`` callers queued one after another, each blocked in acquire() in its own
+    thread; on the way out they are all admitted, release at once and are joined."""
+    callers: list[_Caller] = []
+    threads: list[threading.Thread] = []
+
+    def run(caller: _Caller) -> None:
+        try:
+            caller.lease = gov.acquire(timeout=30, holder=caller.label)
+            caller.lease.release()
+        except Exception as error:  # noqa: BLE001 - reported by the test below
+            caller.error = error
+
+    for i in range(n):
+        caller = _Caller(f"waiter/{i}")
+        thread = threading.Thread(target=run, args=(caller,), daemon=True)
+        thread.start()
+        callers.append(caller)
+        threads.append(thread)
+        wait_until(lambda i=i: gov.status().queued == i + 1, 10, what=f"caller {i} queued")
+    try:
+        yield [c.label for c in callers]
+    finally:
+        gov.set_max_capacity(n + 1)
+        for thread in threads:
+            thread.join(10)
+    assert [c.error for c in callers] == [None] * n
+    assert all(c.lease is not None for c in callers)
+
+
+def test_read_queue_in_fifo_order(make_gov: MakeGov, sync_client: Any) -> None:
+    clock = FakeClock(gi.server_time_ms(sync_client) / 1000)
+    config = GovernorConfig(max_capacity=1, poll=1, queue_ttl=120)
+    gov = make_gov(config, clock=clock)
+    lease = gov.try_acquire(holder="holder/0")
+    assert lease is not None
+    with queued_callers(gov, 3) as labels:
+        listing = gi.read_queue(sync_client, gov.keys)
+        assert listing.total == 3
+        assert [w.holder for w in listing.items] == labels
+        assert [w.position for w in listing.items] == [0, 1, 2]
+        assert [w.ticket for w in listing.items] == sorted(w.ticket for w in listing.items)
+        for waiter in listing.items:
+            assert waiter.live and waiter.host == "waiter"
+            assert 0 <= waiter.waited < 30
+            assert 90 < waiter.deadline - waiter.now <= 120
+        assert [w.holder for w in gi.read_queue(sync_client, gov.keys, limit=2).items] == labels[:2]
+        lease.release()
+
+
+def test_read_events_and_wait_events(make_gov: MakeGov, sync_client: Any, clock: FakeClock) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=4), clock=clock)
+    gov.status()
+    last = gi.last_event_id(sync_client, gov.keys)
+    assert last != "0"
+    assert gi.wait_events(sync_client, gov.keys, last, block=0.05) == []
+    gov.set_max_capacity(5)
+    gov.report(Outcome.QUOTA_EXHAUSTED)
+    new = gi.wait_events(sync_client, gov.keys, last, block=1)
+    assert [e.kind for e in new] == ["set_max", "quota"]
+    assert gi.log_length(sync_client, gov.keys) == 3
+    unknown = governor_keys(f"{gov.name}-none")
+    assert gi.last_event_id(sync_client, unknown) == "0"
+    assert gi.read_events(sync_client, unknown, 5) == []
+    assert gi.log_length(sync_client, unknown) == 0
+
+
+def test_read_keys(make_gov: MakeGov, sync_client: Any, clock: FakeClock) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=4, idle_expiry=3600), clock=clock)
+    lease = gov.try_acquire(holder="h/1")
+    infos = {i.role: i for i in gi.read_keys(sync_client, gov.keys)}
+    assert list(infos) == ["state", "leases", "holders", "queue", "waiters", "attempts", "limited", "events"]
+    assert (infos["state"].type, infos["leases"].type, infos["events"].type) == ("hash", "zset", "stream")
+    assert (infos["leases"].size, infos["holders"].size, infos["events"].size) == (1, 1, 1)
+    assert infos["queue"].type == "none" and infos["queue"].ttl is None
+    assert infos["state"].ttl is not None and 3500 < infos["state"].ttl <= 3600
+    assert infos["state"].key == gov.keys.state
+    assert lease is not None
+    lease.release()
+    assert all(i.type == "none" for i in gi.read_keys(sync_client, governor_keys(f"{gov.name}-none")))
+
+
+def test_admission_block_and_state(make_gov: MakeGov, clock: FakeClock) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=2), clock=clock)
+    st = gov.status()
+    assert (gi.state_of(st), gi.admission_block(st)) == ("open", "")
+    full = dataclasses.replace(st, in_flight=2)
+    assert (gi.state_of(full), gi.admission_block(full)) == ("full", "at capacity: 2 in flight of 2")
+    holding = dataclasses.replace(st, not_before=st.now + 1)
+    assert (gi.state_of(holding), gi.admission_block(holding)) == (
+        "holding",
+        "holding until the provider's retry-after",
+    )
+    paused = gov.pause("deploy")
+    assert (gi.state_of(paused), gi.admission_block(paused)) == ("paused", "paused: deploy")
