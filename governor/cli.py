@@ -27,6 +27,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from types import ModuleType
 from typing import Any, NoReturn
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -289,6 +290,11 @@ def _sim_unavailable(name: str, error: ImportError | None) -> click.Command:
     )
 
 
+def import_sim() -> ModuleType:
+    """The simulation commands' module (needs the ``sim`` extra)."""
+    return importlib.import_module("governor.sim.cli")
+
+
 class _Cli(click.Group):
     """The command group; the simulation commands are imported on first use."""
 
@@ -302,7 +308,7 @@ class _Cli(click.Group):
         if command is not None or cmd_name not in SIM_COMMANDS:
             return command
         try:
-            module = importlib.import_module("governor.sim.cli")
+            module = import_sim()
         except ImportError as error:
             return _sim_unavailable(cmd_name, error)
         found = getattr(module, cmd_name, None)
@@ -472,7 +478,7 @@ def watch(app: App, interval: float, count: int, screen: bool | None, as_json: b
                     click.echo(json.dumps(status_dict(sample), sort_keys=True, default=str))
                 elif screen:
                     height = shutil.get_terminal_size().lines
-                    click.echo("\x1b[H\x1b[J" + watch_frame(list(history), height))
+                    click.echo("\x1b[H\x1b[J" + watch_frame(list(history), height), color=True)  # keep the escapes
                 else:
                     rendered = table(WATCH_HEADERS, [_watch_row(sample)]).splitlines()
                     click.echo("\n".join(rendered if taken == 0 else rendered[1:]))

@@ -1,0 +1,564 @@
+"""The ``governor`` command against a real Redis.
+
+Each governor is put in a known state through the library, on an injected
+clock that starts a known time behind the Redis server's (the CLI reads
+with the server's TIME, as the scripts do). Every subcommand is checked in
+its human form and with ``--json``; bad input gives one clear line on
+stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner, Result
+from prometheus_client.parser import text_string_to_metric_families
+
+from governor import Governor, GovernorConfig, Outcome
+from governor import cli as cli_module
+from governor import inspect as gi
+from governor.cli import main, redis_cli_base, safe_url
+from governor.keys import governor_keys
+
+from .conftest import FakeClock
+from .servers import free_port, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+BEHIND = 10.0
+R, S = Outcome.RATE_LIMITED, Outcome.SUCCESS
+Run = Callable[..., Result]
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    c = redis.Redis.from_url(redis_url)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def behind(client: redis.Redis) -> FakeClock:
+    """A clock BEHIND s behind the Redis server's: what happened on it is that old
+    when the CLI looks (and still inside a 60 s window)."""
+    return FakeClock(gi.server_time_ms(client) / 1000 - BEHIND)
+
+
+@pytest.fixture
+def make(client: redis.Redis, name: str) -> Iterator[Callable[..., Governor]]:
+    made: list[Governor] = []
+
+    def make(config: GovernorConfig, clock: Any = None, governor_name: str | None = None) -> Governor:
+        gov = Governor(client, governor_name or name, config, clock=clock)
+        made.append(gov)
+        return gov
+
+    yield make
+    for gov in made:
+        gov.close()
+
+
+@pytest.fixture
+def run(redis_url: str, name: str) -> Run:
+    """Run the CLI in-process; ``url``/``gov`` override the global options."""
+    runner = CliRunner()
+
+    def run(*args: str, url: str | None = None, gov: str | None = name) -> Result:
+        options = ["--url", url or redis_url, "--timeout", "2"]
+        if gov is not None:
+            options += ["--name", gov]
+        result = runner.invoke(main, [*options, *args], env={"GOVERNOR_REDIS_URL": None, "GOVERNOR_NAME": None})
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+        assert "Traceback" not in result.output
+        return result
+
+    return run
+
+
+def ok(result: Result) -> str:
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def as_json(result: Result) -> Any:
+    return json.loads(ok(result))
+
+
+def refused(result: Result, *phrases: str, code: int = 1) -> str:
+    assert result.exit_code == code, result.output
+    for phrase in phrases:
+        assert phrase in result.stderr, result.stderr
+    return result.stderr
+
+
+def known_state(make: Callable[..., Governor], clock: FakeClock) -> Governor:
+    """capacity 4 of 8 (seed: two 429s halve), 2 of 3 window attempts rate-limited, 3 in flight."""
+    gov = make(GovernorConfig(policy="seed", max_capacity=8, lease_ttl=300), clock=clock)
+    for i in range(3):
+        assert gov.try_acquire(holder=f"host-{i % 2}/agent-{i}") is not None
+    gov.report(R)
+    gov.report(R)
+    gov.report(S)
+    return gov
+
+
+# -- status and list ---------------------------------------------------------------
+
+
+def test_status_human_and_json(run: Run, make: Callable[..., Governor], behind: FakeClock, name: str) -> None:
+    known_state(make, behind)
+    out = ok(run("status"))
+    assert f"governor    {name}  (policy seed, schema v1)" in out
+    assert "capacity    4 / 8" in out
+    assert "in flight   3" in out
+    assert "window      2 rate-limited of 3 attempts (66.7%)" in out
+    assert "not_before  none" in out
+    data = as_json(run("status", "--json"))
+    assert data["name"] == name
+    assert (data["capacity"], data["max_capacity"], data["in_flight"], data["queued"]) == (4, 8, 3, 0)
+    assert (data["window_rate_limited"], data["window_attempts"]) == (2, 3)
+    assert (data["paused"], data["state"], data["blocked"], data["policy"], data["schema"]) == (
+        False,
+        "open",
+        "",
+        "seed",
+        1,
+    )
+    assert data["rate_limited_share"] == pytest.approx(2 / 3, abs=1e-3)
+
+
+def test_status_shows_why_callers_wait(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
+    gov = make(GovernorConfig(max_capacity=4, retry_after_cap=600), clock=behind)
+    gov.report(R, retry_after=500)  # the hold ends 490 s from now
+    out = ok(run("status"))
+    assert "HOLDING until" in out and "the provider's retry-after" in out
+    assert as_json(run("status", "--json"))["state"] == "holding"
+    gov.pause("deploy in progress")
+    out = ok(run("status"))
+    assert "PAUSED by an operator: deploy in progress" in out
+    data = as_json(run("status", "--json"))
+    assert (data["state"], data["blocked"], data["pause_kind"]) == ("paused", "paused: deploy in progress", "operator")
+
+
+def test_unknown_governor_is_refused_and_not_created(run: Run, client: redis.Redis, name: str) -> None:
+    for command in (["status"], ["leases"], ["queue"], ["events"], ["watch", "--count", "1"]):
+        refused(run(*command), f"no governor named {name!r}", "governor list")
+    for command in (["set-max", "3"], ["pause"], ["resume"], ["reset"]):
+        refused(run(*command), f"no governor named {name!r}")
+    assert gi.list_governors(client).count(name) == 0
+    assert client.exists(*governor_keys(name).keys) == 0
+
+
+def test_bad_input(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
+    refused(run("status", gov=None), "Pass --name NAME", code=2)
+    refused(run("status", gov="has space"), "is invalid")
+    refused(run("status", url="http://example"), "invalid Redis URL", code=2)
+    make(GovernorConfig(max_capacity=4), clock=behind).status()
+    refused(run("set-max", "0"), "0 is not in the range", code=2)
+    refused(run("set-max", "-3"), code=2)
+    refused(run("set-max", "many"), "'many' is not a valid integer", code=2)
+    refused(run("pause", "--duration", "soon"), "is not a duration", code=2)
+    refused(run("pause", "--duration", "0"), "must be longer than 0 seconds", code=2)
+    refused(run("pause", "--reason", ""), "reason", code=2)
+    refused(run("events", "--follow", "--since", "yesterday"), "not a stream entry id", code=2)
+
+
+def test_unreachable_redis(run: Run) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    for command in (["status"], ["list"], ["leases"], ["set-max", "3"], ["keys"]):
+        err = refused(run(*command, url=url), "unreachable", "check the URL")
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_password_is_never_printed(run: Run) -> None:
+    url = f"redis://user:s3cret@127.0.0.1:{free_port()}/0"
+    err = refused(run("status", url=url), "unreachable")
+    assert "s3cret" not in err and "user:***@" in err
+    assert safe_url("redis://:pw@h:1/0") == "redis://:***@h:1/0"
+
+
+def test_list(run: Run, make: Callable[..., Governor], behind: FakeClock, name: str) -> None:
+    known_state(make, behind)
+    other = f"{name}-b"
+    make(GovernorConfig(max_capacity=2), clock=behind, governor_name=other).pause("maintenance")
+    out = ok(run("list", gov=None))
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert out.splitlines()[0].split()[:2] == ["NAME", "STATE"]
+    assert lines[name].split()[:6] == [name, "open", "4/8", "3", "0", "2/3"]
+    assert lines[other].split()[:3] == [other, "paused", "0/2"] and "maintenance" in lines[other]
+    data = as_json(run("list", "--json", gov=None))
+    found = {g["name"]: g for g in data["governors"]}
+    assert found[name]["capacity"] == 4 and found[other]["paused"] is True
+    assert data["errors"] == {}
+    assert "no governors at" in ok(run("--prefix", "nothing-here", "list", gov=None))
+
+
+def test_list_reports_a_broken_governor_without_failing(run: Run, client: redis.Redis, name: str) -> None:
+    client.hset(f"governor:v1:{{{name}}}:state", mapping={"schema": "99"})
+    data = as_json(run("list", "--json", gov=None))
+    assert "schema version 99" in data["errors"][name]
+    out = ok(run("list", gov=None))
+    assert any(line.startswith(name) and "error" in line for line in out.splitlines())
+
+
+# -- watch --------------------------------------------------------------------------
+
+
+def test_watch_lines_json_and_screen(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
+    known_state(make, behind)
+    lines = ok(run("watch", "--count", "3", "--interval", "0.01", "--lines")).splitlines()
+    assert lines[0].split()[:3] == ["TIME", "(UTC)", "STATE"]
+    assert len(lines) == 4
+    assert all(line.split()[1:6] == ["open", "4/8", "3", "0", "2/3"] for line in lines[1:])
+    samples = [
+        json.loads(line) for line in ok(run("watch", "--count", "2", "--interval", "0.01", "--json")).splitlines()
+    ]
+    assert [s["capacity"] for s in samples] == [4, 4]
+    screen = ok(run("watch", "--count", "2", "--interval", "0.01", "--screen"))
+    assert screen.count("\x1b[H\x1b[J") == 2  # redrawn in place
+    assert "capacity   " in screen and "OPEN: 1 free slot(s)" in screen
+    assert any(ch in screen for ch in cli_module.SPARK)
+
+
+# -- leases and queue -------------------------------------------------------------------
+
+
+def test_leases(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
+    known_state(make, behind)
+    out = ok(run("leases"))
+    header, *rows = out.split("\n\n")[0].splitlines()
+    assert header.split() == ["LEASE", "ID", "HOLDER", "HOST", "AGE", "TTL", "LEFT", "FENCE"]
+    assert [row.split()[1] for row in rows] == ["host-0/agent-0", "host-1/agent-1", "host-0/agent-2"]
+    assert "3 live lease(s) on 2 host(s): host-0 2, host-1 1" in out
+    data = as_json(run("leases", "--json"))
+    assert data["total"] == 3
+    assert [x["host"] for x in data["leases"]] == ["host-0", "host-1", "host-0"]
+    for lease in data["leases"]:
+        assert BEHIND <= lease["age"] < BEHIND + 10 and 300 - BEHIND - 10 < lease["ttl_left"] <= 300 - BEHIND
+        assert lease["live"] is True and lease["ttl"] == 300
+    assert data["leases"][0]["fence"] < data["leases"][1]["fence"] < data["leases"][2]["fence"]
+    assert "showing 2 of 3" in ok(run("leases", "--limit", "2"))
+
+
+def test_no_leases_no_queue(run: Run, make: Callable[..., Governor], behind: FakeClock, name: str) -> None:
+    make(GovernorConfig(max_capacity=4), clock=behind).status()
+    assert f"governor {name!r}: no leases held" in ok(run("leases"))
+    assert f"governor {name!r}: nobody is queued" in ok(run("queue"))
+    assert as_json(run("queue", "--json"))["waiters"] == []
+
+
+def test_queue(run: Run, make: Callable[..., Governor], client: redis.Redis) -> None:
+    clock = FakeClock(gi.server_time_ms(client) / 1000)
+    gov = make(GovernorConfig(max_capacity=1, poll=1, queue_ttl=120), clock=clock)
+    lease = gov.try_acquire(holder="holder/0")
+    assert lease is not None
+    done = []
+    threads = []
+    for i in range(2):
+
+        def wait(label: str = f"worker-{i}/agent-{i}") -> None:
+            with gov.acquire(timeout=30, holder=label):
+                done.append(label)
+
+        threads.append(threading.Thread(target=wait, daemon=True))
+        threads[-1].start()
+        wait_until(lambda i=i: gov.status().queued == i + 1, 10, what="queued")
+    try:
+        out = ok(run("queue"))
+        assert "queued because: at capacity: 1 in flight of 1" in out
+        rows = out.splitlines()[3:]
+        assert [row.split()[:4][2:] for row in rows] == [
+            ["worker-0/agent-0", "worker-0"],
+            ["worker-1/agent-1", "worker-1"],
+        ]
+        assert [row.split()[0] for row in rows] == ["0", "1"]
+        data = as_json(run("queue", "--json"))
+        assert data["blocked"] == "at capacity: 1 in flight of 1" and data["total"] == 2
+        assert [w["holder"] for w in data["waiters"]] == ["worker-0/agent-0", "worker-1/agent-1"]
+        assert all(0 <= w["waited"] < 30 and w["live"] for w in data["waiters"])
+    finally:
+        lease.release()
+        for thread in threads:
+            thread.join(10)
+    assert done == ["worker-0/agent-0", "worker-1/agent-1"]
+
+
+# -- events -----------------------------------------------------------------------------
+
+
+def test_events(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
+    gov = make(GovernorConfig(policy="seed", max_capacity=8), clock=behind)
+    gov.report(R)
+    gov.report(R)
+    gov.set_max_capacity(6)
+    gov.pause("deploy", duration=60)
+    lines = ok(run("events")).splitlines()
+    assert [line.split()[1] for line in lines] == ["pause", "set_max", "capacity", "create"]
+    assert "paused until" in lines[0] and "operator: deploy" in lines[0]
+    assert "max_capacity 8 -> 6, capacity 6: operator" in lines[1]
+    assert "capacity 8 -> 4: rate-limited: decrease [window: 2 rate-limited of 2 attempts]" in lines[2]
+    assert lines[3].startswith(cli_module.when(behind.now))
+    data = as_json(run("events", "--json", "--count", "2"))
+    assert [e["kind"] for e in data] == ["pause", "set_max"]
+    assert data[1]["fields"] == {"from": "8", "to": "6", "why": "operator"}
+    assert (data[0]["capacity"], data[0]["paused"]) == (0, True)
+    only = ok(run("events", "--kind", "capacity", "--kind", "create")).splitlines()
+    assert [line.split()[1] for line in only] == ["capacity", "create"]
+
+
+def test_events_follow_from_an_id(
+    run: Run, make: Callable[..., Governor], client: redis.Redis, behind: FakeClock
+) -> None:
+    gov = make(GovernorConfig(max_capacity=8), clock=behind)
+    gov.status()
+    start = gi.last_event_id(client, gov.keys)
+    gov.set_max_capacity(5)
+    gov.set_max_capacity(6)
+    lines = ok(run("events", "--follow", "--since", start, "--max-events", "2")).splitlines()
+    assert [line.split()[1] for line in lines] == ["set_max", "set_max"]
+    assert "max_capacity 8 -> 5" in lines[0] and "max_capacity 5 -> 6" in lines[1]
+    objects = [
+        json.loads(x) for x in ok(run("events", "-f", "--since", start, "--max-events", "1", "--json")).splitlines()
+    ]
+    assert [o["fields"]["to"] for o in objects] == ["5"]
+
+
+def test_events_follow_prints_the_backlog_then_new_decisions(
+    run: Run, make: Callable[..., Governor], behind: FakeClock
+) -> None:
+    gov = make(GovernorConfig(max_capacity=8), clock=behind)
+    gov.set_max_capacity(5)
+    stop = threading.Event()
+
+    def keep_deciding() -> None:  # until the command returns (bounded either way)
+        deadline = time.monotonic() + 20
+        while not stop.wait(0.05) and time.monotonic() < deadline:
+            gov.pause("later")
+
+    writer = threading.Thread(target=keep_deciding, daemon=True)
+    writer.start()
+    try:
+        lines = ok(run("events", "--follow", "--count", "2", "--max-events", "1")).splitlines()
+    finally:
+        stop.set()
+        writer.join(10)
+    assert [line.split()[1] for line in lines] == ["create", "set_max", "pause"]  # oldest first, then new
+
+
+# -- changes --------------------------------------------------------------------------------
+
+
+def test_set_max(run: Run, make: Callable[..., Governor], behind: FakeClock, name: str) -> None:
+    gov = known_state(make, behind)
+    out = ok(run("set-max", "3"))
+    assert f"governor {name!r}: max_capacity set to 3" in out
+    assert "max_capacity  8 -> 3" in out and "capacity      4 -> 3" in out
+    assert "now: FULL: 3 in flight of 3" in out
+    assert gov.status().max_capacity == 3
+    data = as_json(run("set-max", "10", "--json"))
+    assert data["changed"]["max_capacity"] == [3, 10] and data["changed"]["capacity"] == [3, 10]
+    assert data["after"]["capacity"] == 10 and data["action"] == "max_capacity set to 10"
+    assert "nothing changed" in ok(run("set-max", "10"))
+
+
+def test_pause_resume(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
+    gov = known_state(make, behind)
+    out = ok(run("pause", "--reason", "provider incident", "--duration", "5m"))
+    assert "paused for 5m00s" in out
+    assert "capacity      4 -> 0" in out and "paused        no -> yes" in out
+    assert "reason        - -> 'provider incident'" in out
+    st = gov.status(create=False)
+    assert st.paused and st.reason == "provider incident" and st.paused_until == pytest.approx(behind.now + 300)
+    out = ok(run("resume"))
+    assert "capacity      0 -> 4" in out and "paused        yes -> no" in out
+    data = as_json(run("pause", "--json"))
+    assert data["after"]["reason"] == "paused by an operator" and data["after"]["paused_until"] is None
+    data = as_json(run("resume", "--json"))
+    assert data["changed"]["paused"] == [True, False]
+
+
+def test_reset(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
+    gov = known_state(make, behind)
+    out = ok(run("reset"))
+    assert "capacity             4 -> 8" in out
+    assert "window_rate_limited  2 -> 0" in out and "window_attempts      3 -> 0" in out
+    assert gov.status(create=False).capacity == 8
+    assert as_json(run("reset", "--json"))["changed"] == {}
+
+
+def test_change_refuses_a_governor_recreated_underneath(
+    run: Run, make: Callable[..., Governor], client: redis.Redis, behind: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make(GovernorConfig(max_capacity=4), clock=behind).status()
+    real = Governor.set_max_capacity
+
+    def wipe_first(self: Governor, n: int) -> Any:
+        client.delete(*self.keys.keys)  # the state expires between the look and the change
+        return real(self, n)
+
+    monkeypatch.setattr(Governor, "set_max_capacity", wipe_first)
+    refused(run("set-max", "3"), "was re-created while", "repeat the command")
+
+
+# -- keys -------------------------------------------------------------------------------
+
+
+def test_keys_with_ready_redis_cli_commands(run: Run, make: Callable[..., Governor], redis_url: str, name: str) -> None:
+    gov = make(GovernorConfig(max_capacity=4))
+    gov.status()
+    out = ok(run("keys"))
+    assert f"state     governor:v1:{{{name}}}:state  (hash" in out
+    assert "channel   governor:v1:{" in out
+    data = as_json(run("keys", "--json"))
+    assert data["exists"] is True
+    roles = {k["role"]: k for k in data["keys"]}
+    assert list(roles) == ["state", "leases", "holders", "queue", "waiters", "attempts", "limited", "events", "channel"]
+    assert roles["state"]["type"] == "hash" and roles["events"]["size"] == 1
+    assert roles["queue"]["type"] == "none"
+    if subprocess.run(["which", "redis-cli"], capture_output=True).returncode != 0:
+        pytest.skip("redis-cli is not installed")
+    for role, expected in (("state", b"max"), ("events", b"first use")):
+        done = subprocess.run(roles[role]["redis_cli"], shell=True, capture_output=True, timeout=10)
+        assert done.returncode == 0 and expected in done.stdout, done
+
+
+def test_keys_of_a_missing_governor(run: Run, name: str) -> None:
+    result = run("keys")
+    assert result.exit_code == 0
+    assert "there is no governor" in result.stderr
+    assert as_json(run("keys", "--json"))["exists"] is False
+
+
+def test_redis_cli_base() -> None:
+    assert redis_cli_base("redis://localhost:6379/0") == (["redis-cli", "-h", "localhost", "-p", "6379"], None)
+    args, note = redis_cli_base("rediss://alice:pw@cache.internal:6380/3")
+    assert args == ["redis-cli", "--tls", "-h", "cache.internal", "-p", "6380", "-n", "3", "--user", "alice"]
+    assert note is not None and "REDISCLI_AUTH" in note and "pw" not in " ".join(args)
+    assert redis_cli_base("unix:///run/redis.sock?db=2") == (["redis-cli", "-s", "/run/redis.sock", "-n", "2"], None)
+
+
+# -- the simulation commands -------------------------------------------------------------
+
+
+def test_help_lists_every_command(run: Run) -> None:
+    out = ok(run("--help", gov=None))
+    for command in ("status", "list", "watch", "leases", "queue", "events", "set-max", "pause", "resume", "reset"):
+        assert command in out
+    for command in ("keys", "exporter", *cli_module.SIM_COMMANDS):
+        assert command in out
+
+
+def test_sim_commands_without_their_extra(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing_extra() -> Any:
+        raise ModuleNotFoundError("No module named 'aiohttp'", name="aiohttp")
+
+    monkeypatch.setattr(cli_module, "import_sim", missing_extra)
+    for command in cli_module.SIM_COMMANDS:
+        refused(
+            run(command, "--port", "1", gov=None), "needs the simulation extra", "pip install 'fleet-governor[sim]'"
+        )
+
+
+def test_sim_commands_missing_from_the_package(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "governor.sim.cli", None)  # import fails with ModuleNotFoundError
+    refused(run("demo", gov=None), "is not part of this version")
+
+
+def test_sim_commands_are_registered_when_present(run: Run) -> None:
+    try:
+        sim = cli_module.import_sim()
+    except ImportError as error:
+        pytest.skip(f"governor.sim.cli is not importable here: {error}")
+    for command in cli_module.SIM_COMMANDS:
+        if hasattr(sim, command):
+            assert main.get_command(None, command) is getattr(sim, command)  # type: ignore[arg-type]
+            ok(run(command, "--help", gov=None))
+
+
+# -- the exporter -------------------------------------------------------------------------
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+
+
+def test_exporter_serves_metrics_and_stops_on_sigterm(
+    redis_url: str, make: Callable[..., Governor], behind: FakeClock, name: str
+) -> None:
+    known_state(make, behind)
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = ["--url", redis_url, "exporter", "--name", name, "--name", f"{name}-x", "--port", str(port)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "governor.cli", *command, "--addr", "127.0.0.1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        metrics: dict[Any, float] = {}
+
+        def scraped() -> bool:
+            nonlocal metrics
+            try:
+                metrics = scrape(port)
+            except OSError:
+                return False
+            return True
+
+        wait_until(scraped, 20, interval=0.1, what="the exporter to answer")
+        g = (("governor", name),)
+        assert metrics[("governor_up", g)] == 1
+        assert metrics[("governor_capacity", g)] == 4
+        assert metrics[("governor_max_capacity", g)] == 8
+        assert metrics[("governor_in_flight", g)] == 3
+        assert metrics[("governor_window_rate_limited", g)] == 2
+        assert metrics[("governor_window_attempts", g)] == 3
+        assert metrics[("governor_decisions_total", (("governor", name), ("kind", "capacity")))] == 1
+        assert metrics[("governor_up", (("governor", f"{name}-x"),))] == 0  # named but missing: not created
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(10) == 0
+        assert b"serving /metrics for" in process.stderr.read()  # type: ignore[union-attr]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def test_exporter_bad_input(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    refused(run("exporter", gov=None), "Pass --name NAME (repeatable) or --all", code=2)
+    refused(run("exporter", "--all", "--name", "a", gov=None), "not both", code=2)
+    refused(run("exporter", "--name", "bad name", gov=None), "is invalid")
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    refused(run("exporter", "--all", gov=None), "pip install 'fleet-governor[metrics]'")
+
+
+def test_exporter_port_in_use(run: Run) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        refused(run("exporter", "--all", "--port", str(port), "--addr", "127.0.0.1", gov=None), "cannot listen on")
