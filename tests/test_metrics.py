@@ -1,0 +1,219 @@
+"""governor.metrics: the clients' admission histogram and the exporter's collector.
+
+The collector is read through its registry on every backend, and scraped
+over HTTP (prometheus_client's own server) from a real Redis, the text
+parsed with prometheus_client's parser.
+"""
+
+from __future__ import annotations
+
+import sys
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from governor import Governor, GovernorConfig, Outcome, metrics
+from governor.errors import ConfigError
+from governor.inspect import server_time_ms
+from governor.metrics import GovernorCollector, observe_admission, start_exporter
+
+from .conftest import FakeClock
+from .servers import free_port
+
+MakeGov = Callable[..., Governor]
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def key(metric: str, governor: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return metric, tuple(sorted({"governor": governor, **labels}.items()))
+
+
+def collect(collector: GovernorCollector) -> Samples:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in registry.collect() for s in family.samples}
+
+
+def scrape(port: int) -> Samples:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+
+
+# -- the client histogram --------------------------------------------------------------
+
+
+def test_observe_admission_feeds_a_histogram_per_governor(name: str) -> None:
+    def sample(suffix: str, **labels: str) -> float | None:
+        return REGISTRY.get_sample_value(f"governor_admission_wait_seconds_{suffix}", {"governor": name, **labels})
+
+    assert sample("count") is None
+    observe_admission(name, 0.2)
+    observe_admission(name, 3.0)
+    assert sample("count") == 2
+    assert sample("sum") == pytest.approx(3.2)
+    assert sample("bucket", le="0.25") == 1
+    assert sample("bucket", le="5.0") == 2
+    assert REGISTRY.get_sample_value("governor_admission_wait_seconds_count", {"governor": f"{name}-other"}) is None
+
+
+def test_every_admission_is_observed(make_gov: MakeGov, name: str) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=2))
+    before = REGISTRY.get_sample_value("governor_admission_wait_seconds_count", {"governor": name}) or 0
+    with gov.acquire(timeout=5):
+        pass
+    with gov.acquire(timeout=5):
+        pass
+    assert REGISTRY.get_sample_value("governor_admission_wait_seconds_count", {"governor": name}) == before + 2
+
+
+def test_observe_admission_is_a_no_op_without_prometheus_client(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import fails
+    monkeypatch.setattr(metrics, "_children", {})
+    observe_admission(name, 1.0)
+    observe_admission(name, 2.0)
+    assert metrics._children[name] is metrics._NOOP
+
+
+# -- the collector -------------------------------------------------------------------------
+
+
+def test_collector_reads_the_state(make_gov: MakeGov, sync_client: Any, name: str) -> None:
+    clock = FakeClock(server_time_ms(sync_client) / 1000 - 1)  # the collector reads at the server's time
+    gov = make_gov(GovernorConfig(policy="seed", max_capacity=8, retry_after_cap=30), clock=clock)
+    held = [gov.try_acquire(holder=f"h/{i}") for i in range(3)]
+    gov.report(Outcome.RATE_LIMITED)
+    gov.report(Outcome.RATE_LIMITED, retry_after=5)
+    gov.report(Outcome.QUOTA_EXHAUSTED)
+    got = collect(GovernorCollector(sync_client, [name]))
+    expected = {
+        "governor_up": 1,
+        "governor_capacity": 4,
+        "governor_max_capacity": 8,
+        "governor_in_flight": 3,
+        "governor_queued": 0,
+        "governor_paused": 0,
+        "governor_window_rate_limited": 2,
+        "governor_window_attempts": 2,
+        "governor_window_seconds": 60,
+        "governor_not_before_timestamp_seconds": pytest.approx(clock.now + 5),
+        "governor_quota_exhausted_total": 1,
+        "governor_decision_log_entries": 4,  # create, capacity, hold, quota
+    }
+    for metric, value in expected.items():
+        assert got[key(metric, name)] == value, metric
+    for kind in ("create", "capacity", "hold", "quota"):
+        assert got[key("governor_decisions_total", name, kind=kind)] == 1
+    assert got[key("governor_info", name, policy="seed", pause_kind="", reason="", schema="1")] == 1
+    for lease in held:
+        assert lease is not None
+        lease.release()
+
+
+def test_decisions_are_counted_incrementally_and_in_bounded_pages(
+    make_gov: MakeGov, sync_client: Any, clock: Any, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metrics, "_PAGE", 3)
+    monkeypatch.setattr(metrics, "EVENTS_PER_SCRAPE", 6)
+    gov = make_gov(GovernorConfig(max_capacity=8), clock=clock)
+    for n in range(1, 10):
+        gov.set_max_capacity(n)
+    collector = GovernorCollector(sync_client, [name])
+    first = collect(collector)
+    assert first[key("governor_decisions_total", name, kind="create")] == 1
+    assert first[key("governor_decisions_total", name, kind="set_max")] == 5  # 6 read in this scrape
+    assert collect(collector)[key("governor_decisions_total", name, kind="set_max")] == 9  # the rest
+    gov.pause("x")
+    third = collect(collector)
+    assert third[key("governor_decisions_total", name, kind="set_max")] == 9
+    assert third[key("governor_decisions_total", name, kind="pause")] == 1
+    assert third[key("governor_paused", name)] == 1
+    assert third[key("governor_info", name, policy="adaptive", pause_kind="operator", reason="x", schema="1")] == 1
+
+
+def test_a_missing_governor_is_down_and_not_created(sync_client: Any, name: str) -> None:
+    got = collect(GovernorCollector(sync_client, [name]))
+    assert got[key("governor_up", name)] == 0
+    assert key("governor_capacity", name) not in got
+    assert sync_client.exists(f"governor:v1:{{{name}}}:state") == 0
+
+
+def test_all_mode_follows_governors_as_they_come_and_go(make_gov: MakeGov, sync_client: Any, name: str) -> None:
+    collector = GovernorCollector(sync_client)
+    assert key("governor_up", name) not in collect(collector)
+    gov = make_gov(GovernorConfig(max_capacity=3))
+    gov.status()
+    got = collect(collector)
+    assert got[key("governor_up", name)] == 1 and got[key("governor_max_capacity", name)] == 3
+    sync_client.delete(*gov.keys.keys)
+    assert key("governor_up", name) not in collect(collector)
+
+
+def test_invalid_names_are_refused(sync_client: Any) -> None:
+    with pytest.raises(ConfigError):
+        GovernorCollector(sync_client, ["no spaces allowed"])
+
+
+# -- over HTTP ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def serve(redis_url: str) -> Iterator[Callable[..., int]]:
+    """Start exporters on free ports; each is shut down after the test."""
+    servers: list[Any] = []
+    clients: list[Any] = []
+
+    def serve(names: list[str] | None, url: str = redis_url) -> int:
+        client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+        clients.append(client)
+        server, _ = start_exporter(client, names, port=free_port(), addr="127.0.0.1")
+        servers.append(server)
+        return int(server.server_port)
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+    for client in clients:
+        client.close()
+
+
+def test_exporter_over_http(serve: Callable[..., int], redis_url: str, name: str, clock: Any) -> None:
+    client = redis.Redis.from_url(redis_url)
+    gov = Governor(client, name, GovernorConfig(max_capacity=5), clock=clock)
+    try:
+        gov.pause("provider incident")
+        port = serve([name])
+        got = scrape(port)
+        assert got[key("governor_up", name)] == 1
+        assert got[key("governor_paused", name)] == 1
+        assert got[key("governor_capacity", name)] == 0
+        assert got[key("governor_decisions_total", name, kind="pause")] == 1
+        assert got[("governor_exporter_scrape_duration_seconds", ())] >= 0
+        gov.resume()
+        got = scrape(port)
+        assert got[key("governor_capacity", name)] == 5
+        assert got[key("governor_decisions_total", name, kind="resume")] == 1
+        every = scrape(serve(None))
+        assert every[key("governor_max_capacity", name)] == 5
+    finally:
+        gov.close()
+        client.close()
+
+
+def test_exporter_keeps_answering_when_redis_is_unreachable(serve: Callable[..., int], name: str) -> None:
+    closed = f"redis://127.0.0.1:{free_port()}/0"
+    got = scrape(serve([name], url=closed))
+    assert got[key("governor_up", name)] == 0
+    every = scrape(serve(None, url=closed))
+    assert not [k for k in every if k[0] == "governor_up"]
+    assert ("governor_exporter_scrape_duration_seconds", ()) in every
