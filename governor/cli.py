@@ -44,7 +44,7 @@ from .keys import DEFAULT_PREFIX, GovernorKeys, governor_keys
 
 DEFAULT_URL = "redis://localhost:6379/0"
 DEFAULT_EXPORTER_PORT = 9733
-SIM_COMMANDS = ("bench", "demo", "provider", "swarm")
+SIM_COMMANDS = ("bench", "demo", "provider", "swarm", "worker")
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -295,6 +295,20 @@ def import_sim() -> ModuleType:
     return importlib.import_module("governor.sim.cli")
 
 
+def sim_commands(module: ModuleType) -> dict[str, click.Command]:
+    """The click commands of the simulation module, by command name."""
+    found: dict[str, click.Command] = {}
+    for command in getattr(module, "COMMANDS", ()):
+        if isinstance(command, click.Command) and command.name:
+            found[command.name] = command
+    for name in SIM_COMMANDS:
+        for attribute in (name, f"{name}_command"):
+            command = getattr(module, attribute, None)
+            if isinstance(command, click.Command):
+                found.setdefault(name, command)
+    return found
+
+
 class _Cli(click.Group):
     """The command group; the simulation commands are imported on first use."""
 
@@ -311,8 +325,7 @@ class _Cli(click.Group):
             module = import_sim()
         except ImportError as error:
             return _sim_unavailable(cmd_name, error)
-        found = getattr(module, cmd_name, None)
-        return found if isinstance(found, click.Command) else _sim_unavailable(cmd_name, None)
+        return sim_commands(module).get(cmd_name) or _sim_unavailable(cmd_name, None)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
@@ -351,7 +364,7 @@ def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: f
     Read:   status, list, watch, leases, queue, events, keys
     Change: set-max, pause, resume, reset
     Serve:  exporter (Prometheus /metrics)
-    Simulate (extra 'sim'): provider, swarm, bench, demo
+    Simulate (extra 'sim'): demo, provider, swarm, worker, bench
     """
     app = App(url, name, prefix, timeout)
     ctx.obj = app

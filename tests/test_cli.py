@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import redis
 from click.testing import CliRunner, Result
@@ -480,10 +481,11 @@ def test_sim_commands_are_registered_when_present(run: Run) -> None:
         sim = cli_module.import_sim()
     except ImportError as error:
         pytest.skip(f"governor.sim.cli is not importable here: {error}")
-    for command in cli_module.SIM_COMMANDS:
-        if hasattr(sim, command):
-            assert main.get_command(None, command) is getattr(sim, command)  # type: ignore[arg-type]
-            ok(run(command, "--help", gov=None))
+    commands = cli_module.sim_commands(sim)
+    assert set(commands) <= set(cli_module.SIM_COMMANDS)
+    for name, command in commands.items():
+        assert main.get_command(click.Context(main), name) is command
+        assert "Usage:" in ok(run(name, "--help", gov=None))
 
 
 # -- the exporter -------------------------------------------------------------------------
