@@ -58,7 +58,9 @@ class StateError(GovernorError):
     schema written by another version, or a reply this client cannot read."""
 
 
-_REPLY = re.compile(r"GOVERNOR_([A-Z]+) ([^\n]*?)(?: script: [0-9a-f]+.*)?$", re.S)
+# Redis appends " script: <sha>, on @user_script:N." and fakeredis a stack
+# traceback on the next lines: the detail is the rest of the code's line.
+_REPLY = re.compile(r"GOVERNOR_([A-Z]+) (.*?)(?: script: [0-9a-f]{40}.*)?$", re.M)
 
 
 def error_from_reply(message: str, name: str | None) -> GovernorError:

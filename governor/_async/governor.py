@@ -508,19 +508,24 @@ class AsyncGovernor:
         self._check_open()
         label = _holder_label(holder)
         lease_id = new_id()
-        result = await self._execute(self._core.acquire(lease_id, label, wait=False))
-        if isinstance(result, Granted):
-            lease = self._background.add_lease(lease_id, result, label)
-            await self._background.start(wait_listening=False)
-            return lease
-        return None
+        try:
+            result = await self._execute(self._core.acquire(lease_id, label, wait=False))
+        except BaseException:
+            await shielded(self._abandon(lease_id))  # the grant may have happened unseen
+            raise
+        if not isinstance(result, Granted):
+            return None
+        lease = self._background.add_lease(lease_id, result, label)
+        await self._background.start(wait_listening=False)
+        return lease
 
     async def _release(self, lease: AsyncLease) -> None:
         if lease._released:
             return
         lease._released = True
         self._background.drop_lease(lease)
-        await self._execute(self._core.release(lease.id))
+        # Shielded: a caller cancelled while releasing must not leak the slot.
+        await shielded(self._execute(self._core.release(lease.id)))
 
     # -- calls under the limit --------------------------------------------------------------
 

@@ -1,0 +1,122 @@
+"""Bad input and broken environments: each has a defined outcome, a clear
+error, and corrupts nothing (SPEC §6 errors; DEVELOPERS standards)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from governor import (
+    ConfigError,
+    Governor,
+    GovernorConfig,
+    GovernorError,
+    GovernorUnavailable,
+    StateError,
+)
+from governor.errors import error_from_reply
+
+from .servers import RedisServer, free_port
+
+MakeGov = Callable[..., Governor]
+
+
+@pytest.mark.parametrize("which", ["state", "leases", "queue", "events"])
+def test_a_key_of_the_wrong_type_gives_a_clear_error_and_changes_nothing(
+    make_gov: MakeGov, sync_client: Any, which: str
+) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=2))
+    lease = gov.acquire(timeout=5)
+    key = getattr(gov.keys, which)
+    sync_client.delete(key)
+    sync_client.set(key, "not a governor key")
+    before = {k: sync_client.type(k) for k in gov.keys.keys}
+    with pytest.raises(StateError, match=rf"{key}.* (is a|wrong)") as info:
+        gov.try_acquire()
+    assert "governor keys" in str(info.value) or "wrong" in str(info.value)
+    assert {k: sync_client.type(k) for k in gov.keys.keys} == before
+    assert sync_client.get(key) in (b"not a governor key", "not a governor key")
+    sync_client.delete(key)
+    lease.release()
+
+
+def test_state_of_another_schema_is_refused(make_gov: MakeGov, sync_client: Any) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=2))
+    gov.status()
+    sync_client.hset(gov.keys.state, "schema", 99)
+    with pytest.raises(StateError, match="schema version 99"):
+        gov.status()
+
+
+def test_malformed_ids_are_refused_by_the_scripts(make_gov: MakeGov) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=2))
+    for bad in ["", "has space", "x" * 129, "semi;colon", "new\nline"]:
+        with pytest.raises(ConfigError, match="id must be"):
+            gov._execute(gov._core.acquire(bad, "h", wait=False))
+    assert gov.status().in_flight == 0
+
+
+def test_a_tampered_config_is_refused_by_the_scripts(make_gov: MakeGov) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=2))
+    call = gov._core.reset(with_config=True)
+    args = list(call.args)
+    args[args.index("max") + 1] = "-5"
+    with pytest.raises(ConfigError, match="max must be"):
+        gov._execute(type(call)(call.script, tuple(args), call.parse))
+
+
+def test_unknown_error_codes_are_errors_never_ignored() -> None:
+    error = error_from_reply("GOVERNOR_SOMETHINGNEW detail script: abc, on @user_script:1.", "g")
+    assert isinstance(error, StateError) and "unknown error reply GOVERNOR_SOMETHINGNEW" in str(error)
+    assert isinstance(error_from_reply("no code at all", "g"), StateError)
+
+
+def test_unreachable_redis_fails_fast_with_governor_unavailable() -> None:
+    port = free_port()  # nothing listens there
+    gov = Governor.from_url(f"redis://127.0.0.1:{port}/0", "nowhere", GovernorConfig(redis_timeout=1))
+    try:
+        started = time.monotonic()
+        for operation in (gov.status, lambda: gov.acquire(timeout=30), gov.try_acquire):
+            with pytest.raises(GovernorUnavailable, match="unreachable"):
+                operation()
+        assert time.monotonic() - started < 30
+    finally:
+        gov.close()
+
+
+@pytest.fixture
+def hung_redis() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
+def test_a_hung_redis_fails_in_bounded_time(hung_redis: RedisServer) -> None:
+    gov = Governor.from_url(hung_redis.url, "hung", GovernorConfig(redis_timeout=0.5))
+    try:
+        gov.status()
+        hung_redis.pause()  # SIGSTOP: the connection stays open, nothing answers
+        started = time.monotonic()
+        with pytest.raises(GovernorUnavailable):
+            gov.status()
+        assert time.monotonic() - started < 10
+    finally:
+        hung_redis.unpause()
+        gov.close()
+
+
+def test_invalid_urls_and_names_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="invalid Redis URL"):
+        Governor.from_url("http://example", "x")
+    for bad in ["", "has space", "{tag}", "a" * 201]:
+        with pytest.raises(ConfigError, match="governor name"):
+            Governor.from_url("redis://127.0.0.1:1/0", bad)
+
+
+def test_every_error_is_a_governor_error() -> None:
+    for cls in (ConfigError, GovernorUnavailable, StateError):
+        assert issubclass(cls, GovernorError)
+    assert issubclass(ConfigError, ValueError) and issubclass(GovernorUnavailable, ConnectionError)

@@ -1,0 +1,36 @@
+"""The key schema: one hash tag per governor, a schema version, documented keys."""
+
+from __future__ import annotations
+
+import pytest
+from redis.crc import key_slot
+
+from governor import SCHEMA_VERSION, ConfigError, governor_keys
+from governor.keys import name_from_state_key
+
+
+def test_every_key_shares_the_hash_tag_and_so_one_cluster_slot() -> None:
+    keys = governor_keys("openai/gpt-4o@team-a")
+    slots = {key_slot(k.encode()) for k in keys.keys}
+    assert len(slots) == 1
+    assert all(k.startswith(f"governor:v{SCHEMA_VERSION}:{{openai/gpt-4o@team-a}}:") for k in keys.keys)
+    assert keys.channel.endswith(":wake") and keys.channel not in keys.keys
+
+
+def test_keys_are_in_the_order_the_scripts_bind_them() -> None:
+    keys = governor_keys("x")
+    suffixes = [k.rsplit(":", 1)[1] for k in keys.keys]
+    assert suffixes == ["state", "leases", "holders", "queue", "waiters", "attempts", "limited", "events"]
+
+
+def test_prefix_is_configurable_and_state_keys_parse_back() -> None:
+    keys = governor_keys("anthropic", prefix="team1")
+    assert keys.state == "team1:v1:{anthropic}:state"
+    assert name_from_state_key(keys.state, prefix="team1") == "anthropic"
+    assert name_from_state_key("governor:v1:{anthropic}:leases") is None
+
+
+@pytest.mark.parametrize("name", ["", "a b", "a{b}", "tab\there", "x" * 201, "ünïcode"])
+def test_names_that_would_break_keys_or_redis_cli_are_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="governor name"):
+        governor_keys(name)
