@@ -1,0 +1,443 @@
+"""Click commands of the simulator: ``demo``, ``bench``, ``swarm``, ``provider``, ``worker``.
+
+Each is a ``click.Command`` the main CLI registers with ``cli.add_command``;
+``python -m governor.sim`` offers them too. This module imports only click
+and the governor's config at load time; aiohttp and matplotlib (the ``sim``
+extra) are imported when a command runs.
+
+    python -m governor.sim demo                     # one minute, embedded Redis
+    python -m governor.sim demo --redis-url redis://localhost:6379/0
+    python -m governor.sim bench                    # overhead benchmarks
+    python -m governor.sim swarm --out docs/benchmarks   # the full benchmark
+    python -m governor.sim provider --port 8000 --limit 40 --latency 0.2
+    python -m governor.sim worker --redis-url redis://redis:6379/0
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ..errors import ConfigError
+from .scenario import STRATEGIES, Scenario, parse_option
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _command_line() -> str:
+    """The command as a user would type it again."""
+    prog = "python -m governor.sim" if sys.argv[0].endswith("__main__.py") else Path(sys.argv[0]).name
+    return f"{prog} {shlex.join(sys.argv[1:])}".strip()
+
+
+def _fail(error: Exception) -> click.ClickException:
+    return click.ClickException(str(error))
+
+
+# -- shared options -------------------------------------------------------------------------
+
+
+def provider_options(limit: int, latency: float, schedule: str) -> Callable[[F], F]:
+    """The mock provider's settings, with the given defaults."""
+
+    def decorate(f: F) -> F:
+        options = [
+            click.option("--limit", type=click.IntRange(min=0), default=limit, show_default=True,
+                         help="The provider's hidden concurrency limit."),
+            click.option("--latency", type=click.FloatRange(min=0, min_open=True), default=latency,
+                         show_default=True, help="Mean service time, seconds (lognormal)."),
+            click.option("--sigma", type=click.FloatRange(min=0), default=0.5, show_default=True,
+                         help="Shape of the lognormal service time (0: constant)."),
+            click.option("--reject-latency", type=click.FloatRange(min=0), default=0.005, show_default=True,
+                         help="How long a 429 takes, seconds."),
+            click.option("--retry-after", default="auto", show_default=True,
+                         help="Retry-After sent with a 429: auto (when a slot frees), none, or seconds."),
+            click.option("--rpm", type=click.IntRange(min=1), default=None,
+                         help="Also limit requests per --rate-period (default: no rate limit)."),
+            click.option("--rate-period", type=click.FloatRange(min=0, min_open=True), default=60.0,
+                         show_default=True, help="Period of --rpm, seconds."),
+            click.option("--quota", type=click.IntRange(min=0), default=None,
+                         help="Requests accepted before every answer is 429 insufficient_quota."),
+            click.option("--schedule", default=schedule, show_default=True,
+                         help="Hidden limit changes, SECONDS:LIMIT,... after each run's start (e.g. 15:20,30:40)."),
+            click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the latency generator."),
+        ]  # fmt: skip
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def _provider_config(kw: dict[str, Any]) -> Any:
+    from .provider import ProviderConfig, parse_retry_after, parse_schedule
+
+    return ProviderConfig(
+        limit=kw["limit"],
+        latency_mean=kw["latency"],
+        latency_sigma=kw["sigma"],
+        reject_latency=kw["reject_latency"],
+        retry_after=parse_retry_after(kw["retry_after"]),
+        rpm=kw["rpm"],
+        rate_period=kw["rate_period"],
+        quota=kw["quota"],
+        schedule=parse_schedule(kw["schedule"]),
+        seed=kw["seed"],
+    )
+
+
+def swarm_options(hosts: int, agents: int, calls: int, window: float, max_time: float) -> Callable[[F], F]:
+    """Every knob of a swarm run, with the given defaults."""
+
+    def decorate(f: F) -> F:
+        options = [
+            click.option("--redis-url", envvar="GOVERNOR_REDIS_URL", default=None,
+                         help="Redis shared by the hosts [env GOVERNOR_REDIS_URL]; default: a private "
+                              "redis-server, else an in-process fakeredis."),
+            click.option("--hosts", type=click.IntRange(min=1), default=hosts, show_default=True,
+                         help="Host processes."),
+            click.option("--agents", type=click.IntRange(min=1), default=agents, show_default=True,
+                         help="Agents (asyncio tasks) per host."),
+            click.option("--calls", type=click.IntRange(min=1), default=calls, show_default=True,
+                         help="Successful calls each agent must make."),
+            click.option("--strategies", default=",".join(STRATEGIES), show_default=True,
+                         help="Comma-separated strategies to run, in order."),
+            click.option("--max-capacity", type=click.IntRange(min=1), default=96, show_default=True,
+                         help="The operator's ceiling for fixed, fleet-seed and fleet."),
+            click.option("--per-host-max", type=click.IntRange(min=1), default=None,
+                         help="Ceiling of each per-host governor [default: ceil(max-capacity / hosts)]."),
+            click.option("--per-host-policy", type=click.Choice(["seed", "adaptive"]), default="seed",
+                         show_default=True, help="Policy of the per-host governors."),
+            click.option("--window", type=click.FloatRange(min=0, min_open=True), default=window,
+                         show_default=True, help="The governors' window, seconds."),
+            click.option("--probe-interval", type=click.FloatRange(min=0), default=None,
+                         help="Probe interval of the adaptive policy [default: window / 4]."),
+            click.option("--lease-ttl", type=click.FloatRange(min=0, min_open=True), default=30.0,
+                         show_default=True, help="Lease time to live, seconds."),
+            click.option("--poll", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+                         help="Waiters' safety-net poll, seconds."),
+            click.option("--backoff-base", type=click.FloatRange(min=0), default=0.25, show_default=True,
+                         help="Full-jitter backoff base of retries without a Retry-After, seconds."),
+            click.option("--max-time", type=click.FloatRange(min=0, min_open=True), default=max_time,
+                         show_default=True, help="Stop a strategy that has not finished by then, seconds."),
+            click.option("--settle-windows", type=click.FloatRange(min=0), default=3.0, show_default=True,
+                         help="Windows after the start and each limit change left out of steady state."),
+            click.option("--set", "fleet_options", multiple=True, metavar="NAME=VALUE",
+                         help="Another GovernorConfig field of the fleet governor (repeatable), "
+                              "e.g. --set cut_factor=0.85."),
+            click.option("--no-retry-after-report", is_flag=True,
+                         help="Governed agents do not pass the provider's Retry-After to report()."),
+            click.option("--client", type=click.Choice(["aiohttp", "openai"]), default="aiohttp",
+                         show_default=True, help="How agents call the provider (openai: the real SDK)."),
+            click.option("--provider-url", default=None,
+                         help="Use a provider started with `python -m governor.sim provider` (its settings win)."),
+            click.option("--workers", type=click.Choice(["local", "external"]), default="local",
+                         show_default=True,
+                         help="local: start the host processes here; external: use running "
+                              "`python -m governor.sim worker` processes on the same Redis."),
+            click.option("--namespace", default=None,
+                         help="Job namespace of external workers [default: governor-sim]."),
+            click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+                         help="Directory for swarm.json and swarm.png."),
+            click.option("--quiet", is_flag=True, help="No progress display."),
+        ]  # fmt: skip
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def _scenario(kw: dict[str, Any], notes: tuple[str, ...] = ()) -> Scenario:
+    strategies = tuple(s.strip() for s in kw["strategies"].split(",") if s.strip())
+    return Scenario(
+        hosts=kw["hosts"],
+        agents=kw["agents"],
+        calls=kw["calls"],
+        strategies=strategies,
+        max_capacity=kw["max_capacity"],
+        per_host_max=kw["per_host_max"],
+        per_host_policy=kw["per_host_policy"],
+        window=kw["window"],
+        probe_interval=kw["probe_interval"],
+        lease_ttl=kw["lease_ttl"],
+        poll=kw["poll"],
+        backoff_base=kw["backoff_base"],
+        max_time=kw["max_time"],
+        settle_windows=kw["settle_windows"],
+        fleet_options=tuple(parse_option(o) for o in kw["fleet_options"]),
+        report_retry_after=not kw["no_retry_after_report"],
+        client=kw["client"],
+        sample_interval=min(0.1, kw["window"] / 10),
+        notes=notes,
+    )
+
+
+# -- progress ------------------------------------------------------------------------------------
+
+
+class ProgressLine:
+    """One live line per strategy on a terminal; a line per few seconds otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+        self._last = -10.0
+
+    def __call__(self, p: Any) -> None:
+        head = f"[{p.index}/{p.count}] {p.strategy:<10}"
+        if p.finished:
+            click.echo(f"\r{head} done: {p.ok}/{p.workload} calls in {p.elapsed:.1f} s, {p.limited} 429s".ljust(100))
+            self._last = -10.0
+            return
+        cap = "-" if p.capacity is None else str(p.capacity)
+        text = (
+            f"{head} {p.elapsed:5.1f} s  ok {p.ok}/{p.workload} ({100 * p.ok / max(1, p.workload):3.0f}%)  "
+            f"served {p.served}/{p.limit}  capacity {cap}  429s {p.limited}"
+        )
+        if self.tty:
+            click.echo("\r" + text.ljust(100), nl=False)
+        elif p.elapsed - self._last >= 5:
+            click.echo(text)
+            self._last = p.elapsed
+
+
+# -- running a swarm ------------------------------------------------------------------------------
+
+
+def _run(
+    scenario: Scenario,
+    provider: Any,
+    kw: dict[str, Any],
+    out: Path,
+    stem: str,
+    quiet: bool,
+) -> None:
+    from .embedded import open_backend
+    from .report import legend, table, write_chart, write_json
+    from .swarm import run_swarm
+
+    external = kw["workers"] == "external"
+    if external and not kw["redis_url"]:
+        raise click.UsageError("--workers external needs --redis-url (the workers' Redis)")
+    try:
+        backend = open_backend(kw["redis_url"])
+    except (ConnectionError, RuntimeError) as error:
+        raise _fail(error) from error
+    with backend:
+        click.echo(f"Redis: {backend.describe()}")
+        hosts_text = (
+            "threads of this process" if not backend.shared else ("external workers" if external else "processes")
+        )
+        click.echo(
+            f"swarm: {scenario.hosts} hosts ({hosts_text}) x {scenario.agents} agents, {scenario.calls} calls each; "
+            f"strategies: {', '.join(scenario.strategies)}"
+        )
+        try:
+            result = asyncio.run(
+                run_swarm(
+                    scenario,
+                    provider,
+                    backend,
+                    provider_url=kw["provider_url"],
+                    external_workers=external,
+                    namespace=kw["namespace"],
+                    progress=None if quiet else ProgressLine(),
+                )
+            )
+        except (ConfigError, TimeoutError, RuntimeError, ConnectionError, OSError) as error:
+            raise _fail(error) from error
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, png_path = out / f"{stem}.json", out / f"{stem}.png"
+    write_json(result, json_path, _command_line())
+    write_chart(result, png_path)
+    click.echo("")
+    click.echo(table(result))
+    click.echo("")
+    click.echo(legend(result))
+    if not backend.shared:
+        click.echo("note: hosts were threads of one process on an in-process fakeredis; figures are less faithful.")
+    click.echo(f"\nresults: {json_path}\nchart:   {png_path}")
+
+
+@click.command("swarm")
+@swarm_options(hosts=8, agents=16, calls=60, window=3.0, max_time=120.0)
+@provider_options(limit=40, latency=0.2, schedule="15:20,30:40")
+def swarm_command(**kw: Any) -> None:
+    """Run the swarm benchmark: every strategy in turn on the same provider settings.
+
+    Prints a table per strategy (goodput against the ideal, 429s, admission
+    waits, time to finish, fairness across hosts, pushing above the hidden
+    limit, recovery after limit changes) and writes swarm.json and swarm.png.
+    """
+    try:
+        scenario = _scenario(kw)
+        provider = None if kw["provider_url"] else _provider_config(kw)
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from error
+    _run(scenario, provider, kw, kw["out"] or Path("."), "swarm", kw["quiet"])
+
+
+@click.command("demo")
+@swarm_options(hosts=8, agents=16, calls=24, window=2.0, max_time=16.0)
+@provider_options(limit=40, latency=0.1, schedule="5:20,9:40")
+def demo_command(**kw: Any) -> None:
+    """See in about a minute why a fleet needs one governor.
+
+    128 agents on 8 hosts share a provider whose concurrency limit is hidden
+    (40, halved at 5 s, restored at 9 s). Each strategy in turn: no
+    coordination, a fixed fleet semaphore, one governor per host, the fleet
+    governor with the seed policy, and the fleet governor. Without
+    --redis-url a private redis-server is started (or, without one, an
+    in-process fakeredis with the hosts as threads).
+    """
+    try:
+        scenario = _scenario(kw)
+        provider = None if kw["provider_url"] else _provider_config(kw)
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from error
+    out = kw["out"] or Path(tempfile.mkdtemp(prefix="governor-demo-"))
+    _run(scenario, provider, kw, out, "demo", kw["quiet"])
+
+
+@click.command("provider")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free).")
+@provider_options(limit=40, latency=0.2, schedule="")
+def provider_command(host: str, port: int, **kw: Any) -> None:
+    """Serve the mock LLM provider (OpenAI chat-completions shape).
+
+    Clients use base URL http://HOST:PORT/v1 (any API key). A swarm driver
+    controls runs with GET /sim/config, POST /sim/reset, GET /sim/stats and
+    GET /sim/live.
+    """
+    from .provider import serve
+
+    try:
+        config = _provider_config(kw)
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from error
+    ready = None
+
+    async def main() -> None:
+        nonlocal ready
+        ready = asyncio.Event()
+        task = asyncio.create_task(serve(config, host, port, ready))
+        await asyncio.wait([task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()
+        click.echo(f"mock provider on http://{host}:{port}/v1 (hidden limit {config.limit}); Ctrl-C stops it")
+        await task
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    except OSError as error:
+        raise _fail(error) from error
+
+
+@click.command("worker")
+@click.option(
+    "--redis-url",
+    envvar="GOVERNOR_REDIS_URL",
+    required=True,
+    help="The Redis of the governors and of the job queue [env GOVERNOR_REDIS_URL].",
+)
+@click.option("--namespace", default="governor-sim", show_default=True, help="Job namespace shared with the driver.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Exit after this many jobs.")
+def worker_command(redis_url: str, namespace: str, jobs: int | None) -> None:
+    """Be one host of a swarm: take host jobs from Redis and run them.
+
+    Start one per host machine or container, then run the driver with
+    `swarm --redis-url URL --workers external --hosts N`.
+    """
+    from .workers import worker_main
+
+    try:
+        worker_main(redis_url, namespace, jobs)
+    except KeyboardInterrupt:
+        pass
+
+
+@click.command("bench")
+@click.option(
+    "--redis-url",
+    envvar="GOVERNOR_REDIS_URL",
+    default=None,
+    help="Redis to measure on [default: a private redis-server]. Its command statistics are read "
+    "before and after, never reset.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.1),
+    default=3.0,
+    show_default=True,
+    help="Duration of each throughput measurement.",
+)
+@click.option(
+    "--wakes",
+    type=click.IntRange(min=10),
+    default=1000,
+    show_default=True,
+    help="Release-to-admission hand-overs measured.",
+)
+@click.option(
+    "--queued",
+    "deep",
+    type=click.IntRange(min=11),
+    default=10_000,
+    show_default=True,
+    help="The long queue to compare with a queue of 10.",
+)
+@click.option(
+    "--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the figures as JSON here."
+)
+def bench_command(redis_url: str | None, seconds: float, wakes: int, deep: int, out: Path | None) -> None:
+    """Measure the governor's overhead against raw Redis, side by side on one Redis.
+
+    (1) uncontended acquire+release pairs/s vs INCR+DECR pairs on the same
+    client, sync and asyncio; (2) wake latency from a release to the next
+    waiter's admission; (3) hand-over throughput with 10 vs --queued waiters;
+    (4) Redis time per script call (INFO commandstats).
+    """
+    from .bench import format_bench, run_bench
+    from .embedded import open_backend
+
+    try:
+        backend = open_backend(redis_url, allow_fake=False)
+    except (ConnectionError, RuntimeError) as error:
+        raise _fail(error) from error
+    with backend:
+        click.echo(f"Redis: {backend.describe()}")
+        assert backend.url is not None
+        result = run_bench(backend.url, seconds=seconds, wakes=wakes, deep=deep, echo=click.echo)
+    result["command"] = _command_line()
+    click.echo("")
+    click.echo(format_bench(result))
+    if out is not None:
+        import json
+
+        out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        click.echo(f"\nresults: {out}")
+
+
+@click.group("sim")
+def sim_group() -> None:
+    """The fleet-governor simulator: mock provider, swarm benchmark, demo, overhead benchmarks."""
+
+
+for _command in (demo_command, bench_command, swarm_command, provider_command, worker_command):
+    sim_group.add_command(_command)
+
+COMMANDS = (demo_command, bench_command, swarm_command, provider_command, worker_command)
+
+
+def main() -> None:
+    sim_group(prog_name="python -m governor.sim", auto_envvar_prefix=None)

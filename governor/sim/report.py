@@ -1,0 +1,191 @@
+"""The swarm benchmark's outputs: a terminal table, a JSON file, a PNG chart.
+
+The chart has one column per strategy (shared axes): on top the hidden
+limit, the governor's capacity and the requests the provider served at
+once; below, successful calls per second against the ideal, and 429s per
+second. matplotlib is imported (Agg backend) only when a chart is drawn.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+from .analysis import StrategyMetrics
+from .swarm import SwarmResult
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _ms(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{1000 * x:.0f}" if x >= 0.01 else f"{1000 * x:.1f}"
+
+
+def _finish(m: StrategyMetrics, max_time: float) -> str:
+    if m.finish is not None:
+        return f"{m.finish:.1f} s"
+    return f">{max_time:.0f} s ({100 * m.done:.0f}% done)"
+
+
+def _recovery(m: StrategyMetrics) -> str:
+    if not m.recoveries:
+        return "-"
+    parts = []
+    for r in m.recoveries:
+        arrow = f"{r.old}->{r.new}"
+        parts.append(f"{arrow}: {r.windows if r.windows is not None else 'never'}")
+    return ", ".join(parts)
+
+
+COLUMNS = (
+    "strategy",
+    "goodput",
+    "steady",
+    "429s",
+    "429 share",
+    "steady 429",
+    "wait p50/p95 ms",
+    "finish",
+    "Jain",
+    "over limit",
+    "recovery (windows)",
+)
+
+
+def rows(result: SwarmResult) -> list[list[str]]:
+    out = []
+    for name, run in result.runs.items():
+        m = run.metrics
+        waits = "-" if m.wait_p50 is None else f"{_ms(m.wait_p50)} / {_ms(m.wait_p95)}"
+        over = f"+{m.peak_over} for {m.time_over:.1f} s" if m.peak_over else "never"
+        out.append(
+            [
+                name,
+                _ratio(m.goodput),
+                _ratio(m.steady_goodput),
+                str(m.limited),
+                _pct(m.limited_share),
+                _pct(m.steady_limited_share, 2),
+                waits,
+                _finish(m, result.scenario.max_time),
+                _ratio(m.jain),
+                over,
+                _recovery(m),
+            ]
+        )
+    return out
+
+
+def table(result: SwarmResult, markdown: bool = False) -> str:
+    """The per-strategy figures as an aligned text table (or Markdown)."""
+    body = rows(result)
+    if markdown:
+        lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        lines += ["| " + " | ".join(row) + " |" for row in body]
+        return "\n".join(lines)
+    widths = [max(len(COLUMNS[i]), *(len(row[i]) for row in body)) for i in range(len(COLUMNS))]
+
+    def line(cells: list[str] | tuple[str, ...]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    return "\n".join([line(COLUMNS), line(["-" * w for w in widths]), *(line(row) for row in body)])
+
+
+def legend(result: SwarmResult) -> str:
+    """What the columns mean, with this run's ideal."""
+    p, s = result.provider, result.scenario
+    schedule = ", ".join(f"{new} at {at:g} s" for at, new in p.schedule) or "none"
+    return "\n".join(
+        [
+            f"ideal: hidden limit {p.limit} / mean latency {p.latency_mean:g} s = {result.ideal_rps:.0f} calls/s "
+            f"(limit changes: {schedule}); a perfect gate finishes {s.workload} calls in about "
+            f"{result.ideal_finish:.1f} s",
+            "goodput: successful calls as a share of the ideal while the fleet has more work than the limit; "
+            f"steady: the same without {s.settle_windows:g} windows ({s.settle_windows * s.window:g} s) "
+            "after the start and after each limit change",
+            "429 share: throttled answers / all answers; wait: admission wait; Jain: fairness of goodput across "
+            "hosts (1 = equal)",
+            "over limit: largest excess of requests at the provider over the hidden limit, and total time above it; "
+            "recovery: windows after a limit change until one reaches 95 % of the new ideal",
+        ]
+    )
+
+
+def write_json(result: SwarmResult, path: Path, command: str | None = None) -> None:
+    data: dict[str, Any] = result.to_json()
+    if command:
+        data["command"] = command
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
+def write_chart(result: SwarmResult, path: Path) -> None:
+    """A PNG of each strategy's traces, side by side with shared axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = list(result.runs.items())
+    fig, axes = plt.subplots(2, len(runs), figsize=(4.2 * len(runs), 6.4), sharex=True, sharey="row", squeeze=False)
+    mean = result.provider.latency_mean
+    for col, (name, run) in enumerate(runs):
+        top, bottom = axes[0][col], axes[1][col]
+        trace = run.record.trace
+        t = [r[0] for r in trace]
+        top.step(t, [r[1] for r in trace], where="post", color="black", ls="--", lw=1.2, label="hidden limit")
+        top.plot(t, [r[2] for r in trace], color="tab:blue", lw=0.9, label="served at once")
+        if run.capacity:
+            top.plot(
+                [c[0] for c in run.capacity], [c[1] for c in run.capacity], color="tab:orange", lw=1.2,
+                label="governor capacity",
+            )  # fmt: skip
+        m = run.metrics
+        top.set_title(f"{name}\ngoodput {_ratio(m.goodput)}, 429s {_pct(m.limited_share)}", fontsize=10)
+        ok_rate, limited_rate, mid = [], [], []
+        for a, b in itertools.pairwise(trace):
+            dt = b[0] - a[0]
+            if dt <= 0:
+                continue
+            mid.append(b[0])
+            ok_rate.append((b[5] - a[5]) / dt)
+            limited_rate.append((b[6] - a[6]) / dt)
+        bottom.plot(mid, _smooth(ok_rate, 5), color="tab:green", lw=1.0, label="successes/s")
+        bottom.step(t, [r[1] / mean for r in trace], where="post", color="black", ls="--", lw=1.0, label="ideal")
+        bottom.plot(mid, _smooth(limited_rate, 5), color="tab:red", lw=0.9, label="429s/s")
+        bottom.set_xlabel("seconds")
+    axes[0][0].set_ylabel("requests in flight")
+    axes[1][0].set_ylabel("per second")
+    axes[0][0].legend(loc="upper right", fontsize=8)
+    axes[1][0].legend(loc="upper right", fontsize=8)
+    s = result.scenario
+    fig.suptitle(
+        f"swarm: {s.hosts} hosts x {s.agents} agents, {s.calls} calls each; hidden limit {result.provider.limit}, "
+        f"mean latency {mean:g} s, window {s.window:g} s",
+        fontsize=11,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _smooth(values: list[float], n: int) -> list[float]:
+    """A trailing moving average over ``n`` samples (the raw rates are noisy)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= n:
+            total -= values[i - n]
+        out.append(total / min(i + 1, n))
+    return out

@@ -1,0 +1,220 @@
+"""Every knob of a swarm run, and the governor each strategy runs under.
+
+The strategies, run one after another against the same provider settings:
+
+``none``
+    No coordination: each agent calls the provider and retries a 429 after
+    the provider's Retry-After, else the project's full-jitter backoff
+    (what SDK retries do).
+``fixed``
+    A fleet-wide FIFO semaphore at ``max_capacity``. It is the governor's
+    own admission machinery (same queue, leases and wake-ups) with a policy
+    that cannot move: the seed policy with its decrease and pause thresholds
+    out of reach, and no outcome is ever reported to it. So ``fixed`` and
+    ``fleet`` differ only in the policy, which is what the comparison is
+    about. Retries as in ``none``.
+``per-host``
+    One governor per host process, each under its own name and unaware of
+    the others: the seed's single-process design (policy ``seed`` unless
+    ``per_host_policy`` says otherwise), each allowed
+    ``ceil(max_capacity / hosts)`` unless ``per_host_max`` is set.
+``fleet-seed``
+    The fleet governor with ``policy="seed"``.
+``fleet``
+    The fleet governor with the default (adaptive) policy.
+
+Every governed agent does what ``Governor.call`` does: acquire, call,
+report the outcome (with the provider's Retry-After), release, and after a
+429 wait the Retry-After or the backoff before acquiring again.
+
+Time scales are parameters: the window, the probe interval (a quarter of
+the window unless set, as 15 s is of the default 60 s), the poll, the
+lease TTL and the backoff base, so one scenario runs in seconds in the test
+suite and in real time for a demo.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from ..config import GovernorConfig
+from ..errors import ConfigError
+
+STRATEGIES: tuple[str, ...] = ("none", "fixed", "per-host", "fleet-seed", "fleet")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A swarm run: H hosts x A agents, a fixed workload, the strategies."""
+
+    #: host processes (threads when the Redis is an in-process fakeredis)
+    hosts: int = 8
+    #: agents per host (asyncio tasks)
+    agents: int = 16
+    #: successful calls each agent must make
+    calls: int = 40
+    #: strategies to run, in order
+    strategies: tuple[str, ...] = STRATEGIES
+    #: the operator's configured ceiling: fixed, fleet-seed and fleet use it
+    max_capacity: int = 96
+    #: per-host ceiling (None: ceil(max_capacity / hosts))
+    per_host_max: int | None = None
+    #: the policy of each per-host governor
+    per_host_policy: str = "seed"
+    #: the governors' sliding window, seconds
+    window: float = 3.0
+    #: probes above the last pushback level (None: window / 4)
+    probe_interval: float | None = None
+    #: lease time to live and waiter poll, seconds
+    lease_ttl: float = 30.0
+    poll: float = 1.0
+    #: the backoff of SDK-style retries without a Retry-After: full jitter from this base
+    backoff_base: float = 0.25
+    backoff_cap: float = 30.0
+    #: a strategy that has not finished its workload by then is stopped, seconds
+    max_time: float = 120.0
+    #: windows after the start and after each limit change left out of "steady state"
+    settle_windows: float = 3.0
+    #: how often the driver samples the governors' capacity, seconds
+    sample_interval: float = 0.1
+    #: how agents call the provider: "aiohttp" (light) or "openai" (the real SDK)
+    client: str = "aiohttp"
+    #: other GovernorConfig fields of the fleet governor (e.g. cut_factor=0.85)
+    fleet_options: tuple[tuple[str, Any], ...] = ()
+    #: governed agents pass the provider's Retry-After to report()
+    report_retry_after: bool = True
+    #: the model name sent to the provider
+    model: str = "sim-1"
+    #: seconds between dispatching a strategy and its start (workers get ready)
+    lead: float = 1.0
+    #: extra notes carried into the results (e.g. how hosts were run)
+    notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for name in ("hosts", "agents", "calls", "max_capacity"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        if not self.strategies:
+            raise ConfigError("choose at least one strategy")
+        for strategy in self.strategies:
+            if strategy not in STRATEGIES:
+                raise ConfigError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+        if len(set(self.strategies)) != len(self.strategies):
+            raise ConfigError("each strategy may run once per swarm")
+        if self.per_host_max is not None and (isinstance(self.per_host_max, bool) or self.per_host_max < 1):
+            raise ConfigError(f"per_host_max must be >= 1, got {self.per_host_max!r}")
+        for name in ("window", "lease_ttl", "poll", "max_time", "sample_interval", "backoff_cap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(f"{name} must be > 0 seconds, got {value!r}")
+        for name in ("backoff_base", "settle_windows", "lead"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"{name} must be >= 0, got {value!r}")
+        if self.probe_interval is not None and self.probe_interval < 0:
+            raise ConfigError(f"probe_interval must be >= 0 seconds, got {self.probe_interval!r}")
+        if self.client not in ("aiohttp", "openai"):
+            raise ConfigError(f"client must be aiohttp or openai, got {self.client!r}")
+        known = {f.name for f in fields(GovernorConfig)}
+        for key, _ in self.fleet_options:
+            if key not in known:
+                raise ConfigError(f"unknown governor setting {key!r}")
+            if key in ("max_capacity", "policy"):
+                raise ConfigError(f"set {key} with its own option, not as a fleet option")
+        # Build every governor config now, so a bad combination fails before anything runs.
+        for strategy in self.strategies:
+            governor_config(self, strategy)
+
+    @property
+    def total_agents(self) -> int:
+        return self.hosts * self.agents
+
+    @property
+    def workload(self) -> int:
+        """Successful calls the whole fleet must make, per strategy."""
+        return self.total_agents * self.calls
+
+    @property
+    def per_host_ceiling(self) -> int:
+        return self.per_host_max if self.per_host_max is not None else math.ceil(self.max_capacity / self.hosts)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["strategies"] = list(self.strategies)
+        data["fleet_options"] = dict(self.fleet_options)
+        data["notes"] = list(self.notes)
+        return data
+
+
+def governor_config(scenario: Scenario, strategy: str) -> GovernorConfig | None:
+    """The GovernorConfig a strategy runs under (None for ``none``)."""
+    if strategy == "none":
+        return None
+    window = scenario.window
+    common: dict[str, Any] = {
+        "window": window,
+        "lease_ttl": scenario.lease_ttl,
+        "poll": scenario.poll,
+        "queue_ttl": max(5.0, 2 * scenario.poll),
+        "idle_expiry": max(600.0, window, scenario.lease_ttl, 2 * scenario.poll),
+        "probe_interval": window / 4 if scenario.probe_interval is None else scenario.probe_interval,
+    }
+    if strategy == "fixed":
+        unreachable = 1_000_000
+        return GovernorConfig(
+            max_capacity=scenario.max_capacity,
+            policy="seed",
+            decrease_count=unreachable,
+            decrease_ratio=1.0,
+            pause_count=unreachable,
+            **common,
+        )
+    if strategy == "per-host":
+        if scenario.per_host_policy not in ("seed", "adaptive"):
+            raise ConfigError(f"per_host_policy must be seed or adaptive, got {scenario.per_host_policy!r}")
+        return GovernorConfig(
+            max_capacity=scenario.per_host_ceiling,
+            policy=scenario.per_host_policy,  # type: ignore[arg-type]
+            **common,
+        )
+    if strategy == "fleet-seed":
+        return GovernorConfig(max_capacity=scenario.max_capacity, policy="seed", **common)
+    options = {**common, **dict(scenario.fleet_options)}
+    return GovernorConfig(max_capacity=scenario.max_capacity, policy="adaptive", **options)
+
+
+def governor_names(prefix: str, strategy: str, hosts: int) -> list[str]:
+    """The governor name each host uses, by host index."""
+    if strategy == "none":
+        return []
+    if strategy == "per-host":
+        return [f"{prefix}-per-host-{h}" for h in range(hosts)]
+    return [f"{prefix}-{strategy}"] * hosts
+
+
+def strategy_reports(strategy: str) -> bool:
+    """Whether agents report outcomes: the fixed semaphore knows nothing of them."""
+    return strategy not in ("none", "fixed")
+
+
+def parse_option(text: str) -> tuple[str, Any]:
+    """``"cut_factor=0.85"`` -> ("cut_factor", 0.85), typed as GovernorConfig declares it."""
+    key, sep, raw = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key:
+        raise ConfigError(f"governor setting {text!r} is not NAME=VALUE")
+    types = {f.name: f.type for f in fields(GovernorConfig)}
+    if key not in types:
+        raise ConfigError(f"unknown governor setting {key!r}; see GovernorConfig")
+    kind = str(types[key])
+    try:
+        if kind == "int":
+            return key, int(raw)
+        if kind == "float":
+            return key, float(raw)
+    except ValueError:
+        raise ConfigError(f"governor setting {key} needs a {kind}, got {raw!r}") from None
+    return key, raw
