@@ -1,0 +1,182 @@
+"""docker-compose.yml and docker/: the demo fleet's structure, without Docker.
+
+The compose file is parsed as YAML and checked against the CLI it drives:
+every command of the project's image must parse with the real click
+commands (options and values included), ports and URLs must agree between
+services, and Prometheus must scrape the exporter. Where a compose tool is
+installed, it validates the file too.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import click
+import fakeredis
+import pytest
+
+from governor import Governor, GovernorConfig
+from governor import cli as cli_module
+from governor.metrics import GovernorCollector
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    tomllib = pytest.importorskip("tomli")
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is needed to read docker-compose.yml")
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+IMAGE = "fleet-governor:local"
+GLOBAL_OPTIONS = {"--url", "--name", "-n", "--prefix", "--timeout"}
+
+
+def load(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return load(COMPOSE)  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, Any]:
+    return compose["services"]  # type: ignore[no-any-return]
+
+
+def ours(services: dict[str, Any]) -> dict[str, Any]:
+    """The services that run the project's image."""
+    return {name: s for name, s in services.items() if s.get("image") == IMAGE}
+
+
+def option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def parse(command: list[str]) -> tuple[str, click.Context]:
+    """Parse a command of the image (its entrypoint is `governor`) with the real CLI,
+    validating every option and value; returns the subcommand and its context."""
+    global_args: list[str] = []
+    rest = list(command)
+    while rest and rest[0] in GLOBAL_OPTIONS:
+        global_args += rest[:2]
+        rest = rest[2:]
+    assert rest, f"no subcommand in {command}"
+    parent = cli_module.main.make_context("governor", [*global_args, rest[0]])
+    subcommand = cli_module.main.get_command(parent, rest[0])
+    assert subcommand is not None, f"{rest[0]!r} is not a governor command"
+    if rest[0] in cli_module.SIM_COMMANDS:
+        try:
+            found = cli_module.sim_commands(cli_module.import_sim())
+        except ImportError as error:
+            pytest.skip(f"the simulation commands are not importable here: {error}")
+        if rest[0] not in found:
+            pytest.fail(f"`governor {rest[0]}` is not among the simulation commands {sorted(found)}")
+    return rest[0], subcommand.make_context(rest[0], rest[1:], parent=parent)
+
+
+def test_the_fleet_is_all_there(services: dict[str, Any]) -> None:
+    assert {"redis", "provider", "worker", "swarm", "exporter", "prometheus"} <= set(services)
+    for name, service in services.items():
+        assert "image" in service or "build" in service, name
+    for name, service in ours(services).items():
+        build = service["build"]
+        assert (ROOT / build["context"] / build["dockerfile"]).is_file(), name
+        assert isinstance(service["command"], list) and service["command"], name
+    assert services["worker"]["deploy"]["replicas"] >= 2
+
+
+@pytest.mark.parametrize("service", ["provider", "worker", "swarm", "exporter", "cli"])
+def test_commands_parse_with_the_real_cli(services: dict[str, Any], service: str) -> None:
+    name, ctx = parse(services[service]["command"])
+    assert name == {"cli": "list"}.get(service, service)
+    if service == "exporter":
+        assert ctx.params["all_"] is True
+
+
+def test_services_agree_on_ports_urls_and_hosts(services: dict[str, Any]) -> None:
+    provider = services["provider"]["command"]
+    assert option(provider, "--host") == "0.0.0.0"  # reachable from the other containers
+    swarm = services["swarm"]["command"]
+    url = urlparse(option(swarm, "--provider-url"))
+    assert (url.hostname, url.port) == ("provider", int(option(provider, "--port")))
+    assert int(option(swarm, "--hosts")) == services["worker"]["deploy"]["replicas"]
+    assert option(swarm, "--workers") == "external"
+    for service in ("worker", "swarm"):
+        assert urlparse(option(services[service]["command"], "--redis-url")).hostname == "redis"
+    assert urlparse(option(services["exporter"]["command"], "--url")).hostname == "redis"
+    for service in ours(services).values():
+        assert urlparse(service["environment"]["GOVERNOR_REDIS_URL"]).hostname == "redis"
+        needs = service.get("depends_on", {})
+        if "redis" in needs:
+            assert needs["redis"]["condition"] == "service_healthy"
+
+
+def test_prometheus_scrapes_the_exporter(services: dict[str, Any]) -> None:
+    port = option(services["exporter"]["command"], "--port")
+    mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in services["prometheus"]["volumes"])
+    for source in mounts:
+        assert (ROOT / source).is_file(), source
+    config = load(ROOT / "docker/prometheus.yml")
+    targets = [t for job in config["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]]
+    assert f"exporter:{port}" in targets
+    for rule_file in config.get("rule_files", []):
+        assert rule_file in mounts.values(), f"{rule_file} is not mounted into the container"
+
+
+def test_alert_rules_use_exported_metrics() -> None:
+    server = fakeredis.FakeServer()
+    client = fakeredis.FakeRedis(server=server)
+    gov = Governor(client, "rules", GovernorConfig(max_capacity=2))
+    gov.status()
+    exported = {family.name for family in GovernorCollector(client, ["rules"]).collect()}
+    exported |= {f"{n}_total" for n in exported}
+    gov.close()
+    rules = load(ROOT / "docker/governor-rules.yml")
+    alerts = [rule for group in rules["groups"] for rule in group["rules"]]
+    assert alerts
+    for rule in alerts:
+        assert rule["alert"] and rule["annotations"]["summary"]
+        used = set(re.findall(r"\bgovernor_[a-z_]+\b", rule["expr"]))
+        assert used and used <= exported, f"{rule['alert']}: unknown {used - exported}"
+
+
+def test_the_image_installs_the_extras_the_services_need() -> None:
+    dockerfile = (ROOT / "docker/Dockerfile").read_text(encoding="utf-8")
+    extras = set(re.search(r'pip install "\.\[([a-z,]+)\]"', dockerfile).group(1).split(","))  # type: ignore[union-attr]
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert {"sim", "metrics"} <= extras <= set(declared["optional-dependencies"])
+    assert declared["scripts"]["governor"] == "governor.cli:main"
+    assert 'ENTRYPOINT ["governor"]' in dockerfile
+    for source in re.findall(r"^COPY (\S+)", dockerfile, re.M):
+        assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
+    ignore = (ROOT / "docker/Dockerfile.dockerignore").read_text(encoding="utf-8").split()
+    assert ignore[ignore.index("*") :].count("*") == 1 and "!governor" in ignore and "!lua" in ignore
+
+
+def compose_tool() -> list[str] | None:
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return None
+
+
+def test_a_compose_tool_accepts_the_file() -> None:
+    tool = compose_tool()
+    if tool is None:
+        pytest.skip("no compose tool installed (docker compose or docker-compose)")
+    done = subprocess.run(
+        [*tool, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
