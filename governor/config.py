@@ -22,6 +22,8 @@ from .keys import DEFAULT_PREFIX, governor_keys
 
 Policy = Literal["adaptive", "seed"]
 POLICIES: tuple[str, ...] = ("adaptive", "seed")
+Unavailable = Literal["fail", "local"]
+ON_UNAVAILABLE: tuple[str, ...] = ("fail", "local")
 MAX_CAPACITY_LIMIT = 1_000_000
 
 
@@ -69,6 +71,12 @@ class GovernorConfig:
     log_length: int = 10_000
     #: socket timeouts of clients made by ``from_url``: a hung Redis fails in bounded time
     redis_timeout: float = 5.0
+    #: when Redis cannot be reached: ``"fail"`` closed (raise GovernorUnavailable, the
+    #: default), or ``"local"``: admit at most ``local_capacity`` callers per governor object
+    #: until Redis answers again, then register those holders in the shared limit
+    on_unavailable: Unavailable = "fail"
+    #: the per-process limit while Redis is unreachable and ``on_unavailable="local"``
+    local_capacity: int = 1
     #: first part of every key name
     key_prefix: str = DEFAULT_PREFIX
 
@@ -79,6 +87,9 @@ class GovernorConfig:
                 _check_int(f.name, value)
             elif f.type in ("float", float):
                 _check_float(f.name, value)
+        if self.on_unavailable not in ON_UNAVAILABLE:
+            raise ConfigError(f"on_unavailable must be one of {', '.join(ON_UNAVAILABLE)}, got {self.on_unavailable!r}")
+        _at_least("local_capacity", self.local_capacity, 1)
         if self.policy not in POLICIES:
             raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         _at_least("max_capacity", self.max_capacity, 1)

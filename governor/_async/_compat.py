@@ -55,6 +55,24 @@ class Lock:
         return None
 
 
+class Semaphore:
+    """A counting semaphore with a timeout (the local fallback limit)."""
+
+    def __init__(self, value: int) -> None:
+        self._semaphore = asyncio.Semaphore(value)
+
+    async def acquire(self, timeout: float | None) -> bool:
+        """Take a unit within ``timeout`` seconds (None: wait); True if taken."""
+        try:
+            await asyncio.wait_for(self._semaphore.acquire(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def release(self) -> None:
+        self._semaphore.release()
+
+
 class Worker:
     """A background task running ``target`` until it returns or is stopped."""
 

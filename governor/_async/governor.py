@@ -16,6 +16,7 @@ script call (a recovery probe too), and renews every held lease each
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
@@ -54,8 +55,8 @@ from ..errors import (
     map_errors,
 )
 
-# sync: from ._compat import Event, Lock, Worker, shielded, sleep
-from ._compat import AcquireContext, Event, Lock, Worker, shielded, sleep
+# sync: from ._compat import Event, Lock, Semaphore, Worker, shielded, sleep
+from ._compat import AcquireContext, Event, Lock, Semaphore, Worker, shielded, sleep
 from .retry import retry_call, retry_decorator
 
 log = logging.getLogger("governor")
@@ -65,6 +66,8 @@ T = TypeVar("T")
 LISTEN_SLICE = 0.25
 #: ids per refresh or renew call, so no single script call grows unbounded
 BATCH = 500
+#: the epoch of leases admitted by the local fallback, before Redis adopts them
+LOCAL_EPOCH = "local"
 
 
 def default_holder() -> str:
@@ -91,13 +94,18 @@ class AsyncLease:
     releases.
     """
 
-    def __init__(self, governor: AsyncGovernor, lease_id: str, fence: int, epoch: str, holder: str) -> None:
+    def __init__(
+        self, governor: AsyncGovernor, lease_id: str, fence: int, epoch: str, holder: str, local: bool = False
+    ) -> None:
         self._governor = governor
         self.id = lease_id  #: unguessable lease id (also its key in Redis)
-        self.fence = fence  #: monotonically increasing fencing token
+        self.fence = fence  #: monotonically increasing fencing token (0 for a local lease)
         self.epoch = epoch  #: the state incarnation the lease belongs to
         self.holder = holder  #: label shown to operators
-        self._deadline = governor._core.local_now() + governor.config.lease_ttl
+        #: admitted by the local fallback limit while Redis was unreachable
+        #: (``on_unavailable="local"``); registered in Redis once it answers again
+        self.local = local
+        self._deadline = math.inf if local else governor._core.local_now() + governor.config.lease_ttl
         self._lost = False
         self._released = False
 
@@ -181,8 +189,8 @@ class _Background:
         with self._lock:
             self._waiters.pop(lease_id, None)
 
-    def add_lease(self, lease_id: str, granted: Granted, holder: str) -> AsyncLease:
-        lease = AsyncLease(self._gov, lease_id, granted.fence, granted.epoch, holder)
+    def add_lease(self, lease_id: str, granted: Granted, holder: str, local: bool = False) -> AsyncLease:
+        lease = AsyncLease(self._gov, lease_id, granted.fence, granted.epoch, holder, local)
         with self._lock:
             self._leases[lease_id] = lease
         return lease
@@ -379,6 +387,7 @@ class AsyncGovernor:
         self._owns_client = False
         self._closed = False
         self._background = _Background(self)
+        self._local = Semaphore(self._core.config.local_capacity)
 
     @classmethod
     def from_url(
@@ -447,9 +456,19 @@ class AsyncGovernor:
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise ConfigError(f"timeout must be None or seconds >= 0, got {timeout!r}")
         label = _holder_label(holder)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        lease_id = new_id()
         started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
+        try:
+            lease = await self._acquire_shared(label, deadline, timeout)
+        except GovernorUnavailable as error:
+            if self.config.on_unavailable != "local":
+                raise
+            lease = await self._acquire_local(label, deadline, error)
+        metrics.observe_admission(self.name, time.monotonic() - started)
+        return lease
+
+    async def _acquire_shared(self, label: str, deadline: float | None, timeout: float | None) -> AsyncLease:
+        lease_id = new_id()
         waiter = self._background.add_waiter(lease_id)
         try:
             await self._background.start(wait_listening=True)
@@ -459,14 +478,30 @@ class AsyncGovernor:
                 if isinstance(result, Queued):
                     waiter.reason, waiter.position = result.reason, result.position
                 result = await self._wait_turn(waiter, deadline, timeout, label)
-            lease = self._background.add_lease(lease_id, result, label)
-            metrics.observe_admission(self.name, time.monotonic() - started)
-            return lease
+            return self._background.add_lease(lease_id, result, label)
+        except GovernorUnavailable:
+            raise  # no use telling an unreachable Redis; the place and any grant expire by TTL
         except BaseException:
             await shielded(self._abandon(lease_id))
             raise
         finally:
             self._background.remove_waiter(lease_id)
+
+    async def _acquire_local(self, label: str, deadline: float | None, error: GovernorUnavailable) -> AsyncLease:
+        """The fallback while Redis is unreachable: a per-process limit of
+        ``local_capacity``; the heartbeat registers these leases in Redis as
+        soon as it answers (renew.lua adopts them)."""
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not await self._local.acquire(remaining):
+            raise AcquireTimeout(
+                f"governor {self.name!r}: Redis is unreachable ({error}) and the local fallback limit "
+                f"of {self.config.local_capacity} is full",
+                name=self.name,
+            ) from error
+        log.warning("governor %r: Redis unreachable, admitting under the local limit: %s", self.name, error)
+        lease = self._background.add_lease(new_id(), Granted(0, LOCAL_EPOCH), label, local=True)
+        await self._background.start(wait_listening=False)
+        return lease
 
     async def _wait_turn(
         self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str
@@ -510,6 +545,13 @@ class AsyncGovernor:
         lease_id = new_id()
         try:
             result = await self._execute(self._core.acquire(lease_id, label, wait=False))
+        except GovernorUnavailable as error:
+            if self.config.on_unavailable != "local":
+                raise
+            try:
+                return await self._acquire_local(label, time.monotonic(), error)
+            except AcquireTimeout:
+                return None
         except BaseException:
             await shielded(self._abandon(lease_id))  # the grant may have happened unseen
             raise
@@ -524,6 +566,10 @@ class AsyncGovernor:
             return
         lease._released = True
         self._background.drop_lease(lease)
+        if lease.local:
+            self._local.release()
+            if lease.epoch == LOCAL_EPOCH:
+                return  # never registered in Redis
         # Shielded: a caller cancelled while releasing must not leak the slot.
         await shielded(self._execute(self._core.release(lease.id)))
 
@@ -575,7 +621,16 @@ class AsyncGovernor:
         """
         if lease is not None and lease._governor is not self:
             raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
-        recorded = await self._execute(self._core.report(outcome, retry_after, lease.id if lease else None))
+        # A local lease not yet registered in Redis reports as no lease at all.
+        registered = lease is not None and lease.epoch != LOCAL_EPOCH
+        call = self._core.report(outcome, retry_after, lease.id if registered and lease else None)
+        try:
+            recorded = await self._execute(call)
+        except GovernorUnavailable as error:
+            if self.config.on_unavailable != "local":
+                raise
+            log.info("governor %r: outcome not recorded, Redis unreachable: %s", self.name, error)
+            return
         if not recorded and lease is not None:
             lease._lost = True
             raise LeaseLost(

@@ -47,6 +47,20 @@ class Lock:
         self._lock.release()
 
 
+class Semaphore:
+    """A counting semaphore with a timeout (the local fallback limit)."""
+
+    def __init__(self, value: int) -> None:
+        self._semaphore = threading.Semaphore(value)
+
+    def acquire(self, timeout: float | None) -> bool:
+        """Take a unit within ``timeout`` seconds (None: wait); True if taken."""
+        return self._semaphore.acquire(timeout=timeout)
+
+    def release(self) -> None:
+        self._semaphore.release()
+
+
 class Worker:
     """A daemon thread running ``target`` until it returns."""
 

@@ -1,0 +1,64 @@
+"""When Redis cannot be reached: fail closed (default), or a conservative
+local fallback limit per governor object that hands its holders back to
+the shared limit when Redis returns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from governor import AcquireTimeout, Governor, GovernorConfig, GovernorUnavailable, Outcome
+
+from .servers import RedisServer, wait_until
+
+FAST = {"lease_ttl": 0.6, "poll": 0.2, "queue_ttl": 1.0, "redis_timeout": 1.0}
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    s = RedisServer().start()
+    yield s
+    s.cleanup()
+
+
+def test_fail_closed_by_default(server: RedisServer) -> None:
+    gov = Governor.from_url(server.url, "closed", GovernorConfig(max_capacity=4, **FAST))  # type: ignore[arg-type]
+    try:
+        gov.status()
+        server.stop()
+        with pytest.raises(GovernorUnavailable):
+            gov.acquire(timeout=5)
+        with pytest.raises(GovernorUnavailable):
+            gov.try_acquire()
+        with pytest.raises(GovernorUnavailable):
+            gov.report(Outcome.SUCCESS)
+    finally:
+        gov.close()
+
+
+def test_local_fallback_admits_a_few_then_returns_to_the_shared_limit(server: RedisServer) -> None:
+    config = GovernorConfig(max_capacity=4, on_unavailable="local", local_capacity=1, **FAST)  # type: ignore[arg-type]
+    gov = Governor.from_url(server.url, "fallback", config)
+    try:
+        gov.status()
+        server.stop()
+        local = gov.acquire(timeout=5)
+        assert local.local and local.fence == 0 and not local.lost
+        with pytest.raises(AcquireTimeout, match="local fallback limit of 1 is full"):
+            gov.acquire(timeout=0.2)
+        assert gov.try_acquire() is None
+        gov.report(Outcome.SUCCESS, lease=local)  # not recorded, not an error in local mode
+
+        server.start()  # same port, empty: the heartbeat re-creates and adopts
+        wait_until(lambda: local.epoch != "local", 10, what="the local lease to be adopted")
+        st = gov.status()
+        assert (st.in_flight, st.capacity) == (1, 1) and local.fence > 0  # recovered cautiously: 4 // 4
+        assert gov.try_acquire() is None  # the adopted holder counts in the shared limit
+        local.release()
+        shared = gov.acquire(timeout=5)  # back on the shared limit
+        assert not shared.local
+        shared.release()
+        assert gov.status().in_flight == 0
+    finally:
+        gov.close()
