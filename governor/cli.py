@@ -6,9 +6,9 @@ looking never creates a governor), writes through the Governor API. Every
 read command takes ``--json``. ``--url`` and ``--name`` also come from
 ``GOVERNOR_REDIS_URL`` and ``GOVERNOR_NAME``.
 
-The simulation commands (``demo``, ``bench``, ``provider``, ``swarm``) live
-in :mod:`governor.sim.cli` and are imported only when one of them runs, so
-the operator commands work without the ``sim`` extra.
+The simulation commands (``demo``, ``bench``, ``provider``, ``swarm``,
+``worker``) live in :mod:`governor.sim.cli` and are imported only when one
+of them runs, so the operator commands work without the ``sim`` extra.
 """
 
 from __future__ import annotations
@@ -395,7 +395,8 @@ def list_(app: App, as_json: bool) -> None:
     try:
         names = gi.list_governors(client, app.prefix)
     except GovernorUnavailable as error:
-        fail(f"cannot list governors: {str(error).removeprefix(repr('*') + ': ')}")
+        detail = str(error).removeprefix("governor '*': ")
+        fail(f"cannot list governors: {detail} (url: {safe_url(app.url)})")
     found: list[Status] = []
     broken: dict[str, str] = {}
     for name in names:
@@ -613,10 +614,12 @@ def events(
     With --follow the last COUNT decisions are printed oldest first, then
     each new one as it is logged (like tail -f).
     """
-    gov, _ = app.existing()
-    client, keys = app.client(), gov.keys
+    if not follow and (since is not None or max_events is not None):
+        raise click.UsageError("--since and --max-events go with --follow")
     if since is not None and not re.fullmatch(r"\d+(-\d+)?|\$", since):
         raise click.BadParameter(f"{since!r} is not a stream entry id (like 1700000000000-0)", param_hint="--since")
+    gov, _ = app.existing()
+    client, keys = app.client(), gov.keys
     wanted = set(kinds)
 
     def keep(event: gi.DecisionEvent) -> bool:

@@ -173,12 +173,13 @@ def test_bad_input(run: Run, make: Callable[..., Governor], behind: FakeClock) -
     refused(run("pause", "--duration", "0"), "must be longer than 0 seconds", code=2)
     refused(run("pause", "--reason", ""), "reason", code=2)
     refused(run("events", "--follow", "--since", "yesterday"), "not a stream entry id", code=2)
+    refused(run("events", "--since", "1"), "go with --follow", code=2)
 
 
 def test_unreachable_redis(run: Run) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     for command in (["status"], ["list"], ["leases"], ["set-max", "3"], ["keys"]):
-        err = refused(run(*command, url=url), "unreachable", "check the URL")
+        err = refused(run(*command, url=url), "unreachable", "check the URL", f"(url: {url})")
         assert len(err.strip().splitlines()) == 1
 
 
