@@ -51,6 +51,11 @@ Kwargs = dict[str, Any]
 NEEDS = "a function that returns an awaitable (async def, or an async SDK method)"
 
 
+class _Misuse(ConfigError):
+    """A function of the wrong kind for this facade: a usage error, raised
+    as it is and never reported as a provider outcome."""
+
+
 async def retry_call(
     governor: AsyncGovernor,
     # sync: fn: Callable[..., T],
@@ -90,6 +95,8 @@ async def retry_call(
         try:
             try:
                 result = await _invoke(governor, fn, args, kwargs)
+            except _Misuse:
+                raise
             except Exception as error:
                 verdict = _classify(governor, classifier, error)
                 if verdict.kind is Kind.QUOTA_EXHAUSTED:
@@ -182,7 +189,7 @@ async def _invoke(governor: AsyncGovernor, fn: Callable[..., Awaitable[T]], args
     if not inspect.isawaitable(value):
         if inspect.iscoroutine(value):
             value.close()  # never awaited: close it, or Python warns about it
-        raise ConfigError(
+        raise _Misuse(
             f"{type(governor).__name__}.call() needs {NEEDS}; {fn!r} returned {type(value).__name__}",
             name=governor.name,
         )

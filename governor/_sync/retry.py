@@ -30,6 +30,11 @@ Kwargs = dict[str, Any]
 NEEDS = "a plain function (coroutine functions need the asyncio facade)"
 
 
+class _Misuse(ConfigError):
+    """A function of the wrong kind for this facade: a usage error, raised
+    as it is and never reported as a provider outcome."""
+
+
 def retry_call(
     governor: Governor,
     fn: Callable[..., T],
@@ -68,6 +73,8 @@ def retry_call(
         try:
             try:
                 result = _invoke(governor, fn, args, kwargs)
+            except _Misuse:
+                raise
             except Exception as error:
                 verdict = _classify(governor, classifier, error)
                 if verdict.kind is Kind.QUOTA_EXHAUSTED:
@@ -155,7 +162,7 @@ def _invoke(governor: Governor, fn: Callable[..., T], args: Args, kwargs: Kwargs
     if inspect.isawaitable(value):
         if inspect.iscoroutine(value):
             value.close()  # never awaited: close it, or Python warns about it
-        raise ConfigError(
+        raise _Misuse(
             f"{type(governor).__name__}.call() needs {NEEDS}; {fn!r} returned {type(value).__name__}",
             name=governor.name,
         )
