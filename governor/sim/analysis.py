@@ -85,7 +85,8 @@ class StrategyMetrics:
     error_samples: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return _rounded(asdict(self))
+        data: dict[str, Any] = _rounded(asdict(self))
+        return data
 
 
 def _rounded(value: Any) -> Any:

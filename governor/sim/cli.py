@@ -32,9 +32,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _command_line() -> str:
-    """The command as a user would type it again."""
-    prog = "python -m governor.sim" if sys.argv[0].endswith("__main__.py") else Path(sys.argv[0]).name
-    return f"{prog} {shlex.join(sys.argv[1:])}".strip()
+    """The running command with every option that was not left at its default,
+    as a user would type it to run the same thing again."""
+    ctx = click.get_current_context()
+    parts = ctx.command_path.split()
+    for param in ctx.command.params:
+        if not isinstance(param, click.Option) or param.name is None:
+            continue
+        source = ctx.get_parameter_source(param.name)
+        if source in (None, click.core.ParameterSource.DEFAULT):
+            continue
+        flag = max(param.opts, key=len)
+        value = ctx.params[param.name]
+        if param.is_flag:
+            if value:
+                parts.append(flag)
+        elif param.multiple:
+            for item in value:
+                parts += [flag, str(item)]
+        elif value is not None:
+            parts += [flag, str(value)]
+    return shlex.join(parts)
 
 
 def _fail(error: Exception) -> click.ClickException:
@@ -323,20 +341,12 @@ def provider_command(host: str, port: int, **kw: Any) -> None:
         config = _provider_config(kw)
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
-    ready = None
 
-    async def main() -> None:
-        nonlocal ready
-        ready = asyncio.Event()
-        task = asyncio.create_task(serve(config, host, port, ready))
-        await asyncio.wait([task, asyncio.create_task(ready.wait())], return_when=asyncio.FIRST_COMPLETED)
-        if task.done():
-            task.result()
-        click.echo(f"mock provider on http://{host}:{port}/v1 (hidden limit {config.limit}); Ctrl-C stops it")
-        await task
+    def announce(url: str) -> None:
+        click.echo(f"mock provider on {url}/v1 (hidden limit {config.limit}); Ctrl-C stops it")
 
     try:
-        asyncio.run(main())
+        asyncio.run(serve(config, host, port, announce))
     except KeyboardInterrupt:
         pass
     except OSError as error:
@@ -397,9 +407,18 @@ def worker_command(redis_url: str, namespace: str, jobs: int | None) -> None:
     help="The long queue to compare with a queue of 10.",
 )
 @click.option(
+    "--script-calls",
+    type=click.IntRange(min=10),
+    default=2000,
+    show_default=True,
+    help="Calls of each script whose Redis time is measured.",
+)
+@click.option(
     "--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the figures as JSON here."
 )
-def bench_command(redis_url: str | None, seconds: float, wakes: int, deep: int, out: Path | None) -> None:
+def bench_command(
+    redis_url: str | None, seconds: float, wakes: int, deep: int, script_calls: int, out: Path | None
+) -> None:
     """Measure the governor's overhead against raw Redis, side by side on one Redis.
 
     (1) uncontended acquire+release pairs/s vs INCR+DECR pairs on the same
@@ -417,7 +436,9 @@ def bench_command(redis_url: str | None, seconds: float, wakes: int, deep: int, 
     with backend:
         click.echo(f"Redis: {backend.describe()}")
         assert backend.url is not None
-        result = run_bench(backend.url, seconds=seconds, wakes=wakes, deep=deep, echo=click.echo)
+        result = run_bench(
+            backend.url, seconds=seconds, wakes=wakes, deep=deep, script_calls=script_calls, echo=click.echo
+        )
     result["command"] = _command_line()
     click.echo("")
     click.echo(format_bench(result))

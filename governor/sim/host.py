@@ -21,11 +21,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import AsyncGovernor, GovernorConfig, Outcome
-from ..backoff import full_jitter
+from ..backoff import retry_wait
+from ..classify import Classification, Kind, classify_http, default_classifier
 from ..errors import AcquireTimeout, GovernorError, LeaseLost
 
 #: what one attempt came to
 OK, LIMITED, QUOTA, ERROR = "ok", "limited", "quota", "error"
+_KINDS = {Kind.RATE_LIMITED: LIMITED, Kind.QUOTA_EXHAUSTED: QUOTA, Kind.OTHER: ERROR}
 _OUTCOMES = {OK: Outcome.SUCCESS, LIMITED: Outcome.RATE_LIMITED, QUOTA: Outcome.QUOTA_EXHAUSTED, ERROR: Outcome.ERROR}
 #: error messages kept per host, so a failing run says why without a flood
 MAX_ERROR_SAMPLES = 5
@@ -122,10 +124,10 @@ class _Caller:
 
     async def open(self) -> None:
         if self.job.client == "openai":
-            import openai
+            from ..providers import async_openai_client
 
-            self._openai = openai.AsyncOpenAI(
-                base_url=self.job.provider_url.rstrip("/") + "/v1", api_key="sk-sim", max_retries=0, timeout=60.0
+            self._openai = async_openai_client(
+                base_url=self.job.provider_url.rstrip("/") + "/v1", api_key="sk-sim", timeout=60.0
             )
         else:
             import aiohttp
@@ -152,10 +154,7 @@ class _Caller:
                 body = await response.read()
                 if response.status == 200:
                     return OK, None, ""
-                if response.status == 429:
-                    kind = QUOTA if b"insufficient_quota" in body else LIMITED
-                    return kind, retry_after(response.headers), ""
-                return ERROR, None, f"HTTP {response.status}: {body[:200]!r}"
+                return _verdict(classify_http(response.status, response.headers, body))
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
             return ERROR, None, f"{type(error).__name__}: {error}"
 
@@ -165,27 +164,13 @@ class _Caller:
         try:
             await self._openai.chat.completions.create(model=self.job.model, messages=self.payload["messages"])
             return OK, None, ""
-        except openai.RateLimitError as error:
-            kind = QUOTA if error.code == "insufficient_quota" else LIMITED
-            return kind, retry_after(error.response.headers), ""
         except openai.APIError as error:
-            return ERROR, None, f"{type(error).__name__}: {error}"
+            return _verdict(default_classifier(error))
 
 
-def retry_after(headers: Any) -> float | None:
-    """The provider's wait in seconds: ``retry-after-ms``, else a numeric
-    ``retry-after`` (the mock provider sends no HTTP dates)."""
-    for header, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        raw = headers.get(header)
-        if raw is None:
-            continue
-        try:
-            value = float(raw) / scale
-        except ValueError:
-            continue
-        if value >= 0:
-            return value
-    return None
+def _verdict(verdict: Classification) -> tuple[str, float | None, str]:
+    """The project's classification of a failed call: (kind, retry_after, description)."""
+    return _KINDS[verdict.kind], verdict.retry_after, verdict.description
 
 
 async def run_host(job: HostJob, make_client: Callable[[], Any]) -> HostResult:
@@ -268,8 +253,7 @@ async def _agent(job: HostJob, index: int, governor: AsyncGovernor | None, call:
             else:
                 result.errors += 1
                 result.note_error(problem)
-            if wait is None:
-                wait = full_jitter(failures, base=job.backoff_base, cap=job.backoff_cap)
+            wait = retry_wait(failures, wait, base=job.backoff_base, cap=job.backoff_cap)
             result.phases["backoff"] += wait
             await asyncio.sleep(wait)
     result.finished_at[index] = time.time()

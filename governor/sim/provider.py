@@ -38,7 +38,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -254,9 +254,9 @@ class MockProvider:
                 web.get("/healthz", self._health),
             ]
         )
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, backlog=1024, shutdown_timeout=1.0)
+        site = web.TCPSite(self._runner, host, port, backlog=1024)
         await site.start()
         bound = self._runner.addresses[0][1]  # the real port when port=0
         self._url = f"http://{host}:{bound}"
@@ -582,12 +582,12 @@ def _error(status: int, message: str, type_: str, code: str | None, headers: dic
     return web.json_response(body, status=status, headers=headers)
 
 
-async def serve(config: ProviderConfig, host: str, port: int, ready: asyncio.Event | None = None) -> None:
-    """Serve until cancelled (the ``provider`` command)."""
+async def serve(config: ProviderConfig, host: str, port: int, on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve until cancelled (the ``provider`` command); ``on_ready`` gets the base URL."""
     provider = MockProvider(config)
-    await provider.start(host, port)
-    if ready is not None:
-        ready.set()
+    url = await provider.start(host, port)
+    if on_ready is not None:
+        on_ready(url)
     try:
         await asyncio.Event().wait()
     finally:

@@ -1,0 +1,114 @@
+"""The overhead benchmarks run, measure what they claim, and clean up.
+
+Each runs for a fraction of a second on the session's private Redis. No
+speed is asserted here: the targets are judged by ``governor bench``
+itself; these tests check that each figure is produced, has the right
+shape and comes from the operations it names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from governor.sim import bench
+from governor.sim.cli import bench_command
+
+
+def _keys_left(url: str) -> list[bytes]:
+    client = redis.Redis.from_url(url)
+    try:
+        return [k for k in client.scan_iter("*bench-*")]
+    finally:
+        client.close()
+
+
+def test_pairs_are_measured_side_by_side(redis_url: str) -> None:
+    for result in (bench.bench_pairs_sync(redis_url, 0.1),):
+        assert result["governor_pairs_s"] > 0 and result["raw_pairs_s"] > 0
+        assert result["ratio"] == pytest.approx(result["raw_pairs_s"] / result["governor_pairs_s"])
+    assert _keys_left(redis_url) == []
+
+
+async def test_async_pairs_are_measured_side_by_side(redis_url: str) -> None:
+    result = await bench.bench_pairs_async(redis_url, 0.1)
+    assert result["governor_pairs_s"] > 0 and result["raw_pairs_s"] > 0
+    assert _keys_left(redis_url) == []
+
+
+async def test_wake_latency_counts_every_hand_over(redis_url: str) -> None:
+    result = await bench.bench_wake_async(redis_url, 20)
+    assert result["count"] == 20
+    assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
+    sync = bench.bench_wake_sync(redis_url, 10)
+    assert sync["count"] == 10 and 0 < sync["p50_ms"] <= sync["max_ms"]
+    assert _keys_left(redis_url) == []
+
+
+def test_queue_depth_keeps_the_deep_queue_deep(redis_url: str) -> None:
+    result = bench.bench_queue_depth(redis_url, 0.2, deep=300)
+    assert result["deep"] == 300
+    assert result["shallow_hand_overs_s"] > 0 and result["deep_hand_overs_s"] > 0
+    assert _keys_left(redis_url) == []
+
+
+def test_script_time_comes_from_command_statistics(redis_url: str) -> None:
+    result = bench.bench_script_time(redis_url, count=50)
+    for op in ("acquire", "report", "release", "status", "prelude only", "empty script", "INCR"):
+        assert result[op] > 0, op
+    # every operation runs the prelude and then does its own work
+    assert result["acquire"] > result["prelude only"] > result["empty script"]
+    assert _keys_left(redis_url) == []
+
+
+def test_verdicts_compare_each_figure_with_its_target() -> None:
+    result = {
+        "pairs_sync": {"ratio": 1.2},
+        "pairs_async": {"ratio": 1.5},
+        "wake_async": {"p50_ms": 0.5, "p99_ms": 6.0},
+        "wake_sync": {"p50_ms": 0.9, "p99_ms": 2.0},
+        "queue": {"ratio": 1.0},
+        "script_usec": {"acquire": 14.0, "report": 16.0, "release": 10.0},
+    }
+    verdicts = bench.verdicts(result)
+    assert verdicts["pair_ratio (sync)"]["met"] and not verdicts["pair_ratio (asyncio)"]["met"]
+    assert not verdicts["wake p99 ms (asyncio)"]["met"] and verdicts["wake p99 ms (sync)"]["met"]
+    assert verdicts["Redis usec per acquire"]["met"] and not verdicts["Redis usec per report"]["met"]
+
+
+def test_the_bench_command_prints_and_writes_every_figure(redis_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(
+        bench_command,
+        [
+            "--redis-url",
+            redis_url,
+            "--seconds",
+            "0.2",
+            "--wakes",
+            "20",
+            "--queued",
+            "100",
+            "--script-calls",
+            "50",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert set(data["verdicts"]) >= {"pair_ratio (sync)", "wake p50 ms (asyncio)", "deep queue ratio"}
+    assert data["command"].startswith("bench --redis-url")
+    for label in data["verdicts"]:
+        assert label in result.output
+    assert _keys_left(redis_url) == []
+
+
+def test_the_bench_command_needs_a_reachable_redis() -> None:
+    result = CliRunner().invoke(bench_command, ["--redis-url", "redis://127.0.0.1:1/0", "--seconds", "0.1"])
+    assert result.exit_code == 1
+    assert "cannot reach Redis" in result.output

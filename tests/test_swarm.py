@@ -1,0 +1,329 @@
+"""The swarm benchmark, small and fast: orderings that must always hold.
+
+A short scenario (2 hosts x 5 agents, a hidden limit of 3, 0.1 s calls, a
+1 s window) runs through the real CLI with host *processes* on the
+session's Redis, and its JSON output is checked for orderings, never for
+speeds: the fleet governor gets fewer 429s than no coordination, and it
+never lets the fleet push above the hidden limit for longer than one
+detection (a refusal plus one service time). The figures themselves are
+checked on synthetic records where the right answer is known.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+import redis
+from click.testing import CliRunner
+
+from governor import Governor, Outcome
+from governor.errors import ConfigError
+from governor.sim import analysis
+from governor.sim.cli import swarm_command
+from governor.sim.embedded import Backend
+from governor.sim.host import HostResult
+from governor.sim.provider import LIMITED, OK, ProviderConfig, RunRecord
+from governor.sim.report import table, write_chart, write_json
+from governor.sim.scenario import Scenario, governor_config, governor_names, parse_option
+from governor.sim.swarm import run_swarm
+
+from .conftest import FakeClock
+
+LATENCY = 0.1
+REJECT = 0.005
+SMALL = [
+    "--hosts", "2", "--agents", "5", "--calls", "6", "--limit", "3", "--latency", str(LATENCY),
+    "--reject-latency", str(REJECT), "--max-capacity", "6", "--window", "1", "--poll", "0.25",
+    "--backoff-base", "0.05", "--schedule", "", "--max-time", "40", "--settle-windows", "1", "--quiet",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def small_run(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("swarm")
+    result = CliRunner().invoke(
+        swarm_command, ["--redis-url", redis_url, "--strategies", "none,fleet", "--out", str(out), *SMALL]
+    )
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads((out / "swarm.json").read_text())
+    data["_out"] = out
+    data["_stdout"] = result.output
+    return data
+
+
+def metrics(run: dict[str, Any], strategy: str) -> dict[str, Any]:
+    return run["strategies"][strategy]["metrics"]  # type: ignore[no-any-return]
+
+
+def test_every_strategy_finishes_its_workload(small_run: dict[str, Any]) -> None:
+    for strategy in ("none", "fleet"):
+        m = metrics(small_run, strategy)
+        assert m["done"] == 1.0 and m["finish"] is not None, m["error_samples"]
+        assert m["ok"] == 2 * 5 * 6
+        assert m["errors"] == 0 and m["lost"] == 0, m["error_samples"]
+
+
+def test_fleet_gets_fewer_429s_than_no_coordination(small_run: dict[str, Any]) -> None:
+    assert metrics(small_run, "fleet")["limited"] < metrics(small_run, "none")["limited"]
+
+
+def test_fleet_never_stays_above_the_hidden_limit_longer_than_one_detection(small_run: dict[str, Any]) -> None:
+    fleet, none = metrics(small_run, "fleet"), metrics(small_run, "none")
+    assert fleet["peak_served"] <= 3  # the provider itself never serves more than its limit
+    assert fleet["longest_over"] <= REJECT + LATENCY
+    assert fleet["time_over"] < none["time_over"]
+
+
+def test_figures_are_consistent(small_run: dict[str, Any]) -> None:
+    none, fleet = metrics(small_run, "none"), metrics(small_run, "fleet")
+    assert none["wait_p50"] is None  # nothing to wait for without a governor
+    assert fleet["wait_p50"] is not None and fleet["wait_p50"] <= fleet["wait_p95"]
+    for m in (none, fleet):
+        assert m["attempts"] == m["ok"] + m["limited"] + m["quota"]
+        assert 0 < m["goodput"] <= 1.5
+        assert 0.5 <= m["jain"] <= 1.0  # two hosts: 1/n = 0.5 at worst
+        assert m["call_p50"] <= m["call_p95"]
+    trace = small_run["strategies"]["fleet"]["trace"]
+    assert trace["governor"]["rows"], "the driver sampled the governor's capacity"
+    assert max(row[1] for row in trace["governor"]["rows"]) <= 6  # never above max_capacity
+    assert small_run["environment"]["hosts"] == "host processes on this machine"
+
+
+def test_outputs_are_written(small_run: dict[str, Any]) -> None:
+    out: Path = small_run["_out"]
+    assert (out / "swarm.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert small_run["command"].startswith("swarm --redis-url")
+    assert "--hosts 2 --agents 5" in small_run["command"] and "--quiet" in small_run["command"]
+    assert "none" in small_run["_stdout"] and "fleet" in small_run["_stdout"]
+    assert small_run["scenario"]["strategies"] == ["none", "fleet"]
+
+
+def test_the_swarm_leaves_no_keys_behind(small_run: dict[str, Any], redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        left = [k for k in client.scan_iter("*") if b"sim-" in k or k.startswith(b"governor-sim")]
+    finally:
+        client.close()
+    assert left == []
+
+
+async def test_hosts_are_threads_on_an_in_process_fakeredis() -> None:
+    backend = Backend("fakeredis", None, fake_server=fakeredis.FakeServer())
+    scenario = Scenario(
+        hosts=2, agents=3, calls=3, strategies=("fixed", "fleet"), max_capacity=4, window=1.0, poll=0.25,
+        backoff_base=0.05, max_time=30, lead=0.2,
+    )  # fmt: skip
+    provider = ProviderConfig(limit=2, latency_mean=0.05, latency_sigma=0.0)
+    result = await run_swarm(scenario, provider, backend)
+    assert "threads" in result.environment["hosts"]
+    assert "fakeredis" in result.environment["redis"]
+    for run in result.runs.values():
+        assert run.metrics.done == 1.0, run.metrics.error_samples
+    assert "fleet" in table(result)
+
+
+def test_external_provider_and_workers(redis_url: str, tmp_path: Path) -> None:
+    """What docker-compose runs: a provider and a worker in their own processes."""
+    python = [sys.executable, "-m", "governor.sim"]
+    provider_cmd = [*python, "provider", "--port", "0", "--limit", "2", "--latency", "0.05"]
+    worker_cmd = [*python, "worker", "--redis-url", redis_url, "--namespace", "governor-sim-test"]
+    with (
+        subprocess.Popen(provider_cmd, stdout=subprocess.PIPE, text=True) as provider,
+        subprocess.Popen(worker_cmd) as worker,
+    ):
+        try:
+            assert provider.stdout is not None
+            url = provider.stdout.readline().split()[3].removesuffix("/v1")
+            result = CliRunner().invoke(
+                swarm_command,
+                [
+                    "--redis-url", redis_url, "--provider-url", url, "--workers", "external",
+                    "--namespace", "governor-sim-test", "--hosts", "1", "--agents", "3", "--calls", "3",
+                    "--strategies", "fleet", "--max-capacity", "4", "--window", "1", "--poll", "0.25",
+                    "--out", str(tmp_path), "--quiet",
+                ],
+            )  # fmt: skip
+            assert result.exit_code == 0, result.output
+            data = json.loads((tmp_path / "swarm.json").read_text())
+            assert data["provider"]["limit"] == 2  # read from the provider, not the driver's defaults
+            assert data["strategies"]["fleet"]["metrics"]["done"] == 1.0
+            assert "external workers" in data["environment"]["hosts"]
+        finally:
+            provider.terminate()
+            worker.terminate()
+            provider.wait(10)
+            worker.wait(10)
+
+
+def test_external_workers_need_a_shared_redis() -> None:
+    result = CliRunner().invoke(swarm_command, ["--workers", "external", "--quiet"])
+    assert result.exit_code == 2
+    assert "--redis-url" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--strategies", "none,magic"], "unknown strategy"),
+        (["--strategies", "fleet,fleet"], "once"),
+        (["--set", "cut_factor=2"], "cut_factor"),
+        (["--set", "nonsense=1"], "unknown governor setting"),
+        (["--set", "policy=seed"], "own option"),
+        (["--schedule", "later"], "SECONDS:LIMIT"),
+        (["--retry-after", "soon"], "retry-after"),
+    ],
+)
+def test_bad_swarm_options_are_refused_before_anything_runs(args: list[str], needle: str) -> None:
+    result = CliRunner().invoke(swarm_command, [*args, "--quiet"])
+    assert result.exit_code == 2
+    assert needle in result.output
+
+
+# -- strategies -------------------------------------------------------------------------
+
+
+def test_the_fixed_semaphore_never_adapts(redis_url: str, name: str) -> None:
+    config = governor_config(Scenario(max_capacity=5), "fixed")
+    assert config is not None
+    client = redis.Redis.from_url(redis_url)
+    gov = Governor(client, name, config, clock=FakeClock())
+    try:
+        for _ in range(50):
+            gov.report(Outcome.RATE_LIMITED)
+        status = gov.status()
+    finally:
+        gov.close()
+        client.close()
+    assert status.capacity == 5 and not status.paused
+
+
+def test_each_strategy_gets_its_governors() -> None:
+    scenario = Scenario(hosts=3, max_capacity=10, window=8.0)
+    assert governor_config(scenario, "none") is None
+    assert governor_names("p", "none", 3) == []
+    assert governor_names("p", "fleet", 3) == ["p-fleet"] * 3
+    assert governor_names("p", "per-host", 3) == ["p-per-host-0", "p-per-host-1", "p-per-host-2"]
+    per_host = governor_config(scenario, "per-host")
+    assert per_host is not None and per_host.max_capacity == 4 and per_host.policy == "seed"
+    seed = governor_config(scenario, "fleet-seed")
+    assert seed is not None and seed.policy == "seed" and seed.max_capacity == 10
+    fleet = governor_config(Scenario(window=8.0, fleet_options=(("cut_factor", 0.8),)), "fleet")
+    assert fleet is not None and fleet.policy == "adaptive" and fleet.cut_factor == 0.8
+    assert fleet.probe_interval == 2.0  # a quarter of the window, as 15 s is of 60 s
+    assert fleet.window == 8.0
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"hosts": 0}, {"strategies": ()}, {"window": 0}, {"client": "curl"}, {"per_host_policy": "greedy"}],
+)
+def test_bad_scenarios_are_refused(settings: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError):
+        Scenario(**settings)
+
+
+def test_governor_settings_are_typed() -> None:
+    assert parse_option("cut_factor=0.85") == ("cut_factor", 0.85)
+    assert parse_option("pause-count=9") == ("pause_count", 9)
+    with pytest.raises(ConfigError, match="needs a int"):
+        parse_option("pause_count=lots")
+    with pytest.raises(ConfigError, match="NAME=VALUE"):
+        parse_option("cut_factor")
+
+
+# -- the figures, on records where the answer is known ----------------------------------------------
+
+
+def test_ideal_and_saturation() -> None:
+    config = ProviderConfig(limit=10, latency_mean=0.5, schedule=((10.0, 5), (20.0, 10)))
+    assert analysis.limit_integral(config, 0, 30) == 10 * 10 + 5 * 10 + 10 * 10
+    assert analysis.ideal_calls(config, 5, 15) == (10 * 5 + 5 * 5) / 0.5
+    assert analysis.ideal_finish(config, 200) == pytest.approx(10.0)
+    assert analysis.ideal_finish(config, 300) == pytest.approx(20.0)
+    assert analysis.ideal_finish(ProviderConfig(limit=0, latency_mean=1), 1) == float("inf")
+    # 12 agents, limit 10: saturated until the third agent finishes
+    assert analysis.saturated_until(config, 12, [4.0, 6.0, 8.0, 9.0], 30.0) == 8.0
+    # ... and a limit that drops to 5 ends it when it drops
+    assert analysis.saturated_until(config, 12, [], 30.0) == 30.0
+    assert analysis.saturated_until(config, 8, [], 30.0) == 0.0
+
+
+def test_small_statistics() -> None:
+    assert analysis.jain([1, 1, 1, 1]) == 1.0
+    assert analysis.jain([1, 0, 0, 0]) == 0.25
+    assert analysis.jain([0, 0]) is None
+    assert analysis.percentile([], 50) is None
+    assert analysis.percentile([3, 1, 2, 4], 50) == 2
+    assert analysis.percentile([3, 1, 2, 4], 95) == 4
+
+
+def _record(ok_times: list[float], limited_times: list[float]) -> RunRecord:
+    responses = [(t, t, OK) for t in ok_times] + [(t, t, LIMITED) for t in limited_times]
+    return RunRecord(started_wall=1000.0, responses=sorted(responses, key=lambda r: r[1]))
+
+
+def test_goodput_steady_state_and_recovery_on_a_known_record() -> None:
+    # Limit 10, latency 1 s: ideal 10 calls/s, halved at 20 s. The fleet does
+    # 10/s, then 3/s for one window after the change, then 5/s.
+    config = ProviderConfig(limit=10, latency_mean=1.0, schedule=((20.0, 5),))
+    ok = [i / 10 for i in range(200)] + [20 + i / 3 for i in range(12)] + [24 + i / 5 for i in range(80)]
+    limited = [20.5, 21.0, 30.0]
+    host = HostResult(host=0, strategy="fleet", agents=40, attempts=len(ok) + 3, ok=len(ok))
+    host.success_at = [1000.0 + t for t in ok]
+    host.finished_at = [1040.0] * 40
+    m = analysis.analyse(
+        "fleet", config, _record(ok, limited), [host], window=4.0, settle_windows=1.0, workload=len(ok), max_time=60
+    )
+    assert m.finish == 40.0
+    assert m.limited == 3 and m.limited_share == pytest.approx(3 / (len(ok) + 3))
+    # steady state: [4, 20) and [24, 40): 160 + 80 successes of an ideal 160 + 80
+    assert m.steady_goodput == pytest.approx(1.0)
+    assert m.steady_limited_share == pytest.approx(1 / 241)
+    (recovery,) = m.recoveries
+    assert (recovery.old, recovery.new) == (10, 5)
+    assert recovery.windows == 2  # [20, 24) reaches 12/20, [24, 28) reaches 20/20
+    assert recovery.window_goodput[:2] == [pytest.approx(0.6), pytest.approx(1.0)]
+    assert recovery.window_429s[0] == 2
+    assert m.jain is None  # one host
+
+
+def test_an_unfinished_run_says_how_much_was_done() -> None:
+    config = ProviderConfig(limit=2, latency_mean=1.0)
+    host = HostResult(host=0, strategy="none", agents=4, attempts=5, ok=5)
+    host.finished_at = [None] * 4
+    m = analysis.analyse(
+        "none", config, _record([1, 2, 3, 4, 5], []), [host], window=1.0, settle_windows=0, workload=20, max_time=10
+    )
+    assert m.finish is None and m.done == 0.25
+    assert m.saturated_until == 10
+    assert m.goodput == pytest.approx(5 / 20)
+
+
+def test_json_and_chart_of_a_result(tmp_path: Path) -> None:
+    from governor.sim.swarm import StrategyRun, SwarmResult
+
+    config = ProviderConfig(limit=2, latency_mean=1.0)
+    record = _record([1, 2, 3], [1.5])
+    record.trace = [(0.1 * i, 2, 1, 2, 2, i // 10, 0) for i in range(40)]
+    host = HostResult(host=0, strategy="fleet", agents=2, attempts=4, ok=3)
+    host.finished_at = [3.0 + 1000, 3.0 + 1000]
+    m = analysis.analyse("fleet", config, record, [host], window=1.0, settle_windows=0, workload=3, max_time=10)
+    result = SwarmResult(
+        Scenario(hosts=1, agents=2, calls=1, strategies=("fleet",)),
+        config,
+        {"fleet": StrategyRun(m, record, [(0.5, 2, 1, 0, False)])},
+        {"hosts": "test"},
+    )
+    write_json(result, tmp_path / "r.json", "python -m governor.sim swarm")
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["command"] == "python -m governor.sim swarm"
+    assert data["strategies"]["fleet"]["trace"]["governor"]["rows"] == [[0.5, 2, 1, 0, 0]]
+    write_chart(result, tmp_path / "r.png")
+    assert (tmp_path / "r.png").stat().st_size > 1000
+    assert "| fleet |" in table(result, markdown=True)
