@@ -54,7 +54,7 @@ MakeAGov = Callable[..., AsyncGovernor]
 FAST = RetryPolicy(max_attempts=4, deadline=20.0, base=0.005, cap=0.02, max_retry_after=0.05)
 #: the seed policy's rules are exact (SPEC §4), so capacity can be asserted
 SEED = GovernorConfig(max_capacity=8, policy="seed")
-MESSAGES = [{"role": "user", "content": "hi"}]
+MESSAGES: list[Any] = [{"role": "user", "content": "hi"}]
 
 
 class Throttled(Exception):
@@ -123,11 +123,11 @@ async def async_clients(
 
 
 def chat(client: openai.OpenAI) -> Callable[[], Any]:
-    return lambda: client.chat.completions.create(model="gpt-test", messages=MESSAGES)  # type: ignore[arg-type]
+    return lambda: client.chat.completions.create(model="gpt-test", messages=MESSAGES)
 
 
 def message(client: anthropic.Anthropic) -> Callable[[], Any]:
-    return lambda: client.messages.create(model="claude-test", max_tokens=8, messages=MESSAGES)  # type: ignore[arg-type]
+    return lambda: client.messages.create(model="claude-test", max_tokens=8, messages=MESSAGES)
 
 
 def streamed_message(client: anthropic.Anthropic) -> Callable[[], Any]:
@@ -135,7 +135,8 @@ def streamed_message(client: anthropic.Anthropic) -> Callable[[], Any]:
     then raised under the lease and classified like any other failure."""
 
     def run() -> list[Any]:
-        with client.messages.create(model="claude-test", max_tokens=8, messages=MESSAGES, stream=True) as stream:  # type: ignore[arg-type]
+        stream = client.messages.create(model="claude-test", max_tokens=8, messages=MESSAGES, stream=True)
+        with stream:
             return list(stream)
 
     return run
@@ -610,7 +611,7 @@ async def test_async_anthropic_stream_overload_then_success(
         async with await ac.messages.create(
             model="claude-test",
             max_tokens=8,
-            messages=MESSAGES,  # type: ignore[arg-type]
+            messages=MESSAGES,
             stream=True,
         ) as events:
             return [event.type async for event in events]
