@@ -21,6 +21,7 @@ from .errors import (
     LeaseLost,
     QuotaExhausted,
     StateError,
+    WrongKeyType,
 )
 from .keys import SCHEMA_VERSION, GovernorKeys, governor_keys
 
@@ -44,5 +45,6 @@ __all__ = [
     "QuotaExhausted",
     "StateError",
     "Status",
+    "WrongKeyType",
     "governor_keys",
 ]

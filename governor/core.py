@@ -245,10 +245,11 @@ class GovernorCore:
         self._seen()
         return kind
 
-    def acquire(self, lease_id: str, holder: str, wait: bool) -> Call[Granted | Queued | Denied]:
+    def acquire(self, lease_id: str, holder: str, wait: bool, fresh: bool = True) -> Call[Granted | Queued | Denied]:
+        """Ask for a lease; ``fresh`` when the id was never sent before."""
         return self._call(
             "acquire",
-            (lease_id, holder, self._ttl_ms, "1" if wait else "0", self._queue_ttl_ms),
+            (lease_id, holder, self._ttl_ms, "1" if wait else "0", self._queue_ttl_ms, "1" if fresh else "0"),
             self._parse_acquire,
         )
 
@@ -322,7 +323,7 @@ class GovernorCore:
 
         return parse
 
-    def report(self, outcome: Outcome, retry_after: float | None, lease_id: str | None) -> Call[bool]:
+    def report(self, outcome: Outcome, retry_after: float | None, lease_id: str | None, fence: int = 0) -> Call[bool]:
         """True if recorded, False if the lease was no longer live (fenced off)."""
         if not isinstance(outcome, Outcome):
             raise ConfigError(f"outcome must be an Outcome, got {outcome!r}")
@@ -333,7 +334,8 @@ class GovernorCore:
             if not math.isfinite(retry_after) or retry_after < 0:
                 raise ConfigError(f"retry_after must be finite and >= 0 seconds, got {retry_after!r}")
             ra = str(ms(min(retry_after, 86400.0)))
-        return self._call("report", (outcome.value, ra, lease_id or ""), self._parse_reported)
+        lease_args = (lease_id, str(fence)) if lease_id else ("", "")
+        return self._call("report", (outcome.value, ra, *lease_args), self._parse_reported)
 
     def _parse_reported(self, reply: Any) -> bool | Missing:
         kind, _ = _check_reply(reply, self.name)

@@ -58,6 +58,11 @@ class StateError(GovernorError):
     schema written by another version, or a reply this client cannot read."""
 
 
+class WrongKeyType(StateError):
+    """A key of the governor holds another Redis type: another program wrote
+    to it. Nothing was changed; delete the key or use another name."""
+
+
 # Redis appends " script: <sha>, on @user_script:N." and fakeredis a stack
 # traceback on the next lines: the detail is the rest of the code's line.
 _REPLY = re.compile(r"GOVERNOR_([A-Z]+) (.*?)(?: script: [0-9a-f]{40}.*)?$", re.M)
@@ -70,11 +75,7 @@ def error_from_reply(message: str, name: str | None) -> GovernorError:
         return StateError(f"governor {name!r}: Redis answered with an error: {message}", name=name)
     code, detail = match.group(1), match.group(2).strip()
     if code == "WRONGTYPE":
-        return StateError(
-            f"governor {name!r}: key {detail}; another program wrote to this governor's keys. "
-            "Delete the key (see `governor keys`) or choose another governor name.",
-            name=name,
-        )
+        return wrong_key_type(detail, name)
     if code == "BADARG":
         return ConfigError(f"governor {name!r}: invalid argument: {detail}", name=name)
     if code == "SCHEMA":
@@ -83,6 +84,15 @@ def error_from_reply(message: str, name: str | None) -> GovernorError:
             name=name,
         )
     return StateError(f"governor {name!r}: unknown error reply GOVERNOR_{code}: {detail}", name=name)
+
+
+def wrong_key_type(detail: str, name: str | None) -> WrongKeyType:
+    """The error for a key of the wrong type; ``detail`` names it when known."""
+    return WrongKeyType(
+        f"governor {name!r}: key {detail}; another program wrote to this governor's keys. "
+        "Nothing was changed. Delete the key (see `governor keys`) or choose another governor name.",
+        name=name,
+    )
 
 
 @contextmanager
@@ -113,10 +123,7 @@ def map_errors(name: str | None) -> Iterator[None]:
         if "GOVERNOR_" in text:
             raise error_from_reply(text, name) from exc
         if text.startswith("WRONGTYPE"):
-            raise StateError(
-                f"governor {name!r}: a key holds the wrong Redis type ({text}); see `governor keys`",
-                name=name,
-            ) from exc
+            raise wrong_key_type("of this governor holds the wrong Redis type", name) from exc
         if text.startswith(("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")):
             raise GovernorUnavailable(f"governor {name!r}: Redis cannot serve now: {text}", name=name) from exc
         raise StateError(f"governor {name!r}: Redis answered with an error: {text}", name=name) from exc

@@ -64,6 +64,9 @@ class GovernorKeys:
     events: str  #: stream: the decision log
     channel: str  #: pub/sub channel announcing grants (not a key)
 
+    #: the Redis type of each key of :attr:`keys`, in the same order
+    TYPES = ("hash", "zset", "hash", "zset", "zset", "zset", "zset", "stream")
+
     @property
     def keys(self) -> tuple[str, ...]:
         """The KEYS of every script, in the order lua/common.lua binds them."""

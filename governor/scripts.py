@@ -1,7 +1,10 @@
 """The script registry: the Lua of lua/, registered once per Redis client.
 
-Each operation is ``lua/<name>.lua`` with ``lua/common.lua`` prepended. The
-files ship inside the wheel (``governor/lua``); they are read once per
+Each operation is ``lua/<name>.lua``; its script is ``lua/lib/common.lua``,
+then the fragments of ``lua/lib/`` its header names on its ``Uses`` line
+(in FRAGMENTS order), then the operation itself. A script pays for every
+function it defines on every call, so each loads only what it uses. The
+files ship inside the wheel (``governor/lua``) and are read once per
 process. ``register_script`` gives redis-py ``Script`` objects, which run
 EVALSHA and reload the script on NOSCRIPT (after a Redis restart or a
 ``SCRIPT FLUSH``), so this module keeps no SHA cache of its own.
@@ -10,6 +13,7 @@ EVALSHA and reload the script on NOSCRIPT (after a Redis restart or a
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,9 @@ OPERATIONS: tuple[str, ...] = (
     "status",
 )
 COMMON = "common"
+#: the fragments of lua/lib/, in the order a script includes them
+FRAGMENTS: tuple[str, ...] = ("admission", "policy", "admin", "config")
+_USES = re.compile(r"^Uses\s+(.+?)\s*(?:\(.*\))?$", re.M)
 
 
 def _lua_dir() -> Path:
@@ -40,15 +47,25 @@ def _lua_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "lua"
 
 
+def uses(body: str) -> tuple[str, ...]:
+    """The fragments an operation's header names on its ``Uses`` line."""
+    match = _USES.search(body)
+    named = re.findall(r"lib/(\w+)\.lua", match.group(1)) if match else []
+    unknown = set(named) - set(FRAGMENTS)
+    if unknown:
+        raise ValueError(f"unknown Lua fragment(s): {', '.join(sorted(unknown))}")
+    return tuple(f for f in FRAGMENTS if f in named)
+
+
 @functools.cache
 def source(operation: str) -> str:
-    """The full Lua source of ``operation``: the common prelude, then the operation."""
+    """The full Lua source of ``operation``: the prelude, its fragments, then the operation."""
     if operation not in OPERATIONS:
         raise KeyError(f"unknown governor script {operation!r}")
     folder = _lua_dir()
-    common = (folder / f"{COMMON}.lua").read_text(encoding="utf-8")
     body = (folder / f"{operation}.lua").read_text(encoding="utf-8")
-    return f"{common}\n-- ==== {operation}.lua ====\n{body}"
+    parts = [(folder / "lib" / f"{name}.lua").read_text(encoding="utf-8") for name in (COMMON, *uses(body))]
+    return "\n".join([*parts, f"-- ==== {operation}.lua ====", body])
 
 
 class Scripts:

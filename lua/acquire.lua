@@ -1,6 +1,7 @@
 --[[ acquire.lua: ask for a lease; join the FIFO queue when it must wait.
 
-KEYS    the governor's eight keys, see common.lua
+Uses    lib/admission.lua (after lib/common.lua)
+KEYS    the governor's eight keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel       string        where grants to waiters are announced
@@ -9,6 +10,8 @@ ARGV
   ARGV[5] ttl_ms        int ms >= 1   time to live of the lease
   ARGV[6] wait          '1' | '0'     '1' join the queue, '0' try only
   ARGV[7] queue_ttl_ms  int ms >= 1   a waiter not refreshed within this is dropped
+  ARGV[8] fresh         '1' | '0'     '1': the id was never sent before (skips
+                                      the idempotency lookups)
 Reply
   {1, 'granted', fence, expiry_ms, epoch}
   {1, 'queued', position, reason, hint_ms, epoch}   (wait = '1')
@@ -16,7 +19,7 @@ Reply
   {1, 'missing'}    no such governor: run init.lua, then call again
   position counts from 0; hint_ms > 0 is when asking again may pay off.
 Idempotent per id: a granted id is answered 'granted' again; a queued id
-has its place refreshed (a recovery probe too, see recover() in common.lua).
+has its place refreshed. Nobody waiting and room: admitted at once.
 ]]
 
 local id = arg_id(3, 'id')
@@ -24,50 +27,61 @@ local holder = ARGV[4]
 local ttl = arg_int(5, 'ttl_ms', 1)
 local wait = ARGV[6] == '1'
 local queue_ttl = arg_int(7, 'queue_ttl_ms', 1)
+local fresh = ARGV[8] == '1'
 if #holder > 200 then fail('BADARG', 'holder label is longer than 200 bytes') end
 if not load_state() then return missing_reply() end
 
 reclaim()
-local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
-if expiry and expiry > NOW then
-  local m = meta_parse(redis.call('HGET', K.holders, id))
-  return finish({SCHEMA, 'granted', int(m and m.fence or 0), int(expiry), S.epoch})
-end
 recover()
-
-if redis.call('ZSCORE', K.queue, id) then
-  redis.call('ZADD', K.waiters, int(NOW + queue_ttl), id)
-elseif wait then
-  set('ticket', S.ticket + 1)
-  redis.call('ZADD', K.queue, int(S.ticket), id)
-  redis.call('ZADD', K.waiters, int(NOW + queue_ttl), id)
-  redis.call('HSET', K.holders, id, meta_format(0, ttl, NOW, holder))
-elseif queued() == 0 then
-  -- try only: admitted at once when nobody waits and there is room
-  local reason, hint = blocked()
-  local live = in_flight()
-  if not reason and live < S.cap then
-    set('fence', S.fence + 1)
-    redis.call('ZADD', K.leases, int(NOW + ttl), id)
-    redis.call('HSET', K.holders, id, meta_format(S.fence, ttl, NOW, holder))
-    return finish({SCHEMA, 'granted', int(S.fence), int(NOW + ttl), S.epoch})
+local in_queue = false
+if not fresh then
+  local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
+  if expiry and expiry > NOW then
+    local m = meta_parse(redis.call('HGET', K.holders, id))
+    return finish({SCHEMA, 'granted', (m and m.fence or 0), expiry, S.epoch})
   end
-  return finish({SCHEMA, 'denied', reason or ('at capacity: ' .. int(live) .. ' in flight of ' .. int(S.cap)), int(hint), S.epoch})
+  in_queue = redis.call('ZSCORE', K.queue, id) ~= false
+end
+
+if in_queue then
+  redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
 else
-  return finish({SCHEMA, 'denied', 'earlier callers are queued', 0, S.epoch})
+  local reason, hint = blocked()
+  local waiting = queued()
+  if waiting == 0 then
+    -- Nobody waits: admitted at once when there is room (FIFO holds trivially).
+    local live = in_flight()
+    if not reason and live < S.cap then
+      local fence = add_lease(id, ttl, holder, live)
+      return finish({SCHEMA, 'granted', fence, NOW + ttl, S.epoch})
+    end
+    reason = reason or ('at capacity: ' .. live .. ' in flight of ' .. S.cap)
+  else
+    reason = reason or 'earlier callers are queued'
+  end
+  if not wait then
+    return finish({SCHEMA, 'denied', reason, hint, S.epoch})
+  end
+  -- queue, waiters, holders: a waiter missing from a later one is dropped
+  -- as dead by grant(), so a failure between them heals itself.
+  set('ticket', S.ticket + 1)
+  redis.call('ZADD', K.queue, S.ticket, id)
+  redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
+  redis.call('HSET', K.holders, id, meta_format(0, ttl, NOW, holder))
+  if waiting == 0 then created(K.queue) created(K.waiters) created(K.holders) end
 end
 
 local granted = grant(id)
 if granted[id] then
-  return finish({SCHEMA, 'granted', int(granted[id]), int(NOW + ttl), S.epoch})
+  return finish({SCHEMA, 'granted', granted[id], NOW + ttl, S.epoch})
 end
 local reason, hint = blocked()
 if not reason then
   local live = in_flight()
   if live >= S.cap then
-    reason = 'at capacity: ' .. int(live) .. ' in flight of ' .. int(S.cap)
+    reason = 'at capacity: ' .. live .. ' in flight of ' .. S.cap
   else
     reason = 'behind earlier waiters'
   end
 end
-return finish({SCHEMA, 'queued', redis.call('ZRANK', K.queue, id), reason, int(hint), S.epoch})
+return finish({SCHEMA, 'queued', redis.call('ZRANK', K.queue, id), reason, hint, S.epoch})

@@ -4,7 +4,8 @@ Removes the id from the queue, or, when it was granted in the meantime,
 releases the lease so the slot goes to the next waiter. Never swallows a
 slot, never leaks one; idempotent.
 
-KEYS    the governor's eight keys, see common.lua
+Uses    lib/admission.lua (after lib/common.lua)
+KEYS    the governor's eight keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
@@ -22,14 +23,9 @@ if redis.call('ZREM', K.queue, id) == 1 then
   was = 'queued'
   redis.call('ZREM', K.waiters, id)
   redis.call('HDEL', K.holders, id)
-else
-  redis.call('ZREM', K.waiters, id)
-  local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
-  if expiry then
-    redis.call('ZREM', K.leases, id)
-    redis.call('HDEL', K.holders, id)
-    if expiry > NOW then was = 'granted' end
-  end
+elseif redis.call('ZREM', K.leases, id) == 1 then
+  was = 'granted'
+  redis.call('HDEL', K.holders, id)
 end
 reclaim()
 grant()

@@ -7,7 +7,8 @@ client then runs this script and calls again. After a *loss* (recovered =
 enough for running holders to renew and be adopted (renew.lua), and
 capacity starts at the resume level; it never comes back unlimited.
 
-KEYS    the governor's eight keys, see common.lua
+Uses    lib/admission.lua, lib/admin.lua, lib/config.lua (after lib/common.lua)
+KEYS    the governor's eight keys, see lib/common.lua
 ARGV
   ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel      string        where grants to waiters are announced
@@ -15,7 +16,7 @@ ARGV
   ARGV[4] recovered    '1' | '0'     '1' if the client saw this governor before
   ARGV[5] fence_floor  int >= 0      highest fence the client has seen
   ARGV[6] hold_ms      int ms >= 0   admission hold after a loss
-  ARGV[7..] config     name, value pairs (see CONFIG_FIELDS in common.lua)
+  ARGV[7..] config     name, value pairs (see config_fields in common.lua)
 Reply
   {1, 'created', epoch}   a new state was written
   {1, 'exists', epoch}    the state was there already; nothing changed
@@ -25,7 +26,8 @@ local epoch = arg_id(3, 'epoch')
 local recovered = ARGV[4] == '1'
 local fence_floor = arg_int(5, 'fence_floor')
 local hold = arg_int(6, 'hold_ms')
-local cfg = parse_config(7)
+local cfg, raw = parse_config(7)
+check_types()
 if load_state() then return {SCHEMA, 'exists', S.epoch} end
 
 -- Fences keep growing across a loss: they restart above the clock (in
@@ -39,12 +41,24 @@ set('ticket', 0)
 set('evseq', 0)
 set('quota_count', 0)
 set('quota_at', 0)
-apply_config(cfg)
+set('touch_due', 0)
+set('reclaim_due', 0)
+apply_config(cfg, raw)
 if recovered then
   set('cap', resume_level())
   set('not_before', NOW + hold)
-  log('recreate', 'why', 'state was lost (Redis restart, flush or expiry): holding ' .. int(hold) .. ' ms for holders to re-register')
+  log('recreate', 'until', (NOW + hold),
+    'why', 'state was lost (Redis restart, flush or expiry): holding ' .. hold .. ' ms for holders to re-register')
 else
   log('create', 'why', 'first use')
 end
+-- The HOT fields go in first: a small hash is a listpack, scanned from the
+-- front on every lookup, and every script reads these (HOT, lib/common.lua).
+local first = {}
+for _, f in ipairs(HOT) do
+  local v = rawget(S, f)
+  first[#first + 1] = f
+  first[#first + 1] = STORE[f] or v
+end
+redis.call('HSET', K.state, unpack(first))
 return finish({SCHEMA, 'created', epoch})

@@ -3,7 +3,8 @@
 An operator pause is lifted by resume.lua or when its duration is over,
 never by the policy's window-drain rule.
 
-KEYS    the governor's eight keys, see common.lua
+Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
+KEYS    the governor's eight keys, see lib/common.lua
 ARGV
   ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel      string        unused (common to every script)
@@ -19,10 +20,12 @@ if reason == nil or reason == '' or #reason > 500 then
   fail('BADARG', 'reason must be 1-500 bytes')
 end
 local duration = arg_int(4, 'duration_ms')
+check_types()
 if not load_state() then return missing_reply() end
 
 local until_ms = 0
 if duration > 0 then until_ms = NOW + duration end
+local before = S.cap
 pause('operator', reason, until_ms)
-log('pause', 'why', 'operator: ' .. reason, 'until', int(until_ms))
+log('pause', 'from', before, 'why', 'operator: ' .. reason, 'until', until_ms)
 return finish(status_reply())

@@ -1,6 +1,7 @@
 --[[ probe.lua: time-driven recovery; reclaims, lifts a drained pause, admits.
 
-KEYS    the governor's eight keys, see common.lua
+Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
+KEYS    the governor's eight keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
@@ -9,8 +10,9 @@ Reply
   {1, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
+check_types()
 if not load_state() then return missing_reply() end
-reclaim()
+reclaim(true)
 recover()
 grant()
 return finish(status_reply())

@@ -5,7 +5,8 @@ probe (a pause whose window drained lifts here even when no one reports),
 admits whom it can, and tells each waiter where it stands, so a lost
 pub/sub message costs at most one poll interval.
 
-KEYS    the governor's eight keys, see common.lua
+Uses    lib/admission.lua (after lib/common.lua)
+KEYS    the governor's eight keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel       string        where grants to waiters are announced
@@ -13,7 +14,7 @@ ARGV
   ARGV[4..] ids         string        the waiters of one process
 Reply
   {1, 'refreshed', epoch, reason, hint_ms, status1, value1, ...}
-    status = 'granted' (value: fence) | 'queued' (value: position)
+    status = 'granted' (value: fence) | 'queued' (value 0)
            | 'unknown' (value 0: not queued, not granted; enqueue again)
   {1, 'missing'}    no such governor: run init.lua, then call again
 ]]
@@ -23,23 +24,28 @@ if not load_state() then return missing_reply() end
 
 reclaim()
 recover()
-grant()
+local granted = grant()
 local reason, hint = blocked()
-local reply = {SCHEMA, 'refreshed', S.epoch, reason or '', int(hint)}
+local reply = {SCHEMA, 'refreshed', S.epoch, reason or '', hint}
+local deadline = NOW + queue_ttl
 for i = 4, #ARGV do
   local id = arg_id(i, 'id')
-  local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
-  if expiry and expiry > NOW then
-    local m = meta_parse(redis.call('HGET', K.holders, id))
+  if granted[id] then
     reply[#reply + 1] = 'granted'
-    reply[#reply + 1] = int(m and m.fence or 0)
-  elseif redis.call('ZSCORE', K.waiters, id) then
-    redis.call('ZADD', K.waiters, int(NOW + queue_ttl), id)
+    reply[#reply + 1] = granted[id]
+  elseif redis.call('ZADD', K.waiters, 'XX', 'CH', deadline, id) == 1 or redis.call('ZSCORE', K.queue, id) then
     reply[#reply + 1] = 'queued'
-    reply[#reply + 1] = redis.call('ZRANK', K.queue, id) or 0
-  else
-    reply[#reply + 1] = 'unknown'
     reply[#reply + 1] = 0
+  else
+    local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
+    if expiry and expiry > NOW then
+      local m = meta_parse(redis.call('HGET', K.holders, id))
+      reply[#reply + 1] = 'granted'
+      reply[#reply + 1] = (m and m.fence or 0)
+    else
+      reply[#reply + 1] = 'unknown'
+      reply[#reply + 1] = 0
+    end
   end
 end
 return finish(reply)

@@ -1,6 +1,7 @@
 --[[ report.lua: one outcome of a provider call; feeds the window and policy.
 
-KEYS    the governor's eight keys, see common.lua
+Uses    lib/admission.lua, lib/policy.lua (after lib/common.lua)
+KEYS    the governor's eight keys, see lib/common.lua
 ARGV
   ARGV[1] now             int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel         string        where grants to waiters are announced
@@ -10,6 +11,7 @@ ARGV
                           sets the fleet-wide not_before, capped at ra_cap_ms
   ARGV[5] lease           string or ''  the reporting lease; a lease that is no
                           longer live is fenced off and changes nothing
+  ARGV[6] fence           int or ''     the lease's fence (when ARGV[5] is set)
 Reply
   {1, 'reported'}  recorded
   {1, 'lost'}      the lease was not live: nothing recorded
@@ -22,30 +24,30 @@ if outcome ~= 's' and outcome ~= 'r' and outcome ~= 'e' and outcome ~= 'q' then
 end
 local retry_after = nil
 if ARGV[4] ~= '' then retry_after = arg_int(4, 'retry_after_ms') end
-local lease = nil
-if ARGV[5] ~= '' then lease = arg_id(5, 'lease') end
+local lease, fence = nil, nil
+if ARGV[5] ~= '' then
+  lease = arg_id(5, 'lease')
+  fence = arg_int(6, 'fence')
+end
 if not load_state() then return missing_reply() end
 
-local fence = nil
 if lease then
   local expiry = tonumber(redis.call('ZSCORE', K.leases, lease))
   if not expiry or expiry <= NOW then return {SCHEMA, 'lost'} end
-  local m = meta_parse(redis.call('HGET', K.holders, lease))
-  fence = m and m.fence
 end
 
 reclaim()
 if outcome == 'q' then
   set('quota_count', S.quota_count + 1)
   set('quota_at', NOW)
-  log('quota', 'why', 'provider reported its quota exhausted (billing, not a throttle)')
+  log('quota', 'count', S.quota_count, 'why', 'provider reported its quota exhausted (billing, not a throttle)')
 else
   record(outcome, fence)
   if outcome == 'r' and retry_after then
     local until_ms = NOW + math.min(retry_after, S.ra_cap_ms)
     if until_ms > S.not_before then
       set('not_before', until_ms)
-      log('hold', 'until', int(until_ms), 'why', 'provider retry-after ' .. int(retry_after) .. ' ms')
+      log('hold', 'until', until_ms, 'why', 'provider retry-after ' .. retry_after .. ' ms')
     end
   end
 end

@@ -6,30 +6,37 @@ max_capacity. With config pairs, they replace the stored config first
 stays (``reset()``). Leases and the queue are kept: holders keep running,
 waiters keep their places.
 
-KEYS    the governor's eight keys, see common.lua
+Uses    lib/admission.lua, lib/admin.lua, lib/config.lua (after lib/common.lua)
+KEYS    the governor's eight keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
-  ARGV[3..] config name, value pairs (see CONFIG_FIELDS in common.lua), or none
+  ARGV[3..] config name, value pairs (see config_fields in common.lua), or none
 Reply
   the status reply of status.lua, after the reset
   {1, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
-local cfg = nil
-if #ARGV >= 3 then cfg = parse_config(3) end
+local cfg, raw = nil, nil
+if #ARGV >= 3 then cfg, raw = parse_config(3) end
+check_types()
 if not load_state() then return missing_reply() end
+local rl, total = window()
+local before = {'from', S.cap, 'was_paused', S.paused, 'window_limited', rl, 'window_attempts', total}
 redis.call('DEL', K.attempts, K.limited)
 if cfg then
-  apply_config(cfg)
-  log('reset', 'why', 'operator: new config stored, learnt state cleared')
+  apply_config(cfg, raw)
+  log('reset', 'why', 'operator: new config stored, learnt state cleared', unpack(before))
 else
   cfg = {}
-  for name in pairs(CONFIG_FIELDS) do cfg[name] = S[name] end
+  local names = {'policy'}
+  for name in pairs(config_fields()) do names[#names + 1] = name end
+  preload(names)
+  for _, name in ipairs(names) do cfg[name] = S[name] end
   cfg.policy = S.policy
   apply_config(cfg)
-  log('reset', 'why', 'operator: learnt state cleared')
+  log('reset', 'why', 'operator: learnt state cleared', unpack(before))
 end
-reclaim()
+reclaim(true)
 grant()
 return finish(status_reply())

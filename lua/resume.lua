@@ -3,7 +3,8 @@
 After an operator pause capacity returns to where it was; after a policy
 pause it starts at the resume level, max(1, floor(max * resume_frac)).
 
-KEYS    the governor's eight keys, see common.lua
+Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
+KEYS    the governor's eight keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
@@ -12,13 +13,15 @@ Reply
   {1, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
+check_types()
 if not load_state() then return missing_reply() end
 local was_paused = S.paused == 1
+local held_until = S.not_before
 if was_paused then
   if S.pause_kind == 'operator' and S.saved_cap > 0 then resume(S.saved_cap) else resume(resume_level()) end
 end
 set('not_before', 0)
-log('resume', 'why', 'operator', 'was_paused', was_paused and '1' or '0')
-reclaim()
+log('resume', 'why', 'operator', 'was_paused', was_paused and '1' or '0', 'not_before', held_until)
+reclaim(true)
 grant()
 return finish(status_reply())

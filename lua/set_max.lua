@@ -4,7 +4,8 @@ Not paused: capacity = max_capacity = n at once, up or down, and the
 adaptive memory is forgotten. Paused: capacity stays 0 and the resume uses
 the new n; a pause is never lifted by this.
 
-KEYS    the governor's eight keys, see common.lua
+Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
+KEYS    the governor's eight keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
@@ -16,9 +17,10 @@ Reply
 
 local n = arg_int(3, 'max_capacity', 1)
 if n > 1000000 then fail('BADARG', 'max_capacity must be <= 1000000') end
+check_types()
 if not load_state() then return missing_reply() end
 
-local before = S.max
+local before, cap_before = S.max, S.cap
 set('max', n)
 if S.paused == 1 then
   if S.saved_cap > n then set('saved_cap', n) end
@@ -27,7 +29,7 @@ else
   set('ceiling', 0)
   set('cut_fence', S.fence)
 end
-log('set_max', 'from', int(before), 'to', int(n), 'why', 'operator')
-reclaim()
+log('set_max', 'from', before, 'to', n, 'capacity_from', cap_before, 'why', 'operator')
+reclaim(true)
 grant()
 return finish(status_reply())

@@ -3,7 +3,8 @@
 Counts are derived at NOW, so leases past their expiry and waiters past
 their deadline are not counted even before a writing script reclaims them.
 
-KEYS    the governor's eight keys, see common.lua
+Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
+KEYS    the governor's eight keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        unused (common to every script)

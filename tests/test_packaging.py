@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from governor.scripts import COMMON, OPERATIONS, source
+from governor.scripts import COMMON, FRAGMENTS, OPERATIONS, source, uses
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua"
@@ -33,8 +33,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_wheel_ships_every_script(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    for operation in (*OPERATIONS, COMMON):
+    for operation in OPERATIONS:
         assert f"governor/lua/{operation}.lua" in names
+    for fragment in (COMMON, *FRAGMENTS):
+        assert f"governor/lua/lib/{fragment}.lua" in names
     assert "governor/py.typed" in names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "governor = governor.cli:main" in entry
@@ -80,9 +82,17 @@ def test_each_script_opens_with_its_contract(path: Path) -> None:
     assert not re.search(r"\.\.\s*['\"]:(state|leases|queue)", code), "scripts never build key names"
 
 
-def test_every_operation_has_a_file_and_the_prelude_is_prepended() -> None:
-    assert {p.stem for p in LUA.glob("*.lua")} == {*OPERATIONS, COMMON}
-    assert source("acquire").startswith("--[[ common.lua")
+def test_every_operation_has_a_file_and_loads_only_its_fragments() -> None:
+    assert {p.stem for p in LUA.glob("*.lua")} == set(OPERATIONS)
+    assert {p.stem for p in (LUA / "lib").glob("*.lua")} == {COMMON, *FRAGMENTS}
+    assert source("acquire").startswith("--[[ lib/common.lua")
+    assert uses((LUA / "report.lua").read_text()) == ("admission", "policy")
+    assert "local function record(" in source("report") and "local function record(" not in source("acquire")
+
+
+@pytest.mark.parametrize("path", sorted((LUA / "lib").glob("*.lua")), ids=lambda p: p.name)
+def test_each_fragment_says_what_it_is_for(path: Path) -> None:
+    assert path.read_text().startswith(f"--[[ lib/{path.name}: ")
 
 
 def test_the_sync_facade_is_generated_from_the_async_one() -> None:

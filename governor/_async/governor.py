@@ -43,6 +43,7 @@ from ..core import (
     Renewed,
     Status,
     new_id,
+    text,
 )
 from ..errors import (
     AcquireTimeout,
@@ -52,7 +53,9 @@ from ..errors import (
     GovernorUnavailable,
     LeaseLost,
     StateError,
+    WrongKeyType,
     map_errors,
+    wrong_key_type,
 )
 
 # sync: from ._compat import Event, Lock, Semaphore, Worker, shielded, sleep
@@ -523,7 +526,7 @@ class AsyncGovernor:
             return waiter.granted
         if waiter.retry:
             waiter.retry = False
-            return await self._execute(self._core.acquire(waiter.lease_id, label, wait=True))
+            return await self._execute(self._core.acquire(waiter.lease_id, label, wait=True, fresh=False))
         await self._background.start(wait_listening=False)  # a safety net if the worker died
         return Queued(waiter.position, waiter.reason, 0.0, "")
 
@@ -623,7 +626,10 @@ class AsyncGovernor:
             raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
         # A local lease not yet registered in Redis reports as no lease at all.
         registered = lease is not None and lease.epoch != LOCAL_EPOCH
-        call = self._core.report(outcome, retry_after, lease.id if registered and lease else None)
+        if registered and lease is not None:
+            call = self._core.report(outcome, retry_after, lease.id, lease.fence)
+        else:
+            call = self._core.report(outcome, retry_after, None)
         try:
             recorded = await self._execute(call)
         except GovernorUnavailable as error:
@@ -699,9 +705,21 @@ class AsyncGovernor:
         return cast(T, result)
 
     async def _run(self, call: Call[T]) -> Any:
-        with map_errors(self.name):
-            reply = await self._scripts[call.script](keys=self._core.keys.keys, args=call.args)
+        try:
+            with map_errors(self.name):
+                reply = await self._scripts[call.script](keys=self._core.keys.keys, args=call.args)
+        except WrongKeyType as error:
+            raise await self._which_key(error) from error
         return call.parse(reply)
+
+    async def _which_key(self, error: WrongKeyType) -> WrongKeyType:
+        """A script stopped on a key of the wrong type: name the key."""
+        with map_errors(self.name):
+            for key, expected in zip(self.keys.keys, self.keys.TYPES, strict=True):
+                actual = text(await self._client.type(key))
+                if actual not in ("none", expected):
+                    return wrong_key_type(f"{key} is a {actual}, expected a {expected}", self.name)
+        return error
 
     def _check_open(self) -> None:
         if self._closed:

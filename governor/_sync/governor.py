@@ -33,6 +33,7 @@ from ..core import (
     Renewed,
     Status,
     new_id,
+    text,
 )
 from ..errors import (
     AcquireTimeout,
@@ -42,7 +43,9 @@ from ..errors import (
     GovernorUnavailable,
     LeaseLost,
     StateError,
+    WrongKeyType,
     map_errors,
+    wrong_key_type,
 )
 
 from ._compat import Event, Lock, Semaphore, Worker, shielded, sleep
@@ -509,7 +512,7 @@ class Governor:
             return waiter.granted
         if waiter.retry:
             waiter.retry = False
-            return self._execute(self._core.acquire(waiter.lease_id, label, wait=True))
+            return self._execute(self._core.acquire(waiter.lease_id, label, wait=True, fresh=False))
         self._background.start(wait_listening=False)  # a safety net if the worker died
         return Queued(waiter.position, waiter.reason, 0.0, "")
 
@@ -607,7 +610,10 @@ class Governor:
             raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
         # A local lease not yet registered in Redis reports as no lease at all.
         registered = lease is not None and lease.epoch != LOCAL_EPOCH
-        call = self._core.report(outcome, retry_after, lease.id if registered and lease else None)
+        if registered and lease is not None:
+            call = self._core.report(outcome, retry_after, lease.id, lease.fence)
+        else:
+            call = self._core.report(outcome, retry_after, None)
         try:
             recorded = self._execute(call)
         except GovernorUnavailable as error:
@@ -683,9 +689,21 @@ class Governor:
         return cast(T, result)
 
     def _run(self, call: Call[T]) -> Any:
-        with map_errors(self.name):
-            reply = self._scripts[call.script](keys=self._core.keys.keys, args=call.args)
+        try:
+            with map_errors(self.name):
+                reply = self._scripts[call.script](keys=self._core.keys.keys, args=call.args)
+        except WrongKeyType as error:
+            raise self._which_key(error) from error
         return call.parse(reply)
+
+    def _which_key(self, error: WrongKeyType) -> WrongKeyType:
+        """A script stopped on a key of the wrong type: name the key."""
+        with map_errors(self.name):
+            for key, expected in zip(self.keys.keys, self.keys.TYPES, strict=True):
+                actual = text(self._client.type(key))
+                if actual not in ("none", expected):
+                    return wrong_key_type(f"{key} is a {actual}, expected a {expected}", self.name)
+        return error
 
     def _check_open(self) -> None:
         if self._closed:

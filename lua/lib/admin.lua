@@ -1,0 +1,36 @@
+--[[ lib/admin.lua: what the rarely run scripts share.
+
+Uses lib/common.lua and lib/admission.lua. check_types() stops a script
+before it writes when a key of this governor holds another Redis type;
+status_reply() is the reply of status, probe and the operator scripts.
+]]
+
+-- Every key's type, before anything is written.
+local function check_types()
+  local expected = {'hash', 'zset', 'hash', 'zset', 'zset', 'zset', 'zset', 'stream'}
+  for i = 1, 8 do
+    local t = redis.call('TYPE', KEYS[i])['ok']
+    if t ~= 'none' and t ~= expected[i] then
+      fail('WRONGTYPE', KEYS[i] .. ' is a ' .. t .. ', expected a ' .. expected[i])
+    end
+  end
+end
+
+local function status_reply()
+  preload({'policy', 'pause_kind', 'reason', 'paused_until', 'window_ms', 'streak',
+    'ceiling', 'quota_count', 'quota_at', 'created'})
+  local rl, total = window()
+  return {
+    SCHEMA, 'status',
+    'now', NOW, 'epoch', S.epoch, 'policy', S.policy,
+    'capacity', S.cap, 'max_capacity', S.max,
+    'paused', S.paused, 'pause_kind', S.pause_kind, 'reason', S.reason,
+    'paused_until', S.paused_until, 'not_before', S.not_before,
+    'in_flight', in_flight(), 'queued', queued(),
+    'window_limited', rl, 'window_attempts', total,
+    'window_ms', S.window_ms, 'streak', S.streak, 'fence', S.fence,
+    'ceiling', S.ceiling, 'quota_exhausted', S.quota_count,
+    'quota_at', S.quota_at, 'created', S.created,
+  }
+end
+

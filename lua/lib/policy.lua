@@ -1,0 +1,117 @@
+--[[ lib/policy.lua: the adaptive policy (SPEC section 4) of report.lua.
+
+Uses lib/common.lua and lib/admission.lua. `record(outcome, fence)` adds
+one attempt to the window and applies the governor's policy: the seed's
+rules exactly (policy 'seed') or the default ('adaptive'), every number
+read from the state (see lib/config.lua).
+]]
+
+-- The adaptive policy: the seed's rules (policy 'seed') or the default
+-- ('adaptive'). `fence` is the reporting lease's fence, or nil.
+local POLICY_FIELDS = {'policy', 'streak', 'evseq', 'window_ms', 'pause_kind', 'paused_until',
+  'saved_cap', 'resume_frac', 'log_len', 'dec_count', 'dec_ratio', 'ratio_min', 'dec_factor',
+  'pause_count', 'pause_ratio', 'inc_succ', 'cut_factor', 'probe_ms', 'ceiling', 'cut_fence',
+  'probe_at', 'probe_step', 'ra_cap_ms'}
+
+local function set_cap(cap, why, rl, total, ...)
+  cap = math.max(0, math.min(cap, S.max))
+  if cap ~= S.cap then
+    local before = S.cap
+    set('cap', cap)
+    log('capacity', 'from', before, 'why', why, 'window_limited', rl, 'window_attempts', total, ...)
+  end
+end
+
+local function policy_pause(why, rl, total)
+  local before = S.cap
+  pause('policy', 'waiting for provider rate-limit recovery', 0)
+  log('pause', 'from', before, 'why', why, 'window_limited', rl, 'window_attempts', total)
+end
+
+local function on_limited_seed(rl, total)
+  if rl >= S.pause_count then
+    policy_pause(rl .. ' rate-limited attempts in the window', rl, total)
+  elseif rl >= S.dec_count or (total >= S.ratio_min and rl / total > S.dec_ratio) then
+    set_cap(math.max(1, math.floor(S.cap * S.dec_factor)), 'rate-limited: decrease', rl, total)
+  end
+end
+
+local function on_limited_adaptive(rl, total, fence)
+  -- One decision per congestion episode: a lease admitted before the last
+  -- cut was sized for the old capacity, so its 429 is no news.
+  if fence ~= nil and fence <= S.cut_fence then return end
+  if rl >= S.pause_count and rl >= S.pause_ratio * total then
+    set('cut_fence', S.fence)
+    policy_pause('rate-limited share ' .. string.format('%.2f', rl / total) .. ' of ' .. total .. ' attempts', rl, total)
+    return
+  end
+  local level = math.max(1, math.min(in_flight(), S.cap))
+  set('ceiling', level)
+  set('cut_fence', S.fence)
+  set('probe_step', 1)
+  set('probe_at', NOW)
+  set_cap(math.max(1, math.floor(level * S.cut_factor)), 'rate-limited at ' .. level .. ' in flight: cut',
+    rl, total, 'level', level, 'ceiling', level, 'lease_fence', fence and fence or '')
+end
+
+local function on_success_seed(rl, total)
+  set('streak', S.streak + 1)
+  if S.streak >= S.inc_succ then
+    set('streak', 0)
+    set_cap(S.cap + 1, S.inc_succ .. ' successes in a row: increase', rl, total)
+  end
+end
+
+local function on_success_adaptive(rl, total)
+  set('streak', S.streak + 1)
+  if S.cap >= S.max then
+    set('streak', 0)
+    return
+  end
+  if S.ceiling == 0 or S.cap + 1 < S.ceiling then
+    -- Below the level of the last pushback: climb back at once.
+    set('streak', 0)
+    set_cap(S.cap + 1, 'success below the last pushback level: increase', rl, total, 'ceiling', S.ceiling)
+  elseif S.streak >= S.inc_succ and NOW - S.probe_at >= S.probe_ms then
+    -- At or above it: probe carefully, a step per probe interval, the step
+    -- doubling while the provider keeps accepting.
+    set('streak', 0)
+    set('probe_at', NOW)
+    local step = S.probe_step
+    set('probe_step', math.min(S.probe_step * 2, S.max))
+    set_cap(S.cap + step, 'probe above the last pushback level', rl, total, 'ceiling', S.ceiling, 'step', step)
+  end
+end
+
+-- Record one reported attempt and apply the policy. outcome is 's'
+-- (success), 'r' (rate-limited) or 'e' (other error).
+local function record(outcome, fence)
+  preload(POLICY_FIELDS)
+  local rl, total = window()
+  set('evseq', S.evseq + 1)
+  local member = S.evseq .. ':' .. outcome
+  if outcome == 'r' then
+    redis.call('ZADD', K.limited, NOW, member)
+    if rl == 0 then created(K.limited) end
+    rl = rl + 1
+  end
+  redis.call('ZADD', K.attempts, NOW, member)
+  if total == 0 then created(K.attempts) end
+  total = total + 1
+  if outcome == 'r' then
+    set('streak', 0)
+    if S.paused == 1 then return end       -- further 429s while paused change nothing
+    if S.policy == 'seed' then on_limited_seed(rl, total) else on_limited_adaptive(rl, total, fence) end
+  elseif outcome == 's' then
+    if S.paused == 1 then
+      recover(rl)
+    elseif S.policy == 'seed' then
+      on_success_seed(rl, total)
+    else
+      on_success_adaptive(rl, total)
+    end
+  else
+    recover(rl)
+  end
+end
+
