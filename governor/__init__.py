@@ -10,7 +10,8 @@ with gov.acquire(timeout=600, holder="host-3/agent-17") as lease:
 
 from ._async.governor import AsyncGovernor, AsyncLease
 from ._sync.governor import Governor, Lease
-from .config import GovernorConfig
+from .classify import Classification, Kind, default_classifier
+from .config import GovernorConfig, RetryPolicy
 from .core import Outcome, Status
 from .errors import (
     AcquireTimeout,
@@ -32,6 +33,7 @@ __all__ = [
     "AcquireTimeout",
     "AsyncGovernor",
     "AsyncLease",
+    "Classification",
     "ConfigError",
     "Governor",
     "GovernorConfig",
@@ -39,12 +41,15 @@ __all__ = [
     "GovernorKeys",
     "GovernorNotFound",
     "GovernorUnavailable",
+    "Kind",
     "Lease",
     "LeaseLost",
     "Outcome",
     "QuotaExhausted",
+    "RetryPolicy",
     "StateError",
     "Status",
     "WrongKeyType",
+    "default_classifier",
     "governor_keys",
 ]

@@ -23,6 +23,7 @@ from .keys import SCHEMA_VERSION, GovernorKeys, governor_keys
 
 Clock = Callable[[], float]
 T = TypeVar("T")
+R = TypeVar("R", covariant=True)
 
 
 class Outcome(enum.Enum):
@@ -130,12 +131,12 @@ class Renewed:
 
 
 @dataclass(frozen=True)
-class Call(Generic[T]):
+class Call(Generic[R]):
     """One script invocation: which script, its ARGV, and how to read the reply."""
 
     script: str
     args: tuple[str, ...]
-    parse: Callable[[Any], T | Missing]
+    parse: Callable[[Any], R | Missing]
     #: recreate the state and call again when it is missing; else return `if_missing`
     recreate: bool = True
     if_missing: Any = None
@@ -382,17 +383,16 @@ class GovernorCore:
         return self._call("probe", (), self._parse_status)
 
     def status(self, create: bool = True) -> Call[Status]:
-        """The status; with create=False a missing governor gives None, not a new one."""
         return self._call("status", (), self._parse_status, recreate=create)
 
-    def set_max_capacity(self, n: int) -> Call[Status]:
+    def set_max_capacity(self, n: int, create: bool = True) -> Call[Status]:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"max_capacity must be an integer >= 1, got {n!r}")
         if n > 1_000_000:
             raise ConfigError(f"max_capacity must be <= 1000000, got {n!r}")
-        return self._call("set_max", (str(n),), self._parse_status)
+        return self._call("set_max", (str(n),), self._parse_status, recreate=create)
 
-    def pause(self, reason: str, duration: float | None) -> Call[Status]:
+    def pause(self, reason: str, duration: float | None, create: bool = True) -> Call[Status]:
         if not isinstance(reason, str) or not reason.strip() or len(reason.encode()) > 500:
             raise ConfigError("pause reason must be a non-empty string of at most 500 bytes")
         if duration is not None:
@@ -400,15 +400,15 @@ class GovernorCore:
                 raise ConfigError(f"pause duration must be seconds, got {duration!r}")
             if not math.isfinite(duration) or duration <= 0:
                 raise ConfigError(f"pause duration must be > 0 seconds, got {duration!r}")
-        return self._call("pause", (reason, str(ms(duration) if duration else 0)), self._parse_status)
+        return self._call("pause", (reason, str(ms(duration) if duration else 0)), self._parse_status, recreate=create)
 
-    def resume(self) -> Call[Status]:
-        return self._call("resume", (), self._parse_status)
+    def resume(self, create: bool = True) -> Call[Status]:
+        return self._call("resume", (), self._parse_status, recreate=create)
 
-    def reset(self, with_config: bool) -> Call[Status]:
+    def reset(self, with_config: bool, create: bool = True) -> Call[Status]:
         """Clear what the policy learnt; with_config also stores this client's config."""
         fields = tuple(self.config.script_fields()) if with_config else ()
-        return self._call("reset", fields, self._parse_status)
+        return self._call("reset", fields, self._parse_status, recreate=create)
 
     def _parse_status(self, reply: Any) -> Status | Missing:
         kind, rest = _check_reply(reply, self.name)

@@ -65,6 +65,11 @@ class WrongKeyType(StateError):
 
 # Redis appends " script: <sha>, on @user_script:N." and fakeredis a stack
 # traceback on the next lines: the detail is the rest of the code's line.
+def _who(name: str | None) -> str:
+    """The message prefix naming the governor, when there is one."""
+    return f"governor {name!r}: " if name is not None else ""
+
+
 _REPLY = re.compile(r"GOVERNOR_([A-Z]+) (.*?)(?: script: [0-9a-f]{40}.*)?$", re.M)
 
 
@@ -72,24 +77,24 @@ def error_from_reply(message: str, name: str | None) -> GovernorError:
     """The :class:`GovernorError` for a script's ``GOVERNOR_*`` error reply."""
     match = _REPLY.search(message)
     if match is None:
-        return StateError(f"governor {name!r}: Redis answered with an error: {message}", name=name)
+        return StateError(f"{_who(name)}Redis answered with an error: {message}", name=name)
     code, detail = match.group(1), match.group(2).strip()
     if code == "WRONGTYPE":
         return wrong_key_type(detail, name)
     if code == "BADARG":
-        return ConfigError(f"governor {name!r}: invalid argument: {detail}", name=name)
+        return ConfigError(f"{_who(name)}invalid argument: {detail}", name=name)
     if code == "SCHEMA":
         return StateError(
-            f"governor {name!r}: state has schema version {detail}; upgrade this client or reset the governor",
+            f"{_who(name)}state has schema version {detail}; upgrade this client or reset the governor",
             name=name,
         )
-    return StateError(f"governor {name!r}: unknown error reply GOVERNOR_{code}: {detail}", name=name)
+    return StateError(f"{_who(name)}unknown error reply GOVERNOR_{code}: {detail}", name=name)
 
 
 def wrong_key_type(detail: str, name: str | None) -> WrongKeyType:
     """The error for a key of the wrong type; ``detail`` names it when known."""
     return WrongKeyType(
-        f"governor {name!r}: key {detail}; another program wrote to this governor's keys. "
+        f"{_who(name)}key {detail}; another program wrote to this governor's keys. "
         "Nothing was changed. Delete the key (see `governor keys`) or choose another governor name.",
         name=name,
     )
@@ -104,18 +109,15 @@ def map_errors(name: str | None) -> Iterator[None]:
         raise
     except (redis.exceptions.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
         raise GovernorUnavailable(
-            f"governor {name!r}: Redis refused access ({exc}); check the credentials and the ACL "
+            f"{_who(name)}Redis refused access ({exc}); check the credentials and the ACL "
             "(README: Guarantees and failure modes)",
             name=name,
         ) from exc
     except redis.exceptions.BusyLoadingError as exc:
-        raise GovernorUnavailable(
-            f"governor {name!r}: Redis is loading its data set; retry shortly", name=name
-        ) from exc
+        raise GovernorUnavailable(f"{_who(name)}Redis is loading its data set; retry shortly", name=name) from exc
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.ClusterError) as exc:
         raise GovernorUnavailable(
-            f"governor {name!r}: Redis is unreachable ({type(exc).__name__}: {exc}); "
-            "check the URL and that Redis is up",
+            f"{_who(name)}Redis is unreachable ({type(exc).__name__}: {exc}); check the URL and that Redis is up",
             name=name,
         ) from exc
     except redis.exceptions.ResponseError as exc:
@@ -125,7 +127,7 @@ def map_errors(name: str | None) -> Iterator[None]:
         if text.startswith("WRONGTYPE"):
             raise wrong_key_type("of this governor holds the wrong Redis type", name) from exc
         if text.startswith(("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")):
-            raise GovernorUnavailable(f"governor {name!r}: Redis cannot serve now: {text}", name=name) from exc
-        raise StateError(f"governor {name!r}: Redis answered with an error: {text}", name=name) from exc
+            raise GovernorUnavailable(f"{_who(name)}Redis cannot serve now: {text}", name=name) from exc
+        raise StateError(f"{_who(name)}Redis answered with an error: {text}", name=name) from exc
     except redis.exceptions.RedisError as exc:
-        raise GovernorUnavailable(f"governor {name!r}: Redis error: {type(exc).__name__}: {exc}", name=name) from exc
+        raise GovernorUnavailable(f"{_who(name)}Redis error: {type(exc).__name__}: {exc}", name=name) from exc

@@ -10,7 +10,8 @@ ARGV
   ARGV[4] retry_after_ms  int ms or ''  the provider's Retry-After ('r' only);
                           sets the fleet-wide not_before, capped at ra_cap_ms
   ARGV[5] lease           string or ''  the reporting lease; a lease that is no
-                          longer live is fenced off and changes nothing
+                          longer live is fenced off: its outcome is not counted
+                          (a Retry-After it brings still holds the fleet)
   ARGV[6] fence           int or ''     the lease's fence (when ARGV[5] is set)
 Reply
   {1, 'reported'}  recorded
@@ -31,9 +32,23 @@ if ARGV[5] ~= '' then
 end
 if not load_state() then return missing_reply() end
 
+-- The provider asked the whole fleet to hold: whoever brings the news.
+local function hold()
+  if outcome == 'r' and retry_after then
+    local until_ms = NOW + math.min(retry_after, S.ra_cap_ms)
+    if until_ms > S.not_before then
+      set('not_before', until_ms)
+      log('hold', 'until', until_ms, 'why', 'provider retry-after ' .. retry_after .. ' ms')
+    end
+  end
+end
+
 if lease then
   local expiry = tonumber(redis.call('ZSCORE', K.leases, lease))
-  if not expiry or expiry <= NOW then return {SCHEMA, 'lost'} end
+  if not expiry or expiry <= NOW then
+    hold()
+    return finish({SCHEMA, 'lost'})
+  end
 end
 
 reclaim()
@@ -43,13 +58,7 @@ if outcome == 'q' then
   log('quota', 'count', S.quota_count, 'why', 'provider reported its quota exhausted (billing, not a throttle)')
 else
   record(outcome, fence)
-  if outcome == 'r' and retry_after then
-    local until_ms = NOW + math.min(retry_after, S.ra_cap_ms)
-    if until_ms > S.not_before then
-      set('not_before', until_ms)
-      log('hold', 'until', until_ms, 'why', 'provider retry-after ' .. retry_after .. ' ms')
-    end
-  end
+  hold()
 end
 grant()
 return finish({SCHEMA, 'reported'})

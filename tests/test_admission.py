@@ -6,10 +6,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from governor import AcquireTimeout, ConfigError, Governor, GovernorConfig, GovernorError, Lease, Outcome
+from governor import (
+    AcquireTimeout,
+    ConfigError,
+    Governor,
+    GovernorConfig,
+    GovernorError,
+    GovernorNotFound,
+    Lease,
+    Outcome,
+)
 
 from .servers import wait_until
 
@@ -206,3 +216,17 @@ def test_closed_governor_refuses_new_work(make_gov: MakeGov) -> None:
     gov.close()
     with pytest.raises(GovernorError, match="closed"):
         gov.acquire(timeout=1)
+
+
+def test_operator_calls_can_refuse_to_create_a_governor(make_gov: MakeGov, sync_client: Any) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=2))
+    for call in (
+        lambda: gov.status(create=False),
+        lambda: gov.set_max_capacity(3, create=False),
+        lambda: gov.pause("x", create=False),
+        lambda: gov.resume(create=False),
+        lambda: gov.reset(create=False),
+    ):
+        with pytest.raises(GovernorNotFound):
+            call()
+    assert sync_client.exists(gov.keys.state) == 0

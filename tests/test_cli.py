@@ -313,7 +313,7 @@ def test_events(run: Run, make: Callable[..., Governor], behind: FakeClock) -> N
     assert lines[3].startswith(cli_module.when(behind.now))
     data = as_json(run("events", "--json", "--count", "2"))
     assert [e["kind"] for e in data] == ["pause", "set_max"]
-    assert data[1]["fields"] == {"from": "8", "to": "6", "why": "operator"}
+    assert data[1]["fields"] == {"from": "8", "to": "6", "capacity_from": "4", "why": "operator"}
     assert (data[0]["capacity"], data[0]["paused"]) == (0, True)
     only = ok(run("events", "--kind", "capacity", "--kind", "create")).splitlines()
     assert [line.split()[1] for line in only] == ["capacity", "create"]

@@ -52,6 +52,9 @@ def test_adaptive_cut_logs_from_to_and_the_window(make_gov: MakeGov, sync_client
         "why": "rate-limited at 5 in flight: cut",
         "window_limited": "1",
         "window_attempts": "1",
+        "level": "5",
+        "ceiling": "5",
+        "lease_fence": "",  # reported without a lease
     }
     for lease in leases:
         assert lease is not None
@@ -86,6 +89,7 @@ def test_policy_pause_and_its_resume(make_gov: MakeGov, sync_client: Any, clock:
     event = newest(sync_client, gov)
     assert (event.kind, event.capacity, event.paused) == ("pause", 0, True)
     assert dict(event.fields) == {
+        "from": "2",  # capacity before the pause (8 halved twice)
         "why": "4 rate-limited attempts in the window",
         "window_limited": "4",
         "window_attempts": "4",
@@ -102,11 +106,11 @@ def test_operator_pause_resume_and_timed_pause(make_gov: MakeGov, sync_client: A
     gov.pause("deploy")
     event = newest(sync_client, gov)
     assert (event.kind, event.capacity, event.paused) == ("pause", 0, True)
-    assert dict(event.fields) == {"why": "operator: deploy", "until": "0"}
+    assert dict(event.fields) == {"from": "6", "why": "operator: deploy", "until": "0"}
     gov.resume()
     event = newest(sync_client, gov)
     assert (event.kind, event.capacity, event.paused) == ("resume", 6, False)
-    assert dict(event.fields) == {"why": "operator", "was_paused": "1"}
+    assert dict(event.fields) == {"why": "operator", "was_paused": "1", "not_before": "0"}
 
     gov.pause("maintenance", duration=30)
     assert newest(sync_client, gov).get("until") == str(round((clock.now + 30) * 1000))
@@ -117,7 +121,7 @@ def test_operator_pause_resume_and_timed_pause(make_gov: MakeGov, sync_client: A
     assert dict(event.fields) == {"why": "operator pause duration over"}
 
     gov.resume()  # nothing to lift: still logged, as an operator action
-    assert dict(newest(sync_client, gov).fields) == {"why": "operator", "was_paused": "0"}
+    assert dict(newest(sync_client, gov).fields) == {"why": "operator", "was_paused": "0", "not_before": "0"}
 
 
 def test_hold_from_a_retry_after(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:
@@ -136,17 +140,26 @@ def test_set_max_reset_and_quota(make_gov: MakeGov, sync_client: Any, clock: Any
     gov.set_max_capacity(9)
     event = newest(sync_client, gov)
     assert (event.kind, event.capacity) == ("set_max", 9)
-    assert dict(event.fields) == {"from": "6", "to": "9", "why": "operator"}
+    assert dict(event.fields) == {"from": "6", "to": "9", "capacity_from": "6", "why": "operator"}
     gov.reset()
     event = newest(sync_client, gov)
     assert (event.kind, event.capacity) == ("reset", 9)
-    assert dict(event.fields) == {"why": "operator: learnt state cleared"}
+    assert dict(event.fields) == {
+        "why": "operator: learnt state cleared",
+        "from": "9",
+        "was_paused": "0",
+        "window_limited": "0",
+        "window_attempts": "0",
+    }
     gov.configure()
     assert newest(sync_client, gov).get("why") == "operator: new config stored, learnt state cleared"
     gov.report(Outcome.QUOTA_EXHAUSTED)
     event = newest(sync_client, gov)
     assert event.kind == "quota"
-    assert dict(event.fields) == {"why": "provider reported its quota exhausted (billing, not a throttle)"}
+    assert dict(event.fields) == {
+        "count": "1",
+        "why": "provider reported its quota exhausted (billing, not a throttle)",
+    }
 
 
 def test_state_loss_logs_recreate_and_adopt(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:
@@ -160,7 +173,8 @@ def test_state_loss_logs_recreate_and_adopt(make_gov: MakeGov, sync_client: Any,
     hold_ms = round((config.renew_interval + config.poll) * 1000)
     assert recreate.capacity == 2
     assert dict(recreate.fields) == {
-        "why": f"state was lost (Redis restart, flush or expiry): holding {hold_ms} ms for holders to re-register"
+        "until": str(round(clock.now * 1000) + hold_ms),
+        "why": f"state was lost (Redis restart, flush or expiry): holding {hold_ms} ms for holders to re-register",
     }
     adopt = newest(sync_client, gov, "adopt")
     assert dict(adopt.fields) == {

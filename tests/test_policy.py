@@ -359,3 +359,21 @@ def test_adaptive_never_drops_below_one(make_gov: MakeGov, clock) -> None:  # ty
         gov.report(R, lease=lease)
         lease.release()
     assert gov.status().capacity == 1
+
+
+def test_operator_pause_over_a_policy_pause_resumes_at_the_resume_level(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=20), clock=clock)
+    report(gov, R, R, R, R)  # policy pause (capacity was 5 after two halvings)
+    gov.pause("investigating")
+    assert gov.resume().capacity == 5  # max(1, 20 // 4): the storm was not over
+
+
+def test_a_lost_lease_still_brings_the_providers_hold(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=8, lease_ttl=10), clock=clock)
+    lease = gov.try_acquire()
+    assert lease is not None
+    clock.advance(11)
+    with pytest.raises(LeaseLost):
+        gov.report(R, retry_after=5, lease=lease)
+    st = gov.status()
+    assert st.window_attempts == 0 and st.not_before == pytest.approx(clock.now + 5)

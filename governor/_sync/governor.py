@@ -638,34 +638,37 @@ class Governor:
         """The governor's state, read-only in Redis. A governor that does not
         exist yet is created from this object's config, unless ``create`` is
         False: then GovernorNotFound is raised (what operator tools want)."""
-        status: Status | None = self._execute(self._core.status(create))
-        if status is None:
-            raise GovernorNotFound(f"no governor named {self.name!r} in this Redis", name=self.name)
-        return status
+        return self._found(self._execute(self._core.status(create)))
 
-    def set_max_capacity(self, n: int) -> Status:
+    def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
         """Change the ceiling; applied at once unless paused (then on resume)."""
-        return self._execute(self._core.set_max_capacity(n))
+        return self._found(self._execute(self._core.set_max_capacity(n, create)))
 
-    def pause(self, reason: str, duration: float | None = None) -> Status:
+    def pause(self, reason: str, duration: float | None = None, *, create: bool = True) -> Status:
         """Stop admissions fleet-wide (held leases keep running) until
         ``resume()`` or for ``duration`` seconds."""
-        return self._execute(self._core.pause(reason, duration))
+        return self._found(self._execute(self._core.pause(reason, duration, create)))
 
-    def resume(self) -> Status:
+    def resume(self, *, create: bool = True) -> Status:
         """Lift any pause and any Retry-After hold."""
-        return self._execute(self._core.resume())
+        return self._found(self._execute(self._core.resume(create)))
 
-    def reset(self) -> Status:
+    def reset(self, *, create: bool = True) -> Status:
         """Forget what the policy learnt (window, pause, hold, adaptive memory);
         capacity goes back to max_capacity. The stored config, holders and
         waiters are kept."""
-        return self._execute(self._core.reset(with_config=False))
+        return self._found(self._execute(self._core.reset(with_config=False, create=create)))
 
     def configure(self) -> Status:
         """Store this object's config as the governor's (the first client to
         create a governor stores its config; later ones use it) and reset."""
-        return self._execute(self._core.reset(with_config=True))
+        return self._found(self._execute(self._core.reset(with_config=True)))
+
+    def _found(self, status: object) -> Status:
+        """With ``create=False`` a missing governor answers None: say so."""
+        if not isinstance(status, Status):
+            raise GovernorNotFound(f"no governor named {self.name!r} in this Redis", name=self.name)
+        return status
 
     def renew(self) -> None:
         """Renew every lease this object holds now (the heartbeat does it

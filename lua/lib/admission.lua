@@ -63,6 +63,10 @@ end
 local function pause(kind, reason, until_ms)
   if S.paused == 0 then
     set('saved_cap', S.cap)
+  elseif S.pause_kind == 'policy' then
+    -- An operator takes over a policy pause: the storm is not over, so the
+    -- resume starts at the resume level, not where capacity was before it.
+    set('saved_cap', resume_level())
   end
   set('paused', 1)
   set('pause_kind', kind)
