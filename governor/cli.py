@@ -836,7 +836,7 @@ def parse_duration(ctx: click.Context, param: click.Parameter, value: str | None
 def set_max(app: App, n: int, as_json: bool) -> None:
     """Set max_capacity to N (applied at once unless paused; then on resume)."""
     gov, before = app.existing()
-    confirm_change(f"max_capacity set to {n}", before, gov.set_max_capacity(n), as_json)
+    confirm_change(f"max_capacity set to {n}", before, gov.set_max_capacity(n, create=False), as_json)
 
 
 @main.command()
@@ -852,7 +852,7 @@ def pause(app: App, reason: str, duration: float | None, as_json: bool) -> None:
     """Stop new admissions fleet-wide; held leases keep running."""
     gov, before = app.existing()
     try:
-        after = gov.pause(reason, duration)
+        after = gov.pause(reason, duration, create=False)
     except ConfigError as error:
         raise click.BadParameter(str(error).split("invalid argument: ")[-1], param_hint="--reason") from error
     confirm_change("paused" + (f" for {span(duration)}" if duration else " until resumed"), before, after, as_json)
@@ -864,7 +864,7 @@ def pause(app: App, reason: str, duration: float | None, as_json: bool) -> None:
 def resume(app: App, as_json: bool) -> None:
     """Lift any pause and any Retry-After hold."""
     gov, before = app.existing()
-    confirm_change("resumed", before, gov.resume(), as_json)
+    confirm_change("resumed", before, gov.resume(create=False), as_json)
 
 
 @main.command()
@@ -876,7 +876,7 @@ def reset(app: App, as_json: bool) -> None:
     The stored config, the holders and the queue are kept.
     """
     gov, before = app.existing()
-    confirm_change("reset", before, gov.reset(), as_json)
+    confirm_change("reset", before, gov.reset(create=False), as_json)
 
 
 # -- serving --------------------------------------------------------------------------

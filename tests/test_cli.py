@@ -399,17 +399,34 @@ def test_reset(run: Run, make: Callable[..., Governor], behind: FakeClock) -> No
     assert as_json(run("reset", "--json"))["changed"] == {}
 
 
+def test_change_never_recreates_a_governor_that_vanished_underneath(
+    run: Run, make: Callable[..., Governor], client: redis.Redis, behind: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gov = make(GovernorConfig(max_capacity=4), clock=behind)
+    gov.status()
+    real = Governor.set_max_capacity
+
+    def wipe_first(self: Governor, n: int, *, create: bool = True) -> Any:
+        client.delete(*self.keys.keys)  # the state expires between the look and the change
+        return real(self, n, create=create)
+
+    monkeypatch.setattr(Governor, "set_max_capacity", wipe_first)
+    refused(run("set-max", "3"), "no governor named")
+    assert client.exists(gov.keys.state) == 0
+
+
 def test_change_refuses_a_governor_recreated_underneath(
     run: Run, make: Callable[..., Governor], client: redis.Redis, behind: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make(GovernorConfig(max_capacity=4), clock=behind).status()
     real = Governor.set_max_capacity
 
-    def wipe_first(self: Governor, n: int) -> Any:
-        client.delete(*self.keys.keys)  # the state expires between the look and the change
-        return real(self, n)
+    def recreate_first(self: Governor, n: int, *, create: bool = True) -> Any:
+        client.delete(*self.keys.keys)  # the state is lost and another client re-creates it
+        make(GovernorConfig(max_capacity=4), clock=behind).status()
+        return real(self, n, create=create)
 
-    monkeypatch.setattr(Governor, "set_max_capacity", wipe_first)
+    monkeypatch.setattr(Governor, "set_max_capacity", recreate_first)
     refused(run("set-max", "3"), "was re-created while", "repeat the command")
 
 
