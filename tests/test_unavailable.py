@@ -62,3 +62,23 @@ def test_local_fallback_admits_a_few_then_returns_to_the_shared_limit(server: Re
         assert gov.status().in_flight == 0
     finally:
         gov.close()
+
+
+async def test_async_local_fallback_try_acquire_takes_a_free_unit(server: RedisServer) -> None:
+    from governor import AsyncGovernor
+
+    config = GovernorConfig(max_capacity=4, on_unavailable="local", local_capacity=2, **FAST)  # type: ignore[arg-type]
+    gov = AsyncGovernor.from_url(server.url, "async-fallback", config)
+    try:
+        await gov.status()
+        server.stop()
+        first, second = await gov.try_acquire(), await gov.try_acquire()
+        assert first is not None and second is not None and first.local and second.local
+        assert await gov.try_acquire() is None
+        await first.release()
+        third = await gov.acquire(timeout=1)
+        assert third.local
+        await second.release()
+        await third.release()
+    finally:
+        await gov.aclose()

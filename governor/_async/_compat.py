@@ -63,6 +63,11 @@ class Semaphore:
 
     async def acquire(self, timeout: float | None) -> bool:
         """Take a unit within ``timeout`` seconds (None: wait); True if taken."""
+        if timeout is not None and timeout <= 0:  # wait_for(..., 0) never lets it run
+            if self._semaphore.locked():
+                return False
+            await self._semaphore.acquire()
+            return True
         try:
             await asyncio.wait_for(self._semaphore.acquire(), timeout)
         except asyncio.TimeoutError:

@@ -165,6 +165,8 @@ class _Background:
         self._worker: Worker | None = None
         self._listening = Event()
         self._renew_now = False
+        #: the last attempt to reach Redis failed: callers do not wait for the worker
+        self._failing = False
         self._pid = os.getpid()
         #: monotonic time of the last successful contact with Redis
         self._last_ok = time.monotonic()
@@ -208,7 +210,7 @@ class _Background:
         if self._worker is None or not self._worker.alive():
             self._listening.clear()
             self._worker = Worker(self._run, name=f"governor:{self._gov.name}")
-        if wait_listening:
+        if wait_listening and not self._failing:
             self._listening.wait(self._gov.config.redis_timeout)
 
     def stop(self) -> None:
@@ -238,6 +240,7 @@ class _Background:
                         next_renew = now + config.renew_interval
                         self._renew()
                     self._last_ok = time.monotonic()
+                    self._failing = False
                     failures = 0
                     wait = max(0.0, min(next_refresh, next_renew) - time.monotonic())
                     message = pubsub.get_message(ignore_subscribe_messages=True, timeout=min(wait, LISTEN_SLICE))
@@ -245,6 +248,7 @@ class _Background:
                         self._dispatch(message["data"])
                 except Exception as error:  # noqa: BLE001 - the worker must outlive any failure
                     failures += 1
+                    self._failing = True
                     self._listening.clear()
                     self._close_pubsub(pubsub)
                     pubsub = None
