@@ -87,6 +87,9 @@ class Granted:
 
     fence: int
     epoch: str
+    #: seconds the lease had left when the script answered (None: not known,
+    #: e.g. a grant announced on pub/sub)
+    remaining: float | None = None
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ class Refreshed:
     epoch: str
     reason: str
     hint: float
-    granted: dict[str, int]  #: id -> fence
+    granted: dict[str, tuple[int, float]]  #: id -> (fence, seconds the lease had left)
     queued: dict[str, int]  #: id -> position
     unknown: tuple[str, ...]  #: no longer queued nor granted: enqueue again
 
@@ -171,9 +174,11 @@ def _check_reply(reply: Any, name: str) -> tuple[str, list[Any]]:
     return text(reply[1]), reply[2:]
 
 
-def _check_count(script: str, name: str, ids: Sequence[str], values: int) -> None:
-    if values != 2 * len(ids):
-        raise StateError(f"governor {name!r}: {script} answered for {values // 2} ids, asked for {len(ids)}", name=name)
+def _check_count(script: str, name: str, ids: Sequence[str], values: int, per: int = 2) -> None:
+    if values != per * len(ids):
+        raise StateError(
+            f"governor {name!r}: {script} answered for {values // per} ids, asked for {len(ids)}", name=name
+        )
 
 
 class GovernorCore:
@@ -225,18 +230,27 @@ class GovernorCore:
 
     # -- operations ---------------------------------------------------------
 
-    def init(self, holds_leases: bool) -> Call[str]:
+    def init(self, holds_leases: bool, listening: bool = False) -> Call[str]:
         """Create the state from this client's config, if it is missing.
 
         It is a *recovery* (start cautiously, hold admissions while holders
         re-register) when this client saw the state recently enough that idle
-        expiry cannot explain its loss, or holds leases.
+        expiry cannot explain its loss, or holds leases. Otherwise the script
+        still announces the new state, and holds briefly if other clients
+        listen: their holders re-register on the announcement.
+        ``listening``: this client's own worker is subscribed to the channel.
         """
         recovered = holds_leases or (
             self.last_seen is not None and self.local_now() - self.last_seen < self.config.idle_expiry
         )
-        hold = ms(self.config.renew_interval + self.config.poll) if recovered else 0
-        args = (secrets.token_hex(8), "1" if recovered else "0", str(self.fence_floor), str(hold))
+        args = (
+            secrets.token_hex(8),
+            "1" if recovered else "0",
+            str(self.fence_floor),
+            str(ms(self.config.renew_interval + self.config.poll)),
+            "1" if listening else "0",
+            str(ms(self.config.poll)),
+        )
         return self._call("init", (*args, *self.config.script_fields()), self._parse_init)
 
     def _parse_init(self, reply: Any) -> str:
@@ -262,7 +276,7 @@ class GovernorCore:
         if kind == "granted":
             fence = int(text(rest[0]))
             self._saw_fence(fence)
-            return Granted(fence, text(rest[2]))
+            return Granted(fence, text(rest[2]), int(text(rest[1])) / 1000)
         if kind == "queued":
             return Queued(int(text(rest[0])), text(rest[1]), int(text(rest[2])) / 1000, text(rest[3]))
         if kind == "denied":
@@ -360,14 +374,14 @@ class GovernorCore:
             if kind != "refreshed":
                 raise self._unexpected("refresh", kind)
             self._seen()
-            granted: dict[str, int] = {}
+            granted: dict[str, tuple[int, float]] = {}
             queued: dict[str, int] = {}
             unknown: list[str] = []
-            _check_count("refresh", self.name, ids, len(rest) - 3)
-            for lease_id, i in zip(ids, range(3, len(rest), 2), strict=True):
-                status, value = text(rest[i]), int(text(rest[i + 1]))
+            _check_count("refresh", self.name, ids, len(rest) - 3, per=3)
+            for lease_id, i in zip(ids, range(3, len(rest), 3), strict=True):
+                status, value, remaining = text(rest[i]), int(text(rest[i + 1])), int(text(rest[i + 2]))
                 if status == "granted":
-                    granted[lease_id] = value
+                    granted[lease_id] = (value, remaining / 1000)
                     self._saw_fence(value)
                 elif status == "queued":
                     queued[lease_id] = value

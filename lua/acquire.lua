@@ -13,7 +13,7 @@ ARGV
   ARGV[8] fresh         '1' | '0'     '1': the id was never sent before (skips
                                       the idempotency lookups)
 Reply
-  {1, 'granted', fence, expiry_ms, epoch}
+  {1, 'granted', fence, remaining_ms, epoch}     remaining_ms: what the lease has left
   {1, 'queued', position, reason, hint_ms, epoch}   (wait = '1')
   {1, 'denied', reason, hint_ms, epoch}             (wait = '0')
   {1, 'missing'}    no such governor: run init.lua, then call again
@@ -38,7 +38,7 @@ if not fresh then
   local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
   if expiry and expiry > NOW then
     local m = meta_parse(redis.call('HGET', K.holders, id))
-    return finish({SCHEMA, 'granted', (m and m.fence or 0), expiry, S.epoch})
+    return finish({SCHEMA, 'granted', (m and m.fence or 0), expiry - NOW, S.epoch})
   end
   in_queue = redis.call('ZSCORE', K.queue, id) ~= false
 end
@@ -53,7 +53,7 @@ else
     local live = in_flight()
     if not reason and live < S.cap then
       local fence = add_lease(id, ttl, holder, live)
-      return finish({SCHEMA, 'granted', fence, NOW + ttl, S.epoch})
+      return finish({SCHEMA, 'granted', fence, ttl, S.epoch})
     end
     reason = reason or ('at capacity: ' .. live .. ' in flight of ' .. S.cap)
   else
@@ -73,7 +73,7 @@ end
 
 local granted = grant(id)
 if granted[id] then
-  return finish({SCHEMA, 'granted', granted[id], NOW + ttl, S.epoch})
+  return finish({SCHEMA, 'granted', granted[id], ttl, S.epoch})
 end
 local reason, hint = blocked()
 if not reason then

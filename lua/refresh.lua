@@ -13,9 +13,9 @@ ARGV
   ARGV[3] queue_ttl_ms  int ms >= 1   new deadline of each waiter's place
   ARGV[4..] ids         string        the waiters of one process
 Reply
-  {1, 'refreshed', epoch, reason, hint_ms, status1, value1, ...}
-    status = 'granted' (value: fence) | 'queued' (value 0)
-           | 'unknown' (value 0: not queued, not granted; enqueue again)
+  {1, 'refreshed', epoch, reason, hint_ms, status1, fence1, remaining1, ...}
+    status = 'granted' (the lease's fence and ms left) | 'queued' (0, 0)
+           | 'unknown' (0, 0: not queued, not granted; enqueue again)
   {1, 'missing'}    no such governor: run init.lua, then call again
 ]]
 
@@ -33,8 +33,10 @@ for i = 4, #ARGV do
   if granted[id] then
     reply[#reply + 1] = 'granted'
     reply[#reply + 1] = granted[id]
+    reply[#reply + 1] = tonumber(redis.call('ZSCORE', K.leases, id)) - NOW
   elseif redis.call('ZADD', K.waiters, 'XX', 'CH', deadline, id) == 1 or redis.call('ZSCORE', K.queue, id) then
     reply[#reply + 1] = 'queued'
+    reply[#reply + 1] = 0
     reply[#reply + 1] = 0
   else
     local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
@@ -42,8 +44,10 @@ for i = 4, #ARGV do
       local m = meta_parse(redis.call('HGET', K.holders, id))
       reply[#reply + 1] = 'granted'
       reply[#reply + 1] = (m and m.fence or 0)
+      reply[#reply + 1] = expiry - NOW
     else
       reply[#reply + 1] = 'unknown'
+      reply[#reply + 1] = 0
       reply[#reply + 1] = 0
     end
   end

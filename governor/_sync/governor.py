@@ -87,7 +87,14 @@ class Lease:
     """
 
     def __init__(
-        self, governor: Governor, lease_id: str, fence: int, epoch: str, holder: str, local: bool = False
+        self,
+        governor: Governor,
+        lease_id: str,
+        fence: int,
+        epoch: str,
+        holder: str,
+        deadline: float,
+        local: bool = False,
     ) -> None:
         self._governor = governor
         self.id = lease_id  #: unguessable lease id (also its key in Redis)
@@ -97,7 +104,9 @@ class Lease:
         #: admitted by the local fallback limit while Redis was unreachable
         #: (``on_unavailable="local"``); registered in Redis once it answers again
         self.local = local
-        self._deadline = math.inf if local else governor._core.local_now() + governor.config.lease_ttl
+        #: local time (governor._core.local_now) by which the lease surely lives
+        #: unless renewed; a local lease has no deadline until Redis adopts it
+        self._deadline = math.inf if local else deadline
         self._lost = False
         self._released = False
 
@@ -148,6 +157,10 @@ class _Waiter:
         self.event = Event()
         self.enqueued = False
         self.granted: Granted | None = None
+        #: local time by which a grant to this waiter surely lives: a grant is
+        #: made after the last request that found it queued was sent
+        self.deadline = 0.0
+        self.confirmed_at = 0.0
         self.retry = False
         self.error: GovernorError | None = None
         self.reason = ""
@@ -183,8 +196,10 @@ class _Background:
         with self._lock:
             self._waiters.pop(lease_id, None)
 
-    def add_lease(self, lease_id: str, granted: Granted, holder: str, local: bool = False) -> Lease:
-        lease = Lease(self._gov, lease_id, granted.fence, granted.epoch, holder, local)
+    def add_lease(
+        self, lease_id: str, granted: Granted, deadline: float, *, label: str, local: bool = False
+    ) -> Lease:
+        lease = Lease(self._gov, lease_id, granted.fence, granted.epoch, label, deadline, local)
         with self._lock:
             self._leases[lease_id] = lease
         return lease
@@ -194,7 +209,27 @@ class _Background:
             self._leases.pop(lease.id, None)
 
     def holds_leases(self) -> bool:
+        self.check_fork()
         return bool(self._leases)
+
+    def listening(self) -> bool:
+        """This process's worker is subscribed to the governor's channel."""
+        return self._listening.is_set() and self._pid == os.getpid()
+
+    def check_fork(self) -> None:
+        """In a child forked from the process that made this object, nothing of
+        the parent's is ours: not its worker, its waiters nor its leases (the
+        child renewing them would keep a dead parent's slots taken)."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._lock = Lock()
+        self._waiters = {}
+        self._leases = {}
+        self._worker = None
+        self._listening = Event()
+        self._failing = False
+        self._gov._local = Semaphore(self._gov.config.local_capacity)
 
     def state_lost(self) -> None:
         """The state was re-created: renew (and so re-register) leases at once."""
@@ -203,10 +238,7 @@ class _Background:
     def start(self, wait_listening: bool) -> None:
         """Start the worker if it is not running; optionally wait (bounded)
         until it listens, so no grant announced after this can be missed."""
-        if self._pid != os.getpid():  # forked: the parent's worker is not ours
-            self._pid = os.getpid()
-            self._worker = None
-            self._listening = Event()
+        self.check_fork()
         if self._worker is None or not self._worker.alive():
             self._listening.clear()
             self._worker = Worker(self._run, name=f"governor:{self._gov.name}")
@@ -281,12 +313,20 @@ class _Background:
                 pass
 
     def _dispatch(self, data: Any) -> None:
+        """A message on the channel: grants, or (no grants) a new state whose
+        holders must re-register now."""
         epoch, grants = self._gov._core.parse_wake(data)
+        if not grants:
+            if self._leases:
+                self._renew_now = True
+            return
+        ttl = self._gov.config.lease_ttl
         with self._lock:
             for lease_id, fence in grants.items():
                 waiter = self._waiters.get(lease_id)
                 if waiter is not None:
                     waiter.granted = Granted(fence, epoch)
+                    waiter.deadline = waiter.confirmed_at + ttl
                     waiter.event.set()
 
     def _refresh(self) -> float:
@@ -299,19 +339,21 @@ class _Background:
         hint = poll
         for start in range(0, len(ids), BATCH):
             chunk = ids[start : start + BATCH]
+            sent_at = self._gov._core.local_now()
             result: Refreshed = self._gov._execute(self._gov._core.refresh(chunk))
             if result.hint > 0:
                 hint = min(hint, result.hint + 0.001)
             with self._lock:
-                for lease_id, fence in result.granted.items():
+                for lease_id, (fence, remaining) in result.granted.items():
                     waiter = self._waiters.get(lease_id)
                     if waiter is not None:
-                        waiter.granted = Granted(fence, result.epoch)
+                        waiter.granted = Granted(fence, result.epoch, remaining)
+                        waiter.deadline = sent_at + remaining
                         waiter.event.set()
-                for lease_id, position in result.queued.items():
+                for lease_id in result.queued:
                     waiter = self._waiters.get(lease_id)
                     if waiter is not None:
-                        waiter.position, waiter.reason = position, result.reason
+                        waiter.confirmed_at, waiter.reason = sent_at, result.reason
                 for lease_id in result.unknown:
                     waiter = self._waiters.get(lease_id)
                     if waiter is not None:
@@ -457,21 +499,46 @@ class Governor:
             if self.config.on_unavailable != "local":
                 raise
             lease = self._acquire_local(label, deadline, error)
-        metrics.observe_admission(self.name, time.monotonic() - started)
+        try:
+            metrics.observe_admission(self.name, time.monotonic() - started)
+        except BaseException:  # the lease never reaches the caller: give it back
+            shielded(self._release(lease))
+            raise
         return lease
 
     def _acquire_shared(self, label: str, deadline: float | None, timeout: float | None) -> Lease:
+        while True:
+            lease_id, granted, expires = self._wait_for_grant(label, deadline, timeout)
+            try:
+                claimed = self._claim(lease_id, granted, expires, label)
+                if claimed is not None:
+                    return self._background.add_lease(lease_id, *claimed, label=label)
+            except GovernorUnavailable:
+                raise  # no use telling an unreachable Redis; the grant expires by TTL
+            except BaseException:
+                shielded(self._abandon(lease_id))
+                raise
+            # The grant expired before this caller could take it (it stalled
+            # past the TTL): queue again, under a new id.
+
+    def _wait_for_grant(
+        self, label: str, deadline: float | None, timeout: float | None
+    ) -> tuple[str, Granted, float]:
+        """Queue (or be admitted at once); the grant and the local time by
+        which it surely lives."""
         lease_id = new_id()
         waiter = self._background.add_waiter(lease_id)
         try:
             self._background.start(wait_listening=True)
+            sent_at = self._core.local_now()
             result = self._execute(self._core.acquire(lease_id, label, wait=True))
-            waiter.enqueued = True
+            waiter.enqueued, waiter.confirmed_at = True, sent_at
+            expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             while not isinstance(result, Granted):
                 if isinstance(result, Queued):
                     waiter.reason, waiter.position = result.reason, result.position
-                result = self._wait_turn(waiter, deadline, timeout, label)
-            return self._background.add_lease(lease_id, result, label)
+                result, expires = self._wait_turn(waiter, deadline, timeout, label)
+            return lease_id, result, expires
         except GovernorUnavailable:
             raise  # no use telling an unreachable Redis; the place and any grant expire by TTL
         except BaseException:
@@ -479,6 +546,21 @@ class Governor:
             raise
         finally:
             self._background.remove_waiter(lease_id)
+
+    def _claim(self, lease_id: str, granted: Granted, expires: float, label: str) -> tuple[Granted, float] | None:
+        """Take a grant. One that may expire before the heartbeat's next
+        renewal (its waiter stalled, or heard of it late) is renewed first:
+        the grant and its new deadline, or None when it is already lost."""
+        if expires - self._core.local_now() > self.config.renew_interval:
+            return granted, expires
+        sent_at = self._core.local_now()
+        renewed = self._execute(self._core.renew([(lease_id, granted.epoch, label)]))
+        expires = sent_at + self.config.lease_ttl
+        if lease_id in renewed.ok:
+            return granted, expires
+        if lease_id in renewed.adopted:
+            return Granted(renewed.adopted[lease_id], renewed.epoch), expires
+        return None
 
     def _acquire_local(self, label: str, deadline: float | None, error: GovernorUnavailable) -> Lease:
         """The fallback while Redis is unreachable: a per-process limit of
@@ -492,14 +574,15 @@ class Governor:
                 name=self.name,
             ) from error
         log.warning("governor %r: Redis unreachable, admitting under the local limit: %s", self.name, error)
-        lease = self._background.add_lease(new_id(), Granted(0, LOCAL_EPOCH), label, local=True)
+        lease = self._background.add_lease(new_id(), Granted(0, LOCAL_EPOCH), math.inf, label=label, local=True)
         self._background.start(wait_listening=False)
         return lease
 
     def _wait_turn(
         self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str
-    ) -> Granted | Queued | Denied:
-        """Wait for the background worker's news; a grant, or the next step."""
+    ) -> tuple[Granted | Queued | Denied, float]:
+        """Wait for the background worker's news: a grant (and the local time
+        by which it surely lives), or the next step."""
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             raise AcquireTimeout(
@@ -513,12 +596,16 @@ class Governor:
         if waiter.error is not None:
             raise waiter.error
         if waiter.granted is not None:
-            return waiter.granted
+            return waiter.granted, waiter.deadline
         if waiter.retry:
             waiter.retry = False
-            return self._execute(self._core.acquire(waiter.lease_id, label, wait=True, fresh=False))
+            sent_at = self._core.local_now()
+            result = self._execute(self._core.acquire(waiter.lease_id, label, wait=True, fresh=False))
+            waiter.confirmed_at = sent_at
+            expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
+            return result, expires
         self._background.start(wait_listening=False)  # a safety net if the worker died
-        return Queued(waiter.position, waiter.reason, 0.0, "")
+        return Queued(waiter.position, waiter.reason, 0.0, ""), 0.0
 
     def _abandon(self, lease_id: str) -> str:
         """Give up a place or a grant; never raises (the TTLs clean up after us).
@@ -536,6 +623,7 @@ class Governor:
         self._check_open()
         label = _holder_label(holder)
         lease_id = new_id()
+        sent_at = self._core.local_now()
         try:
             result = self._execute(self._core.acquire(lease_id, label, wait=False))
         except GovernorUnavailable as error:
@@ -550,21 +638,23 @@ class Governor:
             raise
         if not isinstance(result, Granted):
             return None
-        lease = self._background.add_lease(lease_id, result, label)
+        lease = self._background.add_lease(lease_id, result, sent_at + (result.remaining or 0.0), label=label)
         self._background.start(wait_listening=False)
         return lease
 
-    def _release(self, lease: Lease) -> None:
+    def _release(self, lease: Lease) -> bool:
+        """Give a lease back; False if it was released already."""
         if lease._released:
-            return
+            return False
         lease._released = True
         self._background.drop_lease(lease)
         if lease.local:
             self._local.release()
             if lease.epoch == LOCAL_EPOCH:
-                return  # never registered in Redis
+                return True  # never registered in Redis
         # Shielded: a caller cancelled while releasing must not leak the slot.
         shielded(self._execute(self._core.release(lease.id)))
+        return True
 
     # -- calls under the limit --------------------------------------------------------------
 
@@ -677,6 +767,7 @@ class Governor:
     def renew(self) -> None:
         """Renew every lease this object holds now (the heartbeat does it
         every ``lease_ttl / 3``)."""
+        self._background.check_fork()
         self._background._renew()
 
     # -- plumbing -----------------------------------------------------------------
@@ -687,7 +778,8 @@ class Governor:
         if result is MISSING:
             if not call.recreate:
                 return call.if_missing  # type: ignore[no-any-return]
-            created = self._run(self._core.init(holds_leases=self._background.holds_leases()))
+            init = self._core.init(holds_leases=self._background.holds_leases(), listening=self._background.listening())
+            created = self._run(init)
             if created == "created" and self._background.holds_leases():
                 self._background.state_lost()
             result = self._run(call)
