@@ -12,13 +12,13 @@ import pytest
 
 from governor import (
     ConfigError,
-    Outcome,
-    WrongKeyType,
     Governor,
     GovernorConfig,
     GovernorError,
     GovernorUnavailable,
+    Outcome,
     StateError,
+    WrongKeyType,
 )
 from governor.errors import error_from_reply
 
