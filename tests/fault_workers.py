@@ -118,6 +118,10 @@ def fleet_worker(
     phase of the run."""
     control = _control(control_url)
     gov = Governor.from_url(url, name, config)
+    gov.status()
+    emit(control, events, kind="ready")
+    while not control.exists(f"{events}:go"):  # all hosts start together
+        time.sleep(0.01)
     stop = time.monotonic() + seconds
     rng = random.Random(seed)
     log: list[dict[str, Any]] = []
