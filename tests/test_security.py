@@ -327,13 +327,15 @@ def real(redis_url: str) -> Iterator[redis.Redis]:
 
 
 def _populated(real: redis.Redis, clock: FakeClock, name: str) -> tuple[Governor, str]:
-    """A governor with a lease held, a waiter queued and attempts in the window."""
+    """A governor with a lease held, a waiter queued and attempts in the window.
+    Built with the core's calls, so no background worker runs beside the test."""
     gov = Governor(real, name, GovernorConfig(max_capacity=1, idle_expiry=64), clock=clock)
-    lease = gov.acquire(timeout=5)
+    lease_id = new_id()
+    gov._execute(gov._core.acquire(lease_id, "holder", wait=False))
     gov._execute(gov._core.acquire(new_id(), "waiter", wait=True))
     gov.report(Outcome.SUCCESS)
     gov.report(Outcome.RATE_LIMITED)
-    return gov, lease.id
+    return gov, lease_id
 
 
 def _operations(gov: Governor, lease_id: str) -> dict[str, Call[Any]]:
@@ -385,6 +387,7 @@ def test_a_key_of_the_wrong_type_stops_every_script_and_nothing_changes(
     name = f"wrongtype-{which}-{id(request)}"
     problems = []
     gov, lease_id = _populated(real, clock, name)
+    gov.close()
     keys = gov.keys.keys
     key, expected = keys[which], KEY_TYPES[which]
     try:
