@@ -327,3 +327,6 @@ def test_json_and_chart_of_a_result(tmp_path: Path) -> None:
     write_chart(result, tmp_path / "r.png")
     assert (tmp_path / "r.png").stat().st_size > 1000
     assert "| fleet |" in table(result, markdown=True)
+    again = SwarmResult.from_json(data)  # a result read back draws and tabulates the same
+    assert table(again) == table(result)
+    assert again.runs["fleet"].metrics.to_json() == result.runs["fleet"].metrics.to_json()

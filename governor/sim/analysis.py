@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -80,6 +80,8 @@ class StrategyMetrics:
     #: per window from the start: goodput share of the ideal, and 429s
     window_goodput: list[float] = field(default_factory=list)
     window_429s: list[int] = field(default_factory=list)
+    #: the governors' decisions by kind: cut, increase, probe, pause, resume, hold, ...
+    decisions: dict[str, int] = field(default_factory=dict)
     #: mean seconds per attempt in each step (acquire, call, report, release, backoff)
     phases: dict[str, float] = field(default_factory=dict)
     error_samples: list[str] = field(default_factory=list)
@@ -87,6 +89,12 @@ class StrategyMetrics:
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = _rounded(asdict(self))
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StrategyMetrics:
+        values = dict(data)
+        values["recoveries"] = [Recovery(**r) for r in values.get("recoveries", [])]
+        return cls(**values)
 
 
 def _rounded(value: Any) -> Any:
@@ -200,6 +208,7 @@ def analyse(
     settle_windows: float,
     workload: int,
     max_time: float,
+    decisions: Sequence[Mapping[str, Any]] = (),
 ) -> StrategyMetrics:
     """The figures of one strategy's run."""
     t0 = record.started_wall
@@ -284,9 +293,22 @@ def analyse(
         recoveries=recoveries,
         window_goodput=window_goodput,
         window_429s=window_429s,
+        decisions=decision_counts(decisions),
         phases=_phases(hosts),
         error_samples=samples,
     )
+
+
+def decision_counts(decisions: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Decisions by kind; capacity changes split into cuts, probes and increases."""
+    counts: dict[str, int] = {}
+    for decision in decisions:
+        kind = str(decision.get("kind", "?"))
+        if kind == "capacity":
+            why = str(decision.get("why", ""))
+            kind = "cut" if "cut" in why or "decrease" in why else "probe" if "probe" in why else "increase"
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
 
 
 def _phases(hosts: Sequence[HostResult]) -> dict[str, float]:

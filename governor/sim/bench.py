@@ -15,8 +15,9 @@
 4. *Redis time per script call*: ``usec_per_call`` of EVALSHA from
    ``INFO commandstats`` over a batch of each operation, read before and
    after (a delta, so nothing is reset on a shared server), beside
-   ``INCR``; and the share of it the common prelude of every script takes
-   (the prelude run alone, with ``return 1`` as the operation).
+   ``INCR``; and what the script's prelude alone costs (the shared
+   definitions and fragments ``acquire`` loads, run with ``return 1`` in
+   place of the operation), beside an empty script.
 
 Rounds of the compared cases are interleaved (A, B, A, B, ...) and the
 median round is reported, so a machine that is busy for a moment skews
@@ -359,7 +360,7 @@ def bench_script_time(url: str, count: int = 2000) -> dict[str, float]:
         )
         measure("release", lambda: [driver.run(driver.core.release(i)) for i in ids])
         measure("status", lambda: [driver.run(driver.core.status()) for _ in ids])
-        prelude = source("status").split("-- ==== status.lua ====")[0] + "\nreturn 1\n"
+        prelude = source("acquire").split("-- ==== acquire.lua ====")[0] + "\nreturn 1\n"
         bare = client.register_script(prelude)
         keys = list(driver.core.keys.keys)
         measure("prelude only", lambda: [bare(keys=keys, args=["", "x"]) for _ in ids])

@@ -111,7 +111,9 @@ def _provider_config(kw: dict[str, Any]) -> Any:
     )
 
 
-def swarm_options(hosts: int, agents: int, calls: int, window: float, max_time: float) -> Callable[[F], F]:
+def swarm_options(
+    hosts: int, agents: int, calls: int, window: float, max_time: float, settle: float
+) -> Callable[[F], F]:
     """Every knob of a swarm run, with the given defaults."""
 
     def decorate(f: F) -> F:
@@ -127,6 +129,9 @@ def swarm_options(hosts: int, agents: int, calls: int, window: float, max_time: 
                          help="Successful calls each agent must make."),
             click.option("--strategies", default=",".join(STRATEGIES), show_default=True,
                          help="Comma-separated strategies to run, in order."),
+            click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+                         help="Rounds of every strategy (alternate rounds in reverse order); the median "
+                              "round by goodput is reported, with every round's range."),
             click.option("--max-capacity", type=click.IntRange(min=1), default=96, show_default=True,
                          help="The operator's ceiling for fixed, fleet-seed and fleet."),
             click.option("--per-host-max", type=click.IntRange(min=1), default=None,
@@ -145,7 +150,7 @@ def swarm_options(hosts: int, agents: int, calls: int, window: float, max_time: 
                          help="Full-jitter backoff base of retries without a Retry-After, seconds."),
             click.option("--max-time", type=click.FloatRange(min=0, min_open=True), default=max_time,
                          show_default=True, help="Stop a strategy that has not finished by then, seconds."),
-            click.option("--settle-windows", type=click.FloatRange(min=0), default=3.0, show_default=True,
+            click.option("--settle-windows", type=click.FloatRange(min=0), default=settle, show_default=True,
                          help="Windows after the start and each limit change left out of steady state."),
             click.option("--set", "fleet_options", multiple=True, metavar="NAME=VALUE",
                          help="Another GovernorConfig field of the fleet governor (repeatable), "
@@ -164,6 +169,8 @@ def swarm_options(hosts: int, agents: int, calls: int, window: float, max_time: 
                          help="Job namespace of external workers [default: governor-sim]."),
             click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
                          help="Directory for swarm.json and swarm.png."),
+            click.option("--keep-governors", is_flag=True,
+                         help="Leave each strategy's governor keys in Redis (inspect them with `governor events`)."),
             click.option("--quiet", is_flag=True, help="No progress display."),
         ]  # fmt: skip
         for option in reversed(options):
@@ -180,6 +187,7 @@ def _scenario(kw: dict[str, Any], notes: tuple[str, ...] = ()) -> Scenario:
         agents=kw["agents"],
         calls=kw["calls"],
         strategies=strategies,
+        repeat=kw["repeat"],
         max_capacity=kw["max_capacity"],
         per_host_max=kw["per_host_max"],
         per_host_policy=kw["per_host_policy"],
@@ -193,6 +201,7 @@ def _scenario(kw: dict[str, Any], notes: tuple[str, ...] = ()) -> Scenario:
         fleet_options=tuple(parse_option(o) for o in kw["fleet_options"]),
         report_retry_after=not kw["no_retry_after_report"],
         client=kw["client"],
+        keep_governors=kw["keep_governors"],
         sample_interval=min(0.1, kw["window"] / 10),
         notes=notes,
     )
@@ -238,7 +247,7 @@ def _run(
     quiet: bool,
 ) -> None:
     from .embedded import open_backend
-    from .report import legend, table, write_chart, write_json
+    from .report import legend, table, takeaway, write_chart, write_json
     from .swarm import run_swarm
 
     external = kw["workers"] == "external"
@@ -279,14 +288,16 @@ def _run(
     click.echo(table(result))
     click.echo("")
     click.echo(legend(result))
+    if takeaway(result):
+        click.echo("\n" + takeaway(result))
     if not backend.shared:
         click.echo("note: hosts were threads of one process on an in-process fakeredis; figures are less faithful.")
     click.echo(f"\nresults: {json_path}\nchart:   {png_path}")
 
 
 @click.command("swarm")
-@swarm_options(hosts=8, agents=16, calls=60, window=3.0, max_time=120.0)
-@provider_options(limit=40, latency=0.2, schedule="15:20,30:40")
+@swarm_options(hosts=8, agents=16, calls=40, window=3.0, max_time=120.0, settle=3.0)
+@provider_options(limit=40, latency=0.3, schedule="15:20,30:40")
 def swarm_command(**kw: Any) -> None:
     """Run the swarm benchmark: every strategy in turn on the same provider settings.
 
@@ -303,13 +314,13 @@ def swarm_command(**kw: Any) -> None:
 
 
 @click.command("demo")
-@swarm_options(hosts=8, agents=16, calls=24, window=2.0, max_time=16.0)
-@provider_options(limit=40, latency=0.1, schedule="5:20,9:40")
+@swarm_options(hosts=8, agents=16, calls=8, window=2.0, max_time=15.0, settle=1.0)
+@provider_options(limit=32, latency=0.25, schedule="4:16,8:32")
 def demo_command(**kw: Any) -> None:
     """See in about a minute why a fleet needs one governor.
 
     128 agents on 8 hosts share a provider whose concurrency limit is hidden
-    (40, halved at 5 s, restored at 9 s). Each strategy in turn: no
+    (32, halved at 4 s, restored at 8 s). Each strategy in turn: no
     coordination, a fixed fleet semaphore, one governor per host, the fleet
     governor with the seed policy, and the fleet governor. Without
     --redis-url a private redis-server is started (or, without one, an

@@ -2,8 +2,8 @@
 
 The chart has one column per strategy (shared axes): on top the hidden
 limit, the governor's capacity and the requests the provider served at
-once; below, successful calls per second against the ideal, and 429s per
-second. matplotlib is imported (Agg backend) only when a chart is drawn.
+once; below, on a log scale, successful calls per second against the
+ideal, and 429s per second. matplotlib is imported (Agg backend) only when a chart is drawn.
 """
 
 from __future__ import annotations
@@ -66,12 +66,16 @@ def rows(result: SwarmResult) -> list[list[str]]:
     out = []
     for name, run in result.runs.items():
         m = run.metrics
+        rounds = [r.goodput or 0.0 for r in result.rounds.get(name, [])]
+        goodput = _ratio(m.goodput)
+        if len(rounds) > 1:
+            goodput += f" ({min(rounds):.2f}-{max(rounds):.2f})"
         waits = "-" if m.wait_p50 is None else f"{_ms(m.wait_p50)} / {_ms(m.wait_p95)}"
         over = f"+{m.peak_over} for {m.time_over:.1f} s" if m.peak_over else "never"
         out.append(
             [
                 name,
-                _ratio(m.goodput),
+                goodput,
                 _ratio(m.steady_goodput),
                 str(m.limited),
                 _pct(m.limited_share),
@@ -116,10 +120,40 @@ def legend(result: SwarmResult) -> str:
             f"steady: the same without {s.settle_windows:g} windows ({s.settle_windows * s.window:g} s) "
             "after the start and after each limit change",
             "429 share: throttled answers / all answers; wait: admission wait; Jain: fairness of goodput across "
-            "hosts (1 = equal)",
+            "hosts (1 = equal)"
+            + (
+                f"; each strategy ran {s.repeat} times: its median round by goodput is shown, with the range"
+                if s.repeat > 1
+                else ""
+            ),
             "over limit: largest excess of requests at the provider over the hidden limit, and total time above it; "
             "recovery: windows after a limit change until one reaches 95 % of the new ideal",
+            _load_line(result),
         ]
+    )
+
+
+def _load_line(result: SwarmResult) -> str:
+    loads = [x for run in result.runs.values() for x in run.load]
+    cpus = result.environment.get("cpus", "?")
+    if not loads:
+        return f"machine: {cpus} CPUs"
+    return (
+        f"machine: {cpus} CPUs, 1-minute load average {min(loads):.1f}-{max(loads):.1f} during the shown runs "
+        "(the hosts, the provider and Redis share them; a busy machine lowers every strategy's goodput)"
+    )
+
+
+def takeaway(result: SwarmResult) -> str:
+    """One sentence comparing the fleet governor with no coordination, when both ran."""
+    fleet, none = result.runs.get("fleet"), result.runs.get("none")
+    if fleet is None or none is None:
+        return ""
+    f, n = fleet.metrics, none.metrics
+    fewer = f"{n.limited / f.limited:.0f}x fewer" if f.limited else "no"
+    return (
+        f"The fleet governor got {f.limited} 429s where no coordination got {n.limited} ({fewer} 429s), "
+        f"at {_ratio(f.goodput)} of the ideal goodput against {_ratio(n.goodput)}."
     )
 
 
@@ -166,16 +200,20 @@ def write_chart(result: SwarmResult, path: Path) -> None:
         bottom.plot(mid, _smooth(limited_rate, 5), color="tab:red", lw=0.9, label="429s/s")
         bottom.set_xlabel("seconds")
     axes[0][0].set_ylabel("requests in flight")
-    axes[1][0].set_ylabel("per second")
-    axes[0][0].legend(loc="upper right", fontsize=8)
-    axes[1][0].legend(loc="upper right", fontsize=8)
+    axes[1][0].set_ylabel("per second (log scale)")
+    axes[1][0].set_yscale("symlog", linthresh=10)
+    handles: dict[str, Any] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
     s = result.scenario
     fig.suptitle(
         f"swarm: {s.hosts} hosts x {s.agents} agents, {s.calls} calls each; hidden limit {result.provider.limit}, "
         f"mean latency {mean:g} s, window {s.window:g} s",
         fontsize=11,
     )
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -36,6 +36,7 @@ suite and in real time for a demo.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -57,6 +58,8 @@ class Scenario:
     calls: int = 40
     #: strategies to run, in order
     strategies: tuple[str, ...] = STRATEGIES
+    #: rounds of all strategies (every other one in reverse order); the median round is reported
+    repeat: int = 1
     #: the operator's configured ceiling: fixed, fleet-seed and fleet use it
     max_capacity: int = 96
     #: per-host ceiling (None: ceil(max_capacity / hosts))
@@ -89,11 +92,13 @@ class Scenario:
     model: str = "sim-1"
     #: seconds between dispatching a strategy and its start (workers get ready)
     lead: float = 1.0
+    #: leave the governors' keys in Redis after each strategy (to inspect them with the CLI)
+    keep_governors: bool = False
     #: extra notes carried into the results (e.g. how hosts were run)
     notes: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        for name in ("hosts", "agents", "calls", "max_capacity"):
+        for name in ("hosts", "agents", "calls", "max_capacity", "repeat"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
@@ -147,6 +152,14 @@ class Scenario:
         data["fleet_options"] = dict(self.fleet_options)
         data["notes"] = list(self.notes)
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Scenario:
+        values = dict(data)
+        values["strategies"] = tuple(values["strategies"])
+        values["fleet_options"] = tuple(dict(values.get("fleet_options", {})).items())
+        values["notes"] = tuple(values.get("notes", ()))
+        return cls(**values)
 
 
 def governor_config(scenario: Scenario, strategy: str) -> GovernorConfig | None:

@@ -21,7 +21,7 @@ import platform
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -63,10 +63,15 @@ class StrategyRun:
     record: RunRecord
     #: (t, capacity, leases in flight, queued, paused) summed over the strategy's governors
     capacity: list[tuple[float, int, int, int, bool]] = field(default_factory=list)
+    #: the governors' decision logs: why capacity, pause and hold changed
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    #: this machine's 1-minute load average before and after the run (a busy machine skews figures)
+    load: tuple[float, float] = (0.0, 0.0)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "metrics": self.metrics.to_json(),
+            "load_average": [round(x, 2) for x in self.load],
             "trace": {
                 "provider": {
                     "columns": ["t", "limit", "served", "offered", "peak_offered", "ok", "limited"],
@@ -76,6 +81,7 @@ class StrategyRun:
                     "columns": ["t", "capacity", "in_flight", "queued", "paused"],
                     "rows": [[round(t, 4), c, f, q, int(p)] for t, c, f, q, p in self.capacity],
                 },
+                "decisions": self.decisions,
             },
         }
 
@@ -86,6 +92,8 @@ class SwarmResult:
     provider: ProviderConfig
     runs: dict[str, StrategyRun]
     environment: dict[str, Any]
+    #: every round's figures, by strategy (``runs`` holds the median round)
+    rounds: dict[str, list[StrategyMetrics]] = field(default_factory=dict)
 
     @property
     def ideal_finish(self) -> float:
@@ -95,13 +103,34 @@ class SwarmResult:
     def ideal_rps(self) -> float:
         return self.provider.limit / self.provider.latency_mean
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SwarmResult:
+        """A result read back from its JSON file (to redraw or re-tabulate it)."""
+        runs = {}
+        every: dict[str, list[StrategyMetrics]] = {}
+        for name, run in data["strategies"].items():
+            trace = run["trace"]
+            record = RunRecord(started_wall=0.0, trace=[tuple(r) for r in trace["provider"]["rows"]])  # type: ignore[misc]
+            capacity = [(t, c, f, q, bool(p)) for t, c, f, q, p in trace["governor"]["rows"]]
+            load = run.get("load_average", (0.0, 0.0))
+            runs[name] = StrategyRun(
+                StrategyMetrics.from_json(run["metrics"]), record, capacity, list(trace.get("decisions", [])),
+                (float(load[0]), float(load[1])),
+            )  # fmt: skip
+            every[name] = [StrategyMetrics.from_json(m) for m in run.get("rounds", [])]
+        return cls(Scenario.from_json(data["scenario"]), ProviderConfig.from_json(data["provider"]), runs,
+                   dict(data["environment"]), every)  # fmt: skip
+
     def to_json(self) -> dict[str, Any]:
         return {
             "scenario": self.scenario.to_json(),
             "provider": self.provider.to_json(),
             "environment": self.environment,
             "ideal": {"rps_at_start": self.ideal_rps, "finish": self.ideal_finish},
-            "strategies": {name: run.to_json() for name, run in self.runs.items()},
+            "strategies": {
+                name: {**run.to_json(), "rounds": [m.to_json() for m in self.rounds.get(name, [])]}
+                for name, run in self.runs.items()
+            },
         }
 
 
@@ -183,29 +212,45 @@ async def run_swarm(
         ns = namespace or (DEFAULT_NAMESPACE if external_workers else f"{DEFAULT_NAMESPACE}:{run_id}")
         hosts = QueueHosts(backend.url, ns, spawn=not external_workers)
     client = backend.async_client()
-    runs: dict[str, StrategyRun] = {}
+    rounds: dict[str, list[StrategyRun]] = {name: [] for name in scenario.strategies}
+    count = len(scenario.strategies) * scenario.repeat
     try:
         await hosts.start(scenario.hosts)
-        for index, strategy in enumerate(scenario.strategies, 1):
-            runs[strategy] = await _run_strategy(
-                scenario, strategy, index, run_id, provider, url, hosts, client, progress
-            )
+        for round_ in range(scenario.repeat):
+            # Every other round runs the strategies in reverse, so a machine
+            # that gets busier or quieter during the run favours none of them.
+            order = scenario.strategies if round_ % 2 == 0 else scenario.strategies[::-1]
+            for i, strategy in enumerate(order, 1):
+                run = await _run_strategy(
+                    scenario, strategy, (round_ * len(order) + i, count), f"{run_id}-{round_}", provider, url,
+                    hosts, backend, client, progress,
+                )  # fmt: skip
+                rounds[strategy].append(run)
     finally:
         await hosts.stop()
         await provider.stop()
         await client.aclose()
     environment = await _environment(backend, hosts, provider_url)
-    return SwarmResult(scenario, provider.config, runs, environment)
+    runs = {name: median_run(rounds[name]) for name in scenario.strategies}
+    every = {name: [run.metrics for run in rounds[name]] for name in scenario.strategies}
+    return SwarmResult(scenario, provider.config, runs, environment, every)
+
+
+def median_run(runs: list[StrategyRun]) -> StrategyRun:
+    """The run whose goodput is the median of the rounds (the lower one of an even count)."""
+    ordered = sorted(runs, key=lambda run: run.metrics.goodput or 0.0)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 async def _run_strategy(
     scenario: Scenario,
     strategy: str,
-    index: int,
+    position: tuple[int, int],
     run_id: str,
     provider: _Provider,
     provider_url: str,
     hosts: Hosts,
+    backend: Backend,
     client: Any,
     progress: Callable[[Progress], None] | None,
 ) -> StrategyRun:
@@ -213,6 +258,7 @@ async def _run_strategy(
     names = governor_names(f"sim-{run_id}", strategy, scenario.hosts)
     watched = await _configure(client, sorted(set(names)), config)
     await hosts.ready()
+    load_before = os.getloadavg()[0]
     start_at = time.time() + scenario.lead
     await provider.reset(start_at)
     jobs = [
@@ -253,7 +299,7 @@ async def _run_strategy(
                 cap = fixed_capacity if fixed_capacity is not None else (sample[0] if sample else None)
                 progress(
                     Progress(
-                        strategy, index, len(scenario.strategies), t, int(live["ok"]), scenario.workload,
+                        strategy, *position, t, int(live["ok"]), scenario.workload,
                         int(live["limited"]), int(live["served"]), int(live["limit"]), cap,
                     )
                 )  # fmt: skip
@@ -261,7 +307,9 @@ async def _run_strategy(
     finally:
         if not running.done():
             running.cancel()
-        await _forget(client, watched)
+        decisions = await asyncio.to_thread(_decisions, backend, watched, start_at)
+        if not scenario.keep_governors:
+            await _forget(client, watched)
     record = await provider.record()
     metrics = analyse(
         strategy,
@@ -272,16 +320,17 @@ async def _run_strategy(
         settle_windows=scenario.settle_windows,
         workload=scenario.workload,
         max_time=scenario.max_time,
+        decisions=decisions,
     )
     if progress is not None:
         live = await provider.live()
         progress(
             Progress(
-                strategy, index, len(scenario.strategies), metrics.finish or scenario.max_time, metrics.ok,
+                strategy, *position, metrics.finish or scenario.max_time, metrics.ok,
                 scenario.workload, metrics.limited, 0, int(live["limit"]), None, finished=True,
             )
         )  # fmt: skip
-    return StrategyRun(metrics, record, capacity)
+    return StrategyRun(metrics, record, capacity, decisions, (load_before, os.getloadavg()[0]))
 
 
 async def _configure(client: Any, names: list[str], config: GovernorConfig | None) -> list[AsyncGovernor]:
@@ -309,6 +358,39 @@ async def _sample(governors: list[AsyncGovernor]) -> tuple[int, int, int, bool] 
         queued += status.queued
         paused = paused or status.paused
     return cap, flight, queued, paused
+
+
+def _decisions(backend: Backend, governors: list[AsyncGovernor], start_at: float) -> list[dict[str, Any]]:
+    """Every governor's decision log, times in seconds since the start, oldest first."""
+    from ..inspect import read_events_after
+
+    client = backend.sync_client()
+    out: list[dict[str, Any]] = []
+    try:
+        for governor in governors:
+            after = "0"
+            while True:
+                events = read_events_after(client, governor.keys, after, 1000)
+                for event in events:
+                    out.append(
+                        {
+                            "governor": governor.name,
+                            "t": round(event.at - start_at, 4),
+                            "kind": event.kind,
+                            "capacity": event.capacity,
+                            "paused": event.paused,
+                            **event.fields,
+                        }
+                    )
+                if len(events) < 1000:
+                    break
+                after = events[-1].id
+    except GovernorError:
+        pass  # the log is an aid: a run without it still stands
+    finally:
+        client.close()
+    out.sort(key=lambda d: d["t"])
+    return out
 
 
 async def _forget(client: Any, governors: list[AsyncGovernor]) -> None:
