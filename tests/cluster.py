@@ -59,7 +59,7 @@ class RedisCluster:
         for port in self.ports:
             client = redis.Redis(port=port, socket_timeout=1, decode_responses=True)
             try:
-                info = client.execute_command("CLUSTER", "INFO")
+                info = str(client.execute_command("CLUSTER", "INFO"))  # type: ignore[no-untyped-call]
                 if "cluster_state:ok" not in info:
                     return False
             except redis.RedisError:

@@ -60,8 +60,8 @@ STATE_FIELDS = (
     "probe_step",
     "quota_count",
     "quota_at",
-    "touched_at",
-    "reclaimed_at",
+    "touch_due",
+    "reclaim_due",
     *sorted(CONFIG_INT | CONFIG_NUM),
 )
 PAUSE_REASON = "waiting for provider rate-limit recovery"
@@ -74,13 +74,6 @@ class ModelViolation(AssertionError):
 def _zsorted(zset: dict[str, int]) -> list[tuple[str, int]]:
     """Members in Redis order: by score, then by member bytes."""
     return sorted(zset.items(), key=lambda kv: (kv[1], kv[0].encode()))
-
-
-def fmt(x: float) -> str:
-    """How the scripts write a number (lua/common.lua ``num``)."""
-    if x == math.floor(x):
-        return "%d" % x
-    return "%.17g" % x
 
 
 @dataclass
@@ -99,6 +92,8 @@ class Model:
     now: int = 0
     #: ticket of the last waiter admitted from the queue (FIFO: only grows)
     last_ticket: int = 0
+    #: clients subscribed to the wake channel (init holds when others listen)
+    listeners: int = 0
 
     # -- entry point ----------------------------------------------------------
 
@@ -115,7 +110,7 @@ class Model:
     # -- helpers (lua/common.lua) ---------------------------------------------
 
     @property
-    def S(self) -> dict[str, Any]:  # noqa: N802 - the name common.lua uses
+    def S(self) -> dict[str, Any]:
         assert self.state is not None
         return self.state
 
@@ -129,9 +124,9 @@ class Model:
         """Expired leases and dead waiters go, at most BATCH of each, at most
         once per RECLAIM_MS unless forced; old window events are pruned."""
         S = self.S
-        if not force and self.now - S.get("reclaimed_at", 0) < RECLAIM_MS:
+        if not force and self.now < S.get("reclaim_due", 0):
             return
-        S["reclaimed_at"] = self.now
+        S["reclaim_due"] = self.now + RECLAIM_MS
         expired = [m for m, s in _zsorted(self.leases) if s <= self.now][:BATCH]
         for m in expired:
             del self.leases[m]
@@ -152,19 +147,21 @@ class Model:
 
     def _finish(self, reply: list[Any]) -> list[Any]:
         """Every writing script ends here: key expiries are pushed back at
-        most every idle_ms / 8 (noted in touched_at)."""
+        most every idle_ms / 8 (the next time is touch_due)."""
         S = self.S
-        if self.now - S.get("touched_at", 0) >= S["idle_ms"] / 8:
-            S["touched_at"] = self.now
+        if self.now >= S.get("touch_due", 0):
+            S["touch_due"] = self.now + S["idle_ms"] // 8
         return reply
 
     def _resume_level(self) -> int:
-        return max(1, math.floor(self.S["max"] * self.S["resume_frac"]))
+        return max(1, math.floor(float(self.S["max"]) * float(self.S["resume_frac"])))
 
     def _pause(self, kind: str, reason: str, until: int) -> None:
         S = self.S
         if S["paused"] == 0:
             S["saved_cap"] = S["cap"]
+        elif S["pause_kind"] == "policy":
+            S["saved_cap"] = self._resume_level()  # a pause over a policy pause resumes at the resume level
         S.update(paused=1, pause_kind=kind, reason=reason, paused_until=until, cap=0, streak=0)
 
     def _resume(self, cap: int) -> None:
@@ -344,7 +341,7 @@ class Model:
         }
         reply: list[Any] = [SCHEMA, "status"]
         for k, v in pairs.items():
-            reply += [k, v if isinstance(v, str) else "%d" % v]
+            reply += [k, v if isinstance(v, str) else f"{v:.0f}"]
         return reply
 
     def _parse_config(self, pairs: list[str]) -> dict[str, Any]:
@@ -368,15 +365,21 @@ class Model:
 
     def _op_init(self, a: list[str]) -> list[Any]:
         epoch, recovered, fence_floor, hold = a[0], a[1] == "1", int(a[2]), int(a[3])
-        cfg = self._parse_config(a[4:])
+        listening, notice = a[4] == "1", int(a[5])
+        cfg = self._parse_config(a[6:])
         if self.state is not None:
             return [SCHEMA, "exists", self.S["epoch"]]
         self.state = {"fence": max(fence_floor, self.now * 1000)}
         self.S.update(schema=SCHEMA, epoch=epoch, created=self.now, ticket=0, evseq=0, quota_count=0, quota_at=0)
+        self.S.update(touch_due=0, reclaim_due=0)
         self._apply_config(cfg)
+        self.published.append(epoch)  # the new state is announced: holders renew at once
+        others = self.listeners - (1 if listening else 0)
         if recovered:
             self.S["cap"] = self._resume_level()
             self.S["not_before"] = self.now + hold
+        elif others > 0:
+            self.S["not_before"] = self.now + notice
         return self._finish([SCHEMA, "created", epoch])
 
     def _op_acquire(self, a: list[str]) -> list[Any]:
@@ -392,7 +395,7 @@ class Model:
             expiry = self.leases.get(lease_id)
             if expiry is not None and expiry > self.now:
                 meta = self._meta(lease_id)
-                return self._finish([SCHEMA, "granted", str(meta[0] if meta else 0), str(expiry), S["epoch"]])
+                return self._finish([SCHEMA, "granted", meta[0] if meta else 0, expiry - self.now, S["epoch"]])
             in_queue = lease_id in self.queue
         if in_queue:
             self.waiters[lease_id] = self.now + queue_ttl
@@ -402,7 +405,7 @@ class Model:
                 live = self._in_flight()
                 if reason is None and live < S["cap"]:
                     fence = self._admit(lease_id, ttl, holder)
-                    return self._finish([SCHEMA, "granted", str(fence), str(self.now + ttl), S["epoch"]])
+                    return self._finish([SCHEMA, "granted", fence, ttl, S["epoch"]])
                 reason = reason or f"at capacity: {live} in flight of {S['cap']}"
             else:
                 reason = reason or "earlier callers are queued"
@@ -414,7 +417,7 @@ class Model:
             self.holders[lease_id] = f"0|{ttl}|{self.now}|{holder}"
         granted = self._grant(lease_id)
         if lease_id in granted:
-            return self._finish([SCHEMA, "granted", str(granted[lease_id]), str(self.now + ttl), S["epoch"]])
+            return self._finish([SCHEMA, "granted", granted[lease_id], ttl, S["epoch"]])
         reason, hint = self._blocked()
         if reason is None:
             live = self._in_flight()
@@ -433,19 +436,21 @@ class Model:
         granted = self._grant()
         reason, hint = self._blocked()
         reply: list[Any] = [SCHEMA, "refreshed", self.S["epoch"], reason or "", str(hint)]
+        deadline = self.now + queue_ttl
         for lease_id in a[1:]:
             expiry = self.leases.get(lease_id)
+            changed = lease_id in self.waiters and self.waiters[lease_id] != deadline
+            if lease_id in self.waiters:
+                self.waiters[lease_id] = deadline  # ZADD XX CH
             if lease_id in granted:
-                reply += ["granted", str(granted[lease_id])]
-            elif lease_id in self.waiters or lease_id in self.queue:
-                if lease_id in self.waiters:
-                    self.waiters[lease_id] = self.now + queue_ttl
-                reply += ["queued", 0]
+                reply += ["granted", granted[lease_id], self.leases[lease_id] - self.now]
+            elif changed or lease_id in self.queue:
+                reply += ["queued", 0, 0]
             elif expiry is not None and expiry > self.now:
                 meta = self._meta(lease_id)
-                reply += ["granted", str(meta[0] if meta else 0)]
+                reply += ["granted", meta[0] if meta else 0, expiry - self.now]
             else:
-                reply += ["unknown", 0]
+                reply += ["unknown", 0, 0]
         return self._finish(reply)
 
     def _op_cancel(self, a: list[str]) -> list[Any]:
@@ -509,20 +514,25 @@ class Model:
         if self.state is None:
             return [SCHEMA, "missing"]
         S = self.S
+
+        def hold() -> None:  # the provider asked the whole fleet to hold: whoever brings the news
+            if outcome == "r" and retry_after is not None:
+                until = self.now + min(retry_after, S["ra_cap_ms"])
+                if until > S["not_before"]:
+                    S["not_before"] = until
+
         if lease_id != "":
             expiry = self.leases.get(lease_id)
             if expiry is None or expiry <= self.now:
-                return [SCHEMA, "lost"]
+                hold()  # a lost lease's outcome is not counted; its Retry-After still holds
+                return self._finish([SCHEMA, "lost"])
         self._reclaim()
         if outcome == "q":
             S["quota_count"] += 1
             S["quota_at"] = self.now
         else:
             self._record(outcome, fence)
-            if outcome == "r" and retry_after is not None:
-                until = self.now + min(retry_after, S["ra_cap_ms"])
-                if until > S["not_before"]:
-                    S["not_before"] = until
+            hold()
         self._grant()
         return self._finish([SCHEMA, "reported"])
 
@@ -595,9 +605,9 @@ class Model:
         self.last_ticket = 0
         self.leases, self.holders, self.queue, self.waiters, self.attempts = {}, {}, {}, {}, []
 
-    def stored_state(self) -> dict[str, str]:
-        """The state hash as the scripts write it."""
-        return {k: (v if k in STRING_FIELDS else fmt(v)) for k, v in self.S.items() if k in STATE_FIELDS}
+    def stored_state(self) -> dict[str, Any]:
+        """The state hash (strings as strings, numbers as floats: see :func:`parse_state`)."""
+        return {k: (v if k in STRING_FIELDS else float(v)) for k, v in self.S.items() if k in STATE_FIELDS}
 
     def queue_order(self) -> list[str]:
         return [m for m, _ in _zsorted(self.queue)]
@@ -610,3 +620,8 @@ def init_call(core: Any, holds_leases: bool) -> Any:
     if "listening" in inspect.signature(core.init).parameters:
         return core.init(holds_leases=holds_leases, listening=False)
     return core.init(holds_leases=holds_leases)
+
+
+def parse_state(raw: dict[str, str]) -> dict[str, Any]:
+    """A state hash read from Redis, comparable with :meth:`Model.stored_state`."""
+    return {k: (v if k in STRING_FIELDS else float(v)) for k, v in raw.items()}

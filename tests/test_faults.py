@@ -29,15 +29,14 @@ import pytest
 import redis
 
 from governor import (
-    AcquireTimeout,
     AsyncGovernor,
     Governor,
     GovernorConfig,
     GovernorUnavailable,
     Lease,
     Outcome,
+    metrics,
 )
-from governor._sync import governor as sync_facade
 
 from . import fault_workers
 from .servers import RedisServer, wait_until
@@ -267,7 +266,7 @@ def _interrupt_after(target: Any, attribute: str, script: str | None = None) -> 
     """Patch ``target.attribute`` to run, then raise Interrupt (once; for
     ``_execute``, only on a call of ``script``). Returns the undo."""
     original = getattr(target, attribute)
-    fired = []
+    fired: list[bool] = []
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
@@ -360,7 +359,7 @@ def test_interrupted_as_acquire_returns(fast_gov: Governor, monkeypatch: pytest.
     def interrupted(*args: Any, **kwargs: Any) -> None:
         raise Interrupt
 
-    monkeypatch.setattr(sync_facade.metrics, "observe_admission", interrupted)
+    monkeypatch.setattr(metrics, "observe_admission", interrupted)
     with pytest.raises(Interrupt):
         fast_gov.acquire(timeout=5)
     monkeypatch.undo()
@@ -456,11 +455,11 @@ async def test_tasks_cancelled_at_every_point_leak_nothing(redis_url: str, name:
             await lease.release()
         await settled()
         # every slot can be taken again
-        leases = [await gov.try_acquire() for _ in range(2)]
-        assert all(lease is not None for lease in leases) and await gov.try_acquire() is None
-        for lease in leases:
-            assert lease is not None
-            await lease.release()
+        taken = [await gov.try_acquire() for _ in range(2)]
+        assert all(t is not None for t in taken) and await gov.try_acquire() is None
+        for t in taken:
+            assert t is not None
+            await t.release()
     finally:
         await gov.aclose()
 

@@ -92,9 +92,9 @@ def acl_server() -> Iterator[RedisServer]:
     server = RedisServer().start()
     admin = redis.Redis(port=server.port)  # the default user keeps every right
     try:
-        admin.execute_command("ACL", "SETUSER", *worker_acl(NAME))
+        admin.execute_command("ACL", "SETUSER", *worker_acl(NAME))  # type: ignore[no-untyped-call]
     except redis.ResponseError:  # Redis < 7.2 has no CLIENT SETINFO
-        admin.execute_command("ACL", "SETUSER", *worker_acl(NAME, setinfo=False))
+        admin.execute_command("ACL", "SETUSER", *worker_acl(NAME, setinfo=False))  # type: ignore[no-untyped-call]
     admin.close()
     yield server
     server.cleanup()
@@ -103,7 +103,7 @@ def acl_server() -> Iterator[RedisServer]:
 @pytest.fixture
 def admin(acl_server: RedisServer) -> Iterator[redis.Redis]:
     client = redis.Redis(port=acl_server.port, decode_responses=True)
-    client.execute_command("ACL", "LOG", "RESET")
+    client.execute_command("ACL", "LOG", "RESET")  # type: ignore[no-untyped-call]
     yield client
     client.close()
 
@@ -116,7 +116,8 @@ FAST = GovernorConfig(max_capacity=1, lease_ttl=0.9, poll=0.2, queue_ttl=1.0, re
 
 
 def denials(admin: redis.Redis) -> list[str]:
-    return [f"{e['reason']}:{e['object']}" for e in admin.execute_command("ACL", "LOG")]
+    log = admin.execute_command("ACL", "LOG")  # type: ignore[no-untyped-call]
+    return [f"{e['reason']}:{e['object']}" for e in log]
 
 
 def test_a_least_privilege_worker_can_do_everything_the_client_does(
@@ -188,7 +189,7 @@ def test_the_worker_reaches_nothing_outside_its_keys(acl_server: RedisServer, ad
             ("ACL", "WHOAMI"),
         ):
             with pytest.raises(redis.exceptions.NoPermissionError):
-                worker.execute_command(*command)
+                worker.execute_command(*command)  # type: ignore[no-untyped-call]
         # a script the worker loads itself runs with the worker's rights
         refused = "(?i)no permissions|can't run this command|can't publish"
         for body, keys in (
@@ -201,7 +202,7 @@ def test_the_worker_reaches_nothing_outside_its_keys(acl_server: RedisServer, ad
             sha = worker.script_load(body)
             with pytest.raises(redis.exceptions.ResponseError, match=refused):
                 worker.evalsha(sha, len(keys), *keys)
-        pubsub = worker.pubsub()
+        pubsub = worker.pubsub()  # type: ignore[no-untyped-call]
         with pytest.raises(redis.exceptions.NoPermissionError):  # the refusal comes as the reply
             pubsub.subscribe("governor:v1:{someone-else}:wake")
             pubsub.get_message(timeout=2)
@@ -226,7 +227,7 @@ def test_wrong_credentials_are_refused_with_a_clear_error(acl_server: RedisServe
     for url in (worker_url(acl_server, password="wrong"), worker_url(acl_server, user="nobody")):
         gov = Governor.from_url(url, NAME, FAST)
         try:
-            with pytest.raises(GovernorUnavailable, match="refused access|invalid username-password"):
+            with pytest.raises(GovernorUnavailable, match=r"refused access|invalid username-password"):
                 gov.status()
         finally:
             gov.close()
@@ -291,7 +292,7 @@ def test_tls_refuses_an_unknown_certificate_clearly(tls_server: tuple[RedisServe
     _, port, _ = tls_server
     gov = Governor.from_url(f"rediss://127.0.0.1:{port}/0", "tls", FAST)  # the system CAs do not know ours
     try:
-        with pytest.raises(GovernorUnavailable, match="(?i)certificate"):
+        with pytest.raises(GovernorUnavailable, match=r"(?i)certificate"):
             gov.status()
     finally:
         gov.close()
@@ -391,7 +392,7 @@ def test_a_key_of_the_wrong_type_stops_every_script_and_nothing_changes(
     keys = gov.keys.keys
     key, expected = keys[which], KEY_TYPES[which]
     try:
-        for op, call in _operations(gov, lease_id).items():
+        for op in _operations(gov, lease_id):
             real.delete(*keys)
             gov, lease_id = _populated(real, clock, name)
             calls = _operations(gov, lease_id)
