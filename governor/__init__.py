@@ -23,6 +23,7 @@ from .errors import (
     QuotaExhausted,
     StateError,
     WrongKeyType,
+    WrongNode,
 )
 from .keys import SCHEMA_VERSION, GovernorKeys, governor_keys
 
@@ -50,6 +51,7 @@ __all__ = [
     "StateError",
     "Status",
     "WrongKeyType",
+    "WrongNode",
     "default_classifier",
     "governor_keys",
 ]

@@ -53,6 +53,11 @@ class GovernorUnavailable(GovernorError, ConnectionError):
     """Redis could not be reached, or did not answer in time."""
 
 
+class WrongNode(ConfigError):
+    """The Redis is a cluster node that does not own the governor's slot: the
+    client must be a cluster client (``from_url`` switches by itself)."""
+
+
 class StateError(GovernorError):
     """The governor's state in Redis is unusable: a key of the wrong type, a
     schema written by another version, or a reply this client cannot read."""
@@ -118,6 +123,12 @@ def map_errors(name: str | None) -> Iterator[None]:
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.ClusterError) as exc:
         raise GovernorUnavailable(
             f"{_who(name)}Redis is unreachable ({type(exc).__name__}: {exc}); check the URL and that Redis is up",
+            name=name,
+        ) from exc
+    except (redis.exceptions.MovedError, redis.exceptions.AskError) as exc:
+        raise WrongNode(
+            f"{_who(name)}this Redis is part of a cluster and the governor's slot is served by {exc.node_addr}: "
+            "use a redis.cluster.RedisCluster client (Governor.from_url detects a cluster by itself)",
             name=name,
         ) from exc
     except redis.exceptions.ResponseError as exc:

@@ -44,6 +44,7 @@ if not fresh then
 end
 
 if in_queue then
+  guard(K.waiters, K.holders, K.leases)  -- read by grant() after this write
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
 else
   local reason, hint = blocked()
@@ -62,8 +63,7 @@ else
   if not wait then
     return finish({SCHEMA, 'denied', reason, hint, S.epoch})
   end
-  -- queue, waiters, holders: a waiter missing from a later one is dropped
-  -- as dead by grant(), so a failure between them heals itself.
+  guard(K.queue, K.holders, K.leases)  -- waiters was read by queued()
   set('ticket', S.ticket + 1)
   redis.call('ZADD', K.queue, S.ticket, id)
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)

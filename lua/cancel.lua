@@ -18,6 +18,7 @@ Reply
 local id = arg_id(3, 'id')
 if not load_state() then return missing_reply() end
 
+guard(K.waiters, K.holders, K.leases)  -- touched after the first write
 local was = 'none'
 if redis.call('ZREM', K.queue, id) == 1 then
   was = 'queued'

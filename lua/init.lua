@@ -76,4 +76,5 @@ for _, f in ipairs(HOT) do
   first[#first + 1] = STORE[f] or v
 end
 redis.call('HSET', K.state, unpack(first))
+touch_all()
 return finish({SCHEMA, 'created', epoch})

@@ -20,6 +20,7 @@ Reply
 ]]
 
 local queue_ttl = arg_int(3, 'queue_ttl_ms', 1)
+check_types()  -- one call per process per poll: cheap enough to check all
 if not load_state() then return missing_reply() end
 
 reclaim()

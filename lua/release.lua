@@ -16,10 +16,14 @@ Reply
 local id = arg_id(3, 'id')
 if not load_state() then return missing_reply() end
 
+-- Read the queue's head and check holders before the first write; grant()
+-- reads the rest before it writes.
+local waiting = redis.call('ZRANGE', K.queue, 0, 0)[1]
+if waiting then guard(K.holders, K.waiters) else guard(K.holders) end
 local removed = redis.call('ZREM', K.leases, id)
 if removed == 1 then
   redis.call('HDEL', K.holders, id)
 end
 reclaim()
-grant()
+if waiting then grant() end
 return finish({SCHEMA, 'released', removed})

@@ -23,16 +23,26 @@ if (#ARGV - 3) % 3 ~= 0 then fail('BADARG', 'renew takes (id, epoch, holder) tri
 if not load_state() then return missing_reply() end
 
 reclaim()
+-- Read every lease first; a batch that adopts or drops a lease touches
+-- holders and events too, so it checks every key before its first write.
+local expiries, writes_more = {}, false
+for i = 4, #ARGV, 3 do
+  local id = arg_id(i, 'id')
+  local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
+  expiries[i] = expiry
+  if not (expiry and expiry > NOW) then writes_more = true end
+end
+if writes_more then check_types() end
+
 local reply = {SCHEMA, 'renewed', S.epoch}
 local live = nil
 for i = 4, #ARGV, 3 do
-  local id = arg_id(i, 'id')
-  local epoch, holder = ARGV[i + 1], ARGV[i + 2]
-  local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
+  local id, epoch, holder = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local expiry = expiries[i]
   if expiry and expiry > NOW then
     redis.call('ZADD', K.leases, 'XX', NOW + ttl, id)
     reply[#reply + 1] = 'ok'
-    reply[#reply + 1] = '0'
+    reply[#reply + 1] = 0
   elseif epoch ~= S.epoch and #holder <= 200 then
     if live == nil then live = in_flight() end
     local fence = add_lease(id, ttl, holder, live)
@@ -46,7 +56,7 @@ for i = 4, #ARGV, 3 do
       redis.call('HDEL', K.holders, id)
     end
     reply[#reply + 1] = 'lost'
-    reply[#reply + 1] = '0'
+    reply[#reply + 1] = 0
   end
 end
 return finish(reply)

@@ -30,6 +30,7 @@ if ARGV[5] ~= '' then
   lease = arg_id(5, 'lease')
   fence = arg_int(6, 'fence')
 end
+check_types()  -- the policy may touch any key after the first write
 if not load_state() then return missing_reply() end
 
 -- The provider asked the whole fleet to hold: whoever brings the news.

@@ -17,5 +17,5 @@ Reply
   {1, 'missing'}   no such governor
 ]]
 
-if not load_state() then return missing_reply() end
+if not load_state(true) then return missing_reply() end
 return status_reply()

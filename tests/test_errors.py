@@ -87,8 +87,11 @@ def test_state_of_another_schema_is_refused(make_gov: MakeGov, sync_client: Any)
     gov = make_gov(GovernorConfig(max_capacity=2))
     gov.status()
     sync_client.hset(gov.keys.state, "schema", 99)
-    with pytest.raises(StateError, match="schema version 99"):
-        gov.status()
+    try:
+        with pytest.raises(StateError, match="schema version 99"):
+            gov.status()
+    finally:
+        sync_client.delete(*gov.keys.keys)
 
 
 def test_malformed_ids_are_refused_by_the_scripts(make_gov: MakeGov) -> None:

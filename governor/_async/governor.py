@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any, TypeVar, cast
 
 import redis.asyncio as redis_client
+import redis.asyncio.cluster as redis_cluster
 
 from .. import metrics
 from ..backoff import full_jitter
@@ -54,6 +55,7 @@ from ..errors import (
     LeaseLost,
     StateError,
     WrongKeyType,
+    WrongNode,
     map_errors,
     wrong_key_type,
 )
@@ -434,6 +436,9 @@ class AsyncGovernor:
         self._client = client
         self._scripts = Scripts(client)
         self._owns_client = False
+        #: from_url's URL and options, to switch to a cluster client when redirected
+        self._url: str | None = None
+        self._options: dict[str, Any] = {}
         self._closed = False
         self._background = _Background(self)
         self._local = Semaphore(self._core.config.local_capacity)
@@ -452,6 +457,8 @@ class AsyncGovernor:
 
         Socket timeouts default to ``config.redis_timeout``, so an
         unreachable or hung Redis raises GovernorUnavailable in bounded time.
+        The URL may name a standalone Redis or any node of a Redis Cluster:
+        the first redirection to another node switches to a cluster client.
         """
         config = config if config is not None else GovernorConfig()
         options: dict[str, Any] = {
@@ -465,6 +472,7 @@ class AsyncGovernor:
             raise ConfigError(f"invalid Redis URL {url!r}: {error}") from error
         governor = cls(client, name, config, clock=clock)
         governor._owns_client = True
+        governor._url, governor._options = url, options
         return governor
 
     # -- properties -------------------------------------------------------------
@@ -809,7 +817,27 @@ class AsyncGovernor:
                 reply = await self._scripts[call.script](keys=self._core.keys.keys, args=call.args)
         except WrongKeyType as error:
             raise await self._which_key(error) from error
+        except WrongNode:
+            if self._url is None or isinstance(self._client, redis_cluster.RedisCluster):
+                raise
+            await self._switch_to_cluster()
+            return await self._run(call)
         return call.parse(reply)
+
+    async def _switch_to_cluster(self) -> None:
+        """from_url was given a cluster node: use a cluster client instead."""
+        from ..scripts import Scripts
+
+        assert self._url is not None
+        standalone = self._client
+        try:
+            self._client = redis_cluster.RedisCluster.from_url(self._url, **self._options)
+        except ValueError as error:
+            raise ConfigError(f"invalid Redis Cluster URL {self._url!r}: {error}") from error
+        self._scripts = Scripts(self._client)
+        log.info("governor %r: %s is a Redis Cluster node; using a cluster client", self.name, self._url)
+        # sync: standalone.close()
+        await standalone.aclose()
 
     async def _which_key(self, error: WrongKeyType) -> WrongKeyType:
         """A script stopped on a key of the wrong type: name the key."""

@@ -1,20 +1,9 @@
 --[[ lib/admin.lua: what the rarely run scripts share.
 
-Uses lib/common.lua and lib/admission.lua. check_types() stops a script
-before it writes when a key of this governor holds another Redis type;
-status_reply() is the reply of status, probe and the operator scripts.
+Uses lib/common.lua and lib/admission.lua. status_reply() is the reply of
+status, probe and the operator scripts (which also call check_types() of
+lib/common.lua before they write).
 ]]
-
--- Every key's type, before anything is written.
-local function check_types()
-  local expected = {'hash', 'zset', 'hash', 'zset', 'zset', 'zset', 'zset', 'stream'}
-  for i = 1, 8 do
-    local t = redis.call('TYPE', KEYS[i])['ok']
-    if t ~= 'none' and t ~= expected[i] then
-      fail('WRONGTYPE', KEYS[i] .. ' is a ' .. t .. ', expected a ' .. expected[i])
-    end
-  end
-end
 
 local function status_reply()
   preload({'policy', 'pause_kind', 'reason', 'paused_until', 'window_ms', 'streak',

@@ -30,6 +30,7 @@ end
 -- At most once per RECLAIM_MS; `force` for the scripts that run rarely.
 local function reclaim(force)
   if not force and NOW < (S.reclaim_due or 0) then return end
+  check_types()
   set('reclaim_due', NOW + RECLAIM_MS)
   local expired = redis.call('ZRANGEBYSCORE', K.leases, '-inf', NOW, 'LIMIT', 0, BATCH)
   if #expired > 0 then
@@ -126,16 +127,18 @@ local function add_lease(id, ttl, holder, live)
   return S.fence
 end
 
--- Admit waiters from the head of the queue while there is room, and
--- announce the grants on CHANNEL as "epoch id:fence id:fence ..." (all but
--- `caller`, who learns of its grant from the reply). Returns id -> fence.
+-- Admit waiters from the head of the queue while there is room, at most
+-- BATCH per call (a capacity rise under a long queue is admitted over the
+-- next calls: every refresh, release and report grants), and announce the
+-- grants on CHANNEL as "epoch id:fence id:fence ..." (all but `caller`,
+-- who learns of its grant from the reply). Returns id -> fence.
 local function grant(caller)
   local granted = {}
   if S.paused == 1 or NOW < S.not_before then return granted end
   local live = nil
   local words = {}
-  local skipped = 0
-  while skipped <= BATCH do
+  local skipped, admitted = 0, 0
+  while skipped <= BATCH and admitted < BATCH do
     local head = redis.call('ZRANGE', K.queue, 0, 0)[1]
     if not head then break end
     if live == nil then live = in_flight() end
@@ -148,6 +151,7 @@ local function grant(caller)
       granted[head] = add_lease(head, m.ttl, m.holder, live)
       if head ~= caller then words[#words + 1] = head .. ':' .. int(S.fence) end
       live = live + 1
+      admitted = admitted + 1
     else
       redis.call('HDEL', K.holders, head)
       skipped = skipped + 1

@@ -40,11 +40,12 @@ all keys' expiry is pushed back at most once per idle_ms / 8, and at once
 only for a key this call may have created. Each script is O(log N) in
 leases, waiters and window events, amortised.
 
-Wrong key types. Scripts that change the policy or the config (init,
-reset, set_max, pause, resume, probe) check every key's type first
-(lib/admin.lua). The hot paths read a key, or write it first, before they
-write anything else, so a key of the wrong type stops them (WRONGTYPE,
-mapped to StateError) before they change anything.
+Wrong key types. Redis keeps a script's writes when it then fails, so a
+key another program wrote must stop a script before its first write. The
+rarely run scripts (init, reset, set_max, pause, resume, probe, refresh,
+report) and every reclaim check every key's type first (check_types); the
+hot paths (acquire, release, cancel, renew) read each key they will touch
+before their first write, or guard() it, which costs them 0 to 3 calls.
 ]]
 
 local SCHEMA = 1
@@ -67,10 +68,13 @@ local function int(x)
   return string.format('%d', x)
 end
 
+-- 2^53: above it a Lua number is no longer an exact integer (and 1e400 is inf).
+local MAX_INT = 9007199254740992
+
 local function arg_int(i, what, min)
   local v = tonumber(ARGV[i])
-  if v == nil or v ~= v or v ~= math.floor(v) or v < (min or 0) then
-    fail('BADARG', what .. ' must be an integer >= ' .. (min or 0) .. ', got ' .. tostring(ARGV[i]))
+  if v == nil or v ~= v or v ~= math.floor(v) or v < (min or 0) or v > MAX_INT then
+    fail('BADARG', what .. ' must be an integer in [' .. (min or 0) .. ', 2^53], got ' .. tostring(ARGV[i]))
   end
   return v
 end
@@ -93,6 +97,27 @@ end
 
 -- NOW is an integer of ms; LIVE is the ZCOUNT bound "after NOW". Built from
 -- TIME's strings with one tonumber: each conversion costs (see the header).
+-- Type checks: a key another program wrote stops a script before it writes
+-- anything. guard() checks the keys a script will touch after its first
+-- write and has not read before it; check_types() checks them all.
+local EXPECTED = {
+  [KEYS[1]] = 'hash', [KEYS[2]] = 'zset', [KEYS[3]] = 'hash', [KEYS[4]] = 'zset',
+  [KEYS[5]] = 'zset', [KEYS[6]] = 'zset', [KEYS[7]] = 'zset', [KEYS[8]] = 'stream',
+}
+
+local function guard(...)
+  for _, key in ipairs({...}) do
+    local t = redis.call('TYPE', key)['ok']
+    if t ~= 'none' and t ~= EXPECTED[key] then
+      fail('WRONGTYPE', key .. ' is a ' .. t .. ', expected a ' .. EXPECTED[key])
+    end
+  end
+end
+
+local function check_types()
+  guard(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+end
+
 local NOW, LIVE
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -132,7 +157,20 @@ local LAZY = {
   end,
 }
 
-local function load_state()
+-- Every key expires when the governor is idle for about idle_ms. At most
+-- every idle_ms / 8 (touch_due) a writing script checks every key's type and
+-- pushes every key's expiry back, before it writes anything; a key a call
+-- may have created gets its expiry at once (finish). Writes keep an expiry.
+local function touch_all()
+  check_types()
+  for i = 1, 8 do redis.call('PEXPIRE', KEYS[i], S.idle_ms) end
+  S.touch_due = NOW + math.floor(S.idle_ms / 8)
+  DIRTY.touch_due = true
+end
+
+-- Load the state; nil when the governor does not exist. `readonly` scripts
+-- (status) leave expiries alone.
+local function load_state(readonly)
   local values = redis.call('HMGET', K.state, unpack(HOT))
   if not values[1] then
     S = nil
@@ -143,6 +181,7 @@ local function load_state()
   end
   for i, f in ipairs(HOT) do RAW[f] = values[i] end
   S = setmetatable({}, LAZY)
+  if not readonly and NOW >= (S.touch_due or 0) then touch_all() end
   return S
 end
 
@@ -182,17 +221,9 @@ local function created(key)
   CREATED[key] = true
 end
 
--- Every key expires when the governor is idle for about idle_ms: all keys'
--- expiry is pushed back at most every idle_ms / 8 (touch_due), and a key
--- this call may have created gets its expiry at once (a write keeps an
--- existing expiry).
+-- The expiry of the keys this call may have created (see touch_all).
 local function touch()
-  if NOW >= (S.touch_due or 0) then
-    for i = 1, 8 do redis.call('PEXPIRE', KEYS[i], S.idle_ms) end
-    set('touch_due', NOW + math.floor(S.idle_ms / 8))
-  else
-    for key in pairs(CREATED) do redis.call('PEXPIRE', key, S.idle_ms) end
-  end
+  for key in pairs(CREATED) do redis.call('PEXPIRE', key, S.idle_ms) end
 end
 
 -- The decision log: what changed, why, and the figures behind it.
