@@ -103,6 +103,8 @@ class Model:
         if args[0] == "":
             raise ValueError("the model needs an injected clock (ARGV[1])")
         self.now = int(args[0])
+        if self.state is not None and script not in ("status", "init"):
+            self._touch()
         handler = getattr(self, f"_op_{script}")
         reply: list[Any] = handler(args[2:])
         return reply
@@ -145,12 +147,15 @@ class Model:
         live = [m for t, m in self.attempts if t > horizon]
         return sum(1 for m in live if m.endswith(":r")), len(live)
 
-    def _finish(self, reply: list[Any]) -> list[Any]:
-        """Every writing script ends here: key expiries are pushed back at
-        most every idle_ms / 8 (the next time is touch_due)."""
+    def _touch(self) -> None:
+        """A writing script pushes every key's expiry back at most every
+        idle_ms / 8 (the next time is touch_due), as it loads the state."""
         S = self.S
         if self.now >= S.get("touch_due", 0):
             S["touch_due"] = self.now + S["idle_ms"] // 8
+
+    def _finish(self, reply: list[Any]) -> list[Any]:
+        """Every writing script ends here (the scripts save the state)."""
         return reply
 
     def _resume_level(self) -> int:
@@ -222,8 +227,8 @@ class Model:
             return granted
         live = self._in_flight()
         words: list[str] = []
-        skipped = 0
-        while live < S["cap"] and skipped <= BATCH:
+        skipped = admitted = 0
+        while live < S["cap"] and skipped <= BATCH and admitted < BATCH:  # at most BATCH grants per call
             if not self.queue:
                 break
             head, ticket = _zsorted(self.queue)[0]
@@ -238,6 +243,7 @@ class Model:
                 if head != caller:
                     words.append(f"{head}:{granted[head]}")
                 live += 1
+                admitted += 1
             else:
                 self.holders.pop(head, None)
                 skipped += 1
@@ -380,6 +386,7 @@ class Model:
             self.S["not_before"] = self.now + hold
         elif others > 0:
             self.S["not_before"] = self.now + notice
+        self._touch()
         return self._finish([SCHEMA, "created", epoch])
 
     def _op_acquire(self, a: list[str]) -> list[Any]:

@@ -133,11 +133,6 @@ async def test_the_asyncio_facade_works_through_redis_cluster(cluster: RedisClus
         await aclient.aclose()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: from_url always makes a standalone client; on a cluster node a governor whose slot "
-    "lives elsewhere fails with 'Redis answered with an error: <slot> <host:port>' (an unmapped MOVED)",
-)
 def test_from_url_works_on_a_cluster(cluster: RedisCluster, client: redis.cluster.RedisCluster) -> None:
     names = (f"elsewhere-{i}" for i in range(1000))
     name = next(n for n in names if node_of(client, governor_keys(n).state) != cluster.ports[0])

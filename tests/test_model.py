@@ -67,7 +67,7 @@ def as_str_dict(raw: dict[Any, Any]) -> dict[str, str]:
     return {norm(k): norm(v) for k, v in raw.items()}
 
 
-def as_zset(raw: list[tuple[Any, float]]) -> dict[str, int]:
+def as_zset(raw: Any) -> dict[str, int]:
     return {norm(m): int(s) for m, s in raw}
 
 
@@ -316,3 +316,33 @@ def test_the_scripts_agree_with_the_model(backend: str, redis_url: str, fake_ser
     calls, checks = OPERATIONS["count"] - calls, OPERATIONS["checks"] - checks
     print(f"\n{backend}: {calls - checks} operations, each followed by a full comparison ({calls} script calls)")
     assert calls - checks > 500
+
+
+def test_a_capacity_jump_admits_at_most_a_batch_per_call_like_the_model(redis_url: str) -> None:
+    """Beyond the random runs' small queues: 150 waiters, then capacity from 1 to 200."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=10)
+    clock = FakeClock()
+    gov = Governor(client, f"model-batch-{uuid.uuid4().hex[:8]}", GovernorConfig(max_capacity=1), clock=clock)
+    model = Model()
+
+    def both(call: Call[Any]) -> list[Any]:
+        real: list[Any] = norm(gov._scripts[call.script](keys=gov.keys.keys, args=call.args))
+        assert real == norm(model.call(call.script, call.args)), call.script
+        return real
+
+    try:
+        both(init_call(gov._core, holds_leases=False))
+        both(gov._core.acquire("holder", "h", wait=False))
+        for i in range(150):
+            both(gov._core.acquire(f"w{i:03d}", "h", wait=True))
+        both(gov._core.set_max_capacity(200))
+        assert len(model.grants) == 1 + 64  # one batch of grants in the call
+        both(gov._core.refresh([]))
+        both(gov._core.probe())
+        assert len(model.grants) == 1 + 150  # the rest by the next calls, in FIFO order
+        assert [lease for lease, _ in model.grants[1:]] == [f"w{i:03d}" for i in range(150)]
+        assert as_zset(client.zrange(gov.keys.leases, 0, -1, withscores=True)) == model.leases
+    finally:
+        client.delete(*gov.keys.keys)
+        gov.close()
+        client.close()

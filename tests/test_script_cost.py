@@ -137,11 +137,6 @@ def test_every_script_stays_far_below_the_busy_threshold_at_10k(client: redis.Re
     assert not over, f"scripts over {BOUND_US} us with 10,000 of everything: {over}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: grant() in lua/lib/admission.lua admits every waiter that fits in one call: "
-    "raising capacity under 10,000 waiters blocks Redis for ~0.26 s (O(N) in one script call)",
-)
 def test_one_capacity_jump_under_10k_waiters_stays_under_the_bound(client: redis.Redis) -> None:
     us = measure(client, 10_000, expired=False, only=MASS_GRANT)[MASS_GRANT]
     print(f"\n{MASS_GRANT} with 10,000 waiters: {us} us")
