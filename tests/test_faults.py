@@ -464,6 +464,34 @@ async def test_tasks_cancelled_at_every_point_leak_nothing(redis_url: str, name:
         await gov.aclose()
 
 
+# -- a fleet drained during a pause -------------------------------------------------------
+
+
+def test_a_queue_never_freezes_after_the_fleet_drained_during_a_pause(redis_url: str, name: str) -> None:
+    """Nobody holds, nobody reports: the waiters' own refreshes probe, lift the
+    drained pause and admit them (SPEC §4, the seed's liveness fix)."""
+    config = GovernorConfig(policy="seed", max_capacity=4, window=1.0, pause_count=2, **FAST)
+    gov = Governor.from_url(redis_url, name, config)
+    try:
+        lease = gov.acquire(timeout=5)
+        gov.report(Outcome.RATE_LIMITED, lease=lease)
+        gov.report(Outcome.RATE_LIMITED, lease=lease)
+        assert gov.status().paused
+        lease.release()  # the fleet has drained: no report, no probe will come
+        paused_at = time.monotonic()
+        got: list[Lease] = []
+        waiter = threading.Thread(target=lambda: got.append(gov.acquire(timeout=15)), daemon=True)
+        waiter.start()
+        waiter.join(15)
+        figure("drained pause: queued waiter admitted after", time.monotonic() - paused_at)
+        assert got and time.monotonic() - paused_at < config.window + 2 * config.poll + 1
+        st = gov.status()
+        assert not st.paused and st.capacity == 1  # resumed at max(1, 4 // 4)
+        got[0].release()
+    finally:
+        gov.close()
+
+
 # -- Redis state lost -------------------------------------------------------------------
 
 
