@@ -5,10 +5,15 @@ and change nothing.
 
 The worker ACL (also in the README, "Guarantees and failure modes"):
 
-    ACL SETUSER <user> on ><password> resetkeys ~governor:v1:{<NAME>}:*
-        resetchannels &governor:v1:{<NAME>}:wake -@all
-        +evalsha +script|load +subscribe +unsubscribe +ping +client|setinfo +type
-        <the commands the scripts call: WORKER_SCRIPT_COMMANDS>
+    ACL SETUSER <user> reset on ><password>
+        ~governor:v1:{<NAME>}:* &governor:v1:{<NAME>}:wake -@all
+        +evalsha +script|load +subscribe +unsubscribe +ping +type
+        +del +hdel +hget +hmget +hset +pexpire +publish +time +xadd
+        +zadd +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore
+        [+client|setinfo on Redis >= 7.2]
+
+(the second half is what the scripts call: WORKER_SCRIPT_COMMANDS, kept
+equal to the scripts by a test below).
 
 Redis 7 checks the commands a script calls against the caller's ACL, so
 the script commands must be granted too, and a script (even one a worker
