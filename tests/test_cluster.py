@@ -111,6 +111,7 @@ def test_governors_spread_over_the_nodes(cluster: RedisCluster, client: redis.cl
 
 async def test_the_asyncio_facade_works_through_redis_cluster(cluster: RedisCluster) -> None:
     aclient = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=cluster.ports[1], socket_timeout=5)
+    await aclient.initialize()  # see the next test: the worker's first SUBSCRIBE needs the slot map
     gov = AsyncGovernor(aclient, f"acluster-{uuid.uuid4().hex[:8]}", CONFIG)
     try:
         holder = await gov.acquire(timeout=10)
@@ -141,3 +142,27 @@ def test_from_url_works_on_a_cluster(cluster: RedisCluster, client: redis.cluste
         _exercise(gov)
     finally:
         gov.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: with a fresh redis.asyncio.cluster.RedisCluster the background worker's first SUBSCRIBE "
+    "fails (KeyError: <slot>, the client fills its slot map lazily), so the first acquire waits "
+    "redis_timeout for the listener, and its init may count the worker as another listener (notice hold)",
+)
+async def test_the_first_acquire_on_a_fresh_asyncio_cluster_client_does_not_wait(
+    cluster: RedisCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    aclient = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=cluster.ports[2], socket_timeout=5)
+    gov = AsyncGovernor(aclient, f"afresh-{uuid.uuid4().hex[:8]}", CONFIG)
+    try:
+        started = time.monotonic()
+        lease = await gov.acquire(timeout=CONFIG.poll)
+        waited = time.monotonic() - started
+        await lease.release()
+        print(f"\nfirst acquire on a fresh asyncio cluster client: {waited:.3f} s")
+        assert "background worker error" not in caplog.text
+        assert waited < CONFIG.redis_timeout / 2  # nothing to wait for: an empty governor
+    finally:
+        await gov.aclose()
+        await aclient.aclose()
