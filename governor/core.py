@@ -181,6 +181,11 @@ def _check_count(script: str, name: str, ids: Sequence[str], values: int, per: i
         )
 
 
+#: seconds a new state holds admissions when other clients listen: they
+#: renew on its announcement, one round trip each
+NOTICE_HOLD = 0.5
+
+
 class GovernorCore:
     """Arguments and replies of every operation, for one governor."""
 
@@ -249,7 +254,7 @@ class GovernorCore:
             str(self.fence_floor),
             str(ms(self.config.renew_interval + self.config.poll)),
             "1" if listening else "0",
-            str(ms(self.config.poll)),
+            str(ms(min(self.config.poll, NOTICE_HOLD))),
         )
         return self._call("init", (*args, *self.config.script_fields()), self._parse_init)
 

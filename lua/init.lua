@@ -1,17 +1,5 @@
 --[[ init.lua: create a governor's state from a client's config if missing.
 
-Every other script answers {1, 'missing'} when the state hash is gone (a
-first use, Redis restarted without persistence, FLUSHDB, idle expiry); the
-client then runs this script and calls again. The new state is announced
-on the channel (a message holding only the epoch): every listening client
-renews its leases at once, and renew.lua adopts those of a lost state.
-After a loss the client knows of (recovered = '1') the governor starts
-cautiously: admissions hold for hold_ms, long enough for every running
-holder's heartbeat, and capacity starts at the resume level. A client that
-cannot know (it never saw the state) still holds for notice_ms when other
-clients listen, so their holders count again before anyone new is
-admitted: a lost governor never comes back unlimited.
-
 Uses    lib/admission.lua, lib/admin.lua, lib/config.lua (after lib/common.lua)
 KEYS    the governor's eight keys, see lib/common.lua
 ARGV
@@ -27,6 +15,18 @@ ARGV
 Reply
   {1, 'created', epoch}   a new state was written
   {1, 'exists', epoch}    the state was there already; nothing changed
+
+Every other script answers {1, 'missing'} when the state hash is gone (a
+first use, Redis restarted without persistence, FLUSHDB, idle expiry); the
+client then runs this script and calls again. The new state is announced
+on the channel (a message holding only the epoch): every listening client
+renews its leases at once, and renew.lua adopts those of a lost state.
+After a loss the client knows of (recovered = '1') the governor starts
+cautiously: admissions hold for hold_ms, long enough for every running
+holder's heartbeat, and capacity starts at the resume level. A client that
+cannot know (it never saw the state) still holds for notice_ms when other
+clients listen, so their holders count again before anyone new is
+admitted: a lost governor never comes back unlimited.
 ]]
 
 local epoch = arg_id(3, 'epoch')

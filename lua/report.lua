@@ -10,8 +10,8 @@ ARGV
   ARGV[4] retry_after_ms  int ms or ''  the provider's Retry-After ('r' only);
                           sets the fleet-wide not_before, capped at ra_cap_ms
   ARGV[5] lease           string or ''  the reporting lease; a lease that is no
-                          longer live is fenced off: its outcome is not counted
-                          (a Retry-After it brings still holds the fleet)
+                          longer live is fenced off and changes nothing (its
+                          news may be stale: the holder stalled past its TTL)
   ARGV[6] fence           int or ''     the lease's fence (when ARGV[5] is set)
 Reply
   {1, 'reported'}  recorded
@@ -33,7 +33,7 @@ end
 check_types()  -- the policy may touch any key after the first write
 if not load_state() then return missing_reply() end
 
--- The provider asked the whole fleet to hold: whoever brings the news.
+-- The provider asked the whole fleet to hold.
 local function hold()
   if outcome == 'r' and retry_after then
     local until_ms = NOW + math.min(retry_after, S.ra_cap_ms)
@@ -46,10 +46,7 @@ end
 
 if lease then
   local expiry = tonumber(redis.call('ZSCORE', K.leases, lease))
-  if not expiry or expiry <= NOW then
-    hold()
-    return finish({SCHEMA, 'lost'})
-  end
+  if not expiry or expiry <= NOW then return finish({SCHEMA, 'lost'}) end
 end
 
 reclaim()

@@ -522,7 +522,7 @@ class Model:
             return [SCHEMA, "missing"]
         S = self.S
 
-        def hold() -> None:  # the provider asked the whole fleet to hold: whoever brings the news
+        def hold() -> None:  # the provider asked the whole fleet to hold
             if outcome == "r" and retry_after is not None:
                 until = self.now + min(retry_after, S["ra_cap_ms"])
                 if until > S["not_before"]:
@@ -531,8 +531,8 @@ class Model:
         if lease_id != "":
             expiry = self.leases.get(lease_id)
             if expiry is None or expiry <= self.now:
-                hold()  # a lost lease's outcome is not counted; its Retry-After still holds
-                return self._finish([SCHEMA, "lost"])
+                return self._finish([SCHEMA, "lost"])  # fenced off: changes nothing of others'
+
         self._reclaim()
         if outcome == "q":
             S["quota_count"] += 1

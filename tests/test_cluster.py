@@ -144,12 +144,6 @@ def test_from_url_works_on_a_cluster(cluster: RedisCluster, client: redis.cluste
         gov.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: with a fresh redis.asyncio.cluster.RedisCluster the background worker's first SUBSCRIBE "
-    "fails (KeyError: <slot>, the client fills its slot map lazily), so the first acquire waits "
-    "redis_timeout for the listener, and its init may count the worker as another listener (notice hold)",
-)
 async def test_the_first_acquire_on_a_fresh_asyncio_cluster_client_does_not_wait(
     cluster: RedisCluster, caplog: pytest.LogCaptureFixture
 ) -> None:

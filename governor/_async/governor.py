@@ -305,8 +305,13 @@ class _Background:
             await self._close_pubsub(pubsub)
 
     async def _subscribe(self) -> Any:
-        pubsub = self._gov._client.pubsub()
+        client = self._gov._client
         with map_errors(self._gov.name):
+            # redis.asyncio clients set up lazily, and a RedisCluster's pub/sub
+            # needs its slot map before the first SUBSCRIBE (idempotent).
+            # sync: pass
+            await client.initialize()
+            pubsub = client.pubsub()
             await pubsub.subscribe(self._gov.keys.channel)
             deadline = time.monotonic() + self._gov.config.redis_timeout
             while True:

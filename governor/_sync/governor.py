@@ -294,8 +294,12 @@ class _Background:
             self._close_pubsub(pubsub)
 
     def _subscribe(self) -> Any:
-        pubsub = self._gov._client.pubsub()
+        client = self._gov._client
         with map_errors(self._gov.name):
+            # redis clients set up lazily, and a RedisCluster's pub/sub
+            # needs its slot map before the first SUBSCRIBE (idempotent).
+            pass
+            pubsub = client.pubsub()
             pubsub.subscribe(self._gov.keys.channel)
             deadline = time.monotonic() + self._gov.config.redis_timeout
             while True:
