@@ -49,6 +49,14 @@ def redis_url() -> Iterator[str]:
         server.cleanup()
 
 
+@pytest.fixture
+def private_redis() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, to stop, pause, flush or restart."""
+    server = RedisServer().start()
+    yield server
+    server.cleanup()
+
+
 @pytest.fixture(scope="session")
 def fake_server() -> fakeredis.FakeServer:
     return fakeredis.FakeServer()

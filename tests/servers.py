@@ -7,6 +7,7 @@ the same port (the fault tests need all four).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -36,6 +37,20 @@ def wait_until(predicate, timeout: float, interval: float = 0.02, what: str = "c
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+async def until(predicate, timeout: float = 10, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    """Await ``predicate()`` (sync or async) becoming true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.01)
 
 
 class RedisServer:

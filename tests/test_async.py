@@ -4,7 +4,6 @@ of a waiting task at each point (before its grant, after it)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,21 +11,9 @@ import pytest
 
 from governor import AcquireTimeout, AsyncGovernor, Governor, GovernorConfig, LeaseLost, Outcome
 
+from .servers import until
+
 MakeAGov = Callable[..., AsyncGovernor]
-
-
-async def until(predicate: Callable[[], Any], timeout: float = 10, what: str = "condition") -> None:
-    """Await ``predicate()`` (sync or async) becoming true, within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def queued(gov: AsyncGovernor, n: int) -> None:

@@ -46,6 +46,7 @@ from governor.providers import (
 )
 
 from . import scripted_provider as sp
+from .servers import until
 
 MakeGov = Callable[..., Governor]
 MakeAGov = Callable[..., AsyncGovernor]
@@ -151,20 +152,6 @@ def counts(status: Status) -> tuple[int, int, int, int, int]:
         status.queued,
         status.quota_exhausted,
     )
-
-
-async def until(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> None:
-    """Await ``check()`` (sync or async) becoming true, within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 # -- the real SDKs, sync ---------------------------------------------------------------

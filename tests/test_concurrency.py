@@ -16,7 +16,7 @@ import pytest
 
 from governor import AcquireTimeout, AsyncGovernor, Governor, GovernorConfig, Outcome
 
-from .test_async import until
+from .servers import until
 from .workers import fleet_host
 
 MakeAGov = Callable[..., AsyncGovernor]

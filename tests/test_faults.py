@@ -68,13 +68,6 @@ def events() -> str:
     return f"events:{uuid.uuid4().hex}"
 
 
-@pytest.fixture
-def private_redis() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.cleanup()
-
-
 class Processes:
     """Spawned worker processes, all ended (SIGCONT, then SIGKILL) at teardown."""
 

@@ -4,7 +4,7 @@ re-created governor never comes back unlimited)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -64,13 +64,6 @@ def test_release_and_cancel_do_not_recreate_a_missing_governor(make_gov: MakeGov
     wipe(sync_client, gov)
     lease.release()
     assert sync_client.exists(gov.keys.state) == 0
-
-
-@pytest.fixture
-def private_redis() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.cleanup()
 
 
 def test_script_flush_is_survived(private_redis: RedisServer) -> None:

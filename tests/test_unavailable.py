@@ -4,8 +4,6 @@ the shared limit when Redis returns."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from governor import AcquireTimeout, Governor, GovernorConfig, GovernorUnavailable, Outcome
@@ -16,10 +14,8 @@ FAST = {"lease_ttl": 0.6, "poll": 0.2, "queue_ttl": 1.0, "redis_timeout": 1.0}
 
 
 @pytest.fixture
-def server() -> Iterator[RedisServer]:
-    s = RedisServer().start()
-    yield s
-    s.cleanup()
+def server(private_redis: RedisServer) -> RedisServer:
+    return private_redis
 
 
 def test_fail_closed_by_default(server: RedisServer) -> None:

@@ -380,6 +380,9 @@ class _Background:
                 by_id[lease_id]._deadline = sent_at + self._gov.config.lease_ttl
             for lease_id, fence in result.adopted.items():
                 lease = by_id[lease_id]
+                if lease.released:  # released while this renewal was on its way: undo the adoption
+                    self._gov._execute(self._gov._core.release(lease_id))
+                    continue
                 lease.fence, lease.epoch = fence, result.epoch
                 lease._deadline = sent_at + self._gov.config.lease_ttl
             for lease_id in result.lost:
