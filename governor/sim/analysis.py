@@ -44,6 +44,10 @@ class Recovery:
     window_goodput: list[float] = field(default_factory=list)
     #: 429s of each window after the change
     window_429s: list[int] = field(default_factory=list)
+    #: windows until the governors' mean capacity in one was within 5 % of the new
+    #: limit (None: no governor, or not within the run): the policy's answer,
+    #: apart from how well the machine turned capacity into goodput
+    capacity_windows: int | None = None
 
 
 @dataclass
@@ -209,6 +213,7 @@ def analyse(
     workload: int,
     max_time: float,
     decisions: Sequence[Mapping[str, Any]] = (),
+    capacity: Sequence[tuple[float, int, int, int, bool]] = (),
 ) -> StrategyMetrics:
     """The figures of one strategy's run."""
     t0 = record.started_wall
@@ -256,7 +261,8 @@ def analyse(
             continue
         shares, throttled = window_series(at, sat)
         windows = next((i + 1 for i, share in enumerate(shares) if share >= RECOVERED), None)
-        recoveries.append(Recovery(at, old, new, windows, shares[:6], throttled[:6]))
+        followed = _capacity_windows(capacity, at, sat, window, new)
+        recoveries.append(Recovery(at, old, new, windows, shares[:6], throttled[:6], followed))
     window_goodput, window_429s = window_series(0.0, run_end)
 
     per_host = [float(_count_between(sorted(s - t0 for s in h.success_at), 0.0, sat)) for h in hosts]
@@ -297,6 +303,20 @@ def analyse(
         phases=_phases(hosts),
         error_samples=samples,
     )
+
+
+def _capacity_windows(
+    capacity: Sequence[tuple[float, int, int, int, bool]], at: float, end: float, window: float, limit: int
+) -> int | None:
+    """Windows after ``at`` until one whose mean sampled capacity is within 5 % of ``limit``."""
+    k = 0
+    while capacity and at + (k + 1) * window <= end + 1e-9:
+        a, b = at + k * window, at + (k + 1) * window
+        values = [c for t, c, *_ in capacity if a <= t < b]
+        if values and abs(sum(values) / len(values) / limit - 1) <= 1 - RECOVERED:
+            return k + 1
+        k += 1
+    return None
 
 
 def decision_counts(decisions: Iterable[Mapping[str, Any]]) -> dict[str, int]:

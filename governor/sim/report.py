@@ -42,8 +42,10 @@ def _recovery(m: StrategyMetrics) -> str:
         return "-"
     parts = []
     for r in m.recoveries:
-        arrow = f"{r.old}->{r.new}"
-        parts.append(f"{arrow}: {r.windows if r.windows is not None else 'never'}")
+        text = f"{r.old}->{r.new}: {r.windows if r.windows is not None else 'never'}"
+        if r.capacity_windows is not None:
+            text += f" (cap {r.capacity_windows})"
+        parts.append(text)
     return ", ".join(parts)
 
 
@@ -111,11 +113,11 @@ def legend(result: SwarmResult) -> str:
     """What the columns mean, with this run's ideal."""
     p, s = result.provider, result.scenario
     schedule = ", ".join(f"{new} at {at:g} s" for at, new in p.schedule) or "none"
+    finish = f"about {result.ideal_finish:.1f} s" if result.ideal_finish != float("inf") else "never (no capacity)"
     return "\n".join(
         [
             f"ideal: hidden limit {p.limit} / mean latency {p.latency_mean:g} s = {result.ideal_rps:.0f} calls/s "
-            f"(limit changes: {schedule}); a perfect gate finishes {s.workload} calls in about "
-            f"{result.ideal_finish:.1f} s",
+            f"(limit changes: {schedule}); a perfect gate finishes {s.workload} calls in {finish}",
             "goodput: successful calls as a share of the ideal while the fleet has more work than the limit; "
             f"steady: the same without {s.settle_windows:g} windows ({s.settle_windows * s.window:g} s) "
             "after the start and after each limit change",
@@ -127,7 +129,8 @@ def legend(result: SwarmResult) -> str:
                 else ""
             ),
             "over limit: largest excess of requests at the provider over the hidden limit, and total time above it; "
-            "recovery: windows after a limit change until one reaches 95 % of the new ideal",
+            "recovery: windows after a limit change until one reaches 95 % of the new ideal (cap: until the "
+            "governors' mean capacity in one is within 5 % of the new limit)",
             _load_line(result),
         ]
     )

@@ -16,6 +16,7 @@ threads when the Redis is an in-process fakeredis.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import platform
 import sys
@@ -43,7 +44,7 @@ class Progress:
     """What the driver knows while a strategy runs (for progress displays)."""
 
     strategy: str
-    index: int  #: 1-based position of the strategy in the run
+    index: int  #: 1-based position of this strategy run among all of them (rounds included)
     count: int
     elapsed: float
     ok: int
@@ -88,6 +89,8 @@ class StrategyRun:
 
 @dataclass
 class SwarmResult:
+    """Everything a swarm run measured: per strategy, the figures and traces."""
+
     scenario: Scenario
     provider: ProviderConfig
     runs: dict[str, StrategyRun]
@@ -126,7 +129,10 @@ class SwarmResult:
             "scenario": self.scenario.to_json(),
             "provider": self.provider.to_json(),
             "environment": self.environment,
-            "ideal": {"rps_at_start": self.ideal_rps, "finish": self.ideal_finish},
+            "ideal": {
+                "rps_at_start": self.ideal_rps,
+                "finish": self.ideal_finish if math.isfinite(self.ideal_finish) else None,
+            },
             "strategies": {
                 name: {**run.to_json(), "rounds": [m.to_json() for m in self.rounds.get(name, [])]}
                 for name, run in self.runs.items()
@@ -321,6 +327,7 @@ async def _run_strategy(
         workload=scenario.workload,
         max_time=scenario.max_time,
         decisions=decisions,
+        capacity=capacity,
     )
     if progress is not None:
         live = await provider.live()
