@@ -143,6 +143,21 @@ async def test_requests_per_period_limit(http: aiohttp.ClientSession) -> None:
     assert provider.record.counts()[RATE] == 1
 
 
+@pytest.mark.parametrize(("counts_refused", "kinds"), [(True, [LIMITED, LIMITED, RATE]), (False, [LIMITED] * 3)])
+async def test_refused_requests_can_count_against_the_rate_limit(
+    http: aiohttp.ClientSession, counts_refused: bool, kinds: list[str]
+) -> None:
+    # No capacity at all: every request is refused; whether the refusals use
+    # up the request budget is what OpenAI's "unsuccessful requests count" means.
+    provider = await start(limit=0, rpm=2, rate_period=60.0, rpm_counts_refused=counts_refused, reject_latency=0.0)
+    try:
+        answers = [await post(http, provider) for _ in range(3)]
+    finally:
+        await provider.stop()
+    assert [status for status, _, _ in answers] == [429, 429, 429]
+    assert [kind for _, _, kind in provider.record.responses] == kinds
+
+
 async def test_the_schedule_changes_the_hidden_limit(http: aiohttp.ClientSession) -> None:
     provider = await start(
         limit=3, schedule=((5.0, 1), (10.0, 2)), latency_mean=1.0, latency_sigma=0.0, reject_latency=0.0

@@ -62,7 +62,14 @@ def _fail(error: Exception) -> click.ClickException:
 # -- shared options -------------------------------------------------------------------------
 
 
-def provider_options(limit: int, latency: float, schedule: str) -> Callable[[F], F]:
+def provider_options(
+    limit: int,
+    latency: float,
+    schedule: str,
+    rpm: int | None = None,
+    rate_period: float = 60.0,
+    counts_refused: bool = False,
+) -> Callable[[F], F]:
     """The mock provider's settings, with the given defaults."""
 
     def decorate(f: F) -> F:
@@ -77,10 +84,12 @@ def provider_options(limit: int, latency: float, schedule: str) -> Callable[[F],
                          help="How long a 429 takes, seconds."),
             click.option("--retry-after", default="auto", show_default=True,
                          help="Retry-After sent with a 429: auto (when a slot frees), none, or seconds."),
-            click.option("--rpm", type=click.IntRange(min=1), default=None,
+            click.option("--rpm", type=click.IntRange(min=1), default=rpm,
                          help="Also limit requests per --rate-period (default: no rate limit)."),
-            click.option("--rate-period", type=click.FloatRange(min=0, min_open=True), default=60.0,
+            click.option("--rate-period", type=click.FloatRange(min=0, min_open=True), default=rate_period,
                          show_default=True, help="Period of --rpm, seconds."),
+            click.option("--rpm-counts-refused/--rpm-counts-accepted", default=counts_refused, show_default=True,
+                         help="Whether refused requests count against --rpm (OpenAI: they do)."),
             click.option("--quota", type=click.IntRange(min=0), default=None,
                          help="Requests accepted before every answer is 429 insufficient_quota."),
             click.option("--schedule", default=schedule, show_default=True,
@@ -105,6 +114,7 @@ def _provider_config(kw: dict[str, Any]) -> Any:
         retry_after=parse_retry_after(kw["retry_after"]),
         rpm=kw["rpm"],
         rate_period=kw["rate_period"],
+        rpm_counts_refused=kw["rpm_counts_refused"],
         quota=kw["quota"],
         schedule=parse_schedule(kw["schedule"]),
         seed=kw["seed"],
@@ -314,13 +324,17 @@ def swarm_command(**kw: Any) -> None:
 
 
 @click.command("demo")
-@swarm_options(hosts=8, agents=16, calls=8, window=2.0, max_time=15.0, settle=1.0)
-@provider_options(limit=32, latency=0.25, schedule="4:16,8:32")
+@swarm_options(hosts=8, agents=16, calls=6, window=2.0, max_time=12.0, settle=1.0)
+@provider_options(limit=32, latency=0.25, schedule="4:16,8:32", rpm=200, rate_period=1.0, counts_refused=True)
 def demo_command(**kw: Any) -> None:
     """See in about a minute why a fleet needs one governor.
 
     128 agents on 8 hosts share a provider whose concurrency limit is hidden
-    (32, halved at 4 s, restored at 8 s). Each strategy in turn: no
+    (32, halved at 4 s, restored at 8 s) and which, as OpenAI does, counts
+    refused requests against its request rate (200 per second here, half as
+    much again as the hidden limit can serve), so a retry storm uses up the
+    budget of the calls that would succeed. Each
+    strategy in turn: no
     coordination, a fixed fleet semaphore, one governor per host, the fleet
     governor with the seed policy, and the fleet governor. Without
     --redis-url a private redis-server is started (or, without one, an

@@ -31,6 +31,8 @@ _KINDS = {Kind.RATE_LIMITED: LIMITED, Kind.QUOTA_EXHAUSTED: QUOTA, Kind.OTHER: E
 _OUTCOMES = {OK: Outcome.SUCCESS, LIMITED: Outcome.RATE_LIMITED, QUOTA: Outcome.QUOTA_EXHAUSTED, ERROR: Outcome.ERROR}
 #: error messages kept per host, so a failing run says why without a flood
 MAX_ERROR_SAMPLES = 5
+#: seconds (one cancellation each) given to agents to stop after the deadline
+STOP_TRIES = 10
 
 
 @dataclass(frozen=True)
@@ -189,11 +191,20 @@ async def run_host(job: HostJob, make_client: Callable[[], Any]) -> HostResult:
         await asyncio.sleep(max(0.0, job.start_at - time.time()))
         tasks = [asyncio.create_task(_agent(job, i, governor, caller, result)) for i in range(job.agents)]
         _done, pending = await asyncio.wait(tasks, timeout=max(0.0, job.deadline - time.time()))
-        for task in pending:
-            task.cancel()
-        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
-            if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
-                result.note_error(f"agent failed: {type(outcome).__name__}: {outcome}")
+        for _ in range(STOP_TRIES):
+            if not pending:
+                break
+            # An HTTP client may swallow a cancellation (aiohttp issue 8174), so
+            # cancel again; agents also stop by themselves at the deadline.
+            for task in pending:
+                task.cancel()
+            _done, pending = await asyncio.wait(pending, timeout=1.0)
+        if pending:
+            result.note_error(f"{len(pending)} agents did not stop within {STOP_TRIES} s of the deadline")
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                error = task.exception()
+                result.note_error(f"agent failed: {type(error).__name__}: {error}")
     finally:
         await caller.close()
         if governor is not None:
@@ -209,6 +220,8 @@ async def _agent(job: HostJob, index: int, governor: AsyncGovernor | None, call:
         wanted = time.monotonic()
         failures = 0
         while True:
+            if time.time() >= job.deadline:
+                return
             lease = None
             if governor is not None:
                 started = time.monotonic()

@@ -6,7 +6,8 @@ provider account:
 
 - a *hidden* concurrency limit: a request that arrives while ``limit``
   requests are being served is refused with 429 ``rate_limit_exceeded``;
-- an optional requests-per-period limit (``rpm`` per ``rate_period``);
+- an optional requests-per-period limit (``rpm`` per ``rate_period``),
+  which may count refused requests too, as OpenAI's does;
 - lognormal latency with a given mean and shape;
 - a Retry-After on each 429: ``"auto"`` (when a slot frees, as the server
   knows its own schedule), a fixed number of seconds, or ``"none"`` (some
@@ -67,6 +68,9 @@ class ProviderConfig:
     #: requests accepted per ``rate_period`` (None: no rate limit)
     rpm: int | None = None
     rate_period: float = 60.0
+    #: refused requests count against ``rpm`` too ("unsuccessful requests contribute to your
+    #: per-minute limit", as OpenAI documents), so a retry storm uses up the budget
+    rpm_counts_refused: bool = False
     #: requests accepted in all before 429 insufficient_quota (None: unlimited)
     quota: int | None = None
     #: ((seconds after the run's start, new hidden limit), ...)
@@ -91,6 +95,8 @@ class ProviderConfig:
         if self.rpm is not None:
             _int_at_least("rpm", self.rpm, 1)
         _number_at_least("rate_period", self.rate_period, 0.0, strict=True)
+        if not isinstance(self.rpm_counts_refused, bool):
+            raise ConfigError(f"rpm_counts_refused must be true or false, got {self.rpm_counts_refused!r}")
         if self.quota is not None:
             _int_at_least("quota", self.quota, 0)
         last = -1.0
@@ -301,7 +307,7 @@ class MockProvider:
         self._ok = 0
         self._limited = 0
         self._ends: list[float] = []  # service end times of the requests being served
-        self._starts: deque[float] = deque()  # accepted arrivals within rate_period, for rpm
+        self._starts: deque[float] = deque()  # counted arrivals within rate_period, for rpm
         self._limit = self.config.limit_at(0.0)
         self._last_change = 0.0
         self._over_since: float | None = None
@@ -381,7 +387,10 @@ class MockProvider:
         if config.rpm is not None:
             while self._starts and self._starts[0] <= now - config.rate_period:
                 self._starts.popleft()
-            if len(self._starts) >= config.rpm:
+            full = len(self._starts) >= config.rpm
+            if config.rpm_counts_refused:
+                self._starts.append(now)  # every request counts, refused or not
+            if full:
                 wait = self._starts[0] + config.rate_period - now
                 return await self._refuse(run, arrival, RATE, wait, body)
         if self._served >= self._limit:
@@ -390,7 +399,7 @@ class MockProvider:
         self._served += 1
         self._accepted += 1
         self.record.peak_served = max(self.record.peak_served, self._served)
-        if config.rpm is not None:
+        if config.rpm is not None and not config.rpm_counts_refused:
             self._starts.append(now)
         end = now + latency
         self._ends.append(end)

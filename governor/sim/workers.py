@@ -22,8 +22,10 @@ so the figures are less faithful; the driver says so.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -75,6 +77,9 @@ class Hosts(Protocol):
 def worker_main(redis_url: str, namespace: str = DEFAULT_NAMESPACE, max_jobs: int | None = None) -> int:
     """Serve host jobs until a ``stop`` message (or ``max_jobs``); returns jobs run."""
     import aiohttp  # noqa: F401 - loaded before saying ready, so a job starts on time
+
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack
 
     client = redis.Redis.from_url(redis_url, socket_timeout=IDLE_BLOCK + 10)
     jobs_key, workers_key = _keys(namespace)
