@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ def _ms(x: float | None) -> str:
 def _finish(m: StrategyMetrics, max_time: float) -> str:
     if m.finish is not None:
         return f"{m.finish:.1f} s"
-    return f">{max_time:.0f} s ({100 * m.done:.0f}% done)"
+    return f">{max_time:.0f} s ({math.floor(100 * m.done)}% done)"
 
 
 def _recovery(m: StrategyMetrics) -> str:
@@ -164,7 +165,8 @@ def write_json(result: SwarmResult, path: Path, command: str | None = None) -> N
     data: dict[str, Any] = result.to_json()
     if command:
         data["command"] = command
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    # Compact: the traces and decision logs are long (read it with `python -m json.tool`).
+    path.write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")
 
 
 def write_chart(result: SwarmResult, path: Path) -> None:
