@@ -24,9 +24,9 @@ from click.testing import CliRunner
 
 from governor import Governor, Outcome
 from governor.errors import ConfigError
-from governor.sim import analysis
+from governor.sim import analysis, embedded
 from governor.sim.cli import swarm_command
-from governor.sim.embedded import Backend
+from governor.sim.embedded import Backend, open_backend
 from governor.sim.host import HostResult
 from governor.sim.provider import LIMITED, OK, ProviderConfig, RunRecord
 from governor.sim.report import table, write_chart, write_json
@@ -126,6 +126,24 @@ async def test_hosts_are_threads_on_an_in_process_fakeredis() -> None:
     for run in result.runs.values():
         assert run.metrics.done == 1.0, run.metrics.error_samples
     assert "fleet" in table(result)
+
+
+def test_the_embedded_redis_is_a_private_server_else_fakeredis(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
+    with open_backend(redis_url) as given:
+        assert given.kind == "url" and given.shared
+    with pytest.raises(ConnectionError, match="cannot reach Redis"):
+        open_backend("redis://127.0.0.1:1/0")
+    with open_backend(None) as private:
+        assert private.kind == "redis-server" and private.url is not None
+        client = private.sync_client()
+        assert client.ping()
+        client.close()
+    monkeypatch.setattr(embedded.shutil, "which", lambda name: None)
+    with open_backend(None) as fake:
+        assert fake.kind == "fakeredis" and not fake.shared
+        assert "threads" in fake.describe()
+    with pytest.raises(RuntimeError, match="redis-server"):
+        open_backend(None, allow_fake=False)
 
 
 def test_external_provider_and_workers(redis_url: str, tmp_path: Path) -> None:

@@ -129,8 +129,10 @@ def _start_private(binary: str) -> Backend:
                 return backend
             except redis.RedisError:
                 if process.poll() is not None or time.monotonic() > deadline:
+                    log = folder / "redis.log"
+                    tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
                     backend.close()
-                    raise RuntimeError(f"redis-server did not start (see {folder / 'redis.log'})") from None
+                    raise RuntimeError(f"redis-server did not start: {tail.strip() or 'no log'}") from None
                 time.sleep(0.05)
     finally:
         client.close()
