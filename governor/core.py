@@ -343,8 +343,18 @@ class GovernorCore:
 
         return parse
 
-    def report(self, outcome: Outcome, retry_after: float | None, lease_id: str | None, fence: int = 0) -> Call[bool]:
-        """True if recorded, False if the lease was no longer live (fenced off)."""
+    def report(
+        self,
+        outcome: Outcome,
+        retry_after: float | None,
+        lease_id: str | None,
+        fence: int | None = None,
+        release: bool = False,
+    ) -> Call[bool]:
+        """True if recorded, False if the lease was no longer live (fenced off).
+        ``lease_id`` is checked for liveness; ``fence`` alone (a lease already
+        released) only tells the policy which admission wave the call was in.
+        ``release``: the same call also releases the lease."""
         if not isinstance(outcome, Outcome):
             raise ConfigError(f"outcome must be an Outcome, got {outcome!r}")
         ra = ""
@@ -354,7 +364,7 @@ class GovernorCore:
             if not math.isfinite(retry_after) or retry_after < 0:
                 raise ConfigError(f"retry_after must be finite and >= 0 seconds, got {retry_after!r}")
             ra = str(ms(min(retry_after, 86400.0)))
-        lease_args = (lease_id, str(fence)) if lease_id else ("", "")
+        lease_args = (lease_id or "", "" if fence is None else str(fence), "1" if release and lease_id else "0")
         return self._call("report", (outcome.value, ra, *lease_args), self._parse_reported)
 
     def _parse_reported(self, reply: Any) -> bool | Missing:

@@ -12,10 +12,14 @@ ARGV
   ARGV[5] lease           string or ''  the reporting lease; a lease that is no
                           longer live is fenced off and changes nothing (its
                           news may be stale: the holder stalled past its TTL)
-  ARGV[6] fence           int or ''     the lease's fence (when ARGV[5] is set)
+  ARGV[6] fence           int or ''     the fence of the lease the call ran under
+                          (also for a lease released before its report)
+  ARGV[7] release         '1' | '0'     '1': also release the lease (one call
+                          instead of report then release)
 Reply
-  {1, 'reported'}  recorded
-  {1, 'lost'}      the lease was not live: nothing recorded
+  {1, 'reported'}  recorded (and the lease released if asked)
+  {1, 'lost'}      the lease was not live: nothing recorded (any remains of
+                   it are removed when a release was asked)
   {1, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
@@ -26,10 +30,9 @@ end
 local retry_after = nil
 if ARGV[4] ~= '' then retry_after = arg_int(4, 'retry_after_ms') end
 local lease, fence = nil, nil
-if ARGV[5] ~= '' then
-  lease = arg_id(5, 'lease')
-  fence = arg_int(6, 'fence')
-end
+if ARGV[5] ~= '' then lease = arg_id(5, 'lease') end
+if ARGV[6] ~= '' then fence = arg_int(6, 'fence') end
+local release = lease ~= nil and ARGV[7] == '1'
 check_types()  -- the policy may touch any key after the first write
 if not load_state() then return missing_reply() end
 
@@ -44,9 +47,18 @@ local function hold()
   end
 end
 
+local function give_back()
+  if release and redis.call('ZREM', K.leases, lease) == 1 then
+    redis.call('HDEL', K.holders, lease)
+  end
+end
+
 if lease then
   local expiry = tonumber(redis.call('ZSCORE', K.leases, lease))
-  if not expiry or expiry <= NOW then return finish({SCHEMA, 'lost'}) end
+  if not expiry or expiry <= NOW then
+    give_back()
+    return finish({SCHEMA, 'lost'})
+  end
 end
 
 reclaim()
@@ -58,5 +70,6 @@ else
   record(outcome, fence)
   hold()
 end
+give_back()
 grant()
 return finish({SCHEMA, 'reported'})

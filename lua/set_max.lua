@@ -27,6 +27,7 @@ if S.paused == 1 then
 else
   set('cap', n)
   set('ceiling', 0)
+  set('climb', 0)
   set('cut_fence', S.fence)
 end
 log('set_max', 'from', before, 'to', n, 'capacity_from', cap_before, 'why', 'operator')

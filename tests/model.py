@@ -58,6 +58,8 @@ STATE_FIELDS = (
     "cut_fence",
     "probe_at",
     "probe_step",
+    "probe_wait",
+    "climb",
     "quota_count",
     "quota_at",
     "touch_due",
@@ -264,14 +266,27 @@ class Model:
     def _on_limited_adaptive(self, rl: int, total: int, fence: int | None) -> None:
         S = self.S
         if fence is not None and fence <= S["cut_fence"]:
+            if S["ceiling"] > 1:  # an older lease's 429: the level was one lower
+                S["ceiling"] -= 1
+                self._set_cap(min(S["cap"], S["ceiling"]))
             return
-        if rl >= S["pause_count"] and rl >= S["pause_ratio"] * total:
+        live = self._in_flight()
+        level = max(1, min(live, S["cap"])) if live > 0 else S["cap"]
+        if level <= 1 and rl >= S["pause_count"] and rl >= S["pause_ratio"] * total:
             self._pause("policy", PAUSE_REASON, 0)
             S["cut_fence"] = S["fence"]
             return
-        level = max(1, min(self._in_flight(), S["cap"]))
-        S.update(ceiling=level, cut_fence=S["fence"], probe_step=1, probe_at=self.now)
-        self._set_cap(max(1, math.floor(level * S["cut_factor"])))
+        cap = max(1, math.floor(level * S["cut_factor"]))
+        if S["climb"] == 1:  # refused again before the next probe
+            ceiling, wait = cap, S["probe_ms"]
+        else:
+            ceiling = level
+            if S["ceiling"] > 0 and level >= S["ceiling"]:
+                wait = min(S["probe_wait"] * 2, max(S["probe_ms"], S["window_ms"] / 2))
+            else:
+                wait = S["probe_ms"]
+        S.update(ceiling=ceiling, cut_fence=S["fence"], probe_step=1, probe_at=self.now, probe_wait=wait, climb=1)
+        self._set_cap(cap)
 
     def _on_success_seed(self) -> None:
         S = self.S
@@ -289,8 +304,13 @@ class Model:
         if S["ceiling"] == 0 or S["cap"] + 1 < S["ceiling"]:
             S["streak"] = 0
             self._set_cap(S["cap"] + 1)
-        elif S["streak"] >= S["inc_succ"] and self.now - S["probe_at"] >= S["probe_ms"]:
+        elif S["streak"] >= S["inc_succ"] and self.now - S["probe_at"] >= (
+            S["probe_wait"] if S["cap"] < S["ceiling"] else S["probe_ms"]
+        ):
             S["streak"] = 0
+            S["climb"] = 0
+            if S["cap"] >= S["ceiling"]:
+                S["probe_wait"] = S["probe_ms"]
             S["probe_at"] = self.now
             step = S["probe_step"]
             S["probe_step"] = min(S["probe_step"] * 2, S["max"])
@@ -365,7 +385,16 @@ class Model:
         S = self.S
         S.update(cfg)
         S.update(paused=0, pause_kind="", reason="", paused_until=0, saved_cap=0, not_before=0)
-        S.update(cap=cfg["max"], streak=0, ceiling=0, cut_fence=S["fence"], probe_at=self.now, probe_step=1)
+        S.update(
+            cap=cfg["max"],
+            streak=0,
+            ceiling=0,
+            cut_fence=S["fence"],
+            probe_at=self.now,
+            probe_step=1,
+            probe_wait=cfg["probe_ms"],
+            climb=0,
+        )
 
     # -- the scripts ----------------------------------------------------------
 
@@ -517,7 +546,8 @@ class Model:
     def _op_report(self, a: list[str]) -> list[Any]:
         outcome, ra, lease_id = a[0], a[1], a[2]
         retry_after = int(ra) if ra != "" else None
-        fence = int(a[3]) if lease_id != "" else None
+        fence = int(a[3]) if a[3] != "" else None
+        release = lease_id != "" and a[4] == "1"
         if self.state is None:
             return [SCHEMA, "missing"]
         S = self.S
@@ -528,9 +558,14 @@ class Model:
                 if until > S["not_before"]:
                     S["not_before"] = until
 
+        def give_back() -> None:  # report(release=True): the lease goes in the same call
+            if release and self.leases.pop(lease_id, None) is not None:
+                self.holders.pop(lease_id, None)
+
         if lease_id != "":
             expiry = self.leases.get(lease_id)
             if expiry is None or expiry <= self.now:
+                give_back()
                 return self._finish([SCHEMA, "lost"])  # fenced off: changes nothing of others'
 
         self._reclaim()
@@ -540,6 +575,7 @@ class Model:
         else:
             self._record(outcome, fence)
             hold()
+        give_back()
         self._grant()
         return self._finish([SCHEMA, "reported"])
 
@@ -587,7 +623,7 @@ class Model:
             if S["saved_cap"] > n:
                 S["saved_cap"] = n
         else:
-            S.update(cap=n, ceiling=0, cut_fence=S["fence"])
+            S.update(cap=n, ceiling=0, climb=0, cut_fence=S["fence"])
         self._reclaim(force=True)
         self._grant()
         return self._finish(self._status_reply())

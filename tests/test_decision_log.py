@@ -55,6 +55,7 @@ def test_adaptive_cut_logs_from_to_and_the_window(make_gov: MakeGov, sync_client
         "level": "5",
         "ceiling": "5",
         "lease_fence": "",  # reported without a lease
+        "probe_wait": "15000",
     }
     for lease in leases:
         assert lease is not None

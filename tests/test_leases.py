@@ -67,3 +67,32 @@ def test_closed_governor_stops_renewing_and_the_slot_returns(make_gov: MakeGov) 
     wait_until(lambda: watcher.status().in_flight == 0, 5, what="the expired lease to stop counting")
     lease = watcher.acquire(timeout=5)
     lease.release()
+
+
+def test_report_can_release_in_the_same_call(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    from governor import Outcome
+
+    gov = make_gov(GovernorConfig(max_capacity=2), clock=clock)
+    lease = gov.acquire(timeout=5)
+    gov.report(Outcome.SUCCESS, lease=lease, release=True)
+    assert lease.released
+    st = gov.status()
+    assert (st.in_flight, st.window_attempts) == (0, 1)
+    lease.release()  # idempotent
+    gov.report(Outcome.SUCCESS, lease=lease)  # after its release: counted, not checked
+    assert gov.status().window_attempts == 2
+
+
+def test_a_lost_lease_reported_with_release_is_cleaned_up(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from governor import LeaseLost, Outcome
+
+    gov = make_gov(GovernorConfig(max_capacity=2, lease_ttl=10), clock=clock)
+    lease = gov.acquire(timeout=5)
+    clock.advance(11)
+    with pytest.raises(LeaseLost):
+        gov.report(Outcome.SUCCESS, lease=lease, release=True)
+    st = gov.status()
+    assert (st.in_flight, st.window_attempts) == (0, 0)
+    assert lease.released and lease.lost

@@ -236,10 +236,16 @@ class GovernorMachine(RuleBasedStateMachine):
         outcome=st.sampled_from(list(Outcome)),
         retry_after=st.one_of(st.none(), st.sampled_from([0.0, 0.5, 2.0, 100.0])),
         with_lease=st.booleans(),
+        release=st.booleans(),
     )
-    def report(self, data: st.DataObject, outcome: Outcome, retry_after: float | None, with_lease: bool) -> None:
+    def report(
+        self, data: st.DataObject, outcome: Outcome, retry_after: float | None, with_lease: bool, release: bool
+    ) -> None:
         lease_id = data.draw(st.sampled_from(self.ids)) if with_lease and self.ids else None
-        self.run(self.g._core.report(outcome, retry_after, lease_id))
+        fence = None
+        if self.model.state is not None:  # the fence of a lease of this wave or of an older one
+            fence = data.draw(st.one_of(st.none(), st.integers(self.model.S["fence"] - 3, self.model.S["fence"])))
+        self.run(self.g._core.report(outcome, retry_after, lease_id, fence, release=release))
 
     @rule()
     def probe(self) -> None:

@@ -267,26 +267,47 @@ def hold(gov: Governor, n: int) -> list:  # type: ignore[type-arg]
     return leases
 
 
-def test_adaptive_cuts_once_per_congestion_episode(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+def test_adaptive_cuts_once_per_episode_and_older_429s_lower_the_level(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
     gov = make_gov(adaptive(), clock=clock)
     leases = hold(gov, 20)
-    gov.report(R, lease=leases[0])  # pushback at 20 in flight: cut to 18
+    gov.report(R, lease=leases[0])  # pushback at 20 in flight: cut to 18, remember 20
     st = gov.status()
     assert (st.capacity, st.ceiling) == (18, 20)
-    for lease in leases[1:6]:  # admitted before the cut: same episode
+    for lease in leases[1:6]:  # admitted before the cut: no new cut, but the level was one lower each
         gov.report(R, lease=lease)
-    assert gov.status().capacity == 18
-    for lease in leases[6:]:
-        gov.report(S, lease=lease)  # fast climb: +1 per success up to ceiling - 1
-    assert gov.status().capacity == 19
+    st = gov.status()
+    assert (st.capacity, st.ceiling) == (15, 15)
     for lease in leases:
         lease.release()
-    fresh = hold(gov, 19)
-    gov.report(R, lease=fresh[0])  # admitted after the cut: a new episode
+    fresh = hold(gov, 15)
+    gov.report(R, lease=fresh[0])  # admitted after the cut, refused before any probe: the level was too high
     st = gov.status()
-    assert (st.capacity, st.ceiling) == (17, 19)
+    assert (st.capacity, st.ceiling) == (13, 13)
     for lease in fresh:
         lease.release()
+
+
+def test_adaptive_a_refused_probe_backs_off_the_next_one(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=30, window=60, pause_count=100), clock=clock)
+    leases = hold(gov, 20)
+    gov.report(R, lease=leases[0])  # ceiling 20, capacity 18
+    for lease in leases:
+        lease.release()
+    report(gov, S)  # 19, just below the refused level
+    clock.advance(10)
+    report(gov, S, S, S)  # probe: 20
+    assert gov.status().capacity == 20
+    again = hold(gov, 20)
+    gov.report(R, lease=again[-1])  # the probe is refused at the same level: wait twice as long
+    for lease in again:
+        lease.release()
+    report(gov, S)  # back to 19
+    clock.advance(10)
+    report(gov, S, S, S)
+    assert gov.status().capacity == 19  # 10 s is no longer enough
+    clock.advance(10)
+    report(gov, S, S, S)
+    assert gov.status().capacity == 20  # 20 s is
 
 
 def test_adaptive_climbs_back_fast_then_probes_slowly(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
@@ -345,9 +366,24 @@ def test_adaptive_a_burst_of_429s_from_one_admission_wave_does_not_pause(make_go
     for lease in leases[:8]:
         gov.report(R, lease=lease)  # 8 of 8 so far: the seed would pause here
     st = gov.status()
-    assert not st.paused and st.capacity == 18
+    assert not st.paused and st.capacity == 13  # one cut to 18, then one lower per older 429
     for lease in leases:
         lease.release()
+
+
+def test_adaptive_pauses_only_when_refused_at_one_in_flight(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=4), clock=clock)
+    refused = 0
+    while (lease := gov.try_acquire()) is not None:  # each admitted alone, each refused
+        gov.report(R, lease=lease)
+        lease.release()
+        refused += 1
+        assert refused <= 10
+    st = gov.status()
+    assert refused == 4  # pause_count refusals, every one at a single call in flight
+    assert st.paused and st.reason == "waiting for provider rate-limit recovery"
+    clock.advance(61)
+    assert gov.probe().capacity == 1  # max(1, 4 // 4)
 
 
 def test_adaptive_never_drops_below_one(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]

@@ -672,16 +672,22 @@ class AsyncGovernor:
         await self._background.start(wait_listening=False)
         return lease
 
-    async def _release(self, lease: AsyncLease) -> bool:
-        """Give a lease back; False if it was released already."""
+    async def _forget(self, lease: AsyncLease) -> bool:
+        """This process no longer holds ``lease``; False if it was released
+        already. Redis is told by the caller (release.lua, or report.lua with
+        its release flag); a lease Redis never saw (local) is done here."""
         if lease._released:
             return False
         lease._released = True
         self._background.drop_lease(lease)
         if lease.local:
             self._local.release()
-            if lease.epoch == LOCAL_EPOCH:
-                return True  # never registered in Redis
+        return lease.epoch != LOCAL_EPOCH
+
+    async def _release(self, lease: AsyncLease) -> bool:
+        """Give a lease back; False if there was nothing to tell Redis."""
+        if not await self._forget(lease):
+            return False
         # Shielded: a caller cancelled while releasing must not leak the slot.
         await shielded(self._execute(self._core.release(lease.id)))
         return True
@@ -725,23 +731,32 @@ class AsyncGovernor:
         outcome: Outcome,
         retry_after: float | None = None,
         lease: AsyncLease | None = None,
+        *,
+        release: bool = False,
     ) -> None:
         """Feed one provider outcome to the fleet's policy.
 
         ``retry_after`` (seconds, rate-limited only) holds the whole fleet
-        until then, capped by ``config.retry_after_cap``. With a ``lease``
-        that has been lost, nothing is recorded and LeaseLost is raised.
+        until then, capped by ``config.retry_after_cap``. Pass the ``lease``
+        the call ran under: the adaptive policy then knows which admission
+        wave the outcome belongs to. A lease that has been lost is fenced off:
+        nothing is recorded and LeaseLost is raised. ``release=True`` also
+        releases the lease, in the same round trip.
         """
         if lease is not None and lease._governor is not self:
             raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
-        # A local lease not yet registered in Redis reports as no lease at all.
-        registered = lease is not None and lease.epoch != LOCAL_EPOCH
-        if registered and lease is not None:
-            call = self._core.report(outcome, retry_after, lease.id, lease.fence)
-        else:
-            call = self._core.report(outcome, retry_after, None)
+        if release and lease is None:
+            raise ConfigError("report(release=True) needs the lease to release")
+        lease_id, fence = None, None
+        if lease is not None and lease.epoch != LOCAL_EPOCH:  # a local lease is not in Redis yet
+            fence = lease.fence
+            if not lease.released:  # a lease released before its report is not checked
+                lease_id = lease.id
+        releasing = release and lease is not None and await self._forget(lease)
+        call = self._core.report(outcome, retry_after, lease_id, fence, release=releasing)
         try:
-            recorded = await self._execute(call)
+            # Shielded when it releases: a caller cancelled meanwhile must not leak the slot.
+            recorded = await shielded(self._execute(call)) if releasing else await self._execute(call)
         except GovernorUnavailable as error:
             if self.config.on_unavailable != "local":
                 raise

@@ -4,7 +4,7 @@ This file is the source of truth; scripts/unasync.py generates
 governor/_sync/retry.py from it, as it does the facade.
 
 One attempt holds one lease: acquired before the call, reported with the
-call's outcome, released before any wait. Throttled and overloaded calls
+call's outcome and released in the same round trip, before any wait. Throttled and overloaded calls
 are retried after the provider's Retry-After, or the full-jitter backoff
 of governor.backoff when it gave none; the report has already set the
 fleet-wide ``not_before`` in Redis, so every host holds, not only this
@@ -226,9 +226,10 @@ def _queue_timeout(timeout: float | None, deadline: float | None) -> tuple[float
 
 
 async def _report(governor: AsyncGovernor, lease: AsyncLease, outcome: Outcome, retry_after: float | None) -> None:
-    """Report one attempt with its lease; a failure to report is logged, never raised."""
+    """Report one attempt and release its lease in the same round trip; a
+    failure to report is logged, never raised (the TTL frees the slot)."""
     try:
-        await governor.report(outcome, retry_after=retry_after, lease=lease)
+        await governor.report(outcome, retry_after=retry_after, lease=lease, release=True)
     except LeaseLost as error:
         log.warning("governor %r: %s outcome not counted: %s", governor.name, outcome.name.lower(), error)
     except GovernorError as error:

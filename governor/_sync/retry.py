@@ -198,9 +198,10 @@ def _queue_timeout(timeout: float | None, deadline: float | None) -> tuple[float
 
 
 def _report(governor: Governor, lease: Lease, outcome: Outcome, retry_after: float | None) -> None:
-    """Report one attempt with its lease; a failure to report is logged, never raised."""
+    """Report one attempt and release its lease in the same round trip; a
+    failure to report is logged, never raised (the TTL frees the slot)."""
     try:
-        governor.report(outcome, retry_after=retry_after, lease=lease)
+        governor.report(outcome, retry_after=retry_after, lease=lease, release=True)
     except LeaseLost as error:
         log.warning("governor %r: %s outcome not counted: %s", governor.name, outcome.name.lower(), error)
     except GovernorError as error:

@@ -240,7 +240,7 @@ async def _agent(job: HostJob, index: int, governor: AsyncGovernor | None, call:
                 if governor is not None and lease is not None and job.report:
                     ra = wait if kind == LIMITED and job.report_retry_after else None
                     try:
-                        await governor.report(_OUTCOMES[kind], retry_after=ra, lease=lease)
+                        await governor.report(_OUTCOMES[kind], retry_after=ra, lease=lease, release=True)
                     except LeaseLost:
                         result.lost += 1
                     result.phases["report"] += time.monotonic() - t1

@@ -76,5 +76,7 @@ local function apply_config(cfg, raw)
   set('cut_fence', S.fence)
   set('probe_at', NOW)
   set('probe_step', 1)
+  set('probe_wait', cfg.probe_ms)
+  set('climb', 0)
 end
 

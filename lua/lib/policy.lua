@@ -11,7 +11,7 @@ read from the state (see lib/config.lua).
 local POLICY_FIELDS = {'policy', 'streak', 'evseq', 'window_ms', 'pause_kind', 'paused_until',
   'saved_cap', 'resume_frac', 'log_len', 'dec_count', 'dec_ratio', 'ratio_min', 'dec_factor',
   'pause_count', 'pause_ratio', 'inc_succ', 'cut_factor', 'probe_ms', 'ceiling', 'cut_fence',
-  'probe_at', 'probe_step', 'ra_cap_ms'}
+  'probe_at', 'probe_step', 'ra_cap_ms', 'probe_wait', 'climb'}
 
 local function set_cap(cap, why, rl, total, ...)
   cap = math.max(0, math.min(cap, S.max))
@@ -36,22 +36,55 @@ local function on_limited_seed(rl, total)
   end
 end
 
+-- The default policy on a 429. `fence` is the reporting lease's fence, or
+-- nil (then the 429 counts as news, and the level is capacity).
 local function on_limited_adaptive(rl, total, fence)
-  -- One decision per congestion episode: a lease admitted before the last
-  -- cut was sized for the old capacity, so its 429 is no news.
-  if fence ~= nil and fence <= S.cut_fence then return end
-  if rl >= S.pause_count and rl >= S.pause_ratio * total then
-    set('cut_fence', S.fence)
-    policy_pause('rate-limited share ' .. string.format('%.2f', rl / total) .. ' of ' .. total .. ' attempts', rl, total)
+  if fence ~= nil and fence <= S.cut_fence then
+    -- A lease admitted before the last cut was counted in that cut's level:
+    -- no new cut, but its 429 says the provider took one fewer than that.
+    if S.ceiling > 1 then
+      set('ceiling', S.ceiling - 1)
+      set_cap(math.min(S.cap, S.ceiling), 'rate-limited lease admitted before the cut: level one lower',
+        rl, total, 'ceiling', S.ceiling)
+    end
     return
   end
-  local level = math.max(1, math.min(in_flight(), S.cap))
-  set('ceiling', level)
+  local live = in_flight()
+  local level = S.cap
+  if live > 0 then level = math.max(1, math.min(live, S.cap)) end
+  if level <= 1 and rl >= S.pause_count and rl >= S.pause_ratio * total then
+    -- Refused even at one in flight, most attempts refused: a real storm.
+    set('cut_fence', S.fence)
+    policy_pause('rate-limited share ' .. string.format('%.2f', rl / total) .. ' of ' .. total
+      .. ' attempts at one in flight', rl, total)
+    return
+  end
+  local cap = math.max(1, math.floor(level * S.cut_factor))
+  local ceiling, why
+  local wait = S.probe_wait
+  if S.climb == 1 then
+    -- Refused again before the next probe: the remembered level was too
+    -- high, so do not climb back to it.
+    ceiling, wait = cap, S.probe_ms
+    why = 'rate-limited at ' .. level .. ' before probing: remembered level too high, cut'
+  else
+    ceiling = level
+    if S.ceiling > 0 and level >= S.ceiling then
+      -- A probe refused at the level refused before: probe less often.
+      wait = math.min(wait * 2, math.max(S.probe_ms, S.window_ms / 2))
+    else
+      wait = S.probe_ms
+    end
+    why = 'rate-limited at ' .. level .. ' in flight: cut'
+  end
+  set('ceiling', ceiling)
   set('cut_fence', S.fence)
   set('probe_step', 1)
   set('probe_at', NOW)
-  set_cap(math.max(1, math.floor(level * S.cut_factor)), 'rate-limited at ' .. level .. ' in flight: cut',
-    rl, total, 'level', level, 'ceiling', level, 'lease_fence', fence and fence or '')
+  set('probe_wait', wait)
+  set('climb', 1)
+  set_cap(cap, why, rl, total, 'level', level, 'ceiling', ceiling, 'lease_fence', fence or '',
+    'probe_wait', wait)
 end
 
 local function on_success_seed(rl, total)
@@ -72,10 +105,14 @@ local function on_success_adaptive(rl, total)
     -- Below the level of the last pushback: climb back at once.
     set('streak', 0)
     set_cap(S.cap + 1, 'success below the last pushback level: increase', rl, total, 'ceiling', S.ceiling)
-  elseif S.streak >= S.inc_succ and NOW - S.probe_at >= S.probe_ms then
+  elseif S.streak >= S.inc_succ and NOW - S.probe_at >= (S.cap < S.ceiling and S.probe_wait or S.probe_ms) then
     -- At or above it: probe carefully, a step per probe interval, the step
-    -- doubling while the provider keeps accepting.
+    -- doubling while the provider keeps accepting. Just below the level of
+    -- the last refusal, probes wait probe_wait (backed off while refused);
+    -- at or above it the limit rose: discover it at the base interval.
     set('streak', 0)
+    set('climb', 0)
+    if S.cap >= S.ceiling then set('probe_wait', S.probe_ms) end
     set('probe_at', NOW)
     local step = S.probe_step
     set('probe_step', math.min(S.probe_step * 2, S.max))
