@@ -323,7 +323,9 @@ class _Background:
         holders must re-register now."""
         epoch, grants = self._gov._core.parse_wake(data)
         if not grants:
-            if self._leases:
+            with self._lock:
+                stale = any(lease.epoch != epoch for lease in self._leases.values())
+            if stale:  # leases of a lost state: re-register them now
                 self._renew_now = True
             return
         ttl = self._gov.config.lease_ttl
