@@ -31,6 +31,7 @@ def test_pairs_are_measured_side_by_side(redis_url: str) -> None:
     for result in (bench.bench_pairs_sync(redis_url, 0.1),):
         assert result["governor_pairs_s"] > 0 and result["raw_pairs_s"] > 0
         assert result["ratio"] == pytest.approx(result["raw_pairs_s"] / result["governor_pairs_s"])
+        assert result["empty_script_ratio"] == pytest.approx(result["raw_pairs_s"] / result["empty_script_pairs_s"])
     assert _keys_left(redis_url) == []
 
 

@@ -2,7 +2,9 @@
 
 1. *Uncontended pairs*: acquire + release pairs per second against raw
    ``INCR`` + ``DECR`` pairs on the same client, sync and asyncio. Both are
-   two round trips; the ratio is what the scripts and the client add.
+   two round trips; the ratio is what the scripts and the client add. For
+   scale, sync pairs of an empty script with the same keys: the floor of
+   any gate built from scripts.
 2. *Wake latency*: from a holder calling ``release()`` to the next waiter
    (another client, same process) returning from ``acquire()``, over the
    pub/sub push; p50 and p99.
@@ -127,8 +129,24 @@ def bench_pairs_sync(url: str, seconds: float) -> dict[str, float]:
             client.incr(counter)
             client.decr(counter)
 
+        # For scale: the floor of any script-based gate, two calls of an empty
+        # script with the governor's keys and the common arguments.
+        empty_script = client.register_script("return 1")
+        keys = list(gov.keys.keys)
+
+        def empty() -> None:
+            empty_script(keys=keys, args=["", "x"])
+            empty_script(keys=keys, args=["", "x"])
+
         governed()  # creates the governor and starts the listener
-        rates = _interleaved({"governor": lambda s: _rate(governed, s), "raw": lambda s: _rate(raw, s)}, seconds)
+        rates = _interleaved(
+            {
+                "governor": lambda s: _rate(governed, s),
+                "raw": lambda s: _rate(raw, s),
+                "empty": lambda s: _rate(empty, s),
+            },
+            seconds,
+        )
     finally:
         gov.close()
         _cleanup(client, name)
@@ -138,6 +156,8 @@ def bench_pairs_sync(url: str, seconds: float) -> dict[str, float]:
         "governor_pairs_s": rates["governor"],
         "raw_pairs_s": rates["raw"],
         "ratio": rates["raw"] / rates["governor"],
+        "empty_script_pairs_s": rates["empty"],
+        "empty_script_ratio": rates["raw"] / rates["empty"],
     }
 
 
@@ -448,6 +468,8 @@ def format_bench(result: dict[str, Any]) -> str:
         f"   {ps['ratio']:6.2f}x",
         f"   asyncio                               {pa['governor_pairs_s']:8.0f}   {pa['raw_pairs_s']:9.0f}"
         f"   {pa['ratio']:6.2f}x",
+        f"   for scale, sync, an empty script      {ps['empty_script_pairs_s']:8.0f}   {ps['raw_pairs_s']:9.0f}"
+        f"   {ps['empty_script_ratio']:6.2f}x",
         "2. wake latency, release -> admission     p50 ms    p99 ms    max ms",
         f"   asyncio ({wa['count']:.0f})                         {wa['p50_ms']:7.3f}   {wa['p99_ms']:7.3f}"
         f"   {wa['max_ms']:7.2f}",
