@@ -9,6 +9,7 @@ names are unique per test. Policy time comes from an injected clock.
 from __future__ import annotations
 
 import os
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -17,6 +18,7 @@ import fakeredis
 import pytest
 import redis
 import redis.asyncio
+from prometheus_client.parser import text_string_to_metric_families
 
 from governor import AsyncGovernor, Governor, GovernorConfig
 
@@ -110,19 +112,25 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture
-def make_gov(sync_client: Any, name: str) -> Iterator[Callable[..., Governor]]:
-    """Governors on the parametrised sync client, closed after the test."""
+def governors(client: Any, name: str) -> Iterator[Callable[..., Governor]]:
+    """The body of a fixture that makes governors on ``client`` (under
+    ``name`` unless told otherwise) and closes them after the test."""
     made: list[Governor] = []
 
     def make(config: GovernorConfig | None = None, clock: Any = None, governor_name: str | None = None) -> Governor:
-        gov = Governor(sync_client, governor_name or name, config or GovernorConfig(), clock=clock)
+        gov = Governor(client, governor_name or name, config or GovernorConfig(), clock=clock)
         made.append(gov)
         return gov
 
     yield make
     for gov in made:
         gov.close()
+
+
+@pytest.fixture
+def make_gov(sync_client: Any, name: str) -> Iterator[Callable[..., Governor]]:
+    """Governors on the parametrised sync client, closed after the test."""
+    yield from governors(sync_client, name)
 
 
 @pytest.fixture
@@ -140,3 +148,18 @@ async def make_agov(async_client: Any, name: str) -> AsyncIterator[Callable[...,
     yield make
     for gov in made:
         await gov.aclose()
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(port: int) -> Samples:
+    """The samples a Prometheus exporter on ``port`` serves, parsed with the
+    Prometheus client's own parser."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,6 @@ import click
 import pytest
 import redis
 from click.testing import CliRunner, Result
-from prometheus_client.parser import text_string_to_metric_families
 
 from governor import Governor, GovernorConfig, Outcome
 from governor import cli as cli_module
@@ -33,7 +31,7 @@ from governor import inspect as gi
 from governor.cli import main, redis_cli_base, safe_url
 from governor.keys import governor_keys
 
-from .conftest import FakeClock
+from .conftest import FakeClock, governors, scrape
 from .servers import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,16 +56,7 @@ def behind(client: redis.Redis) -> FakeClock:
 
 @pytest.fixture
 def make(client: redis.Redis, name: str) -> Iterator[Callable[..., Governor]]:
-    made: list[Governor] = []
-
-    def make(config: GovernorConfig, clock: Any = None, governor_name: str | None = None) -> Governor:
-        gov = Governor(client, governor_name or name, config, clock=clock)
-        made.append(gov)
-        return gov
-
-    yield make
-    for gov in made:
-        gov.close()
+    yield from governors(client, name)
 
 
 @pytest.fixture
@@ -507,16 +496,6 @@ def test_sim_commands_are_registered_when_present(run: Run) -> None:
 
 
 # -- the exporter -------------------------------------------------------------------------
-
-
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        body = response.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(body)
-        for s in family.samples
-    }
 
 
 def test_exporter_serves_metrics_and_stops_on_sigterm(

@@ -8,25 +8,22 @@ parsed with prometheus_client's parser.
 from __future__ import annotations
 
 import sys
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
 from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 from governor import Governor, GovernorConfig, Outcome, metrics
 from governor.errors import ConfigError
 from governor.inspect import server_time_ms
 from governor.metrics import GovernorCollector, observe_admission, start_exporter
 
-from .conftest import FakeClock
+from .conftest import FakeClock, Samples, scrape
 from .servers import free_port
 
 MakeGov = Callable[..., Governor]
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def key(metric: str, governor: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -37,16 +34,6 @@ def collect(collector: GovernorCollector) -> Samples:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in registry.collect() for s in family.samples}
-
-
-def scrape(port: int) -> Samples:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        body = response.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(body)
-        for s in family.samples
-    }
 
 
 # -- the client histogram --------------------------------------------------------------
