@@ -134,6 +134,16 @@ class Renewed:
 
 
 @dataclass(frozen=True)
+class Wake:
+    """A message on the wake channel."""
+
+    epoch: str
+    grants: dict[str, int]  #: id -> fence
+    #: seconds until a hold or a timed pause that kept queued callers out ends
+    retry_in: float | None = None
+
+
+@dataclass(frozen=True)
 class Call(Generic[R]):
     """One script invocation: which script, its ARGV, and how to read the reply."""
 
@@ -481,13 +491,19 @@ class GovernorCore:
 
     # -- pub/sub ----------------------------------------------------------
 
-    def parse_wake(self, data: Any) -> tuple[str, dict[str, int]]:
-        """A grant announcement, "epoch id:fence id:fence ...", as (epoch, {id: fence})."""
+    def parse_wake(self, data: Any) -> Wake:
+        """A message on the wake channel: grants ("epoch id:fence id:fence
+        ..."), admission held back for a while ("epoch @ms"), or a new state
+        ("epoch" alone)."""
         words = text(data).split()
         grants: dict[str, int] = {}
+        retry_in = None
         for word in words[1:]:
+            if word.startswith("@") and word[1:].isdigit():
+                retry_in = int(word[1:]) / 1000
+                continue
             lease_id, _, fence = word.rpartition(":")
             if lease_id and fence.isdigit():
                 grants[lease_id] = int(fence)
                 self._saw_fence(int(fence))
-        return (words[0] if words else ""), grants
+        return Wake(words[0] if words else "", grants, retry_in)

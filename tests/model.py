@@ -226,6 +226,9 @@ class Model:
         S = self.S
         granted: dict[str, int] = {}
         if S["paused"] == 1 or self.now < S["not_before"]:
+            _, hint = self._blocked()
+            if hint > 0 and self.queue:  # ask again when the time is up
+                self.published.append(f"{S['epoch']} @{hint}")
             return granted
         live = self._in_flight()
         words: list[str] = []

@@ -99,6 +99,37 @@ def test_a_waiter_is_woken_by_push_not_by_polling(make_gov: MakeGov) -> None:
     waiter.lease.release()
 
 
+@pytest.mark.parametrize("hold", ["retry-after", "timed pause"])
+def test_a_queue_held_back_for_a_while_is_admitted_when_the_time_is_up(make_gov: MakeGov, hold: str) -> None:
+    # The slot comes free during a hold (or a timed pause): that release may
+    # not grant, and nothing else happens after it. The waiters must not sit
+    # until their 30 s poll: the release announces when to ask again.
+    gov = make_gov(GovernorConfig(max_capacity=1, poll=30, queue_ttl=60))
+    holder = gov.acquire(timeout=5)
+    waiter = Waiter(gov)
+    queued(gov, 1)
+    if hold == "retry-after":
+        gov.report(Outcome.RATE_LIMITED, retry_after=0.3)
+    else:
+        gov.pause("maintenance", duration=0.3)
+    released_at = time.monotonic()
+    holder.release()
+    assert gov.status().in_flight == 0 and waiter.lease is None  # held back
+    waiter.join(10)
+    assert waiter.lease is not None
+    assert waiter.admitted_at - released_at < 10
+    waiter.lease.release()
+
+
+def test_a_caller_arriving_during_a_hold_is_admitted_when_it_ends(make_gov: MakeGov) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=2, poll=30, queue_ttl=60))
+    gov.report(Outcome.RATE_LIMITED, retry_after=0.3)
+    started = time.monotonic()
+    lease = gov.acquire(timeout=10)
+    assert time.monotonic() - started < 10
+    lease.release()
+
+
 def test_capacity_may_drop_below_in_flight(make_gov: MakeGov) -> None:
     gov = make_gov(GovernorConfig(max_capacity=4))
     leases = [gov.acquire(timeout=5) for _ in range(4)]

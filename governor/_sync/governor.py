@@ -279,7 +279,9 @@ class _Background:
                     wait = max(0.0, min(next_refresh, next_renew) - time.monotonic())
                     message = pubsub.get_message(ignore_subscribe_messages=True, timeout=min(wait, LISTEN_SLICE))
                     if message is not None and message.get("type") == "message":
-                        self._dispatch(message["data"])
+                        retry_in = self._dispatch(message["data"])
+                        if retry_in is not None:
+                            next_refresh = min(next_refresh, time.monotonic() + retry_in)
                 except Exception as error:  # noqa: BLE001 - the worker must outlive any failure
                     failures += 1
                     self._failing = True
@@ -318,24 +320,28 @@ class _Background:
             except Exception:  # noqa: BLE001 - best effort on a broken connection
                 pass
 
-    def _dispatch(self, data: Any) -> None:
-        """A message on the channel: grants, or (no grants) a new state whose
-        holders must re-register now."""
-        epoch, grants = self._gov._core.parse_wake(data)
-        if not grants:
+    def _dispatch(self, data: Any) -> float | None:
+        """A message on the channel: grants; admission held back for a while
+        (returns the seconds until this process's waiters should ask again);
+        or a new state whose holders must re-register now."""
+        wake = self._gov._core.parse_wake(data)
+        if wake.retry_in is not None:
+            return wake.retry_in + 0.001
+        if not wake.grants:
             with self._lock:
-                stale = any(lease.epoch != epoch for lease in self._leases.values())
+                stale = any(lease.epoch != wake.epoch for lease in self._leases.values())
             if stale:  # leases of a lost state: re-register them now
                 self._renew_now = True
-            return
+            return None
         ttl = self._gov.config.lease_ttl
         with self._lock:
-            for lease_id, fence in grants.items():
+            for lease_id, fence in wake.grants.items():
                 waiter = self._waiters.get(lease_id)
                 if waiter is not None:
-                    waiter.granted = Granted(fence, epoch)
+                    waiter.granted = Granted(fence, wake.epoch)
                     waiter.deadline = waiter.confirmed_at + ttl
                     waiter.event.set()
+        return None
 
     def _refresh(self) -> float:
         """Refresh this process's queued callers; seconds until the next refresh."""

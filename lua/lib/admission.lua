@@ -132,9 +132,18 @@ end
 -- next calls: every refresh, release and report grants), and announce the
 -- grants on CHANNEL as "epoch id:fence id:fence ..." (all but `caller`,
 -- who learns of its grant from the reply). Returns id -> fence.
+-- Held back by a hold or a timed pause with callers queued, it announces
+-- "epoch @ms" instead: ask again in ms, when the time is up (nothing else
+-- may happen then to grant them: the holders may all be done by then).
 local function grant(caller)
   local granted = {}
-  if S.paused == 1 or NOW < S.not_before then return granted end
+  if S.paused == 1 or NOW < S.not_before then
+    local _, hint = blocked()
+    if hint > 0 and redis.call('ZRANGE', K.queue, 0, 0)[1] then
+      redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. int(hint))
+    end
+    return granted
+  end
   local live = nil
   local words = {}
   local skipped, admitted = 0, 0
