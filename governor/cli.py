@@ -380,10 +380,13 @@ def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: f
 def status(app: App, as_json: bool) -> None:
     """Capacity, pause, in-flight, queue, window and hold of one governor."""
     _, state = app.existing()
+    risk = gi.eviction_risk(app.client())
     if as_json:
-        emit_json(status_dict(state))
+        emit_json({**status_dict(state), "warnings": [risk] if risk else []})
     else:
         click.echo(render_status(state))
+        if risk:
+            click.echo(f"\nWARNING: {risk}")
 
 
 @main.command(name="list")

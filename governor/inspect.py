@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .core import Status, text
-from .errors import map_errors
+from .errors import GovernorError, map_errors
 from .keys import SCHEMA_VERSION, GovernorKeys, name_from_state_key
 
 #: SCAN batch size: big enough to walk a large keyspace in few round trips,
@@ -137,6 +137,28 @@ def server_time_ms(client: Any) -> int:
     """The Redis server's clock in ms, the one the scripts use."""
     seconds, micros = client.time()
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+def eviction_risk(client: Any) -> str:
+    """Why this Redis may evict a governor's keys, or "" when it will not (or
+    cannot tell: INFO refused by the ACL). An evicted lease set hides running
+    holders and the fleet is over-admitted, so a Redis with a ``maxmemory``
+    must use ``maxmemory-policy noeviction`` (README: Redis requirements)."""
+    try:
+        with map_errors(None):
+            info = client.info("memory")
+    except GovernorError:
+        return ""
+    # a cluster client answers with one section per node
+    nodes = list(info.values()) if info and all(isinstance(v, Mapping) for v in info.values()) else [info]
+    for node in nodes:
+        policy = str(node.get("maxmemory_policy", "noeviction"))
+        if int(node.get("maxmemory", 0) or 0) > 0 and policy != "noeviction":
+            return (
+                f"this Redis may evict the governor's keys (maxmemory-policy {policy}): evicted leases hide "
+                "running holders and the fleet is over-admitted; set maxmemory-policy noeviction"
+            )
+    return ""
 
 
 def _parse_meta(raw: Any) -> tuple[int, int, int, str] | None:

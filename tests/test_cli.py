@@ -32,7 +32,7 @@ from governor.cli import main, redis_cli_base, safe_url
 from governor.keys import governor_keys
 
 from .conftest import FakeClock, governors, scrape
-from .servers import free_port, wait_until
+from .servers import RedisServer, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 BEHIND = 10.0
@@ -139,6 +139,22 @@ def test_status_shows_why_callers_wait(run: Run, make: Callable[..., Governor], 
     assert "PAUSED by an operator: deploy in progress" in out
     data = as_json(run("status", "--json"))
     assert (data["state"], data["blocked"], data["pause_kind"]) == ("paused", "paused: deploy in progress", "operator")
+
+
+def test_status_warns_when_redis_may_evict_the_governor(run: Run, private_redis: RedisServer, name: str) -> None:
+    client = redis.Redis.from_url(private_redis.url)
+    gov = Governor(client, name, GovernorConfig(max_capacity=2))
+    gov.status()  # creates it
+    gov.close()
+    assert "WARNING" not in ok(run("status", url=private_redis.url))  # no maxmemory: nothing is evicted
+    client.config_set("maxmemory", "1gb")
+    client.config_set("maxmemory-policy", "noeviction")
+    assert as_json(run("status", "--json", url=private_redis.url))["warnings"] == []
+    client.config_set("maxmemory-policy", "volatile-lru")  # the governor's keys carry TTLs: evictable
+    out = ok(run("status", url=private_redis.url))
+    assert "WARNING: this Redis may evict the governor's keys (maxmemory-policy volatile-lru)" in out
+    assert "noeviction" in as_json(run("status", "--json", url=private_redis.url))["warnings"][0]
+    client.close()
 
 
 def test_unknown_governor_is_refused_and_not_created(run: Run, client: redis.Redis, name: str) -> None:
