@@ -1,0 +1,745 @@
+"""Faults around processes, connection pools, script failures and a full Redis.
+
+- a child forked from a process that uses a ``Governor`` queues and is
+  admitted on the same object; a lease it takes is renewed by its own heartbeat;
+- 128 and 2,000 asyncio callers on one default ``AsyncGovernor.from_url``;
+- a script that fails after it began (a bad field in the state hash) writes
+  nothing and never hands a fence out twice;
+- Redis out of memory (``maxmemory`` with ``noeviction``): ``RedisFull``;
+- a refused connection fails at once; a hung Redis behind a user's client
+  without socket timeouts fails within ``redis_timeout``; a lost state comes
+  back with the config the clients last saw; a process's first admission
+  loads its scripts without NOSCRIPT round trips.
+
+Every test counts simultaneous holders itself (a witness: holders enter when
+``acquire`` returns and leave right before they release or when they see
+``lease.lost``), never from the governor's status. Worker processes live in
+tests/process_workers.py and report through a *control* Redis (the session's
+``redis_url``). Every wait is bounded; figures are printed (``-s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import multiprocessing
+import os
+import random
+import re
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+import governor
+from governor import (
+    AsyncGovernor,
+    Governor,
+    GovernorConfig,
+    GovernorError,
+    GovernorUnavailable,
+    LeaseLost,
+    Outcome,
+    StateError,
+)
+
+from . import process_workers
+from .servers import RedisServer, free_port, wait_until
+
+SPAWN = multiprocessing.get_context("spawn")
+#: short times so each fault plays out in seconds
+FAST: dict[str, Any] = {"lease_ttl": 1.0, "poll": 0.2, "queue_ttl": 1.0, "redis_timeout": 1.0}
+
+
+def figure(what: str, value: float, unit: str = "s") -> None:
+    """Print one measured figure (visible with ``pytest -s``)."""
+    print(f"\nFIGURE {what}: {value:.3f} {unit}")
+
+
+@pytest.fixture
+def control(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, socket_timeout=10, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def name() -> str:
+    return f"proc-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def events() -> str:
+    return f"events:{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def witness() -> str:
+    return f"witness:{uuid.uuid4().hex}"
+
+
+class Processes:
+    """Spawned worker processes (and their forked children), all killed at teardown."""
+
+    def __init__(self) -> None:
+        self.started: list[BaseProcess] = []
+        self.pids: list[int] = []
+
+    def start(self, target: Callable[..., Any], *args: Any) -> BaseProcess:
+        process = SPAWN.Process(target=target, args=args, daemon=False)
+        process.start()
+        self.started.append(process)
+        return process
+
+    def end_all(self) -> None:
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for process in self.started:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGKILL)
+            process.join(10)
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    procs = Processes()
+    yield procs
+    procs.end_all()
+
+
+def next_event(control: redis.Redis, events: str, kind: str, timeout: float = 30) -> dict[str, Any]:
+    """The next event of ``kind`` from a worker (earlier ones of other kinds are skipped)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no {kind!r} event within {timeout} s")
+        popped = control.blpop([events], timeout=max(0.1, min(left, 1.0)))
+        if popped is not None:
+            event: dict[str, Any] = json.loads(popped[1])
+            if event["kind"] == kind:
+                return event
+
+
+def witness_max(control: redis.Redis, witness: str) -> int:
+    return int(control.get(f"{witness}:max") or 0)
+
+
+class Witness:
+    """In one process: holders counted under a lock, with the highest count
+    and the time of every admission."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holding = 0
+        self.max = 0
+        self.admitted: list[float] = []
+
+    def enter(self) -> None:
+        with self.lock:
+            self.holding += 1
+            self.max = max(self.max, self.holding)
+            self.admitted.append(time.monotonic())
+
+    def leave(self) -> None:
+        with self.lock:
+            self.holding -= 1
+
+
+def dump(client: redis.Redis, gov: Governor | AsyncGovernor) -> dict[str, Any]:
+    """Everything the governor keeps in Redis, key by key (no TTLs: they tick)."""
+    out: dict[str, Any] = {}
+    for key in gov.keys.keys:
+        kind = client.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind == "hash":
+            out[key] = ("hash", sorted(client.hgetall(key).items()))
+        elif kind == "zset":
+            out[key] = ("zset", client.zrange(key, 0, -1, withscores=True))
+        elif kind == "stream":
+            out[key] = ("stream", client.xlen(key), [entry[0] for entry in client.xrange(key)])
+        else:
+            out[key] = (kind,)
+    return out
+
+
+def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: (before.get(key), after.get(key)) for key in set(before) | set(after) if before.get(key) != after.get(key)
+    }
+
+
+# -- 1. a forked child that must queue ----------------------------------------------------
+
+
+def test_forked_children_queue_on_the_parents_governor_and_every_slot_comes_home(
+    redis_url: str, control: redis.Redis, name: str, events: str, witness: str, processes: Processes
+) -> None:
+    """The parent holds the whole capacity, then forks three children that
+    call blocking ``acquire`` on the same object: they must queue, be
+    admitted one after another as slots free up, hold their leases past a
+    TTL (renewed by their own heartbeat) and give every slot back."""
+    config = GovernorConfig(max_capacity=2, **FAST)
+    children = 3
+    processes.start(
+        process_workers.fork_parent,
+        redis_url,
+        name,
+        config,
+        2,
+        children,
+        "queue",
+        12.0,
+        1.5,
+        redis_url,
+        events,
+        witness,
+    )
+    forked = next_event(control, events, "forked")
+    processes.pids += forked["children"]
+    gov = Governor.from_url(redis_url, name, config)
+    try:
+        try:  # the children queue behind the parent's two leases
+            wait_until(lambda: gov.status().queued == children, 5, what="three queued children")
+            queued = children
+        except AssertionError:
+            queued = gov.status().queued
+        control.set(f"{events}:release", 1, ex=300)
+        released_at = time.monotonic()
+        done = [next_event(control, events, "child-done", 12.0 + 1.5 + 20) for _ in range(children)]
+        next_event(control, events, "parent-done", 30)
+        last = time.monotonic()
+        # every slot comes home at once, none stranded for a TTL
+        wait_until(lambda: gov.status().in_flight == 0, 5, interval=0.01, what="every slot home")
+        home = time.monotonic() - last
+        st = gov.status()
+        figure("forked children: queued behind the parent (of 3)", queued, "")
+        for event in done:
+            figure(f"forked child {event['pid']}: waited", event["waited"])
+        figure("forked children: all done after the parent released", last - released_at)
+        figure("forked children: last slot home after", home)
+        figure("forked children: witness max holders (max 2)", witness_max(control, witness), "")
+        errors = [event["error"] for event in done if event["error"]]
+        assert not errors, f"children not admitted: {errors}"
+        assert all(event["held"] and not event["lost"] for event in done), done
+        assert witness_max(control, witness) <= config.max_capacity
+        assert len({event["fence"] for event in done}) == children
+        assert home < 0.5, f"a slot came home only after {home:.2f} s (stranded until its TTL)"
+        assert (st.in_flight, st.queued) == (0, 0)
+    finally:
+        gov.close()
+
+
+def test_a_forked_childs_try_acquire_lease_is_renewed_by_the_childs_heartbeat(
+    redis_url: str, control: redis.Redis, name: str, events: str, witness: str, processes: Processes
+) -> None:
+    config = GovernorConfig(max_capacity=2, **{**FAST, "lease_ttl": 0.6})
+    hold = 3 * config.lease_ttl
+    processes.start(
+        process_workers.fork_parent, redis_url, name, config, 1, 1, "try", 5.0, hold, redis_url, events, witness
+    )
+    forked = next_event(control, events, "forked")
+    processes.pids += forked["children"]
+    gov = Governor.from_url(redis_url, name, config)
+    try:
+        done = next_event(control, events, "child-done", hold + 20)
+        control.set(f"{events}:release", 1, ex=300)
+        next_event(control, events, "parent-done", 30)
+        figure("forked child try_acquire: held for (3 TTLs)", hold)
+        print("child:", {k: done.get(k) for k in ("error", "held", "lost", "unlisted")})
+        assert done["error"] is None
+        assert done["held"] and not done["lost"], "the child's lease was lost: nobody renewed it"
+        assert done["unlisted"] == [], f"Redis stopped listing the child's lease after {done['unlisted'][:1]} s"
+        assert witness_max(control, witness) <= config.max_capacity
+        wait_until(lambda: gov.status().in_flight == 0, 3, what="every slot home")
+    finally:
+        gov.close()
+
+
+# -- 2. 128 and 2,000 asyncio callers on one default AsyncGovernor.from_url -------------------
+
+
+async def test_128_asyncio_agents_on_a_default_from_url_use_every_slot(redis_url: str, name: str) -> None:
+    """The README's scenario: 128 agents, max_capacity 128, one
+    ``AsyncGovernor.from_url``; each loops acquire, a short call, report
+    SUCCESS, release. No call may fail for want of a connection."""
+    gov = AsyncGovernor.from_url(redis_url, name, GovernorConfig(max_capacity=128))
+    wit = Witness()
+    errors: dict[str, int] = {}
+    lost = 0
+    stop = time.monotonic() + 4.0
+
+    async def agent(seed: int) -> None:
+        nonlocal lost
+        rng = random.Random(seed)
+        first = True
+        while time.monotonic() < stop:
+            try:
+                lease = await gov.acquire(timeout=10, holder=f"agent-{seed}")
+            except GovernorError as error:
+                errors[type(error).__name__] = errors.get(type(error).__name__, 0) + 1
+                await asyncio.sleep(0.01)
+                continue
+            wit.enter()
+            try:
+                # the first call is longer, so all 128 run at once at least then
+                await asyncio.sleep(0.5 if first else rng.uniform(0.02, 0.1))
+                first = False
+                if lease.lost:
+                    lost += 1
+                else:
+                    await gov.report(Outcome.SUCCESS, lease=lease)
+            except LeaseLost:
+                lost += 1
+            except GovernorError as error:
+                errors[type(error).__name__] = errors.get(type(error).__name__, 0) + 1
+            finally:
+                wit.leave()
+                try:
+                    await lease.release()
+                except GovernorError as error:
+                    errors[type(error).__name__] = errors.get(type(error).__name__, 0) + 1
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(agent(i) for i in range(128))), 60)
+        st = await gov.status()
+    finally:
+        await gov.aclose()
+    figure("128 agents: admissions in 4 s", len(wit.admitted), "")
+    figure("128 agents: witness max holders (max 128)", wit.max, "")
+    print("errors:", errors, "lost leases:", lost)
+    assert errors.get("GovernorUnavailable", 0) == 0, f"GovernorUnavailable: {errors}"
+    assert errors == {}
+    assert lost == 0
+    assert wit.max == 128, f"at most {wit.max} of 128 slots used"
+    assert st.in_flight == 0
+
+
+async def test_2000_asyncio_waiters_on_one_from_url_are_all_admitted_without_stalls(redis_url: str, name: str) -> None:
+    """2,000 callers queue against capacity 5 on one default
+    ``AsyncGovernor.from_url``; each holds 5-20 ms once."""
+    gov = AsyncGovernor.from_url(redis_url, name, GovernorConfig(max_capacity=5))
+    wit = Witness()
+    errors: dict[str, int] = {}
+    admitted = 0
+    lost = 0
+    deadline = time.monotonic() + 60
+
+    async def waiter(seed: int) -> None:
+        nonlocal admitted, lost
+        rng = random.Random(seed)
+        while time.monotonic() < deadline:
+            try:
+                lease = await gov.acquire(timeout=max(0.1, deadline - time.monotonic()))
+            except GovernorError as error:
+                errors[type(error).__name__] = errors.get(type(error).__name__, 0) + 1
+                await asyncio.sleep(0.05)
+                continue
+            wit.enter()
+            admitted += 1
+            try:
+                await asyncio.sleep(rng.uniform(0.005, 0.02))
+                lost += lease.lost
+            finally:
+                wit.leave()
+                try:
+                    await lease.release()
+                except GovernorError as error:
+                    errors[type(error).__name__] = errors.get(type(error).__name__, 0) + 1
+            return
+
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(asyncio.gather(*(waiter(i) for i in range(2000))), 90)
+    finally:
+        await gov.aclose()
+    took = time.monotonic() - started
+    times = [started, *sorted(wit.admitted)]
+    stretch = max((b - a for a, b in itertools.pairwise(times)), default=took)
+    figure("2,000 waiters: all done after", took)
+    figure("2,000 waiters: admitted", admitted, "")
+    figure("2,000 waiters: longest stretch without an admission", stretch)
+    figure("2,000 waiters: witness max holders (max 5)", wit.max, "")
+    print("errors:", errors, "lost:", lost)
+    assert errors == {}, f"errors: {errors}"
+    assert admitted == 2000
+    assert wit.max <= 5
+    assert lost == 0
+    assert stretch <= 1.5, f"{stretch:.2f} s without an admission"
+
+
+# -- 3. a script that fails after it began leaves nothing behind --------------------------
+
+
+FIELDS = {"log_len": "10000", "idle_ms": "86400000", "window_ms": "60000", "cap": "2"}
+SCRIPTS = ["acquire", "renew", "report", "release", "refresh"]
+
+
+def _names_field(message: str, field: str) -> bool:
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(field)}(?![A-Za-z0-9_])", message) is not None
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("bad", ["abc", "-5"])
+@pytest.mark.parametrize("field", list(FIELDS))
+def test_a_bad_state_field_stops_every_hot_script_before_it_writes(
+    redis_url: str, name: str, field: str, bad: str, script: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The state is re-created under a new epoch while this object holds two
+    leases (one of them gone with the old state: ``renew`` would adopt it),
+    with an expired lease to reclaim and a field of the state hash holding a
+    bad value. The call fails with a StateError naming the field, writes
+    nothing, and no fence is handed out twice afterwards."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=10, decode_responses=True)
+    config = GovernorConfig(max_capacity=2, lease_ttl=30.0, poll=0.2, queue_ttl=1.0, redis_timeout=2.0)
+    gov = Governor(client, name, config)
+    keys = gov.keys
+    caught: list[BaseException] = []
+    waiter: threading.Thread | None = None
+    try:
+        adopt = gov.acquire(timeout=5, holder="adopt-me")  # gone with the old state
+        kept = gov.acquire(timeout=5, holder="kept")  # still listed
+        if script == "refresh":  # a caller of this object waits in the queue
+
+            def wait() -> None:
+                try:
+                    gov.acquire(timeout=4, holder="waiter").release()
+                except BaseException as error:  # noqa: BLE001 - reported to the test
+                    caught.append(error)
+
+            waiter = threading.Thread(target=wait, daemon=True)
+            waiter.start()
+            wait_until(lambda: gov.status().queued == 1, 5, what="a queued waiter")
+        old_fences = {adopt.fence, kept.fence}
+        # The state re-created under a new epoch (as after a restart), in one
+        # step, with a lease to reclaim and every periodic duty due.
+        pipe = client.pipeline(transaction=True)
+        pipe.hset(keys.state, mapping={"epoch": uuid.uuid4().hex, "touch_due": 0, "reclaim_due": 0, field: bad})
+        pipe.zrem(keys.leases, adopt.id)
+        pipe.hdel(keys.holders, adopt.id)
+        pipe.zadd(keys.leases, {"ghost": 1})
+        pipe.hset(keys.holders, "ghost", "1|30000|0|ghost")
+        pipe.execute()
+        before = dump(client, gov)
+
+        error: BaseException | None = None
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="governor"):
+            try:
+                if script == "acquire":
+                    gov.acquire(timeout=1, holder="new")
+                elif script == "renew":
+                    gov.renew()
+                elif script == "report":
+                    gov.report(Outcome.SUCCESS, lease=kept)
+                elif script == "release":
+                    kept.release()
+                else:  # the waiter's refreshes run in the background for a while
+                    assert waiter is not None
+                    waiter.join(8)
+                    assert not waiter.is_alive()
+                    error = caught[0] if caught else None
+            except GovernorError as raised:
+                error = raised
+        took = time.monotonic() - started
+        after = dump(client, gov)
+        logged = " ".join(record.getMessage() for record in caplog.records)
+        print(f"{script} with {field}={bad!r}: {type(error).__name__ if error else 'no error'}: {error} ({took:.2f} s)")
+        assert diff(before, after) == {}, f"{script} wrote to the state before it failed"
+        assert error is not None, f"{script} with {field}={bad!r} did not fail"
+        if script == "refresh":  # the waiter learns, or the worker's warning says, which field
+            assert isinstance(error, GovernorError)
+            assert _names_field(str(error), field) or _names_field(logged, field), (str(error), logged)
+        else:
+            assert isinstance(error, StateError), repr(error)
+            assert _names_field(str(error), field), str(error)
+
+        # Mended: no fence is ever handed out twice, to the adopted lease or anyone else.
+        client.hset(keys.state, field, FIELDS[field])
+        if kept.released:
+            kept = gov.acquire(timeout=5, holder="kept-again")
+        gov.renew()
+        assert not adopt.lost and not kept.lost
+        fences = [adopt.fence, kept.fence]
+        extra = gov.try_acquire(holder="extra")  # full (capacity 2): None, unless a lease was lost
+        if extra is not None:
+            fences.append(extra.fence)
+        stored = [
+            int(meta.split("|")[0]) for lease_id, meta in client.hgetall(keys.holders).items() if lease_id != "ghost"
+        ]
+        print("fences: before", sorted(old_fences), "after", fences, "stored", sorted(stored))
+        assert len(set(stored)) == len(stored), f"a fence stored twice: {sorted(stored)}"
+        assert len(set(fences)) == len(fences), f"a fence handed out twice: {fences}"
+        assert adopt.fence not in old_fences
+        for lease in (adopt, kept, extra):
+            if lease is not None:
+                lease.release()
+    finally:
+        client.hset(keys.state, field, FIELDS[field])
+        gov.close()
+        if waiter is not None:
+            waiter.join(10)
+        client.close()
+
+
+# -- 4. Redis out of memory ------------------------------------------------------------
+
+
+@pytest.fixture
+def full_redis() -> Iterator[RedisServer]:
+    server = RedisServer(None, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction").start()
+    yield server
+    server.cleanup()
+
+
+def _fill(admin: redis.Redis) -> int:
+    """Append to a filler key until Redis refuses writes (OOM); the bytes written."""
+    chunk = "x" * 65536
+    for i in range(1000):
+        try:
+            admin.append("filler", chunk)
+        except redis.ResponseError as error:
+            assert str(error).startswith("OOM"), error
+            return i * len(chunk)
+    raise AssertionError("Redis never ran out of memory")
+
+
+def test_a_full_redis_raises_redis_full_writes_nothing_and_recovers(full_redis: RedisServer, name: str) -> None:
+    redis_full = getattr(governor, "RedisFull", None)
+    admin = redis.Redis(port=full_redis.port, socket_timeout=5, decode_responses=True)
+    config = GovernorConfig(max_capacity=4, redis_timeout=2.0)
+    gov = Governor.from_url(full_redis.url, name, config)
+    local = Governor.from_url(full_redis.url, name, GovernorConfig(max_capacity=4, on_unavailable="local"))
+    try:
+        lease = gov.acquire(timeout=5)
+        gov.report(Outcome.SUCCESS, lease=lease)
+        gov.renew()
+        local.status()
+        filled = _fill(admin)
+        figure("full Redis: filler bytes", filled, "B")
+        before = dump(admin, gov)
+
+        raised: dict[str, BaseException | None] = {}
+        for what, operation in (
+            ("acquire", lambda: gov.acquire(timeout=2)),
+            ("report", lambda: gov.report(Outcome.SUCCESS, lease=lease)),
+            ("renew", gov.renew),
+        ):
+            try:
+                operation()
+                raised[what] = None
+            except GovernorError as error:
+                raised[what] = error
+            print(f"full Redis: {what} -> {type(raised[what]).__name__}: {raised[what]}")
+        st = gov.status()  # read-only: still served
+        try:
+            fallback: Any = local.acquire(timeout=2)
+        except GovernorError as error:
+            fallback = error
+        print("full Redis: acquire with on_unavailable='local' ->", fallback)
+        after = dump(admin, gov)
+
+        assert diff(before, after) == {}, "a call wrote to the state while Redis was full"
+        assert st.in_flight == 1
+        assert redis_full is not None, "governor.RedisFull does not exist"
+        assert issubclass(redis_full, GovernorUnavailable)
+        for what, error in raised.items():
+            assert isinstance(error, redis_full), f"{what}: {error!r}"
+            assert "full" in str(error).lower(), f"{what}: {error}"
+        assert not isinstance(fallback, BaseException), f"the local fallback did not admit: {fallback!r}"
+        assert fallback.local
+
+        admin.delete("filler")
+        again = gov.acquire(timeout=5)
+        gov.report(Outcome.SUCCESS, lease=again)
+        gov.renew()
+        assert not lease.lost and not again.lost
+        fallback.release()
+        again.release()
+        lease.release()
+        assert gov.status().in_flight == 0
+    finally:
+        admin.delete("filler")
+        gov.close()
+        local.close()
+        admin.close()
+
+
+# -- 5. smaller ones -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("operation", ["acquire", "status", "try_acquire"])
+def test_a_refused_connection_fails_at_once(operation: str) -> None:
+    port = free_port()  # nothing listens there
+    gov = Governor.from_url(f"redis://127.0.0.1:{port}/0", "refused", GovernorConfig(redis_timeout=5))
+    try:
+        started = time.monotonic()
+        with pytest.raises(GovernorUnavailable):
+            if operation == "acquire":
+                gov.acquire(timeout=1)
+            elif operation == "status":
+                gov.status()
+            else:
+                gov.try_acquire()
+        took = time.monotonic() - started
+        figure(f"refused connection: {operation} -> GovernorUnavailable after", took)
+        assert took < 0.5
+    finally:
+        gov.close()
+
+
+def _in_thread(operation: Callable[[], Any], bound: float) -> tuple[float, BaseException | None, bool]:
+    """Run ``operation`` in a thread: (seconds, what it raised, still running after ``bound``)."""
+    outcome: list[BaseException | None] = []
+    started = time.monotonic()
+
+    def run() -> None:
+        try:
+            operation()
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - reported to the test
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(bound)
+    return time.monotonic() - started, outcome[0] if outcome else None, thread.is_alive()
+
+
+def test_a_users_client_without_timeouts_fails_within_redis_timeout_when_redis_hangs(
+    private_redis: RedisServer, name: str
+) -> None:
+    client = redis.Redis(host="127.0.0.1", port=private_redis.port)  # redis-py's defaults, as in the README
+    gov = Governor(client, name, GovernorConfig(redis_timeout=1.0))
+    bound = gov.config.redis_timeout + 1.5
+    results: dict[str, tuple[float, BaseException | None, bool]] = {}
+    try:
+        gov.status()
+        gov.acquire(timeout=5).release()
+        private_redis.pause()
+        try:
+            results["status"] = _in_thread(gov.status, bound + 10)
+            results["acquire"] = _in_thread(lambda: gov.acquire(timeout=5), bound + 10)
+        finally:
+            private_redis.unpause()
+        for what, (seconds, error, _) in results.items():
+            figure(f"hung Redis, user's client: {what} -> {type(error).__name__} after", seconds)
+        for what, (seconds, error, hung) in results.items():
+            assert not hung, f"{what} still blocked after {seconds:.1f} s"
+            assert isinstance(error, GovernorUnavailable), f"{what}: {error!r}"
+            assert seconds < bound, f"{what} took {seconds:.1f} s"
+    finally:
+        gov.close()
+        client.close()
+
+
+async def test_an_async_users_client_without_timeouts_fails_within_redis_timeout_when_redis_hangs(
+    private_redis: RedisServer, name: str
+) -> None:
+    client = redis.asyncio.Redis(host="127.0.0.1", port=private_redis.port)
+    gov = AsyncGovernor(client, name, GovernorConfig(redis_timeout=1.0))
+    bound = gov.config.redis_timeout + 1.5
+    results: dict[str, tuple[float, BaseException | None]] = {}
+    try:
+        await gov.status()
+        await (await gov.acquire(timeout=5)).release()
+        private_redis.pause()
+        try:
+            for what, operation in (("status", gov.status), ("acquire", lambda: gov.acquire(timeout=5))):
+                started = time.monotonic()
+                try:
+                    await asyncio.wait_for(operation(), bound + 10)
+                    results[what] = (time.monotonic() - started, None)
+                except (GovernorError, asyncio.TimeoutError) as error:
+                    results[what] = (time.monotonic() - started, error)
+        finally:
+            private_redis.unpause()
+        for what, (seconds, error) in results.items():
+            figure(f"hung Redis, user's asyncio client: {what} -> {type(error).__name__} after", seconds)
+        for what, (seconds, error) in results.items():
+            assert isinstance(error, GovernorUnavailable), f"{what}: {error!r} after {seconds:.1f} s"
+            assert seconds < bound, f"{what} took {seconds:.1f} s"
+    finally:
+        await gov.aclose()
+        await client.aclose()
+
+
+@pytest.mark.parametrize("operator", [False, True], ids=["creator-config", "operator-set-max"])
+def test_a_lost_state_comes_back_with_the_config_the_clients_last_saw(
+    redis_url: str, name: str, operator: bool
+) -> None:
+    client = redis.Redis.from_url(redis_url, socket_timeout=10)
+    creator = Governor(client, name, GovernorConfig(max_capacity=2))
+    other = Governor(client, name, GovernorConfig(max_capacity=10))
+    admin = Governor(client, name, GovernorConfig(max_capacity=7))
+    try:
+        assert creator.status().max_capacity == 2
+        other.acquire(timeout=5).release()  # in use, and listening
+        expected = 2
+        if operator:
+            admin.set_max_capacity(3)
+            expected = 3
+        assert other.status().max_capacity == expected  # what the second client last saw
+        client.delete(*other.keys.keys)  # the state is lost
+        st = other.status()  # the second client's next call re-creates it
+        figure(
+            f"state re-created by a client configured with 10: max_capacity (expected {expected})", st.max_capacity, ""
+        )
+        assert st.max_capacity == expected
+        lease = other.acquire(timeout=5)
+        lease.release()
+        assert other.status().max_capacity == expected
+    finally:
+        for gov in (creator, other, admin):
+            gov.close()
+        client.close()
+
+
+def _stats(admin: redis.Redis) -> tuple[dict[str, int], dict[str, int]]:
+    """Calls per command and errors per code, from INFO commandstats / errorstats."""
+    calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in admin.info("commandstats").items()}
+    failed = {k.removeprefix("cmdstat_"): int(v.get("failed_calls", 0)) for k, v in admin.info("commandstats").items()}
+    errors = {k.removeprefix("errorstat_"): int(v["count"]) for k, v in admin.info("errorstats").items()}
+    errors.update({f"failed:{k}": v for k, v in failed.items() if v})
+    return calls, errors
+
+
+def test_a_processes_first_acquire_loads_its_scripts_without_noscript_round_trips(
+    private_redis: RedisServer, name: str, processes: Processes
+) -> None:
+    admin = redis.Redis(port=private_redis.port, socket_timeout=10, decode_responses=True)
+    ours, theirs = SPAWN.Pipe()
+    try:
+        admin.config_resetstat()
+        process = processes.start(process_workers.first_acquire, private_redis.url, name, theirs)
+        assert ours.poll(60), "the first acquire did not return"
+        result = ours.recv()
+        calls, errors = _stats(admin)
+        ours.send("done")
+        process.join(20)
+        for own in ("config|resetstat", "info"):  # the test's own commands
+            calls.pop(own, None)
+        handshake = {k: calls.pop(k) for k in list(calls) if k in ("client|setinfo", "hello", "select", "auth")}
+        total = sum(calls.values())
+        figure("first acquire: seconds", result["seconds"])
+        figure("first acquire: commands Redis received (besides the handshake)", total, "")
+        figure("first acquire: NOSCRIPT errors", errors.get("NOSCRIPT", 0), "")
+        print("commands:", dict(sorted(calls.items())), "handshake:", handshake, "errors:", errors)
+        assert errors.get("NOSCRIPT", 0) == 0, f"NOSCRIPT errors: {errors}"
+        assert total <= 20, f"{total} commands for the first acquire"
+    finally:
+        ours.close()
+        theirs.close()
+        admin.close()
