@@ -25,10 +25,10 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qs, unquote, urlparse
 
 import click
@@ -46,6 +46,7 @@ DEFAULT_URL = "redis://localhost:6379/0"
 DEFAULT_EXPORTER_PORT = 9733
 SIM_COMMANDS = ("bench", "demo", "provider", "swarm", "worker")
 SPARK = "▁▂▃▄▅▆▇█"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 # -- formatting ---------------------------------------------------------------------
@@ -104,7 +105,8 @@ def state_line(status: Status) -> str:
     if status.paused:
         who = "by an operator" if status.pause_kind == "operator" else "by the policy"
         until = f" until {when(status.paused_until)}" if status.paused_until else ""
-        return f"PAUSED {who}{until}: {status.reason} (new callers queue, holders keep running)"
+        why = gi.pause_reason(status)
+        return f"PAUSED {who}{until}{': ' + why if why else ''} (new callers queue, holders keep running)"
     if status.holding:
         left = (status.not_before or 0) - status.now
         return f"HOLDING until {when(status.not_before)} ({span(left)} left): the provider's retry-after"
@@ -175,7 +177,7 @@ def describe_event(event: gi.DecisionEvent) -> str:
         end = f" until {when(int(until) / 1000)}" if until.isdigit() and int(until) else ""
         text = f"paused{end}, capacity -> 0: {why}{_window_note(event)}"
     elif kind == "resume":
-        was = " (was not paused; hold cleared)" if event.get("was_paused") == "0" else ""
+        was = " (was not paused; a retry-after hold cleared)" if event.get("was_paused") == "0" else ""
         text = f"resumed, capacity -> {event.capacity}: {why}{was}"
     elif kind == "hold":
         text = f"admissions held until {when(int(event.get('until', '0') or 0) / 1000)}: {why}"
@@ -206,6 +208,7 @@ class App:
     name: str | None
     prefix: str
     timeout: float
+    json: bool = False
     _client: Any = None
 
     def client(self) -> Any:
@@ -223,7 +226,11 @@ class App:
 
     def require_name(self) -> str:
         if not self.name:
-            raise click.UsageError("which governor? Pass --name NAME (before the command) or set GOVERNOR_NAME")
+            raise click.UsageError("which governor? Pass --name NAME or set GOVERNOR_NAME")
+        try:
+            governor_keys(self.name, self.prefix)
+        except ConfigError as error:
+            raise click.BadParameter(str(error), param_hint="'--name' / '--prefix'") from error
         return self.name
 
     def governor(self, name: str | None = None) -> Governor:
@@ -246,11 +253,20 @@ def fail(message: str) -> NoReturn:
     raise click.ClickException(message)
 
 
+#: exit status of a runtime failure (Redis unreachable or refusing, no such governor);
+#: click gives usage errors (a bad option, argument or governor name) status 2
+EXIT_FAILURE = 1
+
+
 @contextmanager
 def clear_errors(app: App | None) -> Iterator[None]:
-    """Library errors as one clear line on stderr and exit status 1, never a traceback."""
+    """Library errors as one clear line on stderr, never a traceback: an
+    invalid value (ConfigError) is a usage error (exit status 2), anything
+    else a runtime failure (exit status 1)."""
     try:
         yield
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from error
     except GovernorNotFound as error:
         fail(f"{error}. `governor list` shows the governors at {safe_url(app.url) if app else 'this URL'}.")
     except GovernorUnavailable as error:
@@ -262,6 +278,8 @@ def clear_errors(app: App | None) -> Iterator[None]:
 class _Command(click.Command):
     def invoke(self, ctx: click.Context) -> Any:
         app = ctx.find_object(App)
+        if app is not None and app.name is not None:
+            app.require_name()  # an invalid name is a usage error of every command, before anything runs
         with clear_errors(app):
             return super().invoke(ctx)
 
@@ -328,8 +346,55 @@ class _Cli(click.Group):
         return sim_commands(module).get(cmd_name) or _sim_unavailable(cmd_name, None)
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 pass_app = click.make_pass_decorator(App)
+
+
+def _with_global_json(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    app = ctx.find_object(App)
+    return bool(value or (app is not None and app.json))
+
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, callback=_with_global_json, help="Print JSON instead of text."
+)
+
+
+def _global_setter(field: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    """An option callback that puts a global option given after the command into the App."""
+
+    def store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        app = ctx.find_object(App)
+        if app is not None and value is not None:
+            setattr(app, field, value)
+
+    return store
+
+
+def global_options(*, name: bool = True) -> Callable[[F], F]:
+    """The group's options, accepted after the command too (``governor status -n x``);
+    given there, they win over the ones before the command and the environment."""
+
+    def decorate(f: F) -> F:
+        options = [
+            click.option("--url", metavar="URL", expose_value=False, callback=_global_setter("url"),
+                         help="Redis URL (also before the command; env GOVERNOR_REDIS_URL)."),
+            click.option("--prefix", metavar="PREFIX", expose_value=False, callback=_global_setter("prefix"),
+                         help="Key prefix (also before the command; env GOVERNOR_PREFIX)."),
+            click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+                         expose_value=False, callback=_global_setter("timeout"),
+                         help="Seconds before an unanswered Redis call fails (also before the command)."),
+        ]  # fmt: skip
+        if name:
+            options.insert(
+                1,
+                click.option("--name", "-n", metavar="NAME", expose_value=False, callback=_global_setter("name"),
+                             help="The governor (also before the command; env GOVERNOR_NAME)."),
+            )  # fmt: skip
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -355,9 +420,10 @@ pass_app = click.make_pass_decorator(App)
     show_default=True,
     help="Seconds before an unanswered Redis call fails.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text (every read and change command).")
 @click.version_option(__version__, prog_name="governor")
 @click.pass_context
-def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: float) -> None:
+def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: float, as_json: bool) -> None:
     """See and steer the fleet-wide concurrency governors kept in Redis.
 
     \b
@@ -365,8 +431,12 @@ def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: f
     Change: set-max, pause, resume, reset
     Serve:  exporter (Prometheus /metrics)
     Simulate (extra 'sim'): demo, provider, swarm, worker, bench
+
+    The options above may also follow the command (governor status -n NAME).
+    Exit status: 0 done; 1 a runtime failure (Redis unreachable, no such
+    governor); 2 a usage error (a bad option, argument or governor name).
     """
-    app = App(url, name, prefix, timeout)
+    app = App(url, name, prefix, timeout, as_json)
     ctx.obj = app
     ctx.call_on_close(app.close)
 
@@ -376,6 +446,7 @@ def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: f
 
 @main.command()
 @json_option
+@global_options()
 @pass_app
 def status(app: App, as_json: bool) -> None:
     """Capacity, pause, in-flight, queue, window and hold of one governor."""
@@ -391,6 +462,7 @@ def status(app: App, as_json: bool) -> None:
 
 @main.command(name="list")
 @json_option
+@global_options()
 @pass_app
 def list_(app: App, as_json: bool) -> None:
     """Every governor in this Redis (found with SCAN), one line each."""
@@ -479,6 +551,7 @@ def watch_frame(samples: Sequence[Status], height: int = 24) -> str:
     help="Redraw one screen in place, or print a line per sample (default: screen on a terminal).",
 )
 @json_option
+@global_options()
 @pass_app
 def watch(app: App, interval: float, count: int, screen: bool | None, as_json: bool) -> None:
     """A live view: capacity, in-flight, queue and 429s over time."""
@@ -518,6 +591,7 @@ def watch(app: App, interval: float, count: int, screen: bool | None, as_json: b
 @main.command()
 @click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True, help="Show at most this many.")
 @json_option
+@global_options()
 @pass_app
 def leases(app: App, limit: int, as_json: bool) -> None:
     """Who holds the slots: lease id, holder, host, age, TTL left, fence."""
@@ -554,6 +628,7 @@ def leases(app: App, limit: int, as_json: bool) -> None:
 @main.command()
 @click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True, help="Show at most this many.")
 @json_option
+@global_options()
 @pass_app
 def queue(app: App, limit: int, as_json: bool) -> None:
     """The waiters in FIFO order, how long each has waited, and why they wait."""
@@ -568,7 +643,8 @@ def queue(app: App, limit: int, as_json: bool) -> None:
                 "total": listing.total,
                 "blocked": reason,
                 "waiters": [
-                    {**dataclasses.asdict(x), "host": x.host, "waited": x.waited, "live": x.live} for x in listing.items
+                    {**dataclasses.asdict(x), "place": x.place, "host": x.host, "waited": x.waited, "live": x.live}
+                    for x in listing.items
                 ],
             }
         )
@@ -579,7 +655,7 @@ def queue(app: App, limit: int, as_json: bool) -> None:
     click.echo(f"queued because: {reason or 'being admitted now'}\n")
     rows = [
         [
-            x.position,
+            x.place,
             x.id,
             x.holder,
             x.host,
@@ -602,6 +678,7 @@ def queue(app: App, limit: int, as_json: bool) -> None:
     "--max-events", type=click.IntRange(min=1), help="With --follow: stop after printing this many new decisions."
 )
 @json_option
+@global_options()
 @pass_app
 def events(
     app: App,
@@ -710,6 +787,7 @@ def redis_cli_base(url: str) -> tuple[list[str], str | None]:
 
 @main.command()
 @json_option
+@global_options()
 @pass_app
 def keys(app: App, as_json: bool) -> None:
     """The Redis keys of a governor, with a ready redis-cli command for each."""
@@ -795,7 +873,13 @@ def confirm_change(action: str, before: Status, after: Status, as_json: bool) ->
             f"governor {before.name!r} was re-created while {action} ran (its state expired or was flushed); "
             "check it with `governor status` and repeat the command"
         )
-    changed = {f: (getattr(before, f), getattr(after, f)) for f in COMPARED if getattr(before, f) != getattr(after, f)}
+
+    def seen(status: Status, field: str) -> Any:
+        if field == "not_before" and not status.holding:
+            return None  # a hold that is over holds nobody: clearing it changes nothing
+        return getattr(status, field)
+
+    changed = {f: (seen(before, f), seen(after, f)) for f in COMPARED if seen(before, f) != seen(after, f)}
     if as_json:
         emit_json(
             {
@@ -835,6 +919,7 @@ def parse_duration(ctx: click.Context, param: click.Parameter, value: str | None
 @main.command("set-max")
 @click.argument("n", type=click.IntRange(min=1, max=1_000_000))
 @json_option
+@global_options()
 @pass_app
 def set_max(app: App, n: int, as_json: bool) -> None:
     """Set max_capacity to N (applied at once unless paused; then on resume)."""
@@ -850,6 +935,7 @@ def set_max(app: App, n: int, as_json: bool) -> None:
     "--duration", callback=parse_duration, help="Lift the pause after this long (90, 90s, 5m, 2h); default: never."
 )
 @json_option
+@global_options()
 @pass_app
 def pause(app: App, reason: str, duration: float | None, as_json: bool) -> None:
     """Stop new admissions fleet-wide; held leases keep running."""
@@ -863,6 +949,7 @@ def pause(app: App, reason: str, duration: float | None, as_json: bool) -> None:
 
 @main.command()
 @json_option
+@global_options()
 @pass_app
 def resume(app: App, as_json: bool) -> None:
     """Lift any pause and any Retry-After hold."""
@@ -872,6 +959,7 @@ def resume(app: App, as_json: bool) -> None:
 
 @main.command()
 @json_option
+@global_options()
 @pass_app
 def reset(app: App, as_json: bool) -> None:
     """Forget what the policy learnt (window, pause, hold); capacity back to max.
@@ -888,11 +976,16 @@ def reset(app: App, as_json: bool) -> None:
 @main.command()
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=DEFAULT_EXPORTER_PORT, show_default=True)
 @click.option("--addr", default="0.0.0.0", show_default=True, help="Address to listen on.")
-@click.option("--name", "names", multiple=True, help="A governor to export (repeatable; default: the global --name).")
+@click.option(
+    "--name", "-n", "names", multiple=True, help="A governor to export (repeatable; default: the global --name)."
+)
 @click.option("--all", "all_", is_flag=True, help="Export every governor in the Redis (found on each scrape).")
+@global_options(name=False)
 @pass_app
 def exporter(app: App, port: int, addr: str, names: tuple[str, ...], all_: bool) -> None:
     """Serve Prometheus metrics of one, several or all governors on /metrics."""
+    if app.json:
+        raise click.UsageError("the exporter serves Prometheus text; it has no --json")
     if all_ and names:
         raise click.UsageError("give --name or --all, not both")
     chosen: list[str] | None = None

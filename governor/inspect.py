@@ -68,7 +68,7 @@ class WaiterInfo:
     """One caller waiting in the FIFO queue. Times are Unix seconds on the Redis clock."""
 
     id: str  #: the waiter id (it becomes the lease id when granted)
-    position: int  #: rank in the queue, 0 = next (what the waiter is told)
+    position: int  #: waiters ahead of it, 0 = next (what the waiter is told)
     holder: str  #: the label the caller gave
     ticket: int  #: arrival number
     since: float  #: when it joined the queue
@@ -78,6 +78,11 @@ class WaiterInfo:
     @property
     def host(self) -> str:
         return host_of(self.holder)
+
+    @property
+    def place(self) -> int:
+        """Its place in the queue as people count: 1 = next."""
+        return self.position + 1
 
     @property
     def waited(self) -> float:
@@ -171,14 +176,26 @@ def _parse_meta(raw: Any) -> tuple[int, int, int, str] | None:
     return int(parts[0]), int(parts[1]), int(parts[2]), parts[3]
 
 
+def pause_reason(status: Status) -> str:
+    """The reason of a pause, or '' when it only repeats who paused (the
+    CLI's default reason is "paused by an operator")."""
+    reason = (status.reason or "").strip()
+    who = "operator" if status.pause_kind == "operator" else "policy"
+    if reason.lower().rstrip(".") in (f"paused by an {who}", f"paused by the {who}", who):
+        return ""
+    return reason
+
+
 def admission_block(status: Status) -> str:
     """Why a new caller would not be admitted now ('' when it would).
 
     The same reasons the scripts give queued callers (``blocked()`` in
-    lua/common.lua, then the capacity check of acquire.lua).
+    lua/lib/admission.lua, then the capacity check of acquire.lua), said once.
     """
     if status.paused:
-        return f"paused: {status.reason}"
+        why = pause_reason(status)
+        who = "an operator" if status.pause_kind == "operator" else "the policy"
+        return f"paused: {why}" if why else f"paused by {who}"
     if status.holding:
         return "holding until the provider's retry-after"
     if status.in_flight >= status.capacity:

@@ -2,6 +2,8 @@
 
 After an operator pause capacity returns to where it was; after a policy
 pause it starts at the resume level, max(1, floor(max * resume_frac)).
+The decision log gets a 'resume' entry only when something changed: a
+pause was lifted or a running hold (not_before in the future) cleared.
 
 Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
 KEYS    the governor's eight keys, see lib/common.lua
@@ -17,11 +19,15 @@ check_types()
 if not load_state() then return missing_reply() end
 local was_paused = S.paused == 1
 local held_until = S.not_before
+local was_holding = held_until > NOW
 if was_paused then
   if S.pause_kind == 'operator' and S.saved_cap > 0 then resume(S.saved_cap) else resume(resume_level()) end
 end
-set('not_before', 0)
-log('resume', 'why', 'operator', 'was_paused', was_paused and '1' or '0', 'not_before', held_until)
+if held_until ~= 0 then set('not_before', 0) end
+if was_paused or was_holding then
+  log('resume', 'why', 'operator', 'was_paused', was_paused and '1' or '0',
+    'not_before', was_holding and held_until or 0)
+end
 reclaim(true)
 grant()
 return finish(status_reply())

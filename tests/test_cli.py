@@ -141,6 +141,19 @@ def test_status_shows_why_callers_wait(run: Run, make: Callable[..., Governor], 
     assert (data["state"], data["blocked"], data["pause_kind"]) == ("paused", "paused: deploy in progress", "operator")
 
 
+def test_an_operator_pause_without_a_reason_is_said_once(
+    run: Run, make: Callable[..., Governor], behind: FakeClock
+) -> None:
+    make(GovernorConfig(max_capacity=4), clock=behind).status()
+    ok(run("pause", "--duration", "5m"))  # the default reason
+    line = next(x for x in ok(run("status")).splitlines() if x.startswith("state"))
+    assert "PAUSED by an operator until " in line
+    assert line.count("operator") == 1, line
+    assert as_json(run("status", "--json"))["blocked"] == "paused by an operator"
+    ok(run("pause", "--reason", "provider incident"))
+    assert "PAUSED by an operator: provider incident (new callers" in ok(run("status"))
+
+
 def test_status_warns_when_redis_may_evict_the_governor(run: Run, private_redis: RedisServer, name: str) -> None:
     client = redis.Redis.from_url(private_redis.url)
     gov = Governor(client, name, GovernorConfig(max_capacity=2))
@@ -168,7 +181,7 @@ def test_unknown_governor_is_refused_and_not_created(run: Run, client: redis.Red
 
 def test_bad_input(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
     refused(run("status", gov=None), "Pass --name NAME", code=2)
-    refused(run("status", gov="has space"), "is invalid")
+    refused(run("status", gov="has space"), "is invalid", code=2)
     refused(run("status", url="http://example"), "invalid Redis URL", code=2)
     make(GovernorConfig(max_capacity=4), clock=behind).status()
     refused(run("set-max", "0"), "0 is not in the range", code=2)
@@ -186,6 +199,73 @@ def test_unreachable_redis(run: Run) -> None:
     for command in (["status"], ["list"], ["leases"], ["set-max", "3"], ["keys"]):
         err = refused(run(*command, url=url), "unreachable", "check the URL", f"(url: {url})")
         assert len(err.strip().splitlines()) == 1
+
+
+def invoke(*args: str) -> Result:
+    """The CLI with exactly these arguments (no global options added, none from the environment)."""
+    env = {"GOVERNOR_REDIS_URL": None, "GOVERNOR_NAME": None, "GOVERNOR_PREFIX": None}
+    result = CliRunner().invoke(main, list(args), env=env)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output
+    return result
+
+
+def test_global_options_also_after_the_command(
+    redis_url: str, make: Callable[..., Governor], behind: FakeClock, name: str
+) -> None:
+    known_state(make, behind)
+    data = json.loads(ok(invoke("status", "--url", redis_url, "-n", name, "--timeout", "2", "--json")))
+    assert (data["name"], data["capacity"]) == (name, 4)
+    assert json.loads(ok(invoke("--url", redis_url, "--json", "status", "--name", name)))["name"] == name
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+    out = ok(invoke("--url", nowhere, "-n", "someone-else", "status", "--url", redis_url, "-n", name))
+    assert f"governor    {name}" in out  # given after the command, they win
+    assert "no governors at" in ok(invoke("list", "--url", redis_url, "--prefix", "nothing-here"))
+    assert "set to 5" in ok(invoke("set-max", "5", "-n", name, "--url", redis_url))
+    for command in OPERATOR_COMMANDS:
+        help_text = ok(invoke(command, "--help"))
+        for option in ("--url", "--prefix", "--timeout"):
+            assert option in help_text, (command, option)
+        assert "-n, --name" in help_text, command
+
+
+#: every operator command: arguments it needs, a bad argument, whether it
+#: needs the governor to exist, whether it needs Redis to start
+OPERATOR_COMMANDS: dict[str, tuple[list[str], list[str], bool, bool]] = {
+    "status": ([], ["--bogus"], True, True),
+    "list": ([], ["--bogus"], False, True),
+    "watch": (["--count", "1", "--interval", "0.01"], ["--interval", "0"], True, True),
+    "leases": ([], ["--limit", "0"], True, True),
+    "queue": ([], ["--limit", "0"], True, True),
+    "events": ([], ["--count", "-1"], True, True),
+    "keys": ([], ["--bogus"], False, True),
+    "set-max": (["3"], ["0"], True, True),
+    "pause": ([], ["--duration", "soon"], True, True),
+    "resume": ([], ["--bogus"], True, True),
+    "reset": ([], ["--bogus"], True, True),
+    "exporter": (["--port", "0"], ["--port", "-1"], False, False),
+}
+
+
+def test_the_exit_status_table_covers_every_command() -> None:
+    commands = set(main.list_commands(click.Context(main))) - set(cli_module.SIM_COMMANDS)
+    assert commands == set(OPERATOR_COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(OPERATOR_COMMANDS))
+def test_exit_status_of_every_command(command: str, redis_url: str, name: str) -> None:
+    """Usage errors exit 2 (a bad argument, an invalid governor name, before or after
+    the command); runtime failures exit 1 (no such governor, Redis unreachable)."""
+    needed, bad, needs_governor, needs_redis = OPERATOR_COMMANDS[command]
+    where = ["--url", redis_url, "--timeout", "2"]
+    refused(invoke(*where, "-n", name, command, *needed, *bad), code=2)
+    refused(invoke(*where, "-n", "has space", command, *needed), "is invalid", code=2)
+    refused(invoke(*where, command, *needed, "-n", "has space"), "is invalid", code=2)
+    if needs_governor:
+        refused(invoke(*where, "-n", name, command, *needed), f"no governor named {name!r}", code=1)
+    if needs_redis:
+        nowhere = f"redis://127.0.0.1:{free_port()}/0"
+        refused(invoke("--url", nowhere, "-n", name, command, *needed), "unreachable", code=1)
 
 
 def test_password_is_never_printed(run: Run) -> None:
@@ -289,8 +369,9 @@ def test_queue(run: Run, make: Callable[..., Governor], client: redis.Redis) -> 
             ["worker-0/agent-0", "worker-0"],
             ["worker-1/agent-1", "worker-1"],
         ]
-        assert [row.split()[0] for row in rows] == ["0", "1"]
+        assert [row.split()[0] for row in rows] == ["1", "2"]  # counted from 1: the first is next
         data = as_json(run("queue", "--json"))
+        assert [(w["place"], w["position"]) for w in data["waiters"]] == [(1, 0), (2, 1)]
         assert data["blocked"] == "at capacity: 1 in flight of 1" and data["total"] == 2
         assert [w["holder"] for w in data["waiters"]] == ["worker-0/agent-0", "worker-1/agent-1"]
         assert all(0 <= w["waited"] < 30 and w["live"] for w in data["waiters"])
@@ -393,6 +474,10 @@ def test_pause_resume(run: Run, make: Callable[..., Governor], behind: FakeClock
     assert data["after"]["reason"] == "paused by an operator" and data["after"]["paused_until"] is None
     data = as_json(run("resume", "--json"))
     assert data["changed"]["paused"] == [True, False]
+    logged = len(gi.read_events(gov.client, gov.keys, 1000))
+    out = ok(run("resume"))  # nothing to lift
+    assert "nothing changed" in out
+    assert len(gi.read_events(gov.client, gov.keys, 1000)) == logged  # and the decision log says nothing either
 
 
 def test_reset(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
@@ -564,7 +649,8 @@ def test_exporter_serves_metrics_and_stops_on_sigterm(
 def test_exporter_bad_input(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     refused(run("exporter", gov=None), "Pass --name NAME (repeatable) or --all", code=2)
     refused(run("exporter", "--all", "--name", "a", gov=None), "not both", code=2)
-    refused(run("exporter", "--name", "bad name", gov=None), "is invalid")
+    refused(run("exporter", "--name", "bad name", gov=None), "is invalid", code=2)
+    refused(run("--json", "exporter", "--all", gov=None), "no --json", code=2)
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     refused(run("exporter", "--all", gov=None), "pip install 'fleet-governor[metrics]'")
 

@@ -121,8 +121,28 @@ def test_operator_pause_resume_and_timed_pause(make_gov: MakeGov, sync_client: A
     assert (event.kind, event.capacity) == ("resume", 6)
     assert dict(event.fields) == {"why": "operator pause duration over"}
 
-    gov.resume()  # nothing to lift: still logged, as an operator action
-    assert dict(newest(sync_client, gov).fields) == {"why": "operator", "was_paused": "0", "not_before": "0"}
+    length = sync_client.xlen(gov.keys.events)
+    gov.resume()  # nothing to lift: nothing changed, so nothing is logged
+    assert sync_client.xlen(gov.keys.events) == length
+
+
+def test_resume_logs_a_cleared_hold_only_while_it_runs(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=6, retry_after_cap=10), clock=clock)
+    gov.report(R, retry_after=5)
+    until = str(round((clock.now + 5) * 1000))
+    gov.resume()  # not paused, but a hold was running: it is lifted, and that is logged
+    event = newest(sync_client, gov)
+    assert (event.kind, event.paused) == ("resume", False)
+    assert dict(event.fields) == {"why": "operator", "was_paused": "0", "not_before": until}
+    assert not gov.status().holding
+    length = sync_client.xlen(gov.keys.events)
+    gov.resume()  # again: nothing left to lift
+    assert sync_client.xlen(gov.keys.events) == length
+    gov.report(R, retry_after=2)
+    clock.advance(3)  # the hold is over by itself
+    length = sync_client.xlen(gov.keys.events)
+    gov.resume()
+    assert sync_client.xlen(gov.keys.events) == length
 
 
 def test_hold_from_a_retry_after(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:

@@ -136,7 +136,8 @@ def test_read_queue_in_fifo_order(make_gov: MakeGov, sync_client: Any) -> None:
         listing = gi.read_queue(sync_client, gov.keys)
         assert listing.total == 3
         assert [w.holder for w in listing.items] == labels
-        assert [w.position for w in listing.items] == [0, 1, 2]
+        assert [w.position for w in listing.items] == [0, 1, 2]  # waiters ahead, as the waiter is told
+        assert [w.place for w in listing.items] == [1, 2, 3]  # as people count
         assert [w.ticket for w in listing.items] == sorted(w.ticket for w in listing.items)
         for waiter in listing.items:
             assert waiter.live and waiter.host == "waiter"
