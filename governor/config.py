@@ -69,8 +69,21 @@ class GovernorConfig:
     idle_expiry: float = 86400.0
     #: approximate number of entries kept in the decision log
     log_length: int = 10_000
-    #: socket timeouts of clients made by ``from_url``: a hung Redis fails in bounded time
+    #: socket timeout of the governor's Redis connections (and of a ``WAIT`` for
+    #: replicas): a hung Redis fails in bounded time
     redis_timeout: float = 5.0
+    #: Redis connections one governor object uses at most for its callers' scripts
+    #: (besides one for pub/sub and one for its background worker); more callers
+    #: at once wait their turn, however many there are
+    redis_connections: int = 16
+    #: a governor created on a Redis server younger than ``lease_ttl`` holds new
+    #: admissions until the server is that old: holders from before a restart
+    #: may still be running and re-register meanwhile. False only where no fleet
+    #: can have held leases before (a Redis a test or a demo has just started)
+    restart_hold: bool = True
+    #: replicas that must confirm every grant and renewal (Redis ``WAIT``) before a
+    #: caller or the heartbeat relies on it; 0: none (see README, Guarantees)
+    wait_replicas: int = 0
     #: when Redis cannot be reached: ``"fail"`` closed (raise GovernorUnavailable, the
     #: default), or ``"local"``: admit at most ``local_capacity`` callers per governor object
     #: until Redis answers again, then register those holders in the shared limit
@@ -87,9 +100,15 @@ class GovernorConfig:
                 _check_int(f.name, value)
             elif f.type in ("float", float):
                 _check_float(f.name, value)
+            elif f.type in ("bool", bool) and not isinstance(value, bool):
+                raise ConfigError(f"{f.name} must be True or False, got {value!r}")
         if self.on_unavailable not in ON_UNAVAILABLE:
             raise ConfigError(f"on_unavailable must be one of {', '.join(ON_UNAVAILABLE)}, got {self.on_unavailable!r}")
         _at_least("local_capacity", self.local_capacity, 1)
+        _at_least("redis_connections", self.redis_connections, 1)
+        _at_least("wait_replicas", self.wait_replicas, 0)
+        if self.redis_connections > 1000 or self.wait_replicas > 100:
+            raise ConfigError("redis_connections must be <= 1000 and wait_replicas <= 100")
         if self.policy not in POLICIES:
             raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         _at_least("max_capacity", self.max_capacity, 1)

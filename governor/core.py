@@ -141,6 +141,8 @@ class Wake:
     grants: dict[str, int]  #: id -> fence
     #: seconds until a hold or a timed pause that kept queued callers out ends
     retry_in: float | None = None
+    #: an operator changed the stored config (set-max, reset): learn it anew
+    config_changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,9 @@ class Call(Generic[R]):
     #: recreate the state and call again when it is missing; else return `if_missing`
     recreate: bool = True
     if_missing: Any = None
+    #: what it answers (a grant, a renewal) is relied on: with ``wait_replicas``
+    #: the facade has it confirmed by the replicas (Redis WAIT) first
+    confirm: bool = False
 
 
 def text(value: Any) -> str:
@@ -217,6 +222,10 @@ class GovernorCore:
         self.fence_floor = 0
         #: local time of the last reply that showed the state existed
         self.last_seen: float | None = None
+        #: the stored config as init.lua last answered it (name, value pairs):
+        #: a lost state is re-created from it, not from this client's config,
+        #: so the fleet keeps the config it had (an operator's set-max included)
+        self.stored_config: tuple[str, ...] | None = None
 
     # -- time -------------------------------------------------------------
 
@@ -234,6 +243,7 @@ class GovernorCore:
         return self.clock() if self.clock is not None else time.monotonic()
 
     def _call(self, script: str, args: Sequence[str], parse: Callable[[Any], T | Missing], **kw: Any) -> Call[T]:
+        """A Call of ``script``; ARGV[1] and ARGV[2] (clock, channel) come first."""
         return Call(script, (self.now_arg(), self._channel, *args), parse, **kw)
 
     def _seen(self) -> None:
@@ -246,14 +256,16 @@ class GovernorCore:
     # -- operations ---------------------------------------------------------
 
     def init(self, holds_leases: bool, listening: bool = False) -> Call[str]:
-        """Create the state from this client's config, if it is missing.
+        """Create the state if it is missing, from the stored config this
+        client last saw (else its own); either way learn the stored config.
 
-        It is a *recovery* (start cautiously, hold admissions while holders
-        re-register) when this client saw the state recently enough that idle
-        expiry cannot explain its loss, or holds leases. Otherwise the script
-        still announces the new state, and holds briefly if other clients
-        listen: their holders re-register on the announcement.
-        ``listening``: this client's own worker is subscribed to the channel.
+        It is a *recovery* (start cautiously, hold admissions for a lease
+        TTL while holders re-register) when this client saw the state
+        recently enough that idle expiry cannot explain its loss, or holds
+        leases. Otherwise the script still holds when the Redis server is
+        younger than a lease TTL (a restart) or other clients listen
+        (they re-register on the announcement). ``listening``: this
+        client's own worker is subscribed to the channel.
         """
         recovered = holds_leases or (
             self.last_seen is not None and self.local_now() - self.last_seen < self.config.idle_expiry
@@ -262,17 +274,20 @@ class GovernorCore:
             secrets.token_hex(8),
             "1" if recovered else "0",
             str(self.fence_floor),
-            str(ms(self.config.renew_interval + self.config.poll)),
+            self._ttl_ms,
             "1" if listening else "0",
             str(ms(min(self.config.poll, NOTICE_HOLD))),
+            "1" if self.config.restart_hold else "0",
         )
-        return self._call("init", (*args, *self.config.script_fields()), self._parse_init)
+        config = self.stored_config or tuple(self.config.script_fields())
+        return self._call("init", (*args, *config), self._parse_init)
 
     def _parse_init(self, reply: Any) -> str:
-        kind, _ = _check_reply(reply, self.name)
+        kind, rest = _check_reply(reply, self.name)
         if kind not in ("created", "exists"):
             raise self._unexpected("init", kind)
         self._seen()
+        self.stored_config = tuple(text(value) for value in rest[1:])
         return kind
 
     def acquire(self, lease_id: str, holder: str, wait: bool, fresh: bool = True) -> Call[Granted | Queued | Denied]:
@@ -281,6 +296,7 @@ class GovernorCore:
             "acquire",
             (lease_id, holder, self._ttl_ms, "1" if wait else "0", self._queue_ttl_ms, "1" if fresh else "0"),
             self._parse_acquire,
+            confirm=True,
         )
 
     def _parse_acquire(self, reply: Any) -> Granted | Queued | Denied | Missing:
@@ -324,7 +340,7 @@ class GovernorCore:
         """Renew (id, epoch, holder) triples in one call."""
         flat = [part for triple in leases for part in triple]
         ids = [triple[0] for triple in leases]
-        return self._call("renew", (self._ttl_ms, *flat), self._renew_parser(ids))
+        return self._call("renew", (self._ttl_ms, *flat), self._renew_parser(ids), confirm=True)
 
     def _renew_parser(self, ids: Sequence[str]) -> Callable[[Any], Renewed | Missing]:
         def parse(reply: Any) -> Renewed | Missing:
@@ -389,7 +405,7 @@ class GovernorCore:
         raise self._unexpected("report", kind)
 
     def refresh(self, ids: Sequence[str]) -> Call[Refreshed]:
-        return self._call("refresh", (self._queue_ttl_ms, *ids), self._refresh_parser(ids))
+        return self._call("refresh", (self._queue_ttl_ms, *ids), self._refresh_parser(ids), confirm=True)
 
     def _refresh_parser(self, ids: Sequence[str]) -> Callable[[Any], Refreshed | Missing]:
         def parse(reply: Any) -> Refreshed | Missing:
@@ -493,17 +509,21 @@ class GovernorCore:
 
     def parse_wake(self, data: Any) -> Wake:
         """A message on the wake channel: grants ("epoch id:fence id:fence
-        ..."), admission held back for a while ("epoch @ms"), or a new state
-        ("epoch" alone)."""
+        ..."), admission held back for a while ("epoch @ms"), a changed
+        stored config ("epoch !config"), or a new state ("epoch" alone)."""
         words = text(data).split()
         grants: dict[str, int] = {}
         retry_in = None
+        config_changed = False
         for word in words[1:]:
             if word.startswith("@") and word[1:].isdigit():
                 retry_in = int(word[1:]) / 1000
+                continue
+            if word == "!config":
+                config_changed = True
                 continue
             lease_id, _, fence = word.rpartition(":")
             if lease_id and fence.isdigit():
                 grants[lease_id] = int(fence)
                 self._saw_fence(int(fence))
-        return Wake(words[0] if words else "", grants, retry_in)
+        return Wake(words[0] if words else "", grants, retry_in, config_changed)

@@ -53,6 +53,16 @@ class GovernorUnavailable(GovernorError, ConnectionError):
     """Redis could not be reached, or did not answer in time."""
 
 
+class RedisFull(GovernorUnavailable):
+    """Redis refused to run a writing script: it is out of memory (``maxmemory``
+    reached under ``noeviction``). Nothing was written."""
+
+
+class NotReplicated(GovernorUnavailable):
+    """A grant or renewal was not confirmed by ``wait_replicas`` replicas within
+    ``redis_timeout``; a grant is given back, a renewal is tried again."""
+
+
 class WrongNode(ConfigError):
     """The Redis is a cluster node that does not own the governor's slot: the
     client must be a cluster client (``from_url`` switches by itself)."""
@@ -88,6 +98,12 @@ def error_from_reply(message: str, name: str | None) -> GovernorError:
         return wrong_key_type(detail, name)
     if code == "BADARG":
         return ConfigError(f"{_who(name)}invalid argument: {detail}", name=name)
+    if code == "BADSTATE":
+        return StateError(
+            f"{_who(name)}stored state is unusable ({detail}); nothing was changed. "
+            "Reset the governor (`governor reset`) or delete its keys (`governor keys`)",
+            name=name,
+        )
     if code == "SCHEMA":
         return StateError(
             f"{_who(name)}state has schema version {detail}; upgrade this client or reset the governor",
@@ -118,6 +134,18 @@ def map_errors(name: str | None) -> Iterator[None]:
             "(README: Guarantees and failure modes)",
             name=name,
         ) from exc
+    except redis.exceptions.OutOfMemoryError as exc:
+        raise RedisFull(
+            f"{_who(name)}Redis is out of memory (maxmemory reached) and refused the script; "
+            "nothing was written. Free memory or raise maxmemory",
+            name=name,
+        ) from exc
+    except redis.exceptions.MaxConnectionsError as exc:  # the governor bounds its own use: a shared pool ran dry
+        raise GovernorUnavailable(
+            f"{_who(name)}the Redis client's connection pool is exhausted ({exc}); "
+            "give the governor a client of its own or a larger max_connections",
+            name=name,
+        ) from exc
     except redis.exceptions.BusyLoadingError as exc:
         raise GovernorUnavailable(f"{_who(name)}Redis is loading its data set; retry shortly", name=name) from exc
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.ClusterError) as exc:
@@ -137,7 +165,12 @@ def map_errors(name: str | None) -> Iterator[None]:
             raise error_from_reply(text, name) from exc
         if text.startswith("WRONGTYPE"):
             raise wrong_key_type("of this governor holds the wrong Redis type", name) from exc
-        if text.startswith(("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN")):
+        if text.startswith("OOM"):
+            raise RedisFull(
+                f"{_who(name)}Redis is out of memory (maxmemory reached): {text}; nothing was written",
+                name=name,
+            ) from exc
+        if text.startswith(("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")):
             raise GovernorUnavailable(f"{_who(name)}Redis cannot serve now: {text}", name=name) from exc
         raise StateError(f"{_who(name)}Redis answered with an error: {text}", name=name) from exc
     except redis.exceptions.RedisError as exc:

@@ -8,36 +8,57 @@ ARGV
   ARGV[3] epoch        string        random id of the new state
   ARGV[4] recovered    '1' | '0'     '1' if the client saw this governor before
   ARGV[5] fence_floor  int >= 0      highest fence the client has seen
-  ARGV[6] hold_ms      int ms >= 0   admission hold after a known loss
+  ARGV[6] ttl_ms       int ms >= 0   the client's lease TTL: how long a holder
+                                     may go on believing in a lease unrenewed
   ARGV[7] listening    '1' | '0'     '1' if the calling client itself listens
   ARGV[8] notice_ms    int ms >= 0   hold when others listen (a loss unknown to the caller)
-  ARGV[9..] config     name, value pairs (see config_fields in lib/config.lua)
+  ARGV[9] restart_hold '1' | '0'     '1': hold on a server younger than ttl_ms
+  ARGV[10..] config    name, value pairs (CONFIG in lib/common.lua): the
+                       config the client last saw stored, else its own
 Reply
-  {1, 'created', epoch}   a new state was written
-  {1, 'exists', epoch}    the state was there already; nothing changed
+  {1, 'created', epoch, name1, value1, ...}   a new state was written
+  {1, 'exists', epoch, name1, value1, ...}    the state was there; nothing changed
+  The pairs are the stored config (CONFIG order, the exact stored strings).
 
 Every other script answers {1, 'missing'} when the state hash is gone (a
 first use, Redis restarted without persistence, FLUSHDB, idle expiry); the
 client then runs this script and calls again. The new state is announced
 on the channel (a message holding only the epoch): every listening client
 renews its leases at once, and renew.lua adopts those of a lost state.
-After a loss the client knows of (recovered = '1') the governor starts
-cautiously: admissions hold for hold_ms, long enough for every running
-holder's heartbeat, and capacity starts at the resume level. A client that
-cannot know (it never saw the state) still holds for notice_ms when other
-clients listen, so their holders count again before anyone new is
-admitted: a lost governor never comes back unlimited.
+
+A holder goes on believing in its lease for up to ttl_ms after its last
+renewal, even cut off from Redis, so a new state may have holders nobody
+can see yet. Admissions hold (not_before) for the longest of:
+- ttl_ms, after a loss the client knows of (recovered = '1'); capacity then
+  starts at the resume level;
+- ttl_ms less the Redis server's uptime (INFO server), when the server
+  started less than ttl_ms ago and restart_hold is '1': whatever it held
+  before its restart is gone, and its holders may still believe (not with
+  an injected clock: a simulated clock has no server age);
+- notice_ms when other clients listen: they renew on the announcement.
+Otherwise (a first use on a server up longer than ttl_ms, nobody
+listening) there is no hold.
 ]]
 
 local epoch = arg_id(3, 'epoch')
 local recovered = ARGV[4] == '1'
 local fence_floor = arg_int(5, 'fence_floor')
-local hold = arg_int(6, 'hold_ms')
+local ttl = arg_int(6, 'ttl_ms')
 local listening = ARGV[7] == '1'
 local notice = arg_int(8, 'notice_ms')
-local cfg, raw = parse_config(9)
+local restart_hold = ARGV[9] == '1'
+local cfg, raw = parse_config(10)
 check_types()
-if load_state() then return {SCHEMA, 'exists', S.epoch} end
+if load_state() then return {SCHEMA, 'exists', S.epoch, unpack(config_pairs())} end
+
+-- How long ago the server started, in ms (nil: not known, or an injected clock).
+local function server_age()
+  if ARGV[1] ~= '' or not restart_hold then return nil end
+  local info = redis.pcall('INFO', 'server')
+  if type(info) ~= 'string' then return nil end
+  local seconds = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+  return seconds and seconds * 1000
+end
 
 -- Fences keep growing across a loss: they restart above the clock (in
 -- microseconds' worth of grants per ms) and above any fence the client saw.
@@ -55,26 +76,24 @@ set('reclaim_due', 0)
 apply_config(cfg, raw)
 local others = redis.call('PUBLISH', CHANNEL, epoch)
 if listening then others = others - 1 end
+local age = server_age()
+local hold, why = 0, nil
 if recovered then
-  set('cap', resume_level())
+  hold, why = ttl, 'state was lost (Redis restart, flush or expiry)'
+elseif age and age < ttl then
+  hold, why = ttl - age, 'Redis started ' .. age .. ' ms ago (a restart loses what it held)'
+end
+if others > 0 and notice > hold then
+  hold, why = notice, 'created while ' .. others .. ' other clients listen'
+end
+if recovered then set('cap', resume_level()) end
+if hold > 0 then
   set('not_before', NOW + hold)
-  log('recreate', 'until', NOW + hold,
-    'why', 'state was lost (Redis restart, flush or expiry): holding ' .. hold .. ' ms for holders to re-register')
-elseif others > 0 then
-  set('not_before', NOW + notice)
-  log('create', 'until', NOW + notice, 'listeners', others,
-    'why', 'created while other clients listen: holding ' .. notice .. ' ms for their holders to re-register')
+  log(recovered and 'recreate' or 'create', 'until', NOW + hold, 'listeners', others,
+    'why', why .. ': holding ' .. hold .. ' ms for holders to re-register')
 else
   log('create', 'why', 'first use')
 end
--- The HOT fields go in first: a small hash is a listpack, scanned from the
--- front on every lookup, and every script reads these (HOT, lib/common.lua).
-local first = {}
-for _, f in ipairs(HOT) do
-  local v = rawget(S, f)
-  first[#first + 1] = f
-  first[#first + 1] = STORE[f] or v
-end
-redis.call('HSET', K.state, unpack(first))
+save()
 touch_all()
-return finish({SCHEMA, 'created', epoch})
+return finish({SCHEMA, 'created', epoch, unpack(config_pairs())})

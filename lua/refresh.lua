@@ -20,6 +20,7 @@ Reply
 ]]
 
 local queue_ttl = arg_int(3, 'queue_ttl_ms', 1)
+for i = 4, #ARGV do arg_id(i, 'id') end
 check_types()  -- one call per process per poll: cheap enough to check all
 if not load_state() then return missing_reply() end
 
@@ -30,7 +31,7 @@ local reason, hint = blocked()
 local reply = {SCHEMA, 'refreshed', S.epoch, reason or '', hint}
 local deadline = NOW + queue_ttl
 for i = 4, #ARGV do
-  local id = arg_id(i, 'id')
+  local id = ARGV[i]
   if granted[id] then
     reply[#reply + 1] = 'granted'
     reply[#reply + 1] = granted[id]

@@ -20,6 +20,10 @@ Reply
 
 local ttl = arg_int(3, 'ttl_ms', 1)
 if (#ARGV - 3) % 3 ~= 0 then fail('BADARG', 'renew takes (id, epoch, holder) triples') end
+for i = 4, #ARGV, 3 do
+  arg_id(i, 'id')
+  if #ARGV[i + 2] > 200 then fail('BADARG', 'holder label is longer than 200 bytes') end
+end
 if not load_state() then return missing_reply() end
 
 reclaim()
@@ -27,7 +31,7 @@ reclaim()
 -- holders and events too, so it checks every key before its first write.
 local expiries, writes_more = {}, false
 for i = 4, #ARGV, 3 do
-  local id = arg_id(i, 'id')
+  local id = ARGV[i]
   local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
   expiries[i] = expiry
   if not (expiry and expiry > NOW) then writes_more = true end
@@ -43,7 +47,7 @@ for i = 4, #ARGV, 3 do
     redis.call('ZADD', K.leases, 'XX', NOW + ttl, id)
     reply[#reply + 1] = 'ok'
     reply[#reply + 1] = 0
-  elseif epoch ~= S.epoch and #holder <= 200 then
+  elseif epoch ~= S.epoch then
     if live == nil then live = in_flight() end
     local fence = add_lease(id, ttl, holder, live)
     live = live + 1

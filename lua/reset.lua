@@ -11,7 +11,7 @@ KEYS    the governor's eight keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
-  ARGV[3..] config name, value pairs (see config_fields in common.lua), or none
+  ARGV[3..] config name, value pairs (CONFIG in lib/common.lua), or none
 Reply
   the status reply of status.lua, after the reset
   {1, 'missing'}   no such governor: run init.lua, then call again
@@ -27,14 +27,11 @@ redis.call('DEL', K.attempts, K.limited)
 if cfg then
   apply_config(cfg, raw)
   log('reset', 'why', 'operator: new config stored, learnt state cleared', unpack(before))
+  redis.call('PUBLISH', CHANNEL, S.epoch .. ' !config')  -- clients learn the stored config anew
 else
   cfg = {}
-  local names = {'policy'}
-  for name in pairs(config_fields()) do names[#names + 1] = name end
-  preload(names)
-  for _, name in ipairs(names) do cfg[name] = S[name] end
-  cfg.policy = S.policy
-  apply_config(cfg)
+  for _, name in ipairs(CONFIG) do cfg[name] = S[name] end
+  apply_config(cfg, RAW)
   log('reset', 'why', 'operator: learnt state cleared', unpack(before))
 end
 reclaim(true)

@@ -31,6 +31,7 @@ else
   set('cut_fence', S.fence)
 end
 log('set_max', 'from', before, 'to', n, 'capacity_from', cap_before, 'why', 'operator')
+redis.call('PUBLISH', CHANNEL, S.epoch .. ' !config')  -- clients learn the stored config anew
 reclaim(true)
 grant()
 return finish(status_reply())

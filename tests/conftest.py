@@ -40,12 +40,18 @@ class FakeClock:
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    """A real Redis for the session: REDIS_URL, or a private redis-server."""
+    """A real Redis for the session: REDIS_URL, or a private redis-server.
+
+    A governor created on a Redis younger than its lease TTL holds new
+    admissions (holders from before a restart may still run), so a private
+    server is handed out once it is older than the default TTL, as a
+    fleet's Redis would be."""
     if os.environ.get("REDIS_URL"):
         yield os.environ["REDIS_URL"]
         return
     server = RedisServer().start()
     try:
+        server.wait_older_than(GovernorConfig().lease_ttl)
         yield server.url
     finally:
         server.cleanup()

@@ -36,6 +36,11 @@ CONFIG_INT = frozenset(
     | {"log_len"}
 )
 CONFIG_NUM = frozenset({"dec_ratio", "dec_factor", "pause_ratio", "resume_frac", "cut_factor"})
+#: the config fields in the order init.lua answers them (CONFIG of lua/lib/common.lua)
+CONFIG = (
+    "policy", "max", "window_ms", "dec_count", "dec_ratio", "ratio_min", "dec_factor", "pause_count",
+    "pause_ratio", "resume_frac", "inc_succ", "cut_factor", "probe_ms", "ra_cap_ms", "idle_ms", "log_len",
+)  # fmt: skip
 #: the state fields the model keeps exactly as the scripts store them
 STATE_FIELDS = (
     "schema",
@@ -96,6 +101,8 @@ class Model:
     last_ticket: int = 0
     #: clients subscribed to the wake channel (init holds when others listen)
     listeners: int = 0
+    #: the stored config as the exact strings the scripts keep
+    raw_config: dict[str, str] = field(default_factory=dict)
 
     # -- entry point ----------------------------------------------------------
 
@@ -402,24 +409,35 @@ class Model:
     # -- the scripts ----------------------------------------------------------
 
     def _op_init(self, a: list[str]) -> list[Any]:
-        epoch, recovered, fence_floor, hold = a[0], a[1] == "1", int(a[2]), int(a[3])
+        epoch, recovered, fence_floor, ttl = a[0], a[1] == "1", int(a[2]), int(a[3])
         listening, notice = a[4] == "1", int(a[5])
-        cfg = self._parse_config(a[6:])
+        # a[6]: restart_hold, which an injected clock never applies (no server age)
+        cfg = self._parse_config(a[7:])
         if self.state is not None:
-            return [SCHEMA, "exists", self.S["epoch"]]
+            return [SCHEMA, "exists", self.S["epoch"], *self._config_pairs()]
         self.state = {"fence": max(fence_floor, self.now * 1000)}
         self.S.update(schema=SCHEMA, epoch=epoch, created=self.now, ticket=0, evseq=0, quota_count=0, quota_at=0)
         self.S.update(touch_due=0, reclaim_due=0)
         self._apply_config(cfg)
+        self.raw_config = dict(zip(a[7::2], a[8::2], strict=True))
         self.published.append(epoch)  # the new state is announced: holders renew at once
         others = self.listeners - (1 if listening else 0)
+        hold = ttl if recovered else 0
+        if others > 0 and notice > hold:
+            hold = notice
         if recovered:
             self.S["cap"] = self._resume_level()
+        if hold > 0:
             self.S["not_before"] = self.now + hold
-        elif others > 0:
-            self.S["not_before"] = self.now + notice
         self._touch()
-        return self._finish([SCHEMA, "created", epoch])
+        return self._finish([SCHEMA, "created", epoch, *self._config_pairs()])
+
+    def _config_pairs(self) -> list[str]:
+        """The stored config as init.lua answers it: CONFIG order, stored strings."""
+        out: list[str] = []
+        for name in CONFIG:
+            out += [name, self.raw_config[name]]
+        return out
 
     def _op_acquire(self, a: list[str]) -> list[Any]:
         lease_id, holder, ttl, wait, queue_ttl = a[0], a[1], int(a[2]), a[3] == "1", int(a[4])
@@ -622,11 +640,13 @@ class Model:
             return [SCHEMA, "missing"]
         S = self.S
         S["max"] = n
+        self.raw_config["max"] = str(n)
         if S["paused"] == 1:
             if S["saved_cap"] > n:
                 S["saved_cap"] = n
         else:
             S.update(cap=n, ceiling=0, climb=0, cut_fence=S["fence"])
+        self.published.append(f"{S['epoch']} !config")  # clients learn the stored config anew
         self._reclaim(force=True)
         self._grant()
         return self._finish(self._status_reply())
@@ -638,7 +658,11 @@ class Model:
         self.attempts = []
         if cfg is None:
             cfg = {k: self.S[k] for k in (*CONFIG_INT, *CONFIG_NUM, "policy")}
+        else:
+            self.raw_config = dict(zip(a[::2], a[1::2], strict=True))
         self._apply_config(cfg)
+        if a:
+            self.published.append(f"{self.S['epoch']} !config")  # clients learn the stored config anew
         self._reclaim(force=True)
         self._grant()
         return self._finish(self._status_reply())

@@ -83,6 +83,18 @@ class RedisServer:
         wait_until(self.ping, 10, what=f"redis-server on port {self.port}")
         return self
 
+    def uptime(self) -> float:
+        """Seconds since the server started (INFO server)."""
+        client = redis.Redis(port=self.port, socket_timeout=5)
+        try:
+            return float(client.info("server")["uptime_in_seconds"])
+        finally:
+            client.close()
+
+    def wait_older_than(self, seconds: float) -> None:
+        """Return once the server has run for more than ``seconds``."""
+        wait_until(lambda: self.uptime() > seconds, seconds + 10, interval=0.2, what="the server's age")
+
     def ping(self) -> bool:
         try:
             return bool(redis.Redis(port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5).ping())

@@ -26,11 +26,14 @@ from typing import Any, TypeVar, cast
 
 import redis.asyncio as redis_client
 import redis.asyncio.cluster as redis_cluster
+import redis.asyncio.retry as redis_retry
+import redis.backoff
+import redis.exceptions
 
 from .. import metrics
 from ..backoff import full_jitter
 from ..classify import Classifier
-from ..config import GovernorConfig, RetryPolicy
+from ..config import GovernorConfig, RetryPolicy, ms
 from ..core import (
     MISSING,
     Call,
@@ -53,6 +56,7 @@ from ..errors import (
     GovernorNotFound,
     GovernorUnavailable,
     LeaseLost,
+    NotReplicated,
     StateError,
     WrongKeyType,
     WrongNode,
@@ -73,6 +77,62 @@ LISTEN_SLICE = 0.25
 BATCH = 500
 #: the epoch of leases admitted by the local fallback, before Redis adopts them
 LOCAL_EPOCH = "local"
+#: connections of the governor's pool besides its callers': pub/sub and the worker
+OWN_CONNECTIONS = 2
+#: connection-pool settings redis-py adds by itself (not copied to the governor's pool)
+_POOL_INTERNAL = (
+    "himport_registry",
+    "maint_notifications_pool_handler",
+    "orig_host_address",
+    "orig_socket_timeout",
+    "orig_socket_connect_timeout",
+)
+
+
+def _connection_options(config: GovernorConfig) -> dict[str, Any]:
+    """How the governor's own connections behave: socket timeouts of
+    ``redis_timeout``, so a hung Redis fails in bounded time, and no retries:
+    a retried script may run twice, and a retry only delays the failure."""
+    return {
+        "socket_timeout": config.redis_timeout,
+        "socket_connect_timeout": config.redis_timeout,
+        "retry": redis_retry.Retry(redis.backoff.NoBackoff(), 0),
+        "retry_on_error": [],
+    }
+
+
+def _bounded(pool: Any, config: GovernorConfig) -> bool:
+    """The pool already behaves as the governor's own connections must."""
+    options = pool.connection_kwargs
+    retry = options.get("retry")
+    timeouts = [options.get("socket_timeout"), options.get("socket_connect_timeout")]
+    return (
+        (retry is None or retry.get_retries() == 0)
+        and all(t is not None and t <= config.redis_timeout for t in timeouts)
+        and pool.max_connections >= config.redis_connections + OWN_CONNECTIONS
+    )
+
+
+def _own_client(client: Any, config: GovernorConfig) -> Any:
+    """The client the governor talks through: the given one when its pool
+    already bounds every call (see _bounded), else one of the governor's
+    own on the same connection settings (host, credentials, TLS, decoding)
+    with the governor's timeouts, no retries and a pool sized for the
+    governor (``redis_connections`` callers plus pub/sub and the worker).
+    A cluster client is used as it is."""
+    if not isinstance(client, redis_client.Redis) or _bounded(client.connection_pool, config):
+        return client
+    pool = client.connection_pool
+    options = {k: v for k, v in pool.connection_kwargs.items() if k not in _POOL_INTERNAL}
+    own = _connection_options(config)
+    for key in ("socket_timeout", "socket_connect_timeout"):
+        given = options.get(key)
+        if given is not None and given < own[key]:
+            own[key] = given
+    options.update(own)
+    max_connections = config.redis_connections + OWN_CONNECTIONS
+    own_pool = redis_client.ConnectionPool(connection_class=pool.connection_class, max_connections=max_connections, **options)
+    return redis_client.Redis.from_pool(own_pool)  # closing the client closes its pool
 
 
 def default_holder() -> str:
@@ -190,7 +250,11 @@ class _Background:
         self._leases: dict[str, AsyncLease] = {}
         self._worker: Worker | None = None
         self._listening = Event()
+        #: the worker's first try to listen ended, in listening or in a failure
+        self._attempted = Event()
         self._renew_now = False
+        #: learn the stored config (init.lua) at the worker's next turn
+        self._learn_config = True
         #: the last attempt to reach Redis failed: callers do not wait for the worker
         self._failing = False
         self._pid = os.getpid()
@@ -200,6 +264,7 @@ class _Background:
     # -- called by the facade --------------------------------------------------
 
     def add_waiter(self, lease_id: str) -> _Waiter:
+        self.check_fork()  # a child's first waiter must survive the fork check
         waiter = _Waiter(lease_id)
         with self._lock:
             self._waiters[lease_id] = waiter
@@ -212,6 +277,7 @@ class _Background:
     def add_lease(
         self, lease_id: str, granted: Granted, deadline: float, *, label: str, local: bool = False
     ) -> AsyncLease:
+        self.check_fork()  # a child's first lease must be renewed by the child
         lease = AsyncLease(self._gov, lease_id, granted.fence, granted.epoch, label, deadline, local)
         with self._lock:
             self._leases[lease_id] = lease
@@ -241,22 +307,28 @@ class _Background:
         self._leases = {}
         self._worker = None
         self._listening = Event()
+        self._attempted = Event()
         self._failing = False
         self._gov._local = Semaphore(self._gov.config.local_capacity)
+        self._gov._slots = Semaphore(self._gov.config.redis_connections)
 
     def state_lost(self) -> None:
         """The state was re-created: renew (and so re-register) leases at once."""
         self._renew_now = True
 
-    async def start(self, wait_listening: bool) -> None:
-        """Start the worker if it is not running; optionally wait (bounded)
-        until it listens, so no grant announced after this can be missed."""
+    async def start(self, wait_listening: bool, timeout: float | None = None) -> None:
+        """Start the worker if it is not running; optionally wait until it
+        listens, so no grant announced after this can be missed: at most
+        ``redis_timeout`` (or ``timeout``), and no longer than its first try
+        takes to fail (a refused connection fails at once)."""
         self.check_fork()
         if self._worker is None or not self._worker.alive():
             self._listening.clear()
+            self._attempted.clear()
             self._worker = Worker(self._run, name=f"governor:{self._gov.name}")
         if wait_listening and not self._failing:
-            await self._listening.wait(self._gov.config.redis_timeout)
+            limit = self._gov.config.redis_timeout
+            await self._attempted.wait(limit if timeout is None else max(0.0, min(limit, timeout)))
 
     async def stop(self) -> None:
         if self._worker is not None:
@@ -277,13 +349,19 @@ class _Background:
                     if pubsub is None:
                         pubsub = await self._subscribe()
                         next_refresh = 0.0  # grants announced before we listened
+                    if self._learn_config:
+                        await self._gov._init()
+                        self._learn_config = False
                     now = time.monotonic()
                     if now >= next_refresh:
                         next_refresh = now + await self._refresh()
                     if self._renew_now or now >= next_renew:
+                        # The next renewal is due only once this one got
+                        # through: a failed one is tried again after the
+                        # worker's short backoff, not a whole interval later.
+                        await self._renew()
                         self._renew_now = False
                         next_renew = now + config.renew_interval
-                        await self._renew()
                     self._last_ok = time.monotonic()
                     self._failing = False
                     failures = 0
@@ -297,6 +375,7 @@ class _Background:
                     failures += 1
                     self._failing = True
                     self._listening.clear()
+                    self._attempted.set()
                     await self._close_pubsub(pubsub)
                     pubsub = None
                     self._fail_waiters_if_stale(error)
@@ -323,6 +402,7 @@ class _Background:
                 if time.monotonic() > deadline:
                     raise GovernorUnavailable("no confirmation of the pub/sub subscription", name=self._gov.name)
         self._listening.set()
+        self._attempted.set()
         return pubsub
 
     async def _close_pubsub(self, pubsub: Any) -> None:
@@ -338,6 +418,9 @@ class _Background:
         (returns the seconds until this process's waiters should ask again);
         or a new state whose holders must re-register now."""
         wake = self._gov._core.parse_wake(data)
+        if wake.config_changed:
+            self._learn_config = True
+            return 0.0
         if wake.retry_in is not None:
             return wake.retry_in + 0.001
         if not wake.grants:
@@ -367,7 +450,7 @@ class _Background:
         for start in range(0, len(ids), BATCH):
             chunk = ids[start : start + BATCH]
             sent_at = self._gov._core.local_now()
-            result: Refreshed = await self._gov._execute(self._gov._core.refresh(chunk))
+            result: Refreshed = await self._gov._execute(self._gov._core.refresh(chunk), slot=False)
             if result.hint > 0:
                 hint = min(hint, result.hint + 0.001)
             with self._lock:
@@ -395,14 +478,14 @@ class _Background:
             chunk = leases[start : start + BATCH]
             sent_at = self._gov._core.local_now()
             call = self._gov._core.renew([(lease.id, lease.epoch, lease.holder) for lease in chunk])
-            result: Renewed = await self._gov._execute(call)
+            result: Renewed = await self._gov._execute(call, slot=False)
             by_id = {lease.id: lease for lease in chunk}
             for lease_id in result.ok:
                 by_id[lease_id]._deadline = sent_at + self._gov.config.lease_ttl
             for lease_id, fence in result.adopted.items():
                 lease = by_id[lease_id]
                 if lease.released:  # released while this renewal was on its way: undo the adoption
-                    await self._gov._execute(self._gov._core.release(lease_id))
+                    await self._gov._execute(self._gov._core.release(lease_id), slot=False)
                     continue
                 lease.fence, lease.epoch = fence, result.epoch
                 lease._deadline = sent_at + self._gov.config.lease_ttl
@@ -432,10 +515,14 @@ class _Background:
 class AsyncGovernor:
     """The fleet-wide adaptive concurrency limit, for asyncio code.
 
-    ``client`` is a ``redis.asyncio.Redis`` (or ``RedisCluster``);
-    ``clock``, when given, returns seconds and replaces Redis ``TIME`` for
-    policy and lease time, so tests step time instead of sleeping. Use one
-    object per process and event loop; it is cheap to share between tasks.
+    ``client`` is a ``redis.asyncio.Redis`` (or ``RedisCluster``). The
+    governor talks to Redis on connections of its own, made with that
+    client's settings (host, credentials, TLS, decoding) but with the
+    governor's timeouts, no retries and at most ``redis_connections`` of
+    them for callers: any number of tasks may share one object. A cluster
+    client is used as it is. ``clock``, when given, returns seconds and
+    replaces Redis ``TIME`` for policy and lease time, so tests step time
+    instead of sleeping. Use one object per process and event loop.
     """
 
     def __init__(
@@ -449,15 +536,21 @@ class AsyncGovernor:
         from ..scripts import Scripts
 
         self._core = GovernorCore(name, config, clock)
-        self._client = client
-        self._scripts = Scripts(client)
-        self._owns_client = False
+        self._client = _own_client(client, self._core.config)
+        self._owns_client = self._client is not client
+        if self.config.wait_replicas and isinstance(self._client, redis_cluster.RedisCluster):
+            raise ConfigError("wait_replicas is not supported on a Redis Cluster client (WAIT needs the primary's connection)")
+        self._scripts = Scripts(self._client)
+        #: every script is loaded in one round trip before the first call
+        self._scripts_loaded = False
         #: from_url's URL and options, to switch to a cluster client when redirected
         self._url: str | None = None
         self._options: dict[str, Any] = {}
         self._closed = False
         self._background = _Background(self)
         self._local = Semaphore(self._core.config.local_capacity)
+        #: callers' script calls in progress, at most redis_connections at once
+        self._slots = Semaphore(self._core.config.redis_connections)
 
     @classmethod
     def from_url(
@@ -471,19 +564,19 @@ class AsyncGovernor:
     ) -> AsyncGovernor:
         """A governor with its own Redis client, closed by ``aclose()``.
 
-        Socket timeouts default to ``config.redis_timeout``, so an
-        unreachable or hung Redis raises GovernorUnavailable in bounded time.
-        The URL may name a standalone Redis or any node of a Redis Cluster:
-        the first redirection to another node switches to a cluster client.
+        Socket timeouts are ``config.redis_timeout`` and nothing is retried
+        by redis-py, so an unreachable or hung Redis raises
+        GovernorUnavailable in bounded time; ``redis_options`` go to
+        redis-py. The URL may name a standalone Redis or any node of a
+        Redis Cluster: the first redirection to another node switches to a
+        cluster client.
         """
         config = config if config is not None else GovernorConfig()
-        options: dict[str, Any] = {
-            "socket_timeout": config.redis_timeout,
-            "socket_connect_timeout": config.redis_timeout,
-            **redis_options,
-        }
+        options: dict[str, Any] = {**_connection_options(config), **redis_options}
         try:
-            client = redis_client.Redis.from_url(url, **options)
+            client = redis_client.Redis.from_url(
+                url, max_connections=config.redis_connections + OWN_CONNECTIONS, **options
+            )
         except ValueError as error:
             raise ConfigError(f"invalid Redis URL {url!r}: {error}") from error
         governor = cls(client, name, config, clock=clock)
@@ -551,6 +644,9 @@ class AsyncGovernor:
                 claimed = await self._claim(lease_id, granted, expires, label)
                 if claimed is not None:
                     return self._background.add_lease(lease_id, *claimed, label=label)
+            except NotReplicated:
+                await shielded(self._abandon(lease_id))  # Redis answers: give the grant back
+                raise
             except GovernorUnavailable:
                 raise  # no use telling an unreachable Redis; the grant expires by TTL
             except BaseException:
@@ -567,7 +663,7 @@ class AsyncGovernor:
         lease_id = new_id()
         waiter = self._background.add_waiter(lease_id)
         try:
-            await self._background.start(wait_listening=True)
+            await self._background.start(wait_listening=True, timeout=timeout)
             sent_at = self._core.local_now()
             result = await self._execute(self._core.acquire(lease_id, label, wait=True))
             waiter.enqueued, waiter.confirmed_at = True, sent_at
@@ -577,6 +673,9 @@ class AsyncGovernor:
                     waiter.reason, waiter.position = result.reason, result.position
                 result, expires = await self._wait_turn(waiter, deadline, timeout, label)
             return lease_id, result, expires
+        except NotReplicated:
+            await shielded(self._abandon(lease_id))  # Redis answers: give the place or grant back
+            raise
         except GovernorUnavailable:
             raise  # no use telling an unreachable Redis; the place and any grant expire by TTL
         except BaseException:
@@ -587,9 +686,11 @@ class AsyncGovernor:
 
     async def _claim(self, lease_id: str, granted: Granted, expires: float, label: str) -> tuple[Granted, float] | None:
         """Take a grant. One that may expire before the heartbeat's next
-        renewal (its waiter stalled, or heard of it late) is renewed first:
+        renewal (its waiter stalled, or heard of it late) is renewed first,
+        and so is one announced on pub/sub when replicas must confirm it:
         the grant and its new deadline, or None when it is already lost."""
-        if expires - self._core.local_now() > self.config.renew_interval:
+        pushed = granted.remaining is None
+        if expires - self._core.local_now() > self.config.renew_interval and not (pushed and self.config.wait_replicas):
             return granted, expires
         sent_at = self._core.local_now()
         renewed = await self._execute(self._core.renew([(lease_id, granted.epoch, label)]))
@@ -827,25 +928,41 @@ class AsyncGovernor:
 
     # -- plumbing -----------------------------------------------------------------
 
-    async def _execute(self, call: Call[T]) -> T:
-        """Run one script; when the state is missing, re-create it and run again."""
-        result = await self._run(call)
-        if result is MISSING:
-            if not call.recreate:
-                return call.if_missing  # type: ignore[no-any-return]
-            init = self._core.init(holds_leases=self._background.holds_leases(), listening=self._background.listening())
-            created = await self._run(init)
-            if created == "created" and self._background.holds_leases():
-                self._background.state_lost()
+    async def _execute(self, call: Call[T], *, slot: bool = True) -> T:
+        """Run one script; when the state is missing, re-create it and run
+        again. ``slot``: a caller's call, one of at most ``redis_connections``
+        at once (the background worker has a connection of its own)."""
+        if slot:
+            await self._slots.acquire(None)
+        try:
             result = await self._run(call)
             if result is MISSING:
-                raise StateError(f"governor {self.name!r}: state vanished right after creation", name=self.name)
-        return cast(T, result)
+                if not call.recreate:
+                    return call.if_missing  # type: ignore[no-any-return]
+                await self._init()
+                result = await self._run(call)
+                if result is MISSING:
+                    raise StateError(f"governor {self.name!r}: state vanished right after creation", name=self.name)
+            return cast(T, result)
+        finally:
+            if slot:
+                self._slots.release()
+
+    async def _init(self) -> str:
+        """Create the state if it is missing (init.lua) and learn the stored
+        config; 'created' or 'exists'."""
+        init = self._core.init(holds_leases=self._background.holds_leases(), listening=self._background.listening())
+        created: str = await self._run(init)
+        if created == "created" and self._background.holds_leases():
+            self._background.state_lost()
+        return created
 
     async def _run(self, call: Call[T]) -> Any:
         try:
             with map_errors(self.name):
-                reply = await self._scripts[call.script](keys=self._core.keys.keys, args=call.args)
+                if not self._scripts_loaded:
+                    await self._load_scripts()
+                reply, confirmed = await self._send(call)
         except WrongKeyType as error:
             raise await self._which_key(error) from error
         except WrongNode:
@@ -853,7 +970,45 @@ class AsyncGovernor:
                 raise
             await self._switch_to_cluster()
             return await self._run(call)
-        return call.parse(reply)
+        result = call.parse(reply)
+        if not confirmed:
+            raise NotReplicated(
+                f"governor {self.name!r}: {call.script} was not confirmed by {self.config.wait_replicas} "
+                f"replica(s) within {self.config.redis_timeout} s",
+                name=self.name,
+            )
+        return result
+
+    async def _send(self, call: Call[T], reload: bool = True) -> tuple[Any, bool]:
+        """The script's reply, and whether the replicas confirmed it: with
+        ``wait_replicas``, a call whose answer is relied on (a grant, a
+        renewal) goes in one pipeline with a ``WAIT`` on the same connection."""
+        script = self._scripts[call.script]
+        keys = self._core.keys.keys
+        replicas = self.config.wait_replicas
+        if not (replicas and call.confirm):
+            return await script(keys=keys, args=call.args), True
+        pipe = self._client.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *call.args)
+        pipe.execute_command("WAIT", replicas, ms(self.config.redis_timeout))
+        try:
+            reply, acknowledged = await pipe.execute()
+        except redis.exceptions.NoScriptError:  # Redis lost its scripts (a restart, a failover)
+            if not reload:
+                raise
+            await self._load_scripts()
+            return await self._send(call, reload=False)
+        return reply, int(acknowledged) >= replicas
+
+    async def _load_scripts(self) -> None:
+        """Load every script in one round trip (a cluster client loads each
+        on the node that needs it, on first use)."""
+        if not isinstance(self._client, redis_cluster.RedisCluster):
+            pipe = self._client.pipeline(transaction=False)
+            for source in self._scripts.sources():
+                pipe.script_load(source)
+            await pipe.execute()
+        self._scripts_loaded = True
 
     async def _switch_to_cluster(self) -> None:
         """from_url was given a cluster node: use a cluster client instead."""

@@ -16,11 +16,14 @@ from typing import Any, TypeVar, cast
 
 import redis as redis_client
 import redis.cluster as redis_cluster
+import redis.retry as redis_retry
+import redis.backoff
+import redis.exceptions
 
 from .. import metrics
 from ..backoff import full_jitter
 from ..classify import Classifier
-from ..config import GovernorConfig, RetryPolicy
+from ..config import GovernorConfig, RetryPolicy, ms
 from ..core import (
     MISSING,
     Call,
@@ -43,6 +46,7 @@ from ..errors import (
     GovernorNotFound,
     GovernorUnavailable,
     LeaseLost,
+    NotReplicated,
     StateError,
     WrongKeyType,
     WrongNode,
@@ -62,6 +66,62 @@ LISTEN_SLICE = 0.25
 BATCH = 500
 #: the epoch of leases admitted by the local fallback, before Redis adopts them
 LOCAL_EPOCH = "local"
+#: connections of the governor's pool besides its callers': pub/sub and the worker
+OWN_CONNECTIONS = 2
+#: connection-pool settings redis-py adds by itself (not copied to the governor's pool)
+_POOL_INTERNAL = (
+    "himport_registry",
+    "maint_notifications_pool_handler",
+    "orig_host_address",
+    "orig_socket_timeout",
+    "orig_socket_connect_timeout",
+)
+
+
+def _connection_options(config: GovernorConfig) -> dict[str, Any]:
+    """How the governor's own connections behave: socket timeouts of
+    ``redis_timeout``, so a hung Redis fails in bounded time, and no retries:
+    a retried script may run twice, and a retry only delays the failure."""
+    return {
+        "socket_timeout": config.redis_timeout,
+        "socket_connect_timeout": config.redis_timeout,
+        "retry": redis_retry.Retry(redis.backoff.NoBackoff(), 0),
+        "retry_on_error": [],
+    }
+
+
+def _bounded(pool: Any, config: GovernorConfig) -> bool:
+    """The pool already behaves as the governor's own connections must."""
+    options = pool.connection_kwargs
+    retry = options.get("retry")
+    timeouts = [options.get("socket_timeout"), options.get("socket_connect_timeout")]
+    return (
+        (retry is None or retry.get_retries() == 0)
+        and all(t is not None and t <= config.redis_timeout for t in timeouts)
+        and pool.max_connections >= config.redis_connections + OWN_CONNECTIONS
+    )
+
+
+def _own_client(client: Any, config: GovernorConfig) -> Any:
+    """The client the governor talks through: the given one when its pool
+    already bounds every call (see _bounded), else one of the governor's
+    own on the same connection settings (host, credentials, TLS, decoding)
+    with the governor's timeouts, no retries and a pool sized for the
+    governor (``redis_connections`` callers plus pub/sub and the worker).
+    A cluster client is used as it is."""
+    if not isinstance(client, redis_client.Redis) or _bounded(client.connection_pool, config):
+        return client
+    pool = client.connection_pool
+    options = {k: v for k, v in pool.connection_kwargs.items() if k not in _POOL_INTERNAL}
+    own = _connection_options(config)
+    for key in ("socket_timeout", "socket_connect_timeout"):
+        given = options.get(key)
+        if given is not None and given < own[key]:
+            own[key] = given
+    options.update(own)
+    max_connections = config.redis_connections + OWN_CONNECTIONS
+    own_pool = redis_client.ConnectionPool(connection_class=pool.connection_class, max_connections=max_connections, **options)
+    return redis_client.Redis.from_pool(own_pool)  # closing the client closes its pool
 
 
 def default_holder() -> str:
@@ -179,7 +239,11 @@ class _Background:
         self._leases: dict[str, Lease] = {}
         self._worker: Worker | None = None
         self._listening = Event()
+        #: the worker's first try to listen ended, in listening or in a failure
+        self._attempted = Event()
         self._renew_now = False
+        #: learn the stored config (init.lua) at the worker's next turn
+        self._learn_config = True
         #: the last attempt to reach Redis failed: callers do not wait for the worker
         self._failing = False
         self._pid = os.getpid()
@@ -189,6 +253,7 @@ class _Background:
     # -- called by the facade --------------------------------------------------
 
     def add_waiter(self, lease_id: str) -> _Waiter:
+        self.check_fork()  # a child's first waiter must survive the fork check
         waiter = _Waiter(lease_id)
         with self._lock:
             self._waiters[lease_id] = waiter
@@ -201,6 +266,7 @@ class _Background:
     def add_lease(
         self, lease_id: str, granted: Granted, deadline: float, *, label: str, local: bool = False
     ) -> Lease:
+        self.check_fork()  # a child's first lease must be renewed by the child
         lease = Lease(self._gov, lease_id, granted.fence, granted.epoch, label, deadline, local)
         with self._lock:
             self._leases[lease_id] = lease
@@ -230,22 +296,28 @@ class _Background:
         self._leases = {}
         self._worker = None
         self._listening = Event()
+        self._attempted = Event()
         self._failing = False
         self._gov._local = Semaphore(self._gov.config.local_capacity)
+        self._gov._slots = Semaphore(self._gov.config.redis_connections)
 
     def state_lost(self) -> None:
         """The state was re-created: renew (and so re-register) leases at once."""
         self._renew_now = True
 
-    def start(self, wait_listening: bool) -> None:
-        """Start the worker if it is not running; optionally wait (bounded)
-        until it listens, so no grant announced after this can be missed."""
+    def start(self, wait_listening: bool, timeout: float | None = None) -> None:
+        """Start the worker if it is not running; optionally wait until it
+        listens, so no grant announced after this can be missed: at most
+        ``redis_timeout`` (or ``timeout``), and no longer than its first try
+        takes to fail (a refused connection fails at once)."""
         self.check_fork()
         if self._worker is None or not self._worker.alive():
             self._listening.clear()
+            self._attempted.clear()
             self._worker = Worker(self._run, name=f"governor:{self._gov.name}")
         if wait_listening and not self._failing:
-            self._listening.wait(self._gov.config.redis_timeout)
+            limit = self._gov.config.redis_timeout
+            self._attempted.wait(limit if timeout is None else max(0.0, min(limit, timeout)))
 
     def stop(self) -> None:
         if self._worker is not None:
@@ -266,13 +338,19 @@ class _Background:
                     if pubsub is None:
                         pubsub = self._subscribe()
                         next_refresh = 0.0  # grants announced before we listened
+                    if self._learn_config:
+                        self._gov._init()
+                        self._learn_config = False
                     now = time.monotonic()
                     if now >= next_refresh:
                         next_refresh = now + self._refresh()
                     if self._renew_now or now >= next_renew:
+                        # The next renewal is due only once this one got
+                        # through: a failed one is tried again after the
+                        # worker's short backoff, not a whole interval later.
+                        self._renew()
                         self._renew_now = False
                         next_renew = now + config.renew_interval
-                        self._renew()
                     self._last_ok = time.monotonic()
                     self._failing = False
                     failures = 0
@@ -286,6 +364,7 @@ class _Background:
                     failures += 1
                     self._failing = True
                     self._listening.clear()
+                    self._attempted.set()
                     self._close_pubsub(pubsub)
                     pubsub = None
                     self._fail_waiters_if_stale(error)
@@ -311,6 +390,7 @@ class _Background:
                 if time.monotonic() > deadline:
                     raise GovernorUnavailable("no confirmation of the pub/sub subscription", name=self._gov.name)
         self._listening.set()
+        self._attempted.set()
         return pubsub
 
     def _close_pubsub(self, pubsub: Any) -> None:
@@ -325,6 +405,9 @@ class _Background:
         (returns the seconds until this process's waiters should ask again);
         or a new state whose holders must re-register now."""
         wake = self._gov._core.parse_wake(data)
+        if wake.config_changed:
+            self._learn_config = True
+            return 0.0
         if wake.retry_in is not None:
             return wake.retry_in + 0.001
         if not wake.grants:
@@ -354,7 +437,7 @@ class _Background:
         for start in range(0, len(ids), BATCH):
             chunk = ids[start : start + BATCH]
             sent_at = self._gov._core.local_now()
-            result: Refreshed = self._gov._execute(self._gov._core.refresh(chunk))
+            result: Refreshed = self._gov._execute(self._gov._core.refresh(chunk), slot=False)
             if result.hint > 0:
                 hint = min(hint, result.hint + 0.001)
             with self._lock:
@@ -382,14 +465,14 @@ class _Background:
             chunk = leases[start : start + BATCH]
             sent_at = self._gov._core.local_now()
             call = self._gov._core.renew([(lease.id, lease.epoch, lease.holder) for lease in chunk])
-            result: Renewed = self._gov._execute(call)
+            result: Renewed = self._gov._execute(call, slot=False)
             by_id = {lease.id: lease for lease in chunk}
             for lease_id in result.ok:
                 by_id[lease_id]._deadline = sent_at + self._gov.config.lease_ttl
             for lease_id, fence in result.adopted.items():
                 lease = by_id[lease_id]
                 if lease.released:  # released while this renewal was on its way: undo the adoption
-                    self._gov._execute(self._gov._core.release(lease_id))
+                    self._gov._execute(self._gov._core.release(lease_id), slot=False)
                     continue
                 lease.fence, lease.epoch = fence, result.epoch
                 lease._deadline = sent_at + self._gov.config.lease_ttl
@@ -419,10 +502,14 @@ class _Background:
 class Governor:
     """The fleet-wide adaptive concurrency limit, for threaded code.
 
-    ``client`` is a ``redis.Redis`` (or ``RedisCluster``);
-    ``clock``, when given, returns seconds and replaces Redis ``TIME`` for
-    policy and lease time, so tests step time instead of sleeping. Use one
-    object per process and process; it is cheap to share between tasks.
+    ``client`` is a ``redis.Redis`` (or ``RedisCluster``). The
+    governor talks to Redis on connections of its own, made with that
+    client's settings (host, credentials, TLS, decoding) but with the
+    governor's timeouts, no retries and at most ``redis_connections`` of
+    them for callers: any number of tasks may share one object. A cluster
+    client is used as it is. ``clock``, when given, returns seconds and
+    replaces Redis ``TIME`` for policy and lease time, so tests step time
+    instead of sleeping. Use one object per process and process.
     """
 
     def __init__(
@@ -436,15 +523,21 @@ class Governor:
         from ..scripts import Scripts
 
         self._core = GovernorCore(name, config, clock)
-        self._client = client
-        self._scripts = Scripts(client)
-        self._owns_client = False
+        self._client = _own_client(client, self._core.config)
+        self._owns_client = self._client is not client
+        if self.config.wait_replicas and isinstance(self._client, redis_cluster.RedisCluster):
+            raise ConfigError("wait_replicas is not supported on a Redis Cluster client (WAIT needs the primary's connection)")
+        self._scripts = Scripts(self._client)
+        #: every script is loaded in one round trip before the first call
+        self._scripts_loaded = False
         #: from_url's URL and options, to switch to a cluster client when redirected
         self._url: str | None = None
         self._options: dict[str, Any] = {}
         self._closed = False
         self._background = _Background(self)
         self._local = Semaphore(self._core.config.local_capacity)
+        #: callers' script calls in progress, at most redis_connections at once
+        self._slots = Semaphore(self._core.config.redis_connections)
 
     @classmethod
     def from_url(
@@ -458,19 +551,19 @@ class Governor:
     ) -> Governor:
         """A governor with its own Redis client, closed by ``close()``.
 
-        Socket timeouts default to ``config.redis_timeout``, so an
-        unreachable or hung Redis raises GovernorUnavailable in bounded time.
-        The URL may name a standalone Redis or any node of a Redis Cluster:
-        the first redirection to another node switches to a cluster client.
+        Socket timeouts are ``config.redis_timeout`` and nothing is retried
+        by redis-py, so an unreachable or hung Redis raises
+        GovernorUnavailable in bounded time; ``redis_options`` go to
+        redis-py. The URL may name a standalone Redis or any node of a
+        Redis Cluster: the first redirection to another node switches to a
+        cluster client.
         """
         config = config if config is not None else GovernorConfig()
-        options: dict[str, Any] = {
-            "socket_timeout": config.redis_timeout,
-            "socket_connect_timeout": config.redis_timeout,
-            **redis_options,
-        }
+        options: dict[str, Any] = {**_connection_options(config), **redis_options}
         try:
-            client = redis_client.Redis.from_url(url, **options)
+            client = redis_client.Redis.from_url(
+                url, max_connections=config.redis_connections + OWN_CONNECTIONS, **options
+            )
         except ValueError as error:
             raise ConfigError(f"invalid Redis URL {url!r}: {error}") from error
         governor = cls(client, name, config, clock=clock)
@@ -536,6 +629,9 @@ class Governor:
                 claimed = self._claim(lease_id, granted, expires, label)
                 if claimed is not None:
                     return self._background.add_lease(lease_id, *claimed, label=label)
+            except NotReplicated:
+                shielded(self._abandon(lease_id))  # Redis answers: give the grant back
+                raise
             except GovernorUnavailable:
                 raise  # no use telling an unreachable Redis; the grant expires by TTL
             except BaseException:
@@ -552,7 +648,7 @@ class Governor:
         lease_id = new_id()
         waiter = self._background.add_waiter(lease_id)
         try:
-            self._background.start(wait_listening=True)
+            self._background.start(wait_listening=True, timeout=timeout)
             sent_at = self._core.local_now()
             result = self._execute(self._core.acquire(lease_id, label, wait=True))
             waiter.enqueued, waiter.confirmed_at = True, sent_at
@@ -562,6 +658,9 @@ class Governor:
                     waiter.reason, waiter.position = result.reason, result.position
                 result, expires = self._wait_turn(waiter, deadline, timeout, label)
             return lease_id, result, expires
+        except NotReplicated:
+            shielded(self._abandon(lease_id))  # Redis answers: give the place or grant back
+            raise
         except GovernorUnavailable:
             raise  # no use telling an unreachable Redis; the place and any grant expire by TTL
         except BaseException:
@@ -572,9 +671,11 @@ class Governor:
 
     def _claim(self, lease_id: str, granted: Granted, expires: float, label: str) -> tuple[Granted, float] | None:
         """Take a grant. One that may expire before the heartbeat's next
-        renewal (its waiter stalled, or heard of it late) is renewed first:
+        renewal (its waiter stalled, or heard of it late) is renewed first,
+        and so is one announced on pub/sub when replicas must confirm it:
         the grant and its new deadline, or None when it is already lost."""
-        if expires - self._core.local_now() > self.config.renew_interval:
+        pushed = granted.remaining is None
+        if expires - self._core.local_now() > self.config.renew_interval and not (pushed and self.config.wait_replicas):
             return granted, expires
         sent_at = self._core.local_now()
         renewed = self._execute(self._core.renew([(lease_id, granted.epoch, label)]))
@@ -810,25 +911,41 @@ class Governor:
 
     # -- plumbing -----------------------------------------------------------------
 
-    def _execute(self, call: Call[T]) -> T:
-        """Run one script; when the state is missing, re-create it and run again."""
-        result = self._run(call)
-        if result is MISSING:
-            if not call.recreate:
-                return call.if_missing  # type: ignore[no-any-return]
-            init = self._core.init(holds_leases=self._background.holds_leases(), listening=self._background.listening())
-            created = self._run(init)
-            if created == "created" and self._background.holds_leases():
-                self._background.state_lost()
+    def _execute(self, call: Call[T], *, slot: bool = True) -> T:
+        """Run one script; when the state is missing, re-create it and run
+        again. ``slot``: a caller's call, one of at most ``redis_connections``
+        at once (the background worker has a connection of its own)."""
+        if slot:
+            self._slots.acquire(None)
+        try:
             result = self._run(call)
             if result is MISSING:
-                raise StateError(f"governor {self.name!r}: state vanished right after creation", name=self.name)
-        return cast(T, result)
+                if not call.recreate:
+                    return call.if_missing  # type: ignore[no-any-return]
+                self._init()
+                result = self._run(call)
+                if result is MISSING:
+                    raise StateError(f"governor {self.name!r}: state vanished right after creation", name=self.name)
+            return cast(T, result)
+        finally:
+            if slot:
+                self._slots.release()
+
+    def _init(self) -> str:
+        """Create the state if it is missing (init.lua) and learn the stored
+        config; 'created' or 'exists'."""
+        init = self._core.init(holds_leases=self._background.holds_leases(), listening=self._background.listening())
+        created: str = self._run(init)
+        if created == "created" and self._background.holds_leases():
+            self._background.state_lost()
+        return created
 
     def _run(self, call: Call[T]) -> Any:
         try:
             with map_errors(self.name):
-                reply = self._scripts[call.script](keys=self._core.keys.keys, args=call.args)
+                if not self._scripts_loaded:
+                    self._load_scripts()
+                reply, confirmed = self._send(call)
         except WrongKeyType as error:
             raise self._which_key(error) from error
         except WrongNode:
@@ -836,7 +953,45 @@ class Governor:
                 raise
             self._switch_to_cluster()
             return self._run(call)
-        return call.parse(reply)
+        result = call.parse(reply)
+        if not confirmed:
+            raise NotReplicated(
+                f"governor {self.name!r}: {call.script} was not confirmed by {self.config.wait_replicas} "
+                f"replica(s) within {self.config.redis_timeout} s",
+                name=self.name,
+            )
+        return result
+
+    def _send(self, call: Call[T], reload: bool = True) -> tuple[Any, bool]:
+        """The script's reply, and whether the replicas confirmed it: with
+        ``wait_replicas``, a call whose answer is relied on (a grant, a
+        renewal) goes in one pipeline with a ``WAIT`` on the same connection."""
+        script = self._scripts[call.script]
+        keys = self._core.keys.keys
+        replicas = self.config.wait_replicas
+        if not (replicas and call.confirm):
+            return script(keys=keys, args=call.args), True
+        pipe = self._client.pipeline(transaction=False)
+        pipe.evalsha(script.sha, len(keys), *keys, *call.args)
+        pipe.execute_command("WAIT", replicas, ms(self.config.redis_timeout))
+        try:
+            reply, acknowledged = pipe.execute()
+        except redis.exceptions.NoScriptError:  # Redis lost its scripts (a restart, a failover)
+            if not reload:
+                raise
+            self._load_scripts()
+            return self._send(call, reload=False)
+        return reply, int(acknowledged) >= replicas
+
+    def _load_scripts(self) -> None:
+        """Load every script in one round trip (a cluster client loads each
+        on the node that needs it, on first use)."""
+        if not isinstance(self._client, redis_cluster.RedisCluster):
+            pipe = self._client.pipeline(transaction=False)
+            for source in self._scripts.sources():
+                pipe.script_load(source)
+            pipe.execute()
+        self._scripts_loaded = True
 
     def _switch_to_cluster(self) -> None:
         """from_url was given a cluster node: use a cluster client instead."""

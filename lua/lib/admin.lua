@@ -6,8 +6,6 @@ lib/common.lua before they write).
 ]]
 
 local function status_reply()
-  preload({'policy', 'pause_kind', 'reason', 'paused_until', 'window_ms', 'streak',
-    'ceiling', 'quota_count', 'quota_at', 'created'})
   local rl, total = window()
   return {
     SCHEMA, 'status',

@@ -6,7 +6,7 @@ own file, then registers it with register_script.
 
 KEYS (every script receives all of them, in this order; built by
 governor.keys.governor_keys, all under one hash tag so they share a slot)
-  KEYS[1] state     hash    config, policy state and counters (see HOT)
+  KEYS[1] state     hash    config, policy state and counters (see FIELDS)
   KEYS[2] leases    zset    lease id -> expiry, ms
   KEYS[3] holders   hash    lease or waiter id -> "fence|ttl_ms|since_ms|holder"
   KEYS[4] queue     zset    waiter id -> ticket (arrival order, FIFO)
@@ -26,13 +26,13 @@ Error replies (raised with error(msg, 0), mapped by governor/errors.py):
   GOVERNOR_WRONGTYPE <key>  a key of this governor holds another Redis type
   GOVERNOR_BADARG <what>    a malformed argument (client bug or tampering)
   GOVERNOR_SCHEMA <found>   the state hash was written by another schema
+  GOVERNOR_BADSTATE <what>  a stored state value is missing or out of range
 
 Cost. Every call runs the whole prelude (each function definition is a
 closure made anew) and each redis.call from Lua costs about as much as a
 small command, so the hot paths (acquire, release, report, renew, refresh)
 count both: a script loads only the fragments it uses; the state is read
-with one HMGET of the HOT fields, which init writes first so the lookups
-stay short (others are read on first use); every count is derived with
+with one HGETALL and checked field by field; every count is derived with
 ZCOUNT over the live range, so expired leases, dead waiters and old window
 events never count even before they are removed; removal (reclaim) runs at
 most once per RECLAIM_MS and removes at most BATCH entries of each kind;
@@ -40,12 +40,17 @@ all keys' expiry is pushed back at most once per idle_ms / 8, and at once
 only for a key this call may have created. Each script is O(log N) in
 leases, waiters and window events, amortised.
 
-Wrong key types. Redis keeps a script's writes when it then fails, so a
-key another program wrote must stop a script before its first write. The
+No write and then a failure. Redis keeps a script's writes when it then
+fails, so everything that could stop a script is checked before its first
+write: every argument (arg_int, arg_id, ...), every stored state value
+(load_state: GOVERNOR_BADSTATE), and the type of every key it touches. The
 rarely run scripts (init, reset, set_max, pause, resume, probe, refresh,
 report) and every reclaim check every key's type first (check_types); the
 hot paths (acquire, release, cancel, renew) read each key they will touch
 before their first write, or guard() it, which costs them 0 to 3 calls.
+Each script also declares its flags (the "#!lua" line governor/scripts.py
+puts first), so a Redis out of memory refuses a writing script before it
+runs instead of failing it at its first write.
 ]]
 
 local SCHEMA = 1
@@ -129,33 +134,63 @@ else
 end
 local CHANNEL = ARGV[2]
 
--- The state hash. HOT fields are read by one HMGET when the state is
--- loaded, any other on first use (or with preload); each value is parsed
--- on first use (the LAZY metatable), so a call pays only for what it looks
--- at. Strings stay strings; everything else is a number.
-local HOT = {'schema', 'epoch', 'cap', 'paused', 'not_before', 'fence', 'touch_due', 'reclaim_due'}
-local STRING_FIELDS = {epoch = true, policy = true, reason = true, pause_kind = true}
+-- The state hash: every field a script may use, each checked when the
+-- state is loaded, before any write, so a bad stored value stops a script
+-- with GOVERNOR_BADSTATE instead of failing it half-way. A kind is 'str'
+-- (a string, one of `values` when given), 'int' or 'num' (in [min, max]).
+-- CONFIG names the fields a client's config sets (lib/config.lua checks
+-- them with the same table); init writes every field.
+local FIELDS = {
+  schema = {'int', 1, 1000000}, epoch = {'str'}, created = {'int', 0, MAX_INT},
+  policy = {'str', values = {adaptive = true, seed = true}},
+  cap = {'int', 0, 1000000}, paused = {'int', 0, 1}, reason = {'str'},
+  pause_kind = {'str', values = {[''] = true, policy = true, operator = true}},
+  paused_until = {'int', 0, MAX_INT}, saved_cap = {'int', 0, 1000000}, not_before = {'int', 0, MAX_INT},
+  fence = {'int', 0, MAX_INT}, ticket = {'int', 0, MAX_INT}, evseq = {'int', 0, MAX_INT},
+  quota_count = {'int', 0, MAX_INT}, quota_at = {'int', 0, MAX_INT},
+  touch_due = {'int', 0, MAX_INT}, reclaim_due = {'int', 0, MAX_INT},
+  streak = {'int', 0, MAX_INT}, ceiling = {'int', 0, MAX_INT}, cut_fence = {'int', 0, MAX_INT},
+  probe_at = {'int', 0, MAX_INT}, probe_step = {'int', 1, MAX_INT}, probe_wait = {'int', 0, MAX_INT},
+  climb = {'int', 0, 1},
+  -- the config
+  max = {'int', 1, 1000000},          -- max_capacity
+  window_ms = {'int', 1, 86400000},   -- sliding window
+  dec_count = {'int', 1, 1000000},    -- seed: rate-limited attempts that halve
+  dec_ratio = {'num', 0, 1},          -- seed: rate-limited share that halves
+  ratio_min = {'int', 1, 1000000},    -- seed: attempts needed for the share rule
+  dec_factor = {'num', 0, 1},         -- seed: multiplicative decrease
+  pause_count = {'int', 1, 1000000},  -- rate-limited attempts that pause
+  pause_ratio = {'num', 0, 1},        -- adaptive: share that must also be reached to pause
+  resume_frac = {'num', 0, 1},        -- resume at max(1, floor(max * resume_frac))
+  inc_succ = {'int', 1, 1000000},     -- successes in a row per additive step
+  cut_factor = {'num', 0, 1},         -- adaptive: cut to this share of the pushback level
+  probe_ms = {'int', 0, 86400000},    -- adaptive: time between probes above the pushback level
+  ra_cap_ms = {'int', 0, 86400000},   -- cap on a reported retry-after
+  idle_ms = {'int', 1000, 2592000000},-- every key expires after this long idle
+  log_len = {'int', 1, 10000000},     -- decision log length (approximate cap)
+}
+local CONFIG = {'policy', 'max', 'window_ms', 'dec_count', 'dec_ratio', 'ratio_min', 'dec_factor',
+  'pause_count', 'pause_ratio', 'resume_frac', 'inc_succ', 'cut_factor', 'probe_ms', 'ra_cap_ms',
+  'idle_ms', 'log_len'}
+
+-- A value as its field's kind, or nil when it is not one.
+local function field_value(spec, raw)
+  if spec[1] == 'str' then
+    if spec.values and not spec.values[raw] then return nil end
+    return raw
+  end
+  local v = tonumber(raw)
+  if v == nil or v ~= v or v < spec[2] or v > spec[3] or (spec[1] == 'int' and v ~= math.floor(v)) then
+    return nil
+  end
+  return v
+end
 
 local S = nil       -- the state, or nil when the governor does not exist
-local RAW = {}      -- field -> the string read from Redis (false: absent), not yet parsed
+local RAW = {}      -- field -> the string stored in Redis
 local DIRTY = {}    -- field -> true: changed by this call, written back by save()
 local STORE = {}    -- field -> the exact string to store instead of the number (config)
 local CREATED = {}  -- keys this call may have created: they get their expiry at once
-
-local LAZY = {
-  __index = function(t, f)
-    local raw = RAW[f]
-    if raw == nil then
-      raw = redis.call('HGET', K.state, f)
-      RAW[f] = raw
-    end
-    if not raw then return nil end
-    local v = raw
-    if not STRING_FIELDS[f] then v = tonumber(raw) end
-    rawset(t, f, v)
-    return v
-  end,
-}
 
 -- Every key expires when the governor is idle for about idle_ms. At most
 -- every idle_ms / 8 (touch_due) a writing script checks every key's type and
@@ -168,37 +203,33 @@ local function touch_all()
   DIRTY.touch_due = true
 end
 
--- Load the state; nil when the governor does not exist. `readonly` scripts
--- (status) leave expiries alone.
+-- Load the state and check every field (see FIELDS); nil when the
+-- governor does not exist. `readonly` scripts (status) leave expiries alone.
 local function load_state(readonly)
-  local values = redis.call('HMGET', K.state, unpack(HOT))
-  if not values[1] then
+  local flat = redis.call('HGETALL', K.state)
+  if #flat == 0 then
     S = nil
     return nil
   end
-  if values[1] ~= tostring(SCHEMA) then
-    fail('SCHEMA', values[1] .. ' (this client speaks ' .. SCHEMA .. ')')
+  for i = 1, #flat, 2 do RAW[flat[i]] = flat[i + 1] end
+  if RAW.schema ~= tostring(SCHEMA) then
+    fail('SCHEMA', tostring(RAW.schema) .. ' (this client speaks ' .. SCHEMA .. ')')
   end
-  for i, f in ipairs(HOT) do RAW[f] = values[i] end
-  S = setmetatable({}, LAZY)
-  if not readonly and NOW >= (S.touch_due or 0) then touch_all() end
+  S = {}
+  for f, spec in pairs(FIELDS) do
+    local raw = RAW[f]
+    if raw == nil then fail('BADSTATE', 'field ' .. f .. ' is missing') end
+    local v = field_value(spec, raw)
+    if v == nil then fail('BADSTATE', 'field ' .. f .. ' holds ' .. string.format('%q', raw)) end
+    S[f] = v
+  end
+  if not readonly and NOW >= S.touch_due then touch_all() end
   return S
 end
 
--- Read several fields with one call (they are parsed on first use).
-local function preload(fields)
-  local missing = {}
-  for _, f in ipairs(fields) do
-    if RAW[f] == nil and rawget(S, f) == nil then missing[#missing + 1] = f end
-  end
-  if #missing == 0 then return end
-  local values = redis.call('HMGET', K.state, unpack(missing))
-  for i, f in ipairs(missing) do RAW[f] = values[i] end
-end
-
 local function set(field, value)
-  if rawget(S, field) ~= value then
-    rawset(S, field, value)
+  if S[field] ~= value then
+    S[field] = value
     DIRTY[field] = true
   end
 end
@@ -208,7 +239,7 @@ local function save()
   local args = {}
   for f in pairs(DIRTY) do
     args[#args + 1] = f
-    args[#args + 1] = STORE[f] or rawget(S, f)
+    args[#args + 1] = STORE[f] or S[f]
   end
   if #args > 0 then
     redis.call('HSET', K.state, unpack(args))

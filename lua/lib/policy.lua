@@ -8,11 +8,6 @@ read from the state (see lib/config.lua).
 
 -- The adaptive policy: the seed's rules (policy 'seed') or the default
 -- ('adaptive'). `fence` is the reporting lease's fence, or nil.
-local POLICY_FIELDS = {'policy', 'streak', 'evseq', 'window_ms', 'pause_kind', 'paused_until',
-  'saved_cap', 'resume_frac', 'log_len', 'dec_count', 'dec_ratio', 'ratio_min', 'dec_factor',
-  'pause_count', 'pause_ratio', 'inc_succ', 'cut_factor', 'probe_ms', 'ceiling', 'cut_fence',
-  'probe_at', 'probe_step', 'ra_cap_ms', 'probe_wait', 'climb'}
-
 local function set_cap(cap, why, rl, total, ...)
   cap = math.max(0, math.min(cap, S.max))
   if cap ~= S.cap then
@@ -123,7 +118,6 @@ end
 -- Record one reported attempt and apply the policy. outcome is 's'
 -- (success), 'r' (rate-limited) or 'e' (other error).
 local function record(outcome, fence)
-  preload(POLICY_FIELDS)
   local rl, total = window()
   set('evseq', S.evseq + 1)
   local member = S.evseq .. ':' .. outcome
