@@ -167,6 +167,7 @@ def contend(
         time.sleep(0.002)
     watch.emit(kind="calling")
     errors: dict[str, int] = {}
+    last_error: dict[str, str] = {}
     admitted = [0]
     lock = threading.Lock()
 
@@ -179,6 +180,7 @@ def contend(
             except GovernorError as error:
                 with lock:
                     errors[type(error).__name__] = errors.get(type(error).__name__, 0) + 1
+                    last_error[type(error).__name__] = f"{time.monotonic():.3f}: {error}"
                 time.sleep(0.05)
                 continue
             lost = watch.entered(lease)
@@ -202,6 +204,6 @@ def contend(
         worker.start()
     for worker in workers:
         worker.join(LIFETIME)
-    watch.emit(kind="done", admitted=admitted[0], errors=errors)
+    watch.emit(kind="done", admitted=admitted[0], errors=errors, last_error=last_error)
     gov.close()
     watch.close()
