@@ -176,7 +176,9 @@ def fork_parent(
 def first_acquire(url: str, name: str, connection: Any) -> None:
     """A fresh process's first ``acquire``; tell the test, then wait for its
     word before releasing (so it can count what Redis received meanwhile)."""
-    gov = Governor.from_url(url, name, GovernorConfig(max_capacity=2))
+    # a Redis the test has just started: no admission hold for a restart (when the field exists)
+    fresh = {"restart_hold": False} if "restart_hold" in GovernorConfig.__dataclass_fields__ else {}
+    gov = Governor.from_url(url, name, GovernorConfig(max_capacity=2, **fresh))
     started = time.monotonic()
     lease = gov.acquire(timeout=10)
     connection.send({"seconds": time.monotonic() - started, "fence": lease.fence})

@@ -42,6 +42,7 @@ import redis
 import redis.asyncio
 
 import governor
+import governor.scripts
 from governor import (
     AsyncGovernor,
     Governor,
@@ -57,6 +58,9 @@ from . import process_workers
 from .servers import RedisServer, free_port, wait_until
 
 SPAWN = multiprocessing.get_context("spawn")
+#: a private Redis the test has just started held no fleet's leases before: no
+#: admission hold for the restart it might have been (a config field since 56c49b8)
+FRESH: dict[str, Any] = {"restart_hold": False} if "restart_hold" in GovernorConfig.__dataclass_fields__ else {}
 #: short times so each fault plays out in seconds
 FAST: dict[str, Any] = {"lease_ttl": 1.0, "poll": 0.2, "queue_ttl": 1.0, "redis_timeout": 1.0}
 
@@ -520,14 +524,17 @@ def _fill(admin: redis.Redis) -> int:
 def test_a_full_redis_raises_redis_full_writes_nothing_and_recovers(full_redis: RedisServer, name: str) -> None:
     redis_full = getattr(governor, "RedisFull", None)
     admin = redis.Redis(port=full_redis.port, socket_timeout=5, decode_responses=True)
-    config = GovernorConfig(max_capacity=4, redis_timeout=2.0)
+    config = GovernorConfig(max_capacity=4, redis_timeout=2.0, **FRESH)
     gov = Governor.from_url(full_redis.url, name, config)
-    local = Governor.from_url(full_redis.url, name, GovernorConfig(max_capacity=4, on_unavailable="local"))
+    local = Governor.from_url(full_redis.url, name, GovernorConfig(max_capacity=4, on_unavailable="local", **FRESH))
     try:
         lease = gov.acquire(timeout=5)
         gov.report(Outcome.SUCCESS, lease=lease)
         gov.renew()
         local.status()
+        # the scripts and state take room too: leave 1 MB above what is used now, for the filler
+        used = int(admin.info("memory")["used_memory"])
+        admin.config_set("maxmemory", max(2 * 1024 * 1024, used + 1024 * 1024))
         filled = _fill(admin)
         figure("full Redis: filler bytes", filled, "B")
         before = dump(admin, gov)
@@ -558,7 +565,7 @@ def test_a_full_redis_raises_redis_full_writes_nothing_and_recovers(full_redis: 
         assert issubclass(redis_full, GovernorUnavailable)
         for what, error in raised.items():
             assert isinstance(error, redis_full), f"{what}: {error!r}"
-            assert "full" in str(error).lower(), f"{what}: {error}"
+            assert re.search(r"\bfull\b|out of memory", str(error), re.I), f"{what}: {error}"
         assert not isinstance(fallback, BaseException), f"the local fallback did not admit: {fallback!r}"
         assert fallback.local
 
@@ -623,7 +630,7 @@ def test_a_users_client_without_timeouts_fails_within_redis_timeout_when_redis_h
     private_redis: RedisServer, name: str
 ) -> None:
     client = redis.Redis(host="127.0.0.1", port=private_redis.port)  # redis-py's defaults, as in the README
-    gov = Governor(client, name, GovernorConfig(redis_timeout=1.0))
+    gov = Governor(client, name, GovernorConfig(redis_timeout=1.0, **FRESH))
     bound = gov.config.redis_timeout + 1.5
     results: dict[str, tuple[float, BaseException | None, bool]] = {}
     try:
@@ -650,7 +657,7 @@ async def test_an_async_users_client_without_timeouts_fails_within_redis_timeout
     private_redis: RedisServer, name: str
 ) -> None:
     client = redis.asyncio.Redis(host="127.0.0.1", port=private_redis.port)
-    gov = AsyncGovernor(client, name, GovernorConfig(redis_timeout=1.0))
+    gov = AsyncGovernor(client, name, GovernorConfig(redis_timeout=1.0, **FRESH))
     bound = gov.config.redis_timeout + 1.5
     results: dict[str, tuple[float, BaseException | None]] = {}
     tasks: list[asyncio.Future[Any]] = []
@@ -707,9 +714,7 @@ def test_a_lost_state_comes_back_with_the_config_the_clients_last_saw(
             f"state re-created by a client configured with 10: max_capacity (expected {expected})", st.max_capacity, ""
         )
         assert st.max_capacity == expected
-        lease = other.acquire(timeout=5)
-        lease.release()
-        assert other.status().max_capacity == expected
+        assert creator.status().max_capacity == expected
     finally:
         for gov in (creator, other, admin):
             gov.close()
@@ -763,9 +768,18 @@ class Monitor:
         self.sock.close()
 
 
+def _round_trips(commands: list[str]) -> int:
+    """Commands one connection sent, a run of SCRIPT LOADs (one pipeline) counted once."""
+    return sum(1 for i, c in enumerate(commands) if not (c == "script|load" and i > 0 and commands[i - 1] == c))
+
+
 def test_a_processes_first_acquire_loads_its_scripts_without_noscript_round_trips(
     private_redis: RedisServer, name: str, processes: Processes
 ) -> None:
+    """A fresh process's first acquire on a Redis that never saw the scripts:
+    no EVALSHA is refused with NOSCRIPT (then loaded and sent again); each
+    connection loads the scripts in one pipelined batch, and the caller's
+    connection needs a handful of round trips."""
     admin = redis.Redis(port=private_redis.port, socket_timeout=10, decode_responses=True)
     ours, theirs = SPAWN.Pipe()
     monitor = Monitor(private_redis.port)
@@ -776,20 +790,33 @@ def test_a_processes_first_acquire_loads_its_scripts_without_noscript_round_trip
         result = ours.recv()
         errors = {k.removeprefix("errorstat_"): int(v["count"]) for k, v in admin.info("errorstats").items()}
         time.sleep(0.2)  # MONITOR's last lines
-        sent = [command for _, command in monitor.commands if command not in ("config|resetstat", "info")]
-        connections = len({conn for conn, command in monitor.commands if command not in ("config|resetstat", "info")})
+        seen = [(conn, c) for conn, c in monitor.commands if c not in ("config|resetstat", "info")]
         ours.send("done")
         process.join(20)
-        handshake = [c for c in sent if c in ("hello", "client|setinfo", "select", "auth")]
-        commands = [c for c in sent if c not in handshake]
-        counts = {c: commands.count(c) for c in sorted(set(commands))}
+        handshake = ("hello", "client|setinfo", "select", "auth")
+        per_connection: dict[str, list[str]] = {}
+        for conn, command in seen:
+            if command not in handshake:
+                per_connection.setdefault(conn, []).append(command)
+        commands = [c for sent in per_connection.values() for c in sent]
+        loads = commands.count("script|load")
+        caller = max(per_connection, key=lambda conn: per_connection[conn].count("evalsha"))
+        caller_trips = _round_trips(per_connection[caller])
         figure("first acquire: seconds", result["seconds"])
         figure("first acquire: commands sent (besides the connection handshake)", len(commands), "")
-        figure("first acquire: SCRIPT LOAD", counts.get("script|load", 0), "")
+        figure("first acquire: SCRIPT LOAD", loads, "")
+        figure("first acquire: round trips on the caller's connection", caller_trips, "")
         figure("first acquire: NOSCRIPT errors", errors.get("NOSCRIPT", 0), "")
-        print("commands:", counts, "handshake:", len(handshake), "connections:", connections, "errors:", errors)
+        for conn, sent in per_connection.items():
+            print(f"connection {conn}: {_round_trips(sent)} round trips: {sent}")
+        print("errors:", errors)
         assert errors.get("NOSCRIPT", 0) == 0, f"NOSCRIPT errors: {errors}; commands: {commands}"
-        assert len(commands) <= 20, f"{len(commands)} commands for the first acquire: {commands}"
+        for conn, sent in per_connection.items():
+            batches = sum(1 for i, c in enumerate(sent) if c == "script|load" and (i == 0 or sent[i - 1] != c))
+            assert batches <= 1, f"{conn} loaded scripts in {batches} round trips: {sent}"
+            assert sent.count("script|load") <= len(governor.scripts.OPERATIONS)
+        assert caller_trips <= 5, f"{caller_trips} round trips on the caller's connection: {per_connection[caller]}"
+        assert len(commands) - loads <= 10, commands
     finally:
         monitor.close()
         ours.close()
