@@ -79,7 +79,8 @@ class GovernorConfig:
     #: a governor created on a Redis server younger than ``lease_ttl`` holds new
     #: admissions until the server is that old: holders from before a restart
     #: may still be running and re-register meanwhile. False only where no fleet
-    #: can have held leases before (a Redis a test or a demo has just started)
+    #: can have held this governor's leases before (a new name a test, benchmark
+    #: or simulation makes)
     restart_hold: bool = True
     #: replicas that must confirm every grant and renewal (Redis ``WAIT``) before a
     #: caller or the heartbeat relies on it; 0: none (see README, Guarantees)

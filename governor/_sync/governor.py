@@ -338,6 +338,9 @@ class _Background:
                     if pubsub is None:
                         pubsub = self._subscribe()
                         next_refresh = 0.0  # grants announced before we listened
+                        # Contact was lost, and Redis may have restarted meanwhile:
+                        # renew now, so a new state adopts these holders at once.
+                        self._renew_now = bool(self._leases)
                     if self._learn_config:
                         self._gov._init()
                         self._learn_config = False
@@ -751,6 +754,8 @@ class Governor:
         try:
             result = self._execute(self._core.acquire(lease_id, label, wait=False))
         except GovernorUnavailable as error:
+            if isinstance(error, NotReplicated):
+                shielded(self._abandon(lease_id))  # Redis answers: give the grant back
             if self.config.on_unavailable != "local":
                 raise
             try:

@@ -66,7 +66,10 @@ def _name(what: str) -> str:
 
 def _config(**overrides: Any) -> GovernorConfig:
     # Long TTLs: nothing expires while it is measured.
-    values: dict[str, Any] = {"max_capacity": 1_000, "lease_ttl": 3600.0, "poll": 1.0, "queue_ttl": 3600.0}
+    # New names each time: nobody held their leases before a restart (no restart hold).
+    values: dict[str, Any] = {
+        "max_capacity": 1_000, "lease_ttl": 3600.0, "poll": 1.0, "queue_ttl": 3600.0, "restart_hold": False,
+    }  # fmt: skip
     values.update(overrides)
     return GovernorConfig(**values)
 

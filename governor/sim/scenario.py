@@ -174,6 +174,7 @@ def governor_config(scenario: Scenario, strategy: str) -> GovernorConfig | None:
         "queue_ttl": max(5.0, 2 * scenario.poll),
         "idle_expiry": max(600.0, window, scenario.lease_ttl, 2 * scenario.poll),
         "probe_interval": window / 4 if scenario.probe_interval is None else scenario.probe_interval,
+        "restart_hold": False,  # every run's governors are new names: nobody held their leases before
     }
     if strategy == "fixed":
         unreachable = 1_000_000
