@@ -101,8 +101,10 @@ class _Connection:
     async def run(self, port: int) -> None:
         self.tasks.append(asyncio.ensure_future(self.up.read()))
         try:
+            healed = self.proxy._healed
+            assert healed is not None
             while self.proxy._cut:  # a dead link: nothing goes through until the heal
-                await self.proxy._healed.wait()
+                await healed.wait()
             up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(HOST, port), 5)
         except (OSError, asyncio.TimeoutError):
             self.reset()
@@ -259,7 +261,12 @@ class Proxy:
 
     def reset(self) -> None:
         """Close every open connection with RST; new ones are accepted as before."""
-        self._apply(lambda: [conn.reset() for conn in list(self._connections)])
+
+        def apply() -> None:
+            for conn in list(self._connections):
+                conn.reset()
+
+        self._apply(apply)
 
     def delay(self, seconds: float) -> None:
         """Deliver every chunk read from now on ``seconds`` later (0: no delay)."""

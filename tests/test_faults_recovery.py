@@ -148,8 +148,8 @@ def decision_log(client: redis.Redis, gov_name: str) -> list[str]:
     """The governor's decision log, one 'kind: why' line per entry."""
     key = Governor(client, gov_name).keys.events
     lines = []
-    for _, entry in client.xrange(key):
-        fields = {k.decode() if isinstance(k, bytes) else k: v for k, v in entry.items()}
+    for _, entry in client.xrange(key) or []:
+        fields = {_text(k): v for k, v in (entry or {}).items()}
         kind = fields.get("kind", fields.get("event", b"?"))
         why = fields.get("why", b"")
         lines.append(f"{_text(kind)}: {_text(why)}")
@@ -354,7 +354,7 @@ class Failover:
         self.repl_link.stop()
         client = redis.Redis(port=self.replica.port, socket_timeout=2)
         try:
-            client.execute_command("REPLICAOF", "NO", "ONE")
+            client.replicaof("NO", "ONE")
         finally:
             client.close()
         self.front.retarget(self.replica.port, reset=True)
@@ -447,7 +447,7 @@ def test_failover_with_lagging_replication_and_wait_replicas_never_exceeds(
     failover: Failover, control_url: str, control: redis.Redis, name: str, events: str, processes: Processes
 ) -> None:
     capacity = 8
-    config = GovernorConfig(max_capacity=capacity, lease_ttl=3.0, wait_replicas=1, **FAST)  # type: ignore[call-arg]
+    config = GovernorConfig(max_capacity=capacity, lease_ttl=3.0, wait_replicas=1, **FAST)
     seen, failed_over, _done, holds = _failover_run(
         failover, config, control_url, control, name, events, processes, new_replica=True
     )
