@@ -11,7 +11,12 @@ checked on synthetic records where the right answer is known.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import io
 import json
+import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,14 +27,16 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from governor import Governor, Outcome
+from governor import AsyncGovernor, Governor, Outcome
 from governor.errors import ConfigError
 from governor.sim import analysis, embedded
+from governor.sim import console as console_module
 from governor.sim.cli import swarm_command
+from governor.sim.console import Console
 from governor.sim.embedded import Backend, open_backend
 from governor.sim.host import HostResult
 from governor.sim.provider import LIMITED, OK, ProviderConfig, RunRecord
-from governor.sim.report import table, write_chart, write_json
+from governor.sim.report import draw_chart, legend, table, write_chart, write_json
 from governor.sim.scenario import Scenario, governor_config, governor_names, parse_option
 from governor.sim.swarm import run_swarm
 
@@ -348,3 +355,184 @@ def test_json_and_chart_of_a_result(tmp_path: Path) -> None:
     again = SwarmResult.from_json(data)  # a result read back draws and tabulates the same
     assert table(again) == table(result)
     assert again.runs["fleet"].metrics.to_json() == result.runs["fleet"].metrics.to_json()
+
+
+# -- shutting down, and what the terminal shows ------------------------------------------------
+
+PROGRESS = re.compile(r"\[\d+/\d+\] ")
+WARNING = re.compile(r"warning|cancel of|failed|unreachable", re.IGNORECASE)
+#: a run stopped at its deadline with agents still queued, in calls and backing off
+STOPPED = [
+    "--hosts", "2", "--agents", "6", "--calls", "1000", "--limit", "3", "--latency", "0.05",
+    "--reject-latency", "0.005", "--max-capacity", "4", "--window", "1", "--poll", "0.25",
+    "--backoff-base", "0.05", "--schedule", "", "--max-time", "2", "--settle-windows", "0",
+]  # fmt: skip
+
+
+def mixed_lines(output: str) -> list[str]:
+    """Lines that hold both progress text and a warning (split on newlines only:
+    a carriage return does not end a line for this purpose)."""
+    return [line for line in output.split("\n") if PROGRESS.search(line) and WARNING.search(line)]
+
+
+def test_the_console_never_prints_a_message_into_a_progress_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    screen = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", screen)
+    monkeypatch.setattr(sys, "stderr", screen)  # one terminal shows both
+    console = Console(live=True)
+    with console.showing_logs():
+        console.progress("[1/2] fixed  5.1 s  ok 37/768")
+        logging.getLogger("governor.test").warning("governor 'x': cancel of abc failed")
+        console.progress("[1/2] fixed  5.2 s  ok 38/768")
+        console.message("host process 3: WARNING: something")
+        console.progress("[1/2] fixed  5.3 s  ok 39/768")
+        console.line("[1/2] fixed      done: 39/768 calls in 5.3 s")
+        console.progress("[2/2] fleet  0.1 s  ok 0/768")
+    output = screen.getvalue()
+    assert mixed_lines(output) == []
+    assert "warning: governor 'x': cancel of abc failed\n" in output
+    assert "\rhost process 3" not in output and "done: 39/768" in output
+    assert output.endswith("\n")  # the live line is ended when the run is over
+    assert all(len(part) <= console.width for line in output.split("\n") for part in line.split("\r"))
+
+
+def test_a_stopped_run_shuts_down_cleanly_and_prints_no_warning_into_progress(
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Host processes stop their agents at the deadline (queued, calling, backing off),
+    let them give back places and leases, and only then close their governors; what a
+    host process prints is relayed by the driver, never into the live progress line."""
+    monkeypatch.setattr(console_module, "_is_tty", lambda: True)
+    result = CliRunner().invoke(
+        swarm_command, ["--redis-url", redis_url, "--strategies", "fixed,fleet", "--out", str(tmp_path), *STOPPED]
+    )
+    assert result.exit_code == 0, result.output
+    assert "\r[1/2] fixed" in result.output  # the live progress line was drawn
+    assert mixed_lines(result.output) == []
+    assert "cancel of" not in result.output and "unreachable" not in result.output, result.output
+    data = json.loads((tmp_path / "swarm.json").read_text())
+    for strategy in ("fixed", "fleet"):
+        m = metrics(data, strategy)
+        assert m["finish"] is None and m["errors"] == 0, m["error_samples"]  # stopped, not failed
+        assert not any("did not stop" in e for e in m["error_samples"])
+
+
+async def test_hosts_as_threads_close_their_governors_after_their_agents(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Even when giving a place back is slow (a busy Redis), it is done before the
+    governor is closed: no "cancel of ... failed" on a clean shutdown."""
+    real = AsyncGovernor._abandon
+    given_back: list[bool] = []  # per place given back: was its governor still open?
+
+    async def slow_abandon(self: AsyncGovernor, lease_id: str) -> str:
+        await asyncio.sleep(1.5)
+        try:
+            return await real(self, lease_id)
+        finally:
+            given_back.append(not self._closed)
+
+    monkeypatch.setattr(AsyncGovernor, "_abandon", slow_abandon)
+    backend = Backend("fakeredis", None, fake_server=fakeredis.FakeServer())
+    scenario = Scenario(
+        hosts=2, agents=6, calls=1000, strategies=("fixed",), max_capacity=4, window=1.0, poll=0.25,
+        backoff_base=0.05, max_time=2, lead=0.2,
+    )  # fmt: skip
+    provider = ProviderConfig(limit=3, latency_mean=0.05, latency_sigma=0.0)
+    with caplog.at_level(logging.WARNING, logger="governor"):
+        result = await run_swarm(scenario, provider, backend)
+    m = result.runs["fixed"].metrics
+    assert m.finish is None and not any("did not stop" in e for e in m.error_samples)
+    assert given_back and all(given_back), given_back  # agents stopped at the deadline, queued
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("governor")] == []
+
+
+# -- the tables and the chart --------------------------------------------------------------------
+
+
+def _demo_like_result() -> Any:
+    """Two strategies on a limit halved at 4 s and restored at 8 s: one stopped at
+    12 s, one finished at 9 s, before a whole 2 s window after the restore."""
+    from governor.sim.swarm import StrategyRun, SwarmResult
+
+    config = ProviderConfig(limit=32, latency_mean=0.25, schedule=((4.0, 16), (8.0, 32)))
+    runs = {}
+    for name, end, done in (("fixed", None, 0.04), ("fleet", 9.05, 1.0)):
+        stop = end or 12.0
+        ok_times = [i * 0.01 for i in range(int(stop * 100 * done))]
+        record = _record(ok_times, [1.0, 2.0])
+        record.trace = [(0.1 * i, config.limit_at(0.1 * i), 10, 10, 10, i, 0) for i in range(int(stop * 10) + 5)]
+        host = HostResult(host=0, strategy=name, agents=128, attempts=len(ok_times) + 2, ok=len(ok_times))
+        host.finished_at = [1000.0 + end if end else None] * 128
+        host.success_at = [1000.0 + t for t in ok_times]
+        m = analysis.analyse(
+            name, config, record, [host], window=2.0, settle_windows=1.0, workload=len(ok_times) if end else 768,
+            max_time=12.0,
+        )  # fmt: skip
+        runs[name] = StrategyRun(m, record, [(0.5, 32, 10, 0, False)] if name == "fleet" else [])
+    scenario = Scenario(hosts=8, agents=16, calls=6, strategies=("fixed", "fleet"), window=2.0, max_time=12.0)
+    return SwarmResult(scenario, config, runs, {"cpus": 2}, {})
+
+
+def test_a_recovery_the_run_ended_before_is_not_measured_not_never() -> None:
+    result = _demo_like_result()
+    fleet = result.runs["fleet"].metrics
+    halving, restore = fleet.recoveries
+    assert restore.at == 8.0 and restore.windows is None and not restore.measured  # ended at 9.05 s
+    assert halving.measured
+    wide = table(result)
+    assert next(line for line in wide.splitlines() if line.startswith("fleet")).endswith(
+        "32->16: 1, 16->32: not measured (run ended)"
+    )
+    assert next(line for line in wide.splitlines() if line.startswith("fixed")).endswith("never, 16->32: never")
+    assert "not measured (run ended)" in legend(result)
+    compact = table(result, wide=False)
+    assert next(line for line in compact.splitlines() if line.startswith("fleet")).endswith(" / -")
+    assert "-: not measured" in legend(result, wide=False)
+
+
+def test_the_default_table_fits_an_80_column_terminal() -> None:
+    from governor.sim.swarm import StrategyRun
+
+    result = _demo_like_result()
+    fixed = result.runs["fixed"]
+    widest = dataclasses.replace(fixed.metrics, strategy="fleet-seed", limited=172_180, done=0.81)
+    result.runs["fleet-seed"] = StrategyRun(widest, fixed.record, [])
+    result.scenario = dataclasses.replace(result.scenario, max_time=120.0)
+    assert ">120 s (81%)" in table(result, wide=False)
+    for text in (table(result, wide=False), legend(result, wide=False)):
+        assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert max(len(line) for line in table(result).splitlines()) > 80  # the wide one has every column
+    compact_header = table(result, wide=False).splitlines()[0].split()
+    assert "Jain" not in compact_header and "Jain" in table(result).splitlines()[0]
+
+
+def test_demo_and_swarm_take_wide() -> None:
+    from governor.sim.cli import demo_command
+
+    for command in (demo_command, swarm_command):
+        assert "--wide" in CliRunner().invoke(command, ["--help"]).output
+
+
+def test_the_chart_tells_the_limit_from_the_ideal_and_ends_each_run_where_it_ended() -> None:
+    import matplotlib.pyplot as plt
+
+    result = _demo_like_result()
+    fig = draw_chart(result)
+    try:
+        axes = fig.axes
+        lines = {line.get_label(): line for ax in axes for line in ax.get_lines()}
+        limit, ideal = lines["hidden limit"], lines["ideal"]
+        assert (limit.get_linestyle(), limit.get_color()) != (ideal.get_linestyle(), ideal.get_color())
+        assert limit.get_linestyle() != ideal.get_linestyle() and limit.get_color() != ideal.get_color()
+        legend_labels = [t.get_text() for t in fig.legends[0].get_texts()]
+        assert "hidden limit" in legend_labels and "ideal" in legend_labels
+        top = [ax for ax in axes if ax.get_title()]
+        assert [ax.get_title().split("\n")[0] for ax in top] == ["fixed", "fleet"]
+        ends = {ax.get_title().split("\n")[0]: ax.get_xlim() for ax in top}
+        assert ends["fixed"] == pytest.approx((0, 12.0))  # stopped at max_time
+        assert ends["fleet"] == pytest.approx((0, 9.05))  # its own end, not the timeout
+        bottoms = [ax for ax in axes if ax.get_xlabel() == "seconds"]
+        assert [ax.get_xlim()[1] for ax in bottoms] == pytest.approx([12.0, 9.05])
+    finally:
+        plt.close(fig)

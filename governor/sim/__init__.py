@@ -11,7 +11,8 @@ without them.
 - :mod:`governor.sim.host`: one host process: its agents and their strategy.
 - :mod:`governor.sim.swarm`: the driver that runs each strategy in turn.
 - :mod:`governor.sim.analysis`: goodput, 429 share, waits, fairness, recovery.
-- :mod:`governor.sim.report`: the table, the JSON file and the chart.
+- :mod:`governor.sim.report`: the tables (compact and wide), the JSON file and the chart.
+- :mod:`governor.sim.console`: the live progress line, and messages that never land in it.
 - :mod:`governor.sim.bench`: the overhead benchmarks.
 - :mod:`governor.sim.cli`: the click commands.
 """

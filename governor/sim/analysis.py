@@ -38,7 +38,8 @@ class Recovery:
     at: float  #: when the limit changed
     old: int
     new: int
-    #: windows until one reached 95 % of the new ideal (None: not within the run)
+    #: windows until one reached 95 % of the new ideal (None: not within the run;
+    #: with no window in ``window_goodput`` it could not be judged at all)
     windows: int | None
     #: goodput of each window after the change, as a share of the new ideal
     window_goodput: list[float] = field(default_factory=list)
@@ -48,6 +49,12 @@ class Recovery:
     #: limit (None: no governor, or not within the run): the policy's answer,
     #: apart from how well the machine turned capacity into goodput
     capacity_windows: int | None = None
+
+    @property
+    def measured(self) -> bool:
+        """Whether a whole window after the change fell inside the run (the
+        saturated part of it), so that recovery could be judged at all."""
+        return self.windows is not None or bool(self.window_goodput)
 
 
 @dataclass
@@ -257,9 +264,9 @@ def analyse(
 
     recoveries = []
     for at, old, new in changes:
-        if at >= sat:
-            continue
-        shares, throttled = window_series(at, sat)
+        if at >= run_end:
+            continue  # the run was over before the limit changed
+        shares, throttled = window_series(at, sat)  # none when saturation ended first: not measured
         windows = next((i + 1 for i, share in enumerate(shares) if share >= RECOVERED), None)
         followed = _capacity_windows(capacity, at, sat, window, new)
         recoveries.append(Recovery(at, old, new, windows, shares[:6], throttled[:6], followed))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -182,6 +181,9 @@ def swarm_options(
             click.option("--keep-governors", is_flag=True,
                          help="Leave each strategy's governor keys in Redis (inspect them with `governor events`)."),
             click.option("--quiet", is_flag=True, help="No progress display."),
+            click.option("--wide", is_flag=True,
+                         help="The wide result table (every column, about 150 columns); default: a compact "
+                              "one for an 80-column terminal."),
         ]  # fmt: skip
         for option in reversed(options):
             f = option(f)
@@ -221,27 +223,31 @@ def _scenario(kw: dict[str, Any], notes: tuple[str, ...] = ()) -> Scenario:
 
 
 class ProgressLine:
-    """One live line per strategy on a terminal; a line per few seconds otherwise."""
+    """One live line per strategy on a terminal; a line per few seconds otherwise.
 
-    def __init__(self) -> None:
-        self.tty = sys.stdout.isatty()
+    It draws through a :class:`~governor.sim.console.Console`, which ends the
+    live line before anything else is printed (a log record, a host's output).
+    """
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
         self._last = -10.0
 
     def __call__(self, p: Any) -> None:
         head = f"[{p.index}/{p.count}] {p.strategy:<10}"
         if p.finished:
-            click.echo(f"\r{head} done: {p.ok}/{p.workload} calls in {p.elapsed:.1f} s, {p.limited} 429s".ljust(100))
+            self.console.line(f"{head} done: {p.ok}/{p.workload} calls in {p.elapsed:.1f} s, {p.limited} 429s")
             self._last = -10.0
             return
         cap = "-" if p.capacity is None else str(p.capacity)
         text = (
-            f"{head} {p.elapsed:5.1f} s  ok {p.ok}/{p.workload} ({100 * p.ok / max(1, p.workload):3.0f}%)  "
-            f"served {p.served}/{p.limit}  capacity {cap}  429s {p.limited}"
+            f"{head} {p.elapsed:5.1f} s  ok {p.ok}/{p.workload} ({100 * p.ok / max(1, p.workload):.0f}%)  "
+            f"served {p.served}/{p.limit}  cap {cap}  429s {p.limited}"
         )
-        if self.tty:
-            click.echo("\r" + text.ljust(100), nl=False)
+        if self.console.live:
+            self.console.progress(text)
         elif p.elapsed - self._last >= 5:
-            click.echo(text)
+            self.console.progress(text)
             self._last = p.elapsed
 
 
@@ -256,23 +262,26 @@ def _run(
     stem: str,
     quiet: bool,
 ) -> None:
+    from .console import Console
     from .embedded import open_backend
     from .report import legend, table, takeaway, write_chart, write_json
     from .swarm import run_swarm
 
     external = kw["workers"] == "external"
+    wide = kw["wide"]
     if external and not kw["redis_url"]:
         raise click.UsageError("--workers external needs --redis-url (the workers' Redis)")
     try:
         backend = open_backend(kw["redis_url"])
     except (ConnectionError, RuntimeError) as error:
         raise _fail(error) from error
-    with backend:
-        click.echo(f"Redis: {backend.describe()}")
+    console = Console()
+    with backend, console.showing_logs():
+        console.line(f"Redis: {backend.describe()}")
         hosts_text = (
             "threads of this process" if not backend.shared else ("external workers" if external else "processes")
         )
-        click.echo(
+        console.line(
             f"swarm: {scenario.hosts} hosts ({hosts_text}) x {scenario.agents} agents, {scenario.calls} calls each; "
             f"strategies: {', '.join(scenario.strategies)}"
         )
@@ -285,7 +294,8 @@ def _run(
                     provider_url=kw["provider_url"],
                     external_workers=external,
                     namespace=kw["namespace"],
-                    progress=None if quiet else ProgressLine(),
+                    progress=None if quiet else ProgressLine(console),
+                    echo=console.message,
                 )
             )
         except (ConfigError, TimeoutError, RuntimeError, ConnectionError, OSError) as error:
@@ -295,13 +305,13 @@ def _run(
     write_json(result, json_path, _command_line())
     write_chart(result, png_path)
     click.echo("")
-    click.echo(table(result))
+    click.echo(table(result, wide=wide))
     click.echo("")
-    click.echo(legend(result))
+    click.echo(legend(result, wide=wide))
     if takeaway(result):
-        click.echo("\n" + takeaway(result))
+        click.echo("\n" + takeaway(result, wide=wide))
     if not backend.shared:
-        click.echo("note: hosts were threads of one process on an in-process fakeredis; figures are less faithful.")
+        click.echo("note: hosts were threads of one process on an in-process fakeredis;\nfigures are less faithful.")
     click.echo(f"\nresults: {json_path}\nchart:   {png_path}")
 
 
@@ -311,9 +321,10 @@ def _run(
 def swarm_command(**kw: Any) -> None:
     """Run the swarm benchmark: every strategy in turn on the same provider settings.
 
-    Prints a table per strategy (goodput against the ideal, 429s, admission
-    waits, time to finish, fairness across hosts, pushing above the hidden
-    limit, recovery after limit changes) and writes swarm.json and swarm.png.
+    Prints a table per strategy (goodput against the ideal, 429s, time to
+    finish, recovery after limit changes; with --wide also admission waits,
+    fairness across hosts and pushing above the hidden limit) and writes
+    swarm.json and swarm.png.
     """
     try:
         scenario = _scenario(kw)

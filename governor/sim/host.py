@@ -31,7 +31,10 @@ _KINDS = {Kind.RATE_LIMITED: LIMITED, Kind.QUOTA_EXHAUSTED: QUOTA, Kind.OTHER: E
 _OUTCOMES = {OK: Outcome.SUCCESS, LIMITED: Outcome.RATE_LIMITED, QUOTA: Outcome.QUOTA_EXHAUSTED, ERROR: Outcome.ERROR}
 #: error messages kept per host, so a failing run says why without a flood
 MAX_ERROR_SAMPLES = 5
-#: seconds (one cancellation each) given to agents to stop after the deadline
+#: seconds agents get after the deadline to stop by themselves (give back their
+#: places and leases) before they are cancelled
+STOP_GRACE = 5.0
+#: seconds (one cancellation each) given to agents that did not stop by themselves
 STOP_TRIES = 10
 
 
@@ -179,7 +182,11 @@ async def run_host(job: HostJob, make_client: Callable[[], Any]) -> HostResult:
     """Run one host's agents until their workload is done or the deadline passes.
 
     ``make_client`` returns a ``redis.asyncio`` client for the governor;
-    it is closed here.
+    it is closed here. Shutdown runs in order: the agents stop by themselves
+    at the deadline (an acquire times out and gives its place back, a call
+    under way is abandoned and its lease released), only then are stragglers
+    cancelled, and the governor and its Redis client are closed last, so no
+    cancel or release of an agent meets a closed connection.
     """
     result = HostResult(host=job.host, strategy=job.strategy, agents=job.agents)
     result.finished_at = [None] * job.agents
@@ -190,7 +197,9 @@ async def run_host(job: HostJob, make_client: Callable[[], Any]) -> HostResult:
     try:
         await asyncio.sleep(max(0.0, job.start_at - time.time()))
         tasks = [asyncio.create_task(_agent(job, i, governor, caller, result)) for i in range(job.agents)]
-        _done, pending = await asyncio.wait(tasks, timeout=max(0.0, job.deadline - time.time()))
+        # Cancelling an agent while it gives its place back would orphan that
+        # clean-up (it is shielded) and it would meet the closed client below.
+        _done, pending = await asyncio.wait(tasks, timeout=max(0.0, job.deadline - time.time()) + STOP_GRACE)
         for _ in range(STOP_TRIES):
             if not pending:
                 break
@@ -233,7 +242,11 @@ async def _agent(job: HostJob, index: int, governor: AsyncGovernor | None, call:
                 result.phases["acquire"] += result.waits[-1]
             try:
                 t0 = time.monotonic()
-                kind, wait, problem = await call()
+                try:
+                    # a call still under way at the deadline is abandoned (the agent stops)
+                    kind, wait, problem = await asyncio.wait_for(call(), max(0.0, job.deadline - time.time()))
+                except asyncio.TimeoutError:
+                    return  # the lease is released below
                 t1 = time.monotonic()
                 result.phases["call"] += t1 - t0
                 result.attempts += 1
@@ -266,7 +279,10 @@ async def _agent(job: HostJob, index: int, governor: AsyncGovernor | None, call:
             else:
                 result.errors += 1
                 result.note_error(problem)
-            wait = retry_wait(failures, wait, base=job.backoff_base, cap=job.backoff_cap)
+            wait = min(
+                retry_wait(failures, wait, base=job.backoff_base, cap=job.backoff_cap),
+                max(0.0, job.deadline - time.time()),  # nothing to wait for after the deadline
+            )
             result.phases["backoff"] += wait
             await asyncio.sleep(wait)
     result.finished_at[index] = time.time()

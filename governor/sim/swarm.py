@@ -198,12 +198,20 @@ async def run_swarm(
     external_workers: bool = False,
     namespace: str | None = None,
     progress: Callable[[Progress], None] | None = None,
+    echo: Callable[[str], None] | None = None,
 ) -> SwarmResult:
     """Run every strategy of ``scenario`` in turn; returns the figures and traces.
 
     ``provider_url``: use a provider started elsewhere (its settings win).
     ``external_workers``: hosts are workers already running on ``namespace``
     (``python -m governor.sim worker``), not processes started here.
+    ``echo``: where the output of the host processes started here goes,
+    line by line (default: straight to this process's stdout and stderr).
+
+    Everything is closed in order: each strategy's hosts stop their agents
+    (which give back their places and leases) before they close their
+    governors and clients; then the driver's governors, the host processes,
+    the provider and the driver's Redis client; the caller closes the backend.
     """
     run_id = uuid.uuid4().hex[:8]
     provider = _Provider(provider_config, provider_url)
@@ -216,7 +224,7 @@ async def run_swarm(
     else:
         assert backend.url is not None
         ns = namespace or (DEFAULT_NAMESPACE if external_workers else f"{DEFAULT_NAMESPACE}:{run_id}")
-        hosts = QueueHosts(backend.url, ns, spawn=not external_workers)
+        hosts = QueueHosts(backend.url, ns, spawn=not external_workers, echo=echo)
     client = backend.async_client()
     rounds: dict[str, list[StrategyRun]] = {name: [] for name in scenario.strategies}
     count = len(scenario.strategies) * scenario.repeat

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import json
+import logging
 import os
 import signal
 import socket
@@ -80,6 +81,7 @@ def worker_main(redis_url: str, namespace: str = DEFAULT_NAMESPACE, max_jobs: in
 
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints every thread's stack
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
 
     client = redis.Redis.from_url(redis_url, socket_timeout=IDLE_BLOCK + 10)
     jobs_key, workers_key = _keys(namespace)
@@ -126,15 +128,23 @@ def _now_ms() -> int:
 
 class QueueHosts:
     """Hosts that are worker processes fed through Redis; with ``spawn`` the
-    driver starts them on this machine, else it waits for external ones."""
+    driver starts them on this machine, else it waits for external ones.
 
-    def __init__(self, redis_url: str, namespace: str, spawn: bool) -> None:
+    With ``echo`` the output of the spawned processes (their warnings, a
+    traceback) is read line by line and handed to it, prefixed with the
+    host process's number, instead of going straight to the terminal,
+    where it would land in the middle of the driver's progress line.
+    """
+
+    def __init__(self, redis_url: str, namespace: str, spawn: bool, echo: Callable[[str], None] | None = None) -> None:
         self.redis_url = redis_url
         self.namespace = namespace
         self.spawn = spawn
         self.description = "host processes on this machine" if spawn else f"external workers on namespace {namespace!r}"
         self._client = redis.Redis.from_url(redis_url, socket_timeout=30)
-        self._processes: list[subprocess.Popen[bytes]] = []
+        self._processes: list[subprocess.Popen[str]] = []
+        self._readers: list[threading.Thread] = []
+        self._echo = echo
         self._count = 0
 
     async def start(self, count: int) -> None:
@@ -142,7 +152,23 @@ class QueueHosts:
         if self.spawn:
             command = [sys.executable, "-m", "governor.sim", "worker", "--redis-url", self.redis_url]
             command += ["--namespace", self.namespace]
-            self._processes = [subprocess.Popen(command) for _ in range(count)]
+            if self._echo is None:
+                self._processes = [subprocess.Popen(command, text=True) for _ in range(count)]
+                return
+            for i in range(count):
+                process = subprocess.Popen(
+                    command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+                )
+                reader = threading.Thread(target=self._relay, args=(i, process), daemon=True)
+                reader.start()
+                self._processes.append(process)
+                self._readers.append(reader)
+
+    def _relay(self, index: int, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None and self._echo is not None
+        with process.stdout:
+            for line in process.stdout:
+                self._echo(f"host process {index}: {line.rstrip()}")
 
     async def ready(self) -> None:
         await self._wait_ready(60.0 if self.spawn else 300.0)
@@ -195,7 +221,9 @@ class QueueHosts:
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
-            self._processes = []
+            for reader in self._readers:
+                await asyncio.to_thread(reader.join, 5)  # the last lines of each process
+            self._processes, self._readers = [], []
             await asyncio.to_thread(self._client.delete, jobs_key)
         self._client.close()
 
