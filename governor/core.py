@@ -225,7 +225,7 @@ class GovernorCore:
         #: the stored config as init.lua last answered it (name, value pairs):
         #: a lost state is re-created from it, not from this client's config,
         #: so the fleet keeps the config it had (an operator's set-max included)
-        self.stored_config: tuple[str, ...] | None = None
+        self.stored_config: dict[str, str] | None = None
 
     # -- time -------------------------------------------------------------
 
@@ -279,7 +279,10 @@ class GovernorCore:
             str(ms(min(self.config.poll, NOTICE_HOLD))),
             "1" if self.config.restart_hold else "0",
         )
-        config = self.stored_config or tuple(self.config.script_fields())
+        if self.stored_config is not None:
+            config = [part for pair in self.stored_config.items() for part in pair]
+        else:
+            config = self.config.script_fields()
         return self._call("init", (*args, *config), self._parse_init)
 
     def _parse_init(self, reply: Any) -> str:
@@ -287,7 +290,8 @@ class GovernorCore:
         if kind not in ("created", "exists"):
             raise self._unexpected("init", kind)
         self._seen()
-        self.stored_config = tuple(text(value) for value in rest[1:])
+        pairs = [text(value) for value in rest[1:]]
+        self.stored_config = dict(zip(pairs[::2], pairs[1::2], strict=True))
         return kind
 
     def acquire(self, lease_id: str, holder: str, wait: bool, fresh: bool = True) -> Call[Granted | Queued | Denied]:
@@ -475,6 +479,8 @@ class GovernorCore:
         f = {text(rest[i]): text(rest[i + 1]) for i in range(0, len(rest) - 1, 2)}
         try:
             self._saw_fence(int(f["fence"]))
+            if self.stored_config is not None:  # the ceiling an operator may have changed
+                self.stored_config["max"] = str(int(f["max_capacity"]))
             return Status(
                 name=self.name,
                 capacity=int(f["capacity"]),

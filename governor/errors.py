@@ -136,7 +136,7 @@ def map_errors(name: str | None) -> Iterator[None]:
         ) from exc
     except redis.exceptions.OutOfMemoryError as exc:
         raise RedisFull(
-            f"{_who(name)}Redis is out of memory (maxmemory reached) and refused the script; "
+            f"{_who(name)}Redis is full (out of memory: maxmemory reached) and refused the script; "
             "nothing was written. Free memory or raise maxmemory",
             name=name,
         ) from exc
@@ -167,7 +167,7 @@ def map_errors(name: str | None) -> Iterator[None]:
             raise wrong_key_type("of this governor holds the wrong Redis type", name) from exc
         if text.startswith("OOM"):
             raise RedisFull(
-                f"{_who(name)}Redis is out of memory (maxmemory reached): {text}; nothing was written",
+                f"{_who(name)}Redis is full (out of memory: maxmemory reached): {text}; nothing was written",
                 name=name,
             ) from exc
         if text.startswith(("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")):

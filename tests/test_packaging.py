@@ -85,7 +85,9 @@ def test_each_script_opens_with_its_contract(path: Path) -> None:
 def test_every_operation_has_a_file_and_loads_only_its_fragments() -> None:
     assert {p.stem for p in LUA.glob("*.lua")} == set(OPERATIONS)
     assert {p.stem for p in (LUA / "lib").glob("*.lua")} == {COMMON, *FRAGMENTS}
-    assert source("acquire").startswith("--[[ lib/common.lua")
+    assert source("acquire").startswith("#!lua\n--[[ lib/common.lua")  # flags first: Redis reads them
+    assert source("status").startswith("#!lua flags=no-writes\n")
+    assert source("acquire", flagged=False).startswith("--[[ lib/common.lua")  # for fakeredis
     assert uses((LUA / "report.lua").read_text()) == ("admission", "policy")
     assert "local function record(" in source("report") and "local function record(" not in source("acquire")
 

@@ -56,14 +56,15 @@ NAME = "acl-gov"
 PASSWORD = "s3cret-worker-password"
 #: the commands the scripts call (Redis 7 checks them against the caller's ACL)
 WORKER_SCRIPT_COMMANDS = (
-    "del hdel hget hmget hset pexpire publish time type xadd "
+    "del hdel hget hgetall hset info pexpire publish time type xadd "
     "zadd zcount zrange zrangebyscore zrank zrem zremrangebyscore zscore"
 ).split()
 #: what the client itself sends: scripts by SHA (loaded again after a flush or
-#: restart), the wake channel, PING, TYPE to name a key of the wrong type; and
+#: restart), the wake channel, PING, TYPE to name a key of the wrong type, WAIT
+#: for replicas (with wait_replicas); and
 #: on Redis >= 7.2 the library name on connect (CLIENT SETINFO, refused quietly
 #: when not granted)
-WORKER_CLIENT_COMMANDS = "evalsha script|load subscribe unsubscribe ping type".split()
+WORKER_CLIENT_COMMANDS = "evalsha script|load subscribe unsubscribe ping type wait".split()
 SETINFO = "client|setinfo"
 
 

@@ -131,7 +131,9 @@ def _own_client(client: Any, config: GovernorConfig) -> Any:
             own[key] = given
     options.update(own)
     max_connections = config.redis_connections + OWN_CONNECTIONS
-    own_pool = redis_client.ConnectionPool(connection_class=pool.connection_class, max_connections=max_connections, **options)
+    own_pool = redis_client.ConnectionPool(
+        connection_class=pool.connection_class, max_connections=max_connections, **options
+    )
     return redis_client.Redis.from_pool(own_pool)  # closing the client closes its pool
 
 
@@ -253,8 +255,9 @@ class _Background:
         #: the worker's first try to listen ended, in listening or in a failure
         self._attempted = Event()
         self._renew_now = False
-        #: learn the stored config (init.lua) at the worker's next turn
-        self._learn_config = True
+        #: learn the stored config anew (init.lua) at the worker's next turn: an
+        #: operator changed it
+        self._learn_config = False
         #: the last attempt to reach Redis failed: callers do not wait for the worker
         self._failing = False
         self._pid = os.getpid()
@@ -421,7 +424,7 @@ class _Background:
         (returns the seconds until this process's waiters should ask again);
         or a new state whose holders must re-register now."""
         wake = self._gov._core.parse_wake(data)
-        if wake.config_changed:
+        if wake.config_changed:  # learn it anew, at the worker's next turn
             self._learn_config = True
             return 0.0
         if wake.retry_in is not None:
@@ -501,17 +504,20 @@ class _Background:
 
     def _fail_waiters_if_stale(self, error: Exception) -> None:
         """Fail closed: after queue_ttl without reaching Redis the waiters'
-        places are gone; tell them rather than let them wait blind."""
-        if time.monotonic() - self._last_ok < self._gov.config.queue_ttl:
+        places are gone; tell them rather than let them wait blind. An error
+        Redis answered with (an unusable state, a wrong key type) reaches
+        them at once, as it is: waiting does not mend it."""
+        if isinstance(error, GovernorError) and not isinstance(error, GovernorUnavailable):
+            failure: GovernorError = error
+        elif time.monotonic() - self._last_ok < self._gov.config.queue_ttl:
             return
-        unavailable = (
-            error
-            if isinstance(error, GovernorUnavailable)
-            else GovernorUnavailable(f"governor {self._gov.name!r}: {error}", name=self._gov.name)
-        )
+        elif isinstance(error, GovernorUnavailable):
+            failure = error
+        else:
+            failure = GovernorUnavailable(f"governor {self._gov.name!r}: {error}", name=self._gov.name)
         with self._lock:
             for waiter in self._waiters.values():
-                waiter.error = unavailable
+                waiter.error = failure
                 waiter.event.set()
 
 
@@ -542,7 +548,9 @@ class AsyncGovernor:
         self._client = _own_client(client, self._core.config)
         self._owns_client = self._client is not client
         if self.config.wait_replicas and isinstance(self._client, redis_cluster.RedisCluster):
-            raise ConfigError("wait_replicas is not supported on a Redis Cluster client (WAIT needs the primary's connection)")
+            raise ConfigError(
+                "wait_replicas is not supported on a Redis Cluster client (WAIT needs the primary's connection)"
+            )
         self._scripts = Scripts(self._client)
         #: every script is loaded in one round trip before the first call
         self._scripts_loaded = False
@@ -940,6 +948,8 @@ class AsyncGovernor:
         if slot:
             await self._slots.acquire(None)
         try:
+            if call.recreate and self._core.stored_config is None:
+                await self._init()  # the first call learns the stored config (or creates the state)
             result = await self._run(call)
             if result is MISSING:
                 if not call.recreate:
@@ -979,7 +989,7 @@ class AsyncGovernor:
         if not confirmed:
             raise NotReplicated(
                 f"governor {self.name!r}: {call.script} was not confirmed by {self.config.wait_replicas} "
-                f"replica(s) within {self.config.redis_timeout} s",
+                f"replica(s) within {self.config.redis_timeout / 2} s",
                 name=self.name,
             )
         return result
@@ -995,7 +1005,8 @@ class AsyncGovernor:
             return await script(keys=keys, args=call.args), True
         pipe = self._client.pipeline(transaction=False)
         pipe.evalsha(script.sha, len(keys), *keys, *call.args)
-        pipe.execute_command("WAIT", replicas, ms(self.config.redis_timeout))
+        # Half of redis_timeout, so a slow replica is told apart from a hung Redis.
+        pipe.execute_command("WAIT", replicas, ms(self.config.redis_timeout / 2))
         try:
             reply, acknowledged = await pipe.execute()
         except redis.exceptions.NoScriptError:  # Redis lost its scripts (a restart, a failover)
@@ -1008,12 +1019,17 @@ class AsyncGovernor:
     async def _load_scripts(self) -> None:
         """Load every script in one round trip (a cluster client loads each
         on the node that needs it, on first use)."""
-        if not isinstance(self._client, redis_cluster.RedisCluster):
-            pipe = self._client.pipeline(transaction=False)
-            for source in self._scripts.sources():
-                pipe.script_load(source)
+        self._scripts_loaded = True  # callers racing this one rely on NOSCRIPT handling meanwhile
+        if isinstance(self._client, redis_cluster.RedisCluster):
+            return
+        pipe = self._client.pipeline(transaction=False)
+        for source in self._scripts.sources():
+            pipe.script_load(source)
+        try:
             await pipe.execute()
-        self._scripts_loaded = True
+        except BaseException:
+            self._scripts_loaded = False
+            raise
 
     async def _switch_to_cluster(self) -> None:
         """from_url was given a cluster node: use a cluster client instead."""
