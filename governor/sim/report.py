@@ -303,6 +303,7 @@ def draw_chart(result: SwarmResult) -> Any:
     axes[0][0].set_ylabel("requests in flight")
     axes[1][0].set_ylabel("per second (log scale)")
     axes[1][0].set_yscale("symlog", linthresh=10)
+    axes[1][0].set_ylim(bottom=0)  # rates are never negative
     handles: dict[str, Any] = {}
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
