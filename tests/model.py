@@ -538,7 +538,7 @@ class Model:
             lease_id, epoch, holder = triples[i : i + 3]
             expiry = self.leases.get(lease_id)
             if expiry is not None and expiry > self.now:
-                self.leases[lease_id] = self.now + ttl
+                self.leases[lease_id] = max(expiry, self.now + ttl)  # ZADD XX GT: never shorter
                 reply += ["ok", "0"]
             elif epoch != S["epoch"] and len(holder.encode()) <= 200:
                 S["fence"] += 1
