@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from governor import AsyncGovernor, Governor, GovernorConfig
 
+from .faultkit import Processes
 from .servers import RedisServer
 
 
@@ -105,6 +106,30 @@ async def async_client(
         client = fakeredis.FakeAsyncRedis(server=fake_server, decode_responses=decode)
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+def control(redis_url: str) -> Iterator[redis.Redis]:
+    """The fault tests' control Redis: workers report there, no fault touches it."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=10, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def events(control: redis.Redis) -> Iterator[str]:
+    """The control-Redis list a test's workers push their events to."""
+    key = f"events:{uuid.uuid4().hex}"
+    yield key
+    control.delete(key)
+
+
+@pytest.fixture
+def processes() -> Iterator[Processes]:
+    """Worker processes of a fault test, all ended at teardown."""
+    procs = Processes()
+    yield procs
+    procs.end_all()
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import redis
 from governor import AcquireTimeout, Governor, GovernorConfig, GovernorError, GovernorUnavailable, LeaseLost, Outcome
 
 
-def _control(url: str) -> redis.Redis:
+def control_client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=5, decode_responses=True)
 
 
@@ -35,7 +35,7 @@ def emit(control: redis.Redis, events: str, **event: Any) -> None:
 
 def hold_forever(url: str, name: str, config: GovernorConfig, n: int, control_url: str, events: str) -> None:
     """Take ``n`` leases, say so, and hold them (heartbeat running) until killed."""
-    control = _control(control_url)
+    control = control_client(control_url)
     gov = Governor.from_url(url, name, config)
     leases = [gov.acquire(timeout=10, holder=f"hold-forever/{os.getpid()}") for _ in range(n)]
     emit(control, events, kind="holding", fences=[lease.fence for lease in leases], ids=[lease.id for lease in leases])
@@ -44,7 +44,7 @@ def hold_forever(url: str, name: str, config: GovernorConfig, n: int, control_ur
 
 
 def _forked_child(url: str, gov: Governor, control_url: str, events: str) -> None:
-    control = _control(control_url)
+    control = control_client(control_url)
     lease = gov.acquire(timeout=10, holder=f"child/{os.getpid()}")
     emit(control, events, kind="child-holding", id=lease.id)
     while True:
@@ -54,7 +54,7 @@ def _forked_child(url: str, gov: Governor, control_url: str, events: str) -> Non
 def hold_and_fork(url: str, name: str, config: GovernorConfig, control_url: str, events: str) -> None:
     """Hold a lease, then fork a child that uses the same governor object
     (as a pre-fork server or a fork-started pool would) and hold on."""
-    control = _control(control_url)
+    control = control_client(control_url)
     gov = Governor.from_url(url, name, config)
     lease = gov.acquire(timeout=10, holder=f"parent/{os.getpid()}")
     child = multiprocessing.get_context("fork").Process(target=_forked_child, args=(url, gov, control_url, events))
@@ -67,7 +67,7 @@ def hold_and_fork(url: str, name: str, config: GovernorConfig, control_url: str,
 def stall_then_clean_up(url: str, name: str, config: GovernorConfig, control_url: str, events: str) -> None:
     """Hold a lease; once it is lost (the test stopped us past its TTL),
     report and release late, say what happened, and exit."""
-    control = _control(control_url)
+    control = control_client(control_url)
     gov = Governor.from_url(url, name, config)
     lease = gov.acquire(timeout=10, holder=f"stalled/{os.getpid()}")
     emit(control, events, kind="holding", id=lease.id, fence=lease.fence)
@@ -86,7 +86,7 @@ def stall_then_clean_up(url: str, name: str, config: GovernorConfig, control_url
 
 def wait_in_queue(url: str, name: str, config: GovernorConfig, control_url: str, events: str) -> None:
     """Queue for a lease; say whether it is known lost the moment acquire returns."""
-    control = _control(control_url)
+    control = control_client(control_url)
     gov = Governor.from_url(url, name, config)
     emit(control, events, kind="queuing")
     lease = gov.acquire(timeout=60, holder=f"waiter/{os.getpid()}")
@@ -116,7 +116,7 @@ def fleet_worker(
     right after joining (``INCR``), whether the lease is local (admitted by
     the fallback limit) and when (monotonic), so the test can judge each
     phase of the run."""
-    control = _control(control_url)
+    control = control_client(control_url)
     gov = Governor.from_url(url, name, config)
     gov.status()
     emit(control, events, kind="ready")
@@ -174,7 +174,7 @@ def chaos_worker(
     its pid (HINCRBY), so the test can discount a worker it killed."""
     import signal
 
-    control = _control(control_url)
+    control = control_client(control_url)
     gov = Governor.from_url(url, name, config)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())

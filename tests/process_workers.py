@@ -12,7 +12,6 @@ asking the governor.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import time
@@ -22,22 +21,14 @@ import redis
 
 from governor import Governor, GovernorConfig, GovernorError
 
+from .fault_workers import control_client, emit
+
 #: INCR the holders' count and keep its maximum: KEYS[1] count, KEYS[2] max
 ENTER = (
     "local n = redis.call('INCR', KEYS[1]) "
     "if n > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], n) end "
     "return n"
 )
-
-
-def control_client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=5, decode_responses=True)
-
-
-def emit(control: redis.Redis, events: str, **event: Any) -> None:
-    event.setdefault("pid", os.getpid())
-    event.setdefault("t", time.monotonic())
-    control.rpush(events, json.dumps(event))
 
 
 def enter(control: redis.Redis, witness: str) -> int:

@@ -13,14 +13,11 @@ simultaneous holders across processes can be checked against capacity.
 from __future__ import annotations
 
 import asyncio
-import json
-import multiprocessing
 import os
 import random
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -39,74 +36,8 @@ from governor import (
 )
 
 from . import fault_workers
+from .faultkit import FAST, Processes, figure, next_event
 from .servers import RedisServer, wait_until
-
-SPAWN = multiprocessing.get_context("spawn")
-#: short times so each fault plays out in seconds
-FAST: dict[str, Any] = {"lease_ttl": 1.0, "poll": 0.2, "queue_ttl": 1.0, "redis_timeout": 1.0}
-
-
-def figure(what: str, value: float, unit: str = "s") -> None:
-    """Print one measured figure (visible with ``pytest -s``)."""
-    print(f"\nFIGURE {what}: {value:.3f} {unit}")
-
-
-@pytest.fixture
-def control(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, socket_timeout=10, decode_responses=True)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def name() -> str:
-    return f"fault-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def events() -> str:
-    return f"events:{uuid.uuid4().hex}"
-
-
-class Processes:
-    """Spawned worker processes, all ended (SIGCONT, then SIGKILL) at teardown."""
-
-    def __init__(self) -> None:
-        self.started: list[BaseProcess] = []
-
-    def start(self, target: Callable[..., Any], *args: Any, daemon: bool = True) -> BaseProcess:
-        process = SPAWN.Process(target=target, args=args, daemon=daemon)
-        process.start()
-        self.started.append(process)
-        return process
-
-    def end_all(self) -> None:
-        for process in self.started:
-            if process.is_alive() and process.pid is not None:
-                os.kill(process.pid, signal.SIGCONT)
-                os.kill(process.pid, signal.SIGKILL)
-            process.join(10)
-
-
-@pytest.fixture
-def processes() -> Iterator[Processes]:
-    procs = Processes()
-    yield procs
-    procs.end_all()
-
-
-def next_event(control: redis.Redis, events: str, kind: str, timeout: float = 30) -> dict[str, Any]:
-    """The next event of ``kind`` from a worker (earlier ones of other kinds are skipped)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no {kind!r} event within {timeout} s")
-        popped = control.blpop([events], timeout=max(0.1, min(left, 1.0)))
-        if popped is not None:
-            event: dict[str, Any] = json.loads(popped[1])
-            if event["kind"] == kind:
-                return event
 
 
 def kill(process: BaseProcess, sig: signal.Signals = signal.SIGKILL) -> None:

@@ -22,19 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
-import multiprocessing
-import os
 import random
 import re
-import signal
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 import pytest
@@ -55,87 +50,17 @@ from governor import (
 )
 
 from . import process_workers
+from .faultkit import FAST, SPAWN, Processes, figure, next_event
 from .servers import RedisServer, free_port, wait_until
 
-SPAWN = multiprocessing.get_context("spawn")
 #: a private Redis the test has just started held no fleet's leases before: no
-#: admission hold for the restart it might have been (a config field since 56c49b8)
-FRESH: dict[str, Any] = {"restart_hold": False} if "restart_hold" in GovernorConfig.__dataclass_fields__ else {}
-#: short times so each fault plays out in seconds
-FAST: dict[str, Any] = {"lease_ttl": 1.0, "poll": 0.2, "queue_ttl": 1.0, "redis_timeout": 1.0}
-
-
-def figure(what: str, value: float, unit: str = "s") -> None:
-    """Print one measured figure (visible with ``pytest -s``)."""
-    print(f"\nFIGURE {what}: {value:.3f} {unit}")
-
-
-@pytest.fixture
-def control(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, socket_timeout=10, decode_responses=True)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def name() -> str:
-    return f"proc-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def events() -> str:
-    return f"events:{uuid.uuid4().hex}"
+#: admission hold for the restart it might have been
+FRESH: dict[str, Any] = {"restart_hold": False}
 
 
 @pytest.fixture
 def witness() -> str:
     return f"witness:{uuid.uuid4().hex}"
-
-
-class Processes:
-    """Spawned worker processes (and their forked children), all killed at teardown."""
-
-    def __init__(self) -> None:
-        self.started: list[BaseProcess] = []
-        self.pids: list[int] = []
-
-    def start(self, target: Callable[..., Any], *args: Any) -> BaseProcess:
-        process = SPAWN.Process(target=target, args=args, daemon=False)
-        process.start()
-        self.started.append(process)
-        return process
-
-    def end_all(self) -> None:
-        for pid in self.pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for process in self.started:
-            if process.is_alive() and process.pid is not None:
-                os.kill(process.pid, signal.SIGKILL)
-            process.join(10)
-
-
-@pytest.fixture
-def processes() -> Iterator[Processes]:
-    procs = Processes()
-    yield procs
-    procs.end_all()
-
-
-def next_event(control: redis.Redis, events: str, kind: str, timeout: float = 30) -> dict[str, Any]:
-    """The next event of ``kind`` from a worker (earlier ones of other kinds are skipped)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no {kind!r} event within {timeout} s")
-        popped = control.blpop([events], timeout=max(0.1, min(left, 1.0)))
-        if popped is not None:
-            event: dict[str, Any] = json.loads(popped[1])
-            if event["kind"] == kind:
-                return event
 
 
 def witness_max(control: redis.Redis, witness: str) -> int:
@@ -211,6 +136,7 @@ def test_forked_children_queue_on_the_parents_governor_and_every_slot_comes_home
         redis_url,
         events,
         witness,
+        daemon=False,  # it forks children of its own
     )
     forked = next_event(control, events, "forked")
     processes.pids += forked["children"]
@@ -253,7 +179,19 @@ def test_a_forked_childs_try_acquire_lease_is_renewed_by_the_childs_heartbeat(
     config = GovernorConfig(max_capacity=2, **{**FAST, "lease_ttl": 0.6})
     hold = 3 * config.lease_ttl
     processes.start(
-        process_workers.fork_parent, redis_url, name, config, 1, 1, "try", 5.0, hold, redis_url, events, witness
+        process_workers.fork_parent,
+        redis_url,
+        name,
+        config,
+        1,
+        1,
+        "try",
+        5.0,
+        hold,
+        redis_url,
+        events,
+        witness,
+        daemon=False,  # it forks a child of its own
     )
     forked = next_event(control, events, "forked")
     processes.pids += forked["children"]

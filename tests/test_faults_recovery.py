@@ -21,13 +21,10 @@ the figures.
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from multiprocessing.process import BaseProcess
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -36,17 +33,13 @@ import redis
 from governor import Governor, GovernorConfig
 
 from . import recovery_workers
+from .faultkit import FAST, Processes, figure
 from .proxy import Proxy
 from .servers import RedisServer, wait_until
 from .witness import Hold, Overlap, holds_from, overlap, read_events, witness
 
-SPAWN = multiprocessing.get_context("spawn")
-FAST: dict[str, Any] = {"poll": 0.2, "queue_ttl": 1.0, "redis_timeout": 1.0}
-
-
-def figure(what: str, value: float, unit: str = "s") -> None:
-    """Print one measured figure (visible with ``pytest -s``)."""
-    print(f"\nFIGURE {what}: {value:.3f} {unit}")
+#: short times (each test sets its own lease TTL)
+RECOVERY: dict[str, Any] = {k: v for k, v in FAST.items() if k != "lease_ttl"}
 
 
 @pytest.fixture(scope="module")
@@ -66,47 +59,10 @@ def control(control_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def name() -> str:
-    return f"recovery-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
 def events(control: redis.Redis) -> Iterator[str]:
     key = f"events:{uuid.uuid4().hex}"
     yield key
     control.delete(key, f"{key}:go", f"{key}:stop", f"{key}:fresh-go")
-
-
-class Processes:
-    """Spawned worker processes, all ended (SIGCONT, then SIGKILL) at teardown."""
-
-    def __init__(self) -> None:
-        self.started: list[BaseProcess] = []
-
-    def start(self, target: Callable[..., Any], *args: Any) -> BaseProcess:
-        process = SPAWN.Process(target=target, args=args, daemon=True)
-        process.start()
-        self.started.append(process)
-        return process
-
-    def signal(self, sig: signal.Signals, *targets: BaseProcess) -> None:
-        for process in targets:
-            assert process.pid is not None
-            os.kill(process.pid, sig)
-
-    def end_all(self) -> None:
-        for process in self.started:
-            if process.is_alive() and process.pid is not None:
-                os.kill(process.pid, signal.SIGCONT)
-                os.kill(process.pid, signal.SIGKILL)
-            process.join(10)
-
-
-@pytest.fixture
-def processes() -> Iterator[Processes]:
-    procs = Processes()
-    yield procs
-    procs.end_all()
 
 
 @pytest.fixture
@@ -213,7 +169,7 @@ def test_restart_noticed_first_by_a_fresh_client_never_admits_beside_running_hol
     server: RedisServer, control_url: str, control: redis.Redis, name: str, events: str, processes: Processes
 ) -> None:
     capacity = 4
-    config = GovernorConfig(max_capacity=capacity, lease_ttl=3.0, **FAST)
+    config = GovernorConfig(max_capacity=capacity, lease_ttl=3.0, **RECOVERY)
     seen_events = Events(control, events)
     stop, fresh_go = f"{events}:stop", f"{events}:fresh-go"
     holder = processes.start(
@@ -274,7 +230,7 @@ def test_a_holder_cut_off_across_a_restart_is_adopted_or_told_before_anyone_exce
     server: RedisServer, control_url: str, control: redis.Redis, name: str, events: str, processes: Processes
 ) -> None:
     capacity = 4
-    config = GovernorConfig(max_capacity=capacity, lease_ttl=6.0, **FAST)
+    config = GovernorConfig(max_capacity=capacity, lease_ttl=6.0, **RECOVERY)
     seen_events = Events(control, events)
     stop = f"{events}:stop"
     with Proxy(server.port) as link:
@@ -447,7 +403,7 @@ def test_failover_with_lagging_replication_and_wait_replicas_never_exceeds(
     failover: Failover, control_url: str, control: redis.Redis, name: str, events: str, processes: Processes
 ) -> None:
     capacity = 8
-    config = GovernorConfig(max_capacity=capacity, lease_ttl=3.0, wait_replicas=1, **FAST)
+    config = GovernorConfig(max_capacity=capacity, lease_ttl=3.0, wait_replicas=1, **RECOVERY)
     seen, failed_over, _done, holds = _failover_run(
         failover, config, control_url, control, name, events, processes, new_replica=True
     )
@@ -467,7 +423,7 @@ def test_failover_with_lagging_replication_without_wait_is_measured(
     The figures say how much, and the excess ends within one lease TTL
     (the heartbeat finds the lost leases)."""
     capacity = 8
-    config = GovernorConfig(max_capacity=capacity, lease_ttl=3.0, **FAST)
+    config = GovernorConfig(max_capacity=capacity, lease_ttl=3.0, **RECOVERY)
     seen, failed_over, _done, holds = _failover_run(
         failover, config, control_url, control, name, events, processes, new_replica=False
     )
