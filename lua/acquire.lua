@@ -22,6 +22,7 @@ Idempotent per id: a granted id is answered 'granted' again; a queued id
 has its place refreshed. Nobody waiting and room: admitted at once.
 ]]
 
+want('ticket')
 local id = arg_id(3, 'id')
 local holder = ARGV[4]
 local ttl = arg_int(5, 'ttl_ms', 1)

@@ -92,6 +92,24 @@ def test_every_operation_has_a_file_and_loads_only_its_fragments() -> None:
     assert "local function record(" in source("report") and "local function record(" not in source("acquire")
 
 
+def _code(lua: str) -> str:
+    """Lua without its comments."""
+    lua = re.sub(r"--\[\[.*?\]\]", "", lua, flags=re.S)
+    return re.sub(r"--[^\n]*", "", lua)
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_every_state_field_a_script_mentions_is_loaded(operation: str) -> None:
+    """load_state reads only the fields a script wants: one it mentions but
+    does not want would be nil, and fail after the script's first write."""
+    code = _code(source(operation, flagged=False))
+    if "want_all()" in code:
+        return
+    wanted = {name for call in re.findall(r"\bwant\(([^)]*)\)", code) for name in re.findall(r"'(\w+)'", call)}
+    mentioned = set(re.findall(r"\bS\.(\w+)", code)) | set(re.findall(r"\bset\('(\w+)'", code))
+    assert mentioned <= wanted, f"{operation}.lua mentions {sorted(mentioned - wanted)} without want()"
+
+
 @pytest.mark.parametrize("path", sorted((LUA / "lib").glob("*.lua")), ids=lambda p: p.name)
 def test_each_fragment_says_what_it_is_for(path: Path) -> None:
     assert path.read_text().startswith(f"--[[ lib/{path.name}: ")

@@ -56,7 +56,7 @@ NAME = "acl-gov"
 PASSWORD = "s3cret-worker-password"
 #: the commands the scripts call (Redis 7 checks them against the caller's ACL)
 WORKER_SCRIPT_COMMANDS = (
-    "del hdel hget hgetall hset info pexpire publish time type xadd "
+    "del exists hdel hget hgetall hmget hset info pexpire publish time type xadd "
     "zadd zcount zrange zrangebyscore zrank zrem zremrangebyscore zscore"
 ).split()
 #: what the client itself sends: scripts by SHA (loaded again after a flush or

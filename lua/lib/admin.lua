@@ -5,6 +5,8 @@ status, probe and the operator scripts (which also call check_types() of
 lib/common.lua before they write).
 ]]
 
+want_all()  -- it may read any field of the state
+
 local function status_reply()
   local rl, total = window()
   return {

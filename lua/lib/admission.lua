@@ -5,6 +5,9 @@ in_flight, queued, reclaim, window, resume_level, pause, resume, recover,
 blocked, add_lease, grant.
 ]]
 
+want('fence', 'max', 'not_before', 'pause_kind', 'paused_until', 'reason', 'reclaim_due', 'resume_frac',
+  'saved_cap', 'streak', 'window_ms')
+
 -- holders entries: "fence|ttl_ms|since_ms|holder"
 local function meta_parse(raw)
   if not raw then return nil end

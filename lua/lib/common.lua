@@ -32,7 +32,8 @@ Cost. Every call runs the whole prelude (each function definition is a
 closure made anew) and each redis.call from Lua costs about as much as a
 small command, so the hot paths (acquire, release, report, renew, refresh)
 count both: a script loads only the fragments it uses; the state is read
-with one HGETALL and checked field by field; every count is derived with
+with one HMGET of the fields it wants (see want) and checked field by
+field; every count is derived with
 ZCOUNT over the live range, so expired leases, dead waiters and old window
 events never count even before they are removed; removal (reclaim) runs at
 most once per RECLAIM_MS and removes at most BATCH entries of each kind;
@@ -140,30 +141,35 @@ local CHANNEL = ARGV[2]
 -- (a string, one of `values` when given), 'int' or 'num' (in [min, max]).
 -- CONFIG names the fields a client's config sets (lib/config.lua checks
 -- them with the same table); init writes every field.
+-- Kinds shared by many fields: one table each, made once per call.
+local COUNT = {'int', 0, MAX_INT}       -- a counter, a fence or a time in ms (0: none)
+local LEVEL = {'int', 0, 1000000}       -- a capacity
+local FLAG = {'int', 0, 1}
+local SHARE = {'num', 0, 1}
+local STR = {'str'}
 local FIELDS = {
-  schema = {'int', 1, 1000000}, epoch = {'str'}, created = {'int', 0, MAX_INT},
+  schema = {'int', 1, 1000000}, epoch = STR, created = COUNT,
   policy = {'str', values = {adaptive = true, seed = true}},
-  cap = {'int', 0, 1000000}, paused = {'int', 0, 1}, reason = {'str'},
+  cap = LEVEL, paused = FLAG, reason = STR,
   pause_kind = {'str', values = {[''] = true, policy = true, operator = true}},
-  paused_until = {'int', 0, MAX_INT}, saved_cap = {'int', 0, 1000000}, not_before = {'int', 0, MAX_INT},
-  fence = {'int', 0, MAX_INT}, ticket = {'int', 0, MAX_INT}, evseq = {'int', 0, MAX_INT},
-  quota_count = {'int', 0, MAX_INT}, quota_at = {'int', 0, MAX_INT},
-  touch_due = {'int', 0, MAX_INT}, reclaim_due = {'int', 0, MAX_INT},
-  streak = {'int', 0, MAX_INT}, ceiling = {'int', 0, MAX_INT}, cut_fence = {'int', 0, MAX_INT},
-  probe_at = {'int', 0, MAX_INT}, probe_step = {'int', 1, MAX_INT}, probe_wait = {'int', 0, MAX_INT},
-  climb = {'int', 0, 1},
+  paused_until = COUNT, saved_cap = LEVEL, not_before = COUNT,
+  fence = COUNT, ticket = COUNT, evseq = COUNT, quota_count = COUNT, quota_at = COUNT,
+  touch_due = COUNT, reclaim_due = COUNT,
+  streak = COUNT, ceiling = COUNT, cut_fence = COUNT,
+  probe_at = COUNT, probe_step = {'int', 1, MAX_INT}, probe_wait = COUNT,
+  climb = FLAG,
   -- the config
   max = {'int', 1, 1000000},          -- max_capacity
   window_ms = {'int', 1, 86400000},   -- sliding window
   dec_count = {'int', 1, 1000000},    -- seed: rate-limited attempts that halve
-  dec_ratio = {'num', 0, 1},          -- seed: rate-limited share that halves
+  dec_ratio = SHARE,                  -- seed: rate-limited share that halves
   ratio_min = {'int', 1, 1000000},    -- seed: attempts needed for the share rule
-  dec_factor = {'num', 0, 1},         -- seed: multiplicative decrease
+  dec_factor = SHARE,                 -- seed: multiplicative decrease
   pause_count = {'int', 1, 1000000},  -- rate-limited attempts that pause
-  pause_ratio = {'num', 0, 1},        -- adaptive: share that must also be reached to pause
-  resume_frac = {'num', 0, 1},        -- resume at max(1, floor(max * resume_frac))
+  pause_ratio = SHARE,                -- adaptive: share that must also be reached to pause
+  resume_frac = SHARE,                -- resume at max(1, floor(max * resume_frac))
   inc_succ = {'int', 1, 1000000},     -- successes in a row per additive step
-  cut_factor = {'num', 0, 1},         -- adaptive: cut to this share of the pushback level
+  cut_factor = SHARE,                 -- adaptive: cut to this share of the pushback level
   probe_ms = {'int', 0, 86400000},    -- adaptive: time between probes above the pushback level
   ra_cap_ms = {'int', 0, 86400000},   -- cap on a reported retry-after
   idle_ms = {'int', 1000, 2592000000},-- every key expires after this long idle
@@ -180,11 +186,30 @@ local function field_value(spec, raw)
     return raw
   end
   local v = tonumber(raw)
-  if v == nil or v ~= v or v < spec[2] or v > spec[3] or (spec[1] == 'int' and v ~= math.floor(v)) then
+  if v == nil or v ~= v or v < spec[2] or v > spec[3] or (spec[1] == 'int' and v % 1 ~= 0) then
     return nil
   end
   return v
 end
+
+-- The fields a script reads: lib/common.lua, each fragment and each
+-- operation name theirs with want() (a fragment that may touch any field
+-- says want_all()), and load_state reads and checks just those with one
+-- HMGET, or the whole hash with HGETALL. tests/test_packaging.py checks
+-- that every field a script mentions is wanted.
+local WANT, WANT_LIST, WANT_ALL = {}, {}, false
+local function want(...)
+  for _, f in ipairs({...}) do
+    if not WANT[f] then
+      WANT[f] = true
+      WANT_LIST[#WANT_LIST + 1] = f
+    end
+  end
+end
+local function want_all()
+  WANT_ALL = true
+end
+want('schema', 'epoch', 'touch_due', 'idle_ms', 'log_len', 'cap', 'paused')
 
 local S = nil       -- the state, or nil when the governor does not exist
 local RAW = {}      -- field -> the string stored in Redis
@@ -205,24 +230,39 @@ end
 
 -- Load the state and check every field (see FIELDS); nil when the
 -- governor does not exist. `readonly` scripts (status) leave expiries alone.
+local function check_field(f, raw)
+  if not raw then fail('BADSTATE', 'field ' .. f .. ' is missing') end
+  local v = field_value(FIELDS[f], raw)
+  if v == nil then
+    if f == 'schema' then fail('SCHEMA', raw .. ' (this client speaks ' .. SCHEMA .. ')') end
+    fail('BADSTATE', 'field ' .. f .. ' holds ' .. string.format('%q', raw))
+  end
+  S[f] = v
+end
+
 local function load_state(readonly)
-  local flat = redis.call('HGETALL', K.state)
-  if #flat == 0 then
-    S = nil
-    return nil
+  if WANT_ALL then
+    local flat = redis.call('HGETALL', K.state)
+    if #flat == 0 then
+      S = nil
+      return nil
+    end
+    for i = 1, #flat, 2 do RAW[flat[i]] = flat[i + 1] end
+    S = {}
+    for f in pairs(FIELDS) do check_field(f, RAW[f]) end
+  else
+    local values = redis.call('HMGET', K.state, unpack(WANT_LIST))
+    if not values[1] and redis.call('EXISTS', K.state) == 0 then
+      S = nil
+      return nil
+    end
+    S = {}
+    for i, f in ipairs(WANT_LIST) do
+      RAW[f] = values[i]
+      check_field(f, values[i])
+    end
   end
-  for i = 1, #flat, 2 do RAW[flat[i]] = flat[i + 1] end
-  if RAW.schema ~= tostring(SCHEMA) then
-    fail('SCHEMA', tostring(RAW.schema) .. ' (this client speaks ' .. SCHEMA .. ')')
-  end
-  S = {}
-  for f, spec in pairs(FIELDS) do
-    local raw = RAW[f]
-    if raw == nil then fail('BADSTATE', 'field ' .. f .. ' is missing') end
-    local v = field_value(spec, raw)
-    if v == nil then fail('BADSTATE', 'field ' .. f .. ' holds ' .. string.format('%q', raw)) end
-    S[f] = v
-  end
+  if S.schema ~= SCHEMA then fail('SCHEMA', tostring(RAW.schema) .. ' (this client speaks ' .. SCHEMA .. ')') end
   if not readonly and NOW >= S.touch_due then touch_all() end
   return S
 end

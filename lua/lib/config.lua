@@ -6,6 +6,8 @@ checked for type and range here again (FIELDS of lib/common.lua), so a
 tampered client cannot store an absurd value.
 ]]
 
+want_all()  -- it may read any field of the state
+
 -- Read name/value config pairs from ARGV[first..] (the CONFIG fields of
 -- lib/common.lua, checked against FIELDS): the values as numbers (strings
 -- for policy), and as the exact strings the client sent.

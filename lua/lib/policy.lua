@@ -6,6 +6,8 @@ rules exactly (policy 'seed') or the default ('adaptive'), every number
 read from the state (see lib/config.lua).
 ]]
 
+want_all()  -- it may read any field of the state
+
 -- The adaptive policy: the seed's rules (policy 'seed') or the default
 -- ('adaptive'). `fence` is the reporting lease's fence, or nil.
 local function set_cap(cap, why, rl, total, ...)
