@@ -233,10 +233,8 @@ end
 local function check_field(f, raw)
   if not raw then fail('BADSTATE', 'field ' .. f .. ' is missing') end
   local v = field_value(FIELDS[f], raw)
-  if v == nil then
-    if f == 'schema' then fail('SCHEMA', raw .. ' (this client speaks ' .. SCHEMA .. ')') end
-    fail('BADSTATE', 'field ' .. f .. ' holds ' .. string.format('%q', raw))
-  end
+  if f == 'schema' and v ~= SCHEMA then fail('SCHEMA', raw .. ' (this client speaks ' .. SCHEMA .. ')') end
+  if v == nil then fail('BADSTATE', 'field ' .. f .. ' holds ' .. string.format('%q', raw)) end
   S[f] = v
 end
 
@@ -249,6 +247,7 @@ local function load_state(readonly)
     end
     for i = 1, #flat, 2 do RAW[flat[i]] = flat[i + 1] end
     S = {}
+    check_field('schema', RAW.schema)  -- another schema's state says so, first
     for f in pairs(FIELDS) do check_field(f, RAW[f]) end
   else
     local values = redis.call('HMGET', K.state, unpack(WANT_LIST))
@@ -262,7 +261,6 @@ local function load_state(readonly)
       check_field(f, values[i])
     end
   end
-  if S.schema ~= SCHEMA then fail('SCHEMA', tostring(RAW.schema) .. ' (this client speaks ' .. SCHEMA .. ')') end
   if not readonly and NOW >= S.touch_due then touch_all() end
   return S
 end
