@@ -587,7 +587,8 @@ def test_local_fallback_holds_its_limit_and_the_fleet_returns_to_the_shared_limi
     assert all(a["local"] for a in during)
     assert max(a["holding"] for a in before) <= config.max_capacity
     assert max(a["holding"] for a in during) <= hosts * config.local_capacity  # each process holds its limit
-    assert max(a["holding"] for a in settled) <= config.max_capacity  # back on the shared limit
+    over = [dict(a, t=round(a["t"] - up, 3)) for a in settled if a["holding"] > config.max_capacity]
+    assert not over, f"over the shared limit after Redis returned (t from its return): {over}"
     assert not any(a["local"] for a in settled)
 
 

@@ -4,6 +4,9 @@ the shared limit when Redis returns."""
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import pytest
 
 from governor import AcquireTimeout, Governor, GovernorConfig, GovernorUnavailable, Outcome
@@ -56,6 +59,41 @@ def test_local_fallback_admits_a_few_then_returns_to_the_shared_limit(server: Re
         assert not shared.local
         shared.release()
         assert gov.status().in_flight == 0
+    finally:
+        gov.close()
+
+
+def test_a_caller_waiting_for_a_local_permit_asks_redis_again_once_it_is_back(server: RedisServer) -> None:
+    # Without this, a caller that began waiting for the local limit while
+    # Redis was down was admitted locally after Redis came back, beside the
+    # shared limit: one holder over it (seen in the fleet fallback test).
+    config = GovernorConfig(max_capacity=8, on_unavailable="local", local_capacity=1, **FAST)  # type: ignore[arg-type]
+    gov = Governor.from_url(server.url, "fallback-wait", config)
+    waiting = threading.Event()
+    permits = gov._local
+    original = permits.acquire
+
+    def witnessed(timeout: float | None = None) -> bool:
+        waiting.set()
+        return original(timeout)
+
+    permits.acquire = witnessed  # type: ignore[method-assign]
+    got: list[Any] = []
+    try:
+        gov.status()
+        server.stop()
+        local = gov.acquire(timeout=5)
+        assert local.local
+        waiting.clear()
+        caller = threading.Thread(target=lambda: got.append(gov.acquire(timeout=15)))
+        caller.start()
+        assert waiting.wait(10), "the caller never waited for a local permit"
+        server.start()
+        caller.join(10)
+        assert got, "the caller was still waiting for the local permit after Redis came back"
+        assert not got[0].local and not local.released  # admitted by Redis while the local holder holds
+        got[0].release()
+        local.release()
     finally:
         gov.close()
 

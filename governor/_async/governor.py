@@ -635,12 +635,15 @@ class AsyncGovernor:
         label = _holder_label(holder)
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
-        try:
-            lease = await self._acquire_shared(label, deadline, timeout)
-        except GovernorUnavailable as error:
-            if self.config.on_unavailable != "local":
-                raise
-            lease = await self._acquire_local(label, deadline, error)
+        lease = None
+        while lease is None:
+            try:
+                lease = await self._acquire_shared(label, deadline, timeout)
+            except GovernorUnavailable as error:
+                if self.config.on_unavailable != "local":
+                    raise
+                # None: no local permit within a poll; Redis may answer again
+                lease = await self._acquire_local(label, deadline, error, slice_=self.config.poll)
         try:
             metrics.observe_admission(self.name, time.monotonic() - started)
         except BaseException:  # the lease never reaches the caller: give it back
@@ -712,12 +715,20 @@ class AsyncGovernor:
             return Granted(renewed.adopted[lease_id], renewed.epoch), expires
         return None
 
-    async def _acquire_local(self, label: str, deadline: float | None, error: GovernorUnavailable) -> AsyncLease:
+    async def _acquire_local(
+        self, label: str, deadline: float | None, error: GovernorUnavailable, slice_: float | None = None
+    ) -> AsyncLease | None:
         """The fallback while Redis is unreachable: a per-process limit of
         ``local_capacity``; the heartbeat registers these leases in Redis as
-        soon as it answers (renew.lua adopts them)."""
+        soon as it answers (renew.lua adopts them). A caller waits for a
+        local permit at most ``slice_`` at a time (None when the slice ends
+        before the deadline), so that it asks Redis again instead of being
+        admitted locally after Redis is back, beside the shared limit."""
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not await self._local.acquire(remaining):
+        wait = remaining if slice_ is None else (slice_ if remaining is None else min(slice_, remaining))
+        if not await self._local.acquire(wait):
+            if wait != remaining:
+                return None
             raise AcquireTimeout(
                 f"governor {self.name!r}: Redis is unreachable ({error}) and the local fallback limit "
                 f"of {self.config.local_capacity} is full",
