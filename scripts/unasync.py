@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Generate the sync facade from the asyncio one (the source of truth).
 
-    python scripts/unasync.py          write governor/_sync/governor.py
-    python scripts/unasync.py --check  exit 1 if the checked-in file drifted
+    python scripts/unasync.py          write governor/_sync/{governor,background,retry}.py
+    python scripts/unasync.py --check  exit 1 if a checked-in file drifted
+
+Every module of governor/_async/ is generated, except the hand-kept ones
+(``HAND_KEPT``: each facade's own primitives); ``--check`` also fails on a
+module that is neither, so a new one cannot be forgotten.
 
 Token substitutions in the manner of encode/httpcore's unasync, plus one
 pragma: a comment line ``# sync: <code>`` makes the sync file carry
@@ -20,10 +24,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAIRS = [
-    (ROOT / "governor/_async/governor.py", ROOT / "governor/_sync/governor.py"),
-    (ROOT / "governor/_async/retry.py", ROOT / "governor/_sync/retry.py"),
-]
+ASYNC, SYNC = ROOT / "governor/_async", ROOT / "governor/_sync"
+#: the modules generated from their asyncio source
+GENERATED = ("governor.py", "background.py", "retry.py")
+#: the modules each facade keeps by hand
+HAND_KEPT = ("__init__.py", "_compat.py")
+PAIRS = [(ASYNC / name, SYNC / name) for name in GENERATED]
 
 SUBS = [
     (r"\basync def ", "def "),
@@ -78,6 +84,12 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="fail if a generated file is out of date")
     args = parser.parse_args()
     stale = []
+    for folder in (ASYNC, SYNC):
+        unlisted = sorted({path.name for path in folder.glob("*.py")} - {*GENERATED, *HAND_KEPT})
+        if unlisted:
+            where = folder.relative_to(ROOT)
+            print(f"{where}: {', '.join(unlisted)} not in GENERATED or HAND_KEPT (scripts/unasync.py)", file=sys.stderr)
+            return 1
     for source, target in PAIRS:
         expected = unasync(source.read_text(encoding="utf-8"), source.name)
         current = target.read_text(encoding="utf-8") if target.exists() else ""
