@@ -1,17 +1,22 @@
 """Fixtures shared by the whole suite.
 
-Every behavioural test runs on a real Redis (a private ``redis-server``
-started for the session, or ``REDIS_URL`` when set) and again on fakeredis
+Every behavioural test runs on a real Redis (``REDIS_URL`` when set, else a
+private ``redis-server`` started for the session, else a testcontainers
+``RedisContainer`` when a Docker engine answers) and again on fakeredis
 with its Lua extra, each with ``decode_responses`` off and on. Governor
 names are unique per test. Policy time comes from an injected clock.
 """
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import fakeredis
@@ -23,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from governor import AsyncGovernor, Governor, GovernorConfig
 
 from .faultkit import Processes
-from .servers import RedisServer
+from .servers import RedisServer, redis_server_binary, wait_until
 
 
 class FakeClock:
@@ -39,16 +44,110 @@ class FakeClock:
         self.now += seconds
 
 
+class NoRedis(Exception):
+    """None of the three ways to a session Redis is available."""
+
+
+NO_REDIS = (
+    "the tests need a Redis, in one of three ways: set REDIS_URL=redis://host:port/db; "
+    "or put redis-server on PATH (apt-get install redis-server) for a private one; "
+    "or run a Docker engine for a testcontainers RedisContainer (pip install 'testcontainers[redis]')"
+)
+CONTAINER_IMAGE = "redis:7-alpine"
+
+
+@functools.cache
+def docker_answers() -> bool:
+    """Whether a Docker engine answers a ping (DOCKER_HOST or the default socket); asked once."""
+    with warnings.catch_warnings():
+        # docker-py leaves the socket of a refused connection open: collected here, unreported
+        warnings.simplefilter("ignore", ResourceWarning)
+        answered = _ping_docker()
+        gc.collect()
+    return answered
+
+
+def _ping_docker() -> bool:
+    try:
+        import docker
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=5)
+    except docker.errors.DockerException:
+        return False
+    try:
+        return bool(client.ping())
+    except (docker.errors.DockerException, OSError):
+        return False
+    finally:
+        client.close()
+
+
+def choose_session_redis(
+    environ: Mapping[str, str] = os.environ,
+    has_redis_server: Callable[[], bool] = lambda: redis_server_binary() is not None,
+    has_docker: Callable[[], bool] = docker_answers,
+) -> str:
+    """Where the session Redis comes from, in order of preference: ``"url"``
+    (REDIS_URL), ``"redis-server"`` (a private one), ``"testcontainers"``
+    (a RedisContainer); NoRedis naming the three ways when none is there."""
+    if environ.get("REDIS_URL"):
+        return "url"
+    if has_redis_server():
+        return "redis-server"
+    if has_docker():
+        return "testcontainers"
+    raise NoRedis(NO_REDIS)
+
+
+@contextmanager
+def redis_container(image: str = CONTAINER_IMAGE) -> Iterator[str]:
+    """A Redis in a throwaway Docker container (testcontainers); yields its URL."""
+    try:
+        from testcontainers.community.redis import RedisContainer  # testcontainers >= 4.14
+    except ImportError:
+        from testcontainers.redis import RedisContainer
+    with RedisContainer(image) as container:
+        host = container.get_container_host_ip()
+        port = container.get_exposed_port(container.port)
+        yield f"redis://{host}:{port}/0"
+
+
+def wait_older_than(url: str, seconds: float) -> None:
+    """Return once the Redis at ``url`` has run for more than ``seconds``."""
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        wait_until(
+            lambda: float(client.info("server")["uptime_in_seconds"]) > seconds,
+            seconds + 30,
+            interval=0.2,
+            what=f"the Redis at {url} to be older than {seconds} s",
+        )
+    finally:
+        client.close()
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
-    """A real Redis for the session: REDIS_URL, or a private redis-server.
+    """A real Redis for the session: REDIS_URL, else a private redis-server,
+    else a testcontainers RedisContainer (see choose_session_redis).
 
     A governor created on a Redis younger than its lease TTL holds new
-    admissions (holders from before a restart may still run), so a private
-    server is handed out once it is older than the default TTL, as a
-    fleet's Redis would be."""
-    if os.environ.get("REDIS_URL"):
+    admissions (holders from before a restart may still run), so a server
+    started for the session is handed out once it is older than the default
+    TTL, as a fleet's Redis would be."""
+    try:
+        kind = choose_session_redis()
+    except NoRedis as error:
+        pytest.fail(str(error), pytrace=False)
+    if kind == "url":
         yield os.environ["REDIS_URL"]
+        return
+    if kind == "testcontainers":
+        with redis_container() as url:
+            wait_older_than(url, GovernorConfig().lease_ttl)
+            yield url
         return
     server = RedisServer().start()
     try:

@@ -1,23 +1,21 @@
 """The Redis a demo or benchmark runs on when none is given.
 
 In order of preference: the URL the user gave; a private ``redis-server``
-started on a free loopback port (nothing on disk, stopped afterwards);
-else an in-process fakeredis with Lua, which only threads of this process
-can reach, so the hosts become threads.
+on a free loopback port (nothing on disk, stopped afterwards), started by
+the one launcher, :mod:`governor.sim.redis_server`; else an in-process
+fakeredis with Lua, which only threads of this process can reach, so the
+hosts become threads.
 """
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
+import shutil  # noqa: F401 - tests hide the binary with monkeypatch.setattr(embedded.shutil, "which", ...)
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import redis
+
+from .redis_server import RedisServer, RedisServerMissing, redis_server_binary
 
 
 @dataclass
@@ -27,8 +25,7 @@ class Backend:
     kind: str  #: "url" (given), "redis-server" (private) or "fakeredis" (in-process)
     url: str | None  #: a Redis URL other processes can use; None for fakeredis
     fake_server: Any = None
-    _process: subprocess.Popen[bytes] | None = None
-    _dir: Path | None = None
+    _server: RedisServer | None = None
 
     @property
     def shared(self) -> bool:
@@ -65,17 +62,9 @@ class Backend:
         return redis.Redis.from_url(self.url, socket_timeout=30, socket_connect_timeout=10)
 
     def close(self) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(10)
-            self._process = None
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        if self._server is not None:
+            self._server.cleanup()
+            self._server = None
 
     def __enter__(self) -> Backend:
         return self
@@ -95,9 +84,8 @@ def open_backend(redis_url: str | None, allow_fake: bool = True) -> Backend:
         finally:
             client.close()
         return Backend("url", redis_url)
-    binary = shutil.which("redis-server")
-    if binary is not None:
-        return _start_private(binary)
+    if redis_server_binary() is not None:
+        return _start_private()
     if not allow_fake:
         raise RuntimeError("no Redis: pass --redis-url, or install redis-server")
     try:
@@ -110,29 +98,9 @@ def open_backend(redis_url: str | None, allow_fake: bool = True) -> Backend:
     return Backend("fakeredis", None, fake_server=fakeredis.FakeServer())
 
 
-def _start_private(binary: str) -> Backend:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    folder = Path(tempfile.mkdtemp(prefix="governor-sim-redis-"))
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    args += ["--dir", str(folder), "--logfile", str(folder / "redis.log")]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    backend = Backend("redis-server", url, _process=process, _dir=folder)
-    client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
-    deadline = time.monotonic() + 10
+def _start_private() -> Backend:
     try:
-        while True:
-            try:
-                client.ping()
-                return backend
-            except redis.RedisError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log = folder / "redis.log"
-                    tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
-                    backend.close()
-                    raise RuntimeError(f"redis-server did not start: {tail.strip() or 'no log'}") from None
-                time.sleep(0.05)
-    finally:
-        client.close()
+        server = RedisServer().start()
+    except RedisServerMissing as error:  # gone since it was looked up
+        raise RuntimeError(f"no Redis: {error}") from error
+    return Backend("redis-server", server.url, _server=server)
