@@ -4,9 +4,10 @@ Two sources, because they live in different processes:
 
 * Every client records how long each caller waited for admission in the
   histogram ``governor_admission_wait_seconds{governor}`` of the default
-  registry (:func:`observe_admission`, called by the facades on every
-  grant). A worker publishes it with its own ``prometheus_client``
-  endpoint, e.g. ``prometheus_client.start_http_server(8000)``.
+  registry (:func:`observe_admission`, subscribed to the facades'
+  :class:`governor.events.Admitted` events when this module is imported).
+  A worker publishes it with its own ``prometheus_client`` endpoint, e.g.
+  ``prometheus_client.start_http_server(8000)``.
 * ``governor exporter`` serves :class:`GovernorCollector`, which reads each
   governor's state from Redis on every scrape (read-only: the ``status``
   script and the decision log), so what Prometheus sees is what the scripts
@@ -25,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import events
 from .errors import GovernorError
 
 #: admission waits run from a free slot (ms) to a long pause (minutes)
@@ -48,14 +50,20 @@ _lock = threading.Lock()
 def observe_admission(name: str, seconds: float) -> None:
     """Record how long a caller waited for admission to governor ``name``.
 
-    Called on every grant: after the first call per name it is one dict
-    lookup and one histogram observation, or nothing at all when
-    prometheus_client is not installed.
+    Called on every admission by ``acquire()`` (its Admitted event): after
+    the first call per name it is one dict lookup and one histogram
+    observation, or nothing at all when prometheus_client is not installed.
     """
     child = _children.get(name)
     if child is None:
         child = _child(name)
     child.observe(seconds)
+
+
+def _on_event(event: events.Event) -> None:
+    """The client-side metrics' subscriber to the facades' events."""
+    if isinstance(event, events.Admitted):
+        observe_admission(event.name, event.waited_seconds)
 
 
 def _child(name: str) -> Any:
@@ -78,6 +86,9 @@ def _child(name: str) -> Any:
         child = _histogram.labels(name)
         _children[name] = child
         return child
+
+
+events.subscribe(_on_event)
 
 
 # -- the exporter -----------------------------------------------------------------

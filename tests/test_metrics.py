@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from governor import Governor, GovernorConfig, Outcome, metrics
 from governor.errors import ConfigError
+from governor.events import Admitted, emit
 from governor.inspect import server_time_ms
 from governor.metrics import GovernorCollector, observe_admission, start_exporter
 
@@ -61,6 +62,14 @@ def test_every_admission_is_observed(make_gov: MakeGov, name: str) -> None:
     with gov.acquire(timeout=5):
         pass
     assert REGISTRY.get_sample_value("governor_admission_wait_seconds_count", {"governor": name}) == before + 2
+
+
+def test_the_histogram_listens_to_admitted_events(name: str) -> None:
+    """The facades do not import metrics: they emit, and metrics subscribes."""
+    emit(Admitted(name, 0.3, False))
+    emit(Admitted(name, 0.7, True))
+    assert REGISTRY.get_sample_value("governor_admission_wait_seconds_count", {"governor": name}) == 2
+    assert REGISTRY.get_sample_value("governor_admission_wait_seconds_sum", {"governor": name}) == pytest.approx(1.0)
 
 
 def test_observe_admission_is_a_no_op_without_prometheus_client(monkeypatch: pytest.MonkeyPatch, name: str) -> None:

@@ -20,7 +20,7 @@ import redis.retry as redis_retry
 import redis.backoff
 import redis.exceptions
 
-from .. import metrics
+from .. import events
 from ..classify import Classifier
 from ..config import GovernorConfig, RetryPolicy, ms
 from ..core import (
@@ -328,8 +328,8 @@ class Governor:
                 # None: no local permit within a poll; Redis may answer again
                 lease = self._acquire_local(label, deadline, error, slice_=self.config.poll)
         try:
-            metrics.observe_admission(self.name, time.monotonic() - started)
-        except BaseException:  # the lease never reaches the caller: give it back
+            events.emit(events.Admitted(self.name, time.monotonic() - started, lease.local))
+        except BaseException:  # interrupted here, the lease never reaches the caller: give it back
             shielded(self._release(lease))
             raise
         return lease
