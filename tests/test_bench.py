@@ -15,7 +15,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from governor.sim import bench
+from governor.sim import bench, instructions, redis_server
 from governor.sim.cli import bench_command
 
 
@@ -113,3 +113,51 @@ def test_the_bench_command_needs_a_reachable_redis() -> None:
     result = CliRunner().invoke(bench_command, ["--redis-url", "redis://127.0.0.1:1/0", "--seconds", "0.1"])
     assert result.exit_code == 1
     assert "cannot reach Redis" in result.output
+
+
+@pytest.mark.skipif(instructions.missing_tools() is not None, reason=f"{instructions.missing_tools()}")
+def test_the_instructions_measurement_counts_every_phase(redis_url: str, tmp_path: Path) -> None:
+    """A tiny run of ``bench --instructions``: the shape of its figures, not their size."""
+    out, markdown = tmp_path / "instructions.json", tmp_path / "instructions.md"
+    result = CliRunner().invoke(
+        bench_command,
+        ["--instructions", "--redis-url", redis_url, "--calls", "3", "--queued", "20", "--seconds", "0.1",
+         "--out", str(out), "--markdown", str(markdown)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    counted = data["instructions"]
+    assert (counted["calls"], counted["shallow"], counted["deep"]) == (3, instructions.SHALLOW, 20)
+    assert [row["phase"] for row in counted["rows"]] == list(instructions.PHASES)
+    for row in counted["rows"]:
+        assert row["shallow"] > 0 and row["deep"] > 0, row
+        assert row["depth_ratio"] == pytest.approx(row["deep"] / row["shallow"])
+    scale = counted["rows"][0]
+    assert scale["phase"] == "incr_decr" and scale["pair_ratio"] == pytest.approx(1.0)
+    assert set(data["client"]) == {f"{api}/{parser}" for api in ("sync", "asyncio") for parser in bench.parsers()}
+    for row in data["client"].values():
+        assert row["ratio"] == pytest.approx(row["raw_pairs_s"] / row["governor_pairs_s"])
+    page = markdown.read_text()
+    assert page.startswith("# ") and data["command"] in page and "--instructions" in data["command"].split()
+    for label in instructions.PHASES.values():
+        assert label in page
+    assert _keys_left(redis_url) == []
+
+
+def test_the_instructions_measurement_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = redis_server.shutil.which
+    monkeypatch.setattr(redis_server.shutil, "which", lambda name: None if name == "valgrind" else real(name))
+    assert instructions.missing_tools() == "valgrind not found: apt-get install valgrind"
+    result = CliRunner().invoke(bench_command, ["--instructions"])
+    assert result.exit_code == 1
+    assert "--instructions needs valgrind" in result.output and "apt-get install valgrind" in result.output
+    with pytest.raises(instructions.InstructionsUnavailable, match="valgrind"):
+        instructions.measure_instructions(calls=1)
+
+
+def test_the_pure_python_parser_can_be_forced() -> None:
+    assert bench.parsers()[-1] == "python"
+    assert "parser_class" in bench._parser_options("python", asyncio=False)
+    assert bench._parser_options(None, asyncio=True) == {}
+    with pytest.raises(ValueError, match="not available"):
+        bench._parser_options("nonesuch", asyncio=False)

@@ -74,6 +74,30 @@ def _config(**overrides: Any) -> GovernorConfig:
     return GovernorConfig(**values)
 
 
+def parsers() -> tuple[str, ...]:
+    """The reply parsers redis-py can use here: ``"hiredis"`` when installed
+    (redis-py then picks it by itself), and always ``"python"``."""
+    from redis.utils import HIREDIS_AVAILABLE
+
+    return ("hiredis", "python") if HIREDIS_AVAILABLE else ("python",)
+
+
+def _parser_options(parser: str | None, asyncio: bool) -> dict[str, Any]:
+    """Client options that select ``parser``: None or ``"hiredis"`` keep
+    redis-py's default (hiredis when installed); ``"python"`` forces the
+    pure-Python parser (redis-py swaps in its RESP3 twin on a RESP3
+    connection). The governor's own pool keeps the choice."""
+    if parser is None:
+        return {}
+    if parser not in parsers():
+        raise ValueError(f"reply parser {parser!r} is not available here (one of {', '.join(parsers())})")
+    if parser == "hiredis":
+        return {}
+    from redis._parsers import _AsyncRESP2Parser, _RESP2Parser
+
+    return {"parser_class": _AsyncRESP2Parser if asyncio else _RESP2Parser}
+
+
 def _cleanup(client: redis.Redis, *names: str) -> None:
     for name in names:
         client.delete(*governor_keys(name).keys)
@@ -118,8 +142,8 @@ def _interleaved(cases: dict[str, Callable[[float], float]], seconds: float) -> 
 # -- 1. uncontended pairs ----------------------------------------------------------------------
 
 
-def bench_pairs_sync(url: str, seconds: float) -> dict[str, float]:
-    client = redis.Redis.from_url(url)
+def bench_pairs_sync(url: str, seconds: float, parser: str | None = None) -> dict[str, float]:
+    client = redis.Redis.from_url(url, **_parser_options(parser, asyncio=False))
     name = _name("pairs")
     gov = Governor(client, name, _config())
     counter = f"{name}:raw"
@@ -164,8 +188,8 @@ def bench_pairs_sync(url: str, seconds: float) -> dict[str, float]:
     }
 
 
-async def bench_pairs_async(url: str, seconds: float) -> dict[str, float]:
-    client = redis.asyncio.Redis.from_url(url)
+async def bench_pairs_async(url: str, seconds: float, parser: str | None = None) -> dict[str, float]:
+    client = redis.asyncio.Redis.from_url(url, **_parser_options(parser, asyncio=True))
     name = _name("apairs")
     gov = AsyncGovernor(client, name, _config())
     counter = f"{name}:raw"
@@ -190,6 +214,17 @@ async def bench_pairs_async(url: str, seconds: float) -> dict[str, float]:
         await client.aclose()
     g, r = statistics.median(rates["governor"]), statistics.median(rates["raw"])
     return {"governor_pairs_s": g, "raw_pairs_s": r, "ratio": r / g}
+
+
+def bench_client_rates(url: str, seconds: float) -> dict[str, dict[str, float]]:
+    """Uncontended acquire+release vs INCR+DECR pairs per second, sync and
+    asyncio, with each reply parser available (see :func:`parsers`), keyed
+    ``"sync/hiredis"``, ``"asyncio/python"``, ..."""
+    out: dict[str, dict[str, float]] = {}
+    for parser in parsers():
+        out[f"sync/{parser}"] = bench_pairs_sync(url, seconds, parser)
+        out[f"asyncio/{parser}"] = asyncio.run(bench_pairs_async(url, seconds, parser))
+    return out
 
 
 # -- 2. wake latency ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ extra) are imported when a command runs.
     python -m governor.sim demo                     # one minute, embedded Redis
     python -m governor.sim demo --redis-url redis://localhost:6379/0
     python -m governor.sim bench                    # overhead benchmarks
+    python -m governor.sim bench --instructions     # server instructions (callgrind)
     python -m governor.sim swarm --out docs/benchmarks   # the full benchmark
     python -m governor.sim provider --port 8000 --limit 40 --latency 0.2
     python -m governor.sim worker --redis-url redis://redis:6379/0
@@ -452,8 +453,36 @@ def worker_command(redis_url: str, namespace: str, jobs: int | None) -> None:
 @click.option(
     "--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write the figures as JSON here."
 )
+@click.option(
+    "--instructions",
+    is_flag=True,
+    help="Instead: count Redis server instructions per operation under callgrind (needs valgrind; a private "
+    "redis-server of its own, --redis-url serves the client-side rates), "
+    "with 10 vs --queued live leases and waiters, and the client-side pair rates per reply parser.",
+)
+@click.option(
+    "--calls",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="With --instructions: repetitions of each counted operation.",
+)
+@click.option(
+    "--markdown",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --instructions: write the report as markdown here (e.g. docs/benchmarks/instructions.md).",
+)
 def bench_command(
-    redis_url: str | None, seconds: float, wakes: int, deep: int, script_calls: int, out: Path | None
+    redis_url: str | None,
+    seconds: float,
+    wakes: int,
+    deep: int,
+    script_calls: int,
+    out: Path | None,
+    instructions: bool,
+    calls: int,
+    markdown: Path | None,
 ) -> None:
     """Measure the governor's overhead against raw Redis, side by side on one Redis.
 
@@ -461,10 +490,20 @@ def bench_command(
     client, sync and asyncio; (2) wake latency from a release to the next
     waiter's admission; (3) hand-over throughput with 10 vs --queued waiters;
     (4) Redis time per script call (INFO commandstats).
+
+    With --instructions: Redis server instructions per operation, counted by
+    callgrind on a private redis-server under valgrind, each also as a ratio
+    to an INCR+DECR pair and with 10 vs --queued live leases and waiters; and
+    the client-side pair rates with each reply parser (hiredis, pure Python).
     """
-    from .bench import format_bench, run_bench
     from .embedded import open_backend
 
+    if instructions:
+        from .instructions import missing_tools
+
+        why = missing_tools()
+        if why is not None:
+            raise click.ClickException(f"--instructions needs valgrind and redis-server: {why}")
     try:
         backend = open_backend(redis_url, allow_fake=False)
     except (ConnectionError, RuntimeError) as error:
@@ -472,12 +511,31 @@ def bench_command(
     with backend:
         click.echo(f"Redis: {backend.describe()}")
         assert backend.url is not None
-        result = run_bench(
-            backend.url, seconds=seconds, wakes=wakes, deep=deep, script_calls=script_calls, echo=click.echo
-        )
+        if instructions:
+            from .instructions import run_instructions
+
+            result = run_instructions(backend.url, calls=calls, deep=deep, seconds=seconds, echo=click.echo)
+        else:
+            from .bench import run_bench
+
+            result = run_bench(
+                backend.url, seconds=seconds, wakes=wakes, deep=deep, script_calls=script_calls, echo=click.echo
+            )
     result["command"] = _command_line()
     click.echo("")
-    click.echo(format_bench(result))
+    if instructions:
+        from .instructions import format_report
+
+        report = format_report(result, result["command"])
+        click.echo(report)
+        if markdown is not None:
+            markdown.parent.mkdir(parents=True, exist_ok=True)
+            markdown.write_text(report, encoding="utf-8")
+            click.echo(f"\nreport: {markdown}")
+    else:
+        from .bench import format_bench
+
+        click.echo(format_bench(result))
     if out is not None:
         import json
 
