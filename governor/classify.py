@@ -1,17 +1,20 @@
 """Which provider failures are throttles, which are billing, which are neither (SPEC §5).
 
 ``Governor.call`` asks a :data:`Classifier` about every exception its
-function raises and acts on the answer:
+function raises and acts on the answer, an :class:`~governor.core.Outcome`
+(the one reported to the governor):
 
-- ``rate_limited``: a throttle (429) or an overloaded provider (529, 503, an
+- ``RATE_LIMITED``: a throttle (429) or an overloaded provider (529, 503, an
   ``overloaded_error`` event inside a streamed 200): reported to the
   governor, which shrinks the fleet's capacity and holds it for the
   provider's Retry-After, then retried.
-- ``quota_exhausted``: billing (OpenAI ``insufficient_quota``, Anthropic
+- ``QUOTA_EXHAUSTED``: billing (OpenAI ``insufficient_quota``, Anthropic
   credit balance too low or a spend limit reached, HTTP 402): retrying
   cannot help, so it is never retried and never shrinks capacity; it is
   counted for operators and surfaces as ``QuotaExhausted``.
-- ``other``: everything else propagates unchanged.
+- ``ERROR``: everything else, reported as an attempt and propagated unchanged.
+
+``SUCCESS`` is no verdict: a classification describes a failure.
 
 The provider SDKs are optional. Nothing here imports them: exceptions are
 matched by the module they come from and read by duck typing
@@ -26,7 +29,6 @@ sends only as prose, the message.
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -34,28 +36,29 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backoff import parse_retry_after
+from .core import Outcome
 from .errors import ConfigError, GovernorError
 
-
-class Kind(enum.Enum):
-    """What a failure means for the fleet."""
-
-    RATE_LIMITED = "rate_limited"  #: throttled or overloaded: back off and retry
-    QUOTA_EXHAUSTED = "quota_exhausted"  #: billing: never retried, an operator must act
-    OTHER = "other"  #: anything else: propagates unchanged
+#: the outcomes a classification may give: what a failure means for the fleet
+FAILURES = (Outcome.RATE_LIMITED, Outcome.QUOTA_EXHAUSTED, Outcome.ERROR)
 
 
 @dataclass(frozen=True)
 class Classification:
     """A classifier's verdict on one exception."""
 
-    kind: Kind  #: what the failure means
-    retry_after: float | None = None  #: seconds the provider asked to wait (rate_limited only)
+    #: what the failure means: RATE_LIMITED (back off and retry), QUOTA_EXHAUSTED
+    #: (never retried, an operator must act) or ERROR (propagates unchanged)
+    kind: Outcome
+    retry_after: float | None = None  #: seconds the provider asked to wait (RATE_LIMITED only)
     description: str = ""  #: short, for logs and error messages
 
     def __post_init__(self) -> None:
-        if not isinstance(self.kind, Kind):
-            raise ConfigError(f"Classification.kind must be a Kind, got {self.kind!r}")
+        if self.kind not in FAILURES:
+            raise ConfigError(
+                "Classification.kind must be Outcome.RATE_LIMITED, Outcome.QUOTA_EXHAUSTED or Outcome.ERROR "
+                f"(a classification describes a failure), got {self.kind!r}"
+            )
         ra = self.retry_after
         if ra is not None and (
             isinstance(ra, bool) or not isinstance(ra, (int, float)) or not math.isfinite(ra) or ra < 0
@@ -65,6 +68,18 @@ class Classification:
 
 Classifier = Callable[[BaseException], Classification]
 """Turns an exception raised by the called function into a :class:`Classification`."""
+
+
+class Kind:
+    """Transitional, to be deleted: the names of the removed ``Kind`` enum,
+    each the Outcome it became (OTHER is ERROR), for the importers not yet
+    moved to Outcome (governor/__init__.py, governor/sim/host.py,
+    tests/test_sim_provider.py). Not an enum: use :class:`Outcome`."""
+
+    RATE_LIMITED = Outcome.RATE_LIMITED
+    QUOTA_EXHAUSTED = Outcome.QUOTA_EXHAUSTED
+    OTHER = Outcome.ERROR
+
 
 #: error codes and types (any of OpenAI's ``code``/``type``, Anthropic's
 #: ``type``/``details.error_code``) that mean the account cannot pay
@@ -108,15 +123,15 @@ def classify_http(status: int | None, headers: Any = None, body: Any = None) -> 
     description = _describe(status, fields)
     message = (fields.message or "").lower()
     if names & QUOTA_CODES or status == 402 or any(phrase in message for phrase in QUOTA_PHRASES):
-        return Classification(Kind.QUOTA_EXHAUSTED, None, description)
+        return Classification(Outcome.QUOTA_EXHAUSTED, None, description)
     throttled = status in (429, 529) or bool(names & RATE_LIMIT_CODES)
     # A 503 is overload unless the body names another cause (Anthropic's
     # details.error_code, e.g. "cmek_key_unreachable"): those are not throttles.
     if status == 503 and (fields.detail is None or fields.detail in RATE_LIMIT_CODES):
         throttled = True
     if throttled:
-        return Classification(Kind.RATE_LIMITED, parse_retry_after(headers), description)
-    return Classification(Kind.OTHER, None, description)
+        return Classification(Outcome.RATE_LIMITED, parse_retry_after(headers), description)
+    return Classification(Outcome.ERROR, None, description)
 
 
 def classify_response(response: Any) -> Classification:
@@ -131,7 +146,7 @@ def classify_httpx(exc: BaseException) -> Classification:
     """Classify an ``httpx.HTTPStatusError`` (or httpx2's) by its response."""
     response = getattr(exc, "response", None)
     if response is None:  # connection errors, timeouts: no answer from the provider
-        return Classification(Kind.OTHER, None, _exception_text(exc))
+        return Classification(Outcome.ERROR, None, _exception_text(exc))
     return classify_response(response)
 
 
@@ -164,23 +179,23 @@ def default_classifier(exc: BaseException) -> Classification:
     Dispatches on the exception's module (``openai``, ``anthropic``,
     ``httpx``, ``httpx2``); any other exception that carries an HTTP status
     (``status_code`` or ``status``, on itself or its ``response``) goes
-    through :func:`classify_http`. An exception without one is ``other``,
+    through :func:`classify_http`. An exception without one is ``ERROR``,
     unless it was raised ``from`` a classifiable one (a wrapper's
     ``__cause__``), which is then classified instead. Errors of the
-    governor itself are always ``other``.
+    governor itself are always ``ERROR``.
     """
     if isinstance(exc, GovernorError):
-        return Classification(Kind.OTHER, None, _exception_text(exc))
+        return Classification(Outcome.ERROR, None, _exception_text(exc))
     verdict = _classify_one(exc)
-    if verdict is not None and verdict.kind is not Kind.OTHER:
+    if verdict is not None and verdict.kind is not Outcome.ERROR:
         return verdict
     cause, depth = exc.__cause__, 0
     while cause is not None and depth < 8 and not isinstance(cause, GovernorError):
         found = _classify_one(cause)
-        if found is not None and found.kind is not Kind.OTHER:
+        if found is not None and found.kind is not Outcome.ERROR:
             return found
         cause, depth = cause.__cause__, depth + 1
-    return verdict or Classification(Kind.OTHER, None, _exception_text(exc))
+    return verdict or Classification(Outcome.ERROR, None, _exception_text(exc))
 
 
 def _classify_one(exc: BaseException) -> Classification | None:
@@ -201,7 +216,7 @@ def _classify_one(exc: BaseException) -> Classification | None:
 def _classify_sdk(exc: BaseException) -> Classification:
     status, headers, body = _http_parts(exc)
     if status is None and body is None:  # APIConnectionError, APITimeoutError, client-side errors
-        return Classification(Kind.OTHER, None, _exception_text(exc))
+        return Classification(Outcome.ERROR, None, _exception_text(exc))
     return classify_http(status, headers, body)
 
 

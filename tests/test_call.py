@@ -31,11 +31,12 @@ from governor import (
     Governor,
     GovernorConfig,
     GovernorUnavailable,
+    Outcome,
     QuotaExhausted,
     Status,
 )
 from governor._async import retry as async_retry
-from governor.classify import Classification, Kind
+from governor.classify import Classification
 from governor.config import RetryPolicy
 from governor.providers import (
     anthropic_client,
@@ -474,10 +475,10 @@ def test_a_custom_classifier_decides(make_gov: MakeGov) -> None:
 
     def classify(error: BaseException) -> Classification:
         if isinstance(error, TimeoutError):
-            return Classification(Kind.RATE_LIMITED, 0.0, "treat timeouts as overload")
+            return Classification(Outcome.RATE_LIMITED, 0.0, "treat timeouts as overload")
         if isinstance(error, PermissionError):
-            return Classification(Kind.QUOTA_EXHAUSTED, None, "account suspended")
-        return Classification(Kind.OTHER)
+            return Classification(Outcome.QUOTA_EXHAUSTED, None, "account suspended")
+        return Classification(Outcome.ERROR)
 
     outcomes = iter([TimeoutError("slow"), TimeoutError("slow"), "ok"])
 
@@ -507,6 +508,18 @@ def test_a_classifier_that_returns_nonsense_is_a_usage_error(make_gov: MakeGov) 
         gov.call(boom, classify=lambda error: "rate_limited")  # type: ignore[arg-type,return-value]
     assert isinstance(caught.value.__cause__, ValueError)
     assert counts(gov.status()) == (0, 0, 0, 0, 0)
+
+
+def test_a_classifier_cannot_call_a_failure_a_success(make_gov: MakeGov) -> None:
+    gov = make_gov(SEED)
+
+    def boom() -> None:
+        raise ValueError("provider said no")
+
+    with pytest.raises(ConfigError, match="describes a failure") as caught:
+        gov.call(boom, classify=lambda error: Classification(Outcome.SUCCESS))
+    assert isinstance(caught.value.__context__, ValueError)
+    assert counts(gov.status()) == (0, 0, 0, 0, 0)  # nothing reported, the lease released
 
 
 def test_bad_arguments(make_gov: MakeGov) -> None:

@@ -20,10 +20,9 @@ import openai
 import pytest
 from anthropic._error_classes import make_status_error
 
-from governor import QuotaExhausted
+from governor import Outcome, QuotaExhausted
 from governor.classify import (
     Classification,
-    Kind,
     classify_anthropic,
     classify_http,
     classify_httpx,
@@ -35,7 +34,7 @@ from governor.errors import ConfigError
 
 from . import scripted_provider as sp
 
-RATE, QUOTA, OTHER = Kind.RATE_LIMITED, Kind.QUOTA_EXHAUSTED, Kind.OTHER
+RATE, QUOTA, ERROR = Outcome.RATE_LIMITED, Outcome.QUOTA_EXHAUSTED, Outcome.ERROR
 REQUEST = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")
 
 
@@ -106,16 +105,16 @@ OPENAI_CASES = [
     pytest.param(
         503, {"message": "The engine is currently overloaded", "type": "server_error"}, None, RATE, None, id="503"
     ),
-    pytest.param(500, {"message": "The server had an error", "type": "server_error"}, None, OTHER, None, id="500"),
-    pytest.param(502, None, None, OTHER, None, id="502"),
-    pytest.param(400, {"message": "bad", "type": "invalid_request_error"}, None, OTHER, None, id="400"),
-    pytest.param(401, {"message": "Incorrect API key", "type": "invalid_request_error"}, None, OTHER, None, id="401"),
+    pytest.param(500, {"message": "The server had an error", "type": "server_error"}, None, ERROR, None, id="500"),
+    pytest.param(502, None, None, ERROR, None, id="502"),
+    pytest.param(400, {"message": "bad", "type": "invalid_request_error"}, None, ERROR, None, id="400"),
+    pytest.param(401, {"message": "Incorrect API key", "type": "invalid_request_error"}, None, ERROR, None, id="401"),
 ]
 
 
 @pytest.mark.parametrize(("status", "error", "headers", "kind", "retry_after"), OPENAI_CASES)
 def test_openai_status_errors(
-    status: int, error: dict[str, Any] | None, headers: dict[str, str] | None, kind: Kind, retry_after: float | None
+    status: int, error: dict[str, Any] | None, headers: dict[str, str] | None, kind: Outcome, retry_after: float | None
 ) -> None:
     exc = openai_error(status, error, headers)
     assert isinstance(exc, openai.APIStatusError) and exc.status_code == status
@@ -129,7 +128,7 @@ def test_openai_stream_errors_have_a_body_but_no_status() -> None:
     throttled = openai.APIError("Rate limit", REQUEST, body={"message": "Rate limit", "code": "rate_limit_exceeded"})
     assert default_classifier(throttled).kind is RATE
     broken = openai.APIError("oops", REQUEST, body={"message": "oops", "type": "server_error"})
-    assert default_classifier(broken).kind is OTHER
+    assert default_classifier(broken).kind is ERROR
 
 
 @pytest.mark.parametrize(
@@ -139,7 +138,7 @@ def test_openai_stream_errors_have_a_body_but_no_status() -> None:
 )
 def test_openai_errors_without_an_answer_are_other(exc: Exception) -> None:
     verdict = default_classifier(exc)
-    assert verdict.kind is OTHER and type(exc).__name__ in verdict.description
+    assert verdict.kind is ERROR and type(exc).__name__ in verdict.description
 
 
 ANTHROPIC_CASES = [
@@ -160,7 +159,7 @@ ANTHROPIC_CASES = [
         503,
         a_body("api_error", "The customer-managed key cannot be reached", "cmek_key_unreachable"),
         None,
-        OTHER,
+        ERROR,
         None,
         id="503-named-cause",
     ),
@@ -213,18 +212,18 @@ ANTHROPIC_CASES = [
         None,
         id="429-extra-usage-gate",
     ),
-    pytest.param(500, a_body("api_error", "Internal server error"), None, OTHER, None, id="500"),
-    pytest.param(400, a_body("invalid_request_error", "max_tokens: too large"), None, OTHER, None, id="400"),
+    pytest.param(500, a_body("api_error", "Internal server error"), None, ERROR, None, id="500"),
+    pytest.param(400, a_body("invalid_request_error", "max_tokens: too large"), None, ERROR, None, id="400"),
     # An error event inside a streamed 200: the SDK raises APIStatusError with status 200.
     pytest.param(200, a_body("overloaded_error", "Overloaded"), None, RATE, None, id="stream-overloaded"),
     pytest.param(200, a_body("rate_limit_error", "Rate limited"), None, RATE, None, id="stream-rate-limited"),
-    pytest.param(200, a_body("api_error", "Internal server error"), None, OTHER, None, id="stream-api-error"),
+    pytest.param(200, a_body("api_error", "Internal server error"), None, ERROR, None, id="stream-api-error"),
 ]
 
 
 @pytest.mark.parametrize(("status", "body", "headers", "kind", "retry_after"), ANTHROPIC_CASES)
 def test_anthropic_status_errors(
-    status: int, body: dict[str, Any], headers: dict[str, str] | None, kind: Kind, retry_after: float | None
+    status: int, body: dict[str, Any], headers: dict[str, str] | None, kind: Outcome, retry_after: float | None
 ) -> None:
     exc = anthropic_error(status, body, headers)
     assert isinstance(exc, anthropic.APIStatusError)
@@ -242,8 +241,8 @@ def test_anthropic_specific_classes_are_matched_by_code_not_class() -> None:
 
 
 def test_anthropic_errors_without_an_answer_are_other() -> None:
-    assert default_classifier(anthropic.APIConnectionError(request=REQUEST)).kind is OTHER
-    assert default_classifier(anthropic.APITimeoutError(request=REQUEST)).kind is OTHER
+    assert default_classifier(anthropic.APIConnectionError(request=REQUEST)).kind is ERROR
+    assert default_classifier(anthropic.APITimeoutError(request=REQUEST)).kind is ERROR
 
 
 # -- httpx and any other client ----------------------------------------------------
@@ -258,10 +257,10 @@ def test_httpx_status_errors() -> None:
     throttled = classify_httpx(status_error(429, {"Retry-After": "4"}))
     assert (throttled.kind, throttled.retry_after) == (RATE, 4.0)
     assert default_classifier(status_error(503, {})).kind is RATE
-    assert default_classifier(status_error(500, {})).kind is OTHER
+    assert default_classifier(status_error(500, {})).kind is ERROR
     quota = status_error(429, {}, {"error": {"code": "insufficient_quota", "message": "quota"}})
     assert default_classifier(quota).kind is QUOTA
-    assert classify_httpx(httpx.ConnectError("refused")).kind is OTHER
+    assert classify_httpx(httpx.ConnectError("refused")).kind is ERROR
 
 
 def test_httpx_response_with_an_unread_stream_is_classified_by_status() -> None:
@@ -285,9 +284,9 @@ def test_httpx2_response() -> None:
         (529, None, RATE),
         (503, None, RATE),
         (503, "Service Unavailable", RATE),
-        (500, None, OTHER),
-        (504, None, OTHER),
-        (404, None, OTHER),
+        (500, None, ERROR),
+        (504, None, ERROR),
+        (404, None, ERROR),
         (402, None, QUOTA),
         (429, {"error": {"code": "insufficient_quota"}}, QUOTA),
         (429, '{"error": {"code": "insufficient_quota"}}', QUOTA),  # raw JSON text
@@ -297,14 +296,14 @@ def test_httpx2_response() -> None:
         (429, "<html>Too Many Requests</html>", RATE),
         (200, {"type": "error", "error": {"type": "overloaded_error"}}, RATE),
         (None, {"error": {"type": "rate_limit_error"}}, RATE),
-        (None, {"error": {"code": 42}}, OTHER),
-        (None, None, OTHER),
-        (400, "{not json", OTHER),
-        (400, ["a", "list"], OTHER),
-        (400, {"error": ["odd"]}, OTHER),
+        (None, {"error": {"code": 42}}, ERROR),
+        (None, None, ERROR),
+        (400, "{not json", ERROR),
+        (400, ["a", "list"], ERROR),
+        (400, {"error": ["odd"]}, ERROR),
     ],
 )
-def test_classify_http_triples(status: int | None, body: Any, kind: Kind) -> None:
+def test_classify_http_triples(status: int | None, body: Any, kind: Outcome) -> None:
     assert classify_http(status, {"Retry-After": "1"}, body).kind is kind
 
 
@@ -348,15 +347,15 @@ def test_a_wrapped_provider_error_is_found_through_its_cause() -> None:
     # Context without an explicit cause is not followed: only a deliberate wrap is.
     plain = ValueError("unrelated")
     plain.__context__ = throttle
-    assert default_classifier(plain).kind is OTHER
+    assert default_classifier(plain).kind is ERROR
 
 
 def test_governor_errors_and_plain_exceptions_are_other() -> None:
     quota = QuotaExhausted("used up", name="x")
     quota.__cause__ = openai_error(429, {"code": "insufficient_quota"})
-    assert default_classifier(quota).kind is OTHER  # a nested call's verdict is not taken twice
+    assert default_classifier(quota).kind is ERROR  # a nested call's verdict is not taken twice
     verdict = default_classifier(KeyError("answer"))
-    assert verdict == Classification(OTHER, None, "KeyError: 'answer'")
+    assert verdict == Classification(ERROR, None, "KeyError: 'answer'")
 
 
 def test_an_exception_whose_attributes_raise_is_other() -> None:
@@ -365,7 +364,7 @@ def test_an_exception_whose_attributes_raise_is_other() -> None:
         def status_code(self) -> int:
             raise RuntimeError("no")
 
-    assert default_classifier(Weird("x")).kind is OTHER
+    assert default_classifier(Weird("x")).kind is ERROR
 
 
 def test_descriptions_are_short_and_one_line() -> None:
@@ -377,8 +376,11 @@ def test_descriptions_are_short_and_one_line() -> None:
 
 
 def test_classification_is_validated() -> None:
-    with pytest.raises(ConfigError):
-        Classification("rate_limited")  # type: ignore[arg-type]
+    for not_an_outcome in ("rate_limited", "r", None):
+        with pytest.raises(ConfigError, match="must be Outcome"):
+            Classification(not_an_outcome)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="describes a failure"):
+        Classification(Outcome.SUCCESS)
     for bad in (-1.0, float("nan"), float("inf"), True, "3"):
         with pytest.raises(ConfigError):
             Classification(RATE, bad)  # type: ignore[arg-type]
@@ -441,8 +443,8 @@ SDK_CASES = [
     pytest.param(_openai_call, sp.openai_rate_limited(), RATE, None, id="openai-429-bare"),
     pytest.param(_openai_call, sp.openai_insufficient_quota(), QUOTA, None, id="openai-insufficient-quota"),
     pytest.param(_openai_call, sp.openai_overloaded(), RATE, None, id="openai-503"),
-    pytest.param(_openai_call, sp.openai_server_error(), OTHER, None, id="openai-500"),
-    pytest.param(_openai_call, sp.openai_bad_request(), OTHER, None, id="openai-400"),
+    pytest.param(_openai_call, sp.openai_server_error(), ERROR, None, id="openai-500"),
+    pytest.param(_openai_call, sp.openai_bad_request(), ERROR, None, id="openai-400"),
     pytest.param(_anthropic_call, sp.anthropic_rate_limited(**{"retry-after": "3"}), RATE, 3.0, id="anthropic-429"),
     pytest.param(_anthropic_call, sp.anthropic_overloaded(), RATE, None, id="anthropic-529"),
     pytest.param(_anthropic_call, sp.anthropic_unavailable(), RATE, None, id="anthropic-503"),
@@ -459,7 +461,7 @@ def test_real_sdk_errors(
     clients: tuple[openai.OpenAI, anthropic.Anthropic],
     call: Call,
     reply: sp.Reply,
-    kind: Kind,
+    kind: Outcome,
     retry_after: float | None,
 ) -> None:
     provider.script(reply)

@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backoff import retry_wait
-from ..classify import Classification, Classifier, Kind, default_classifier
+from ..classify import Classification, Classifier, default_classifier
 from ..config import RetryPolicy
 from ..core import Outcome
 from ..errors import AcquireTimeout, ConfigError, GovernorError, LeaseLost, QuotaExhausted
@@ -99,14 +99,14 @@ async def retry_call(
                 raise
             except Exception as error:
                 verdict = _classify(governor, classifier, error)
-                if verdict.kind is Kind.QUOTA_EXHAUSTED:
+                if verdict.kind is Outcome.QUOTA_EXHAUSTED:
                     await _report(governor, lease, Outcome.QUOTA_EXHAUSTED, None)
                     raise QuotaExhausted(
                         f"governor {governor.name!r}: the provider says the quota or spend limit is used up "
                         f"({verdict.description}); not retried, an operator must act",
                         name=governor.name,
                     ) from error
-                if verdict.kind is not Kind.RATE_LIMITED:
+                if verdict.kind is not Outcome.RATE_LIMITED:
                     await _report(governor, lease, Outcome.ERROR, None)
                     raise
                 retry_after = _retry_after(verdict, policy)
