@@ -1,8 +1,8 @@
 """asyncio primitives for the facade in this package.
 
-governor/_sync/_compat.py offers the same names for threads; the facade
-(governor.py here) is written once against these names and the sync one is
-generated from it by scripts/unasync.py.
+governor/_sync/_compat.py offers the same names for threads; the facade's
+modules here (governor.py, background.py, retry.py) are written once against
+these names and the sync ones are generated from them by scripts/unasync.py.
 """
 
 from __future__ import annotations
