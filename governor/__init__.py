@@ -8,9 +8,10 @@ with gov.acquire(timeout=600, holder="host-3/agent-17") as lease:
     gov.report(Outcome.SUCCESS, lease=lease)
 """
 
+from . import metrics as metrics  # its import subscribes the admission histogram to the facades' events
 from ._async.governor import AsyncGovernor, AsyncLease
 from ._sync.governor import Governor, Lease
-from .classify import Classification, Kind, default_classifier
+from .classify import Classification, default_classifier
 from .config import GovernorConfig, RetryPolicy
 from .core import Outcome, Status
 from .errors import (
@@ -44,7 +45,6 @@ __all__ = [
     "GovernorKeys",
     "GovernorNotFound",
     "GovernorUnavailable",
-    "Kind",
     "Lease",
     "LeaseLost",
     "NotReplicated",

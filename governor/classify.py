@@ -70,17 +70,6 @@ Classifier = Callable[[BaseException], Classification]
 """Turns an exception raised by the called function into a :class:`Classification`."""
 
 
-class Kind:
-    """Transitional, to be deleted: the names of the removed ``Kind`` enum,
-    each the Outcome it became (OTHER is ERROR), for the importers not yet
-    moved to Outcome (governor/__init__.py, governor/sim/host.py,
-    tests/test_sim_provider.py). Not an enum: use :class:`Outcome`."""
-
-    RATE_LIMITED = Outcome.RATE_LIMITED
-    QUOTA_EXHAUSTED = Outcome.QUOTA_EXHAUSTED
-    OTHER = Outcome.ERROR
-
-
 #: error codes and types (any of OpenAI's ``code``/``type``, Anthropic's
 #: ``type``/``details.error_code``) that mean the account cannot pay
 QUOTA_CODES = frozenset(

@@ -19,7 +19,8 @@ import aiohttp
 import openai
 import pytest
 
-from governor.classify import Kind, default_classifier
+from governor import Outcome
+from governor.classify import default_classifier
 from governor.errors import ConfigError
 from governor.sim.provider import LIMITED, OK, QUOTA, RATE, MockProvider, ProviderConfig, parse_schedule
 
@@ -197,11 +198,11 @@ async def test_the_real_openai_sdk_can_call_it() -> None:
         throttled = [r for r in results if isinstance(r, openai.RateLimitError)]
         assert len(throttled) == 1
         verdict = default_classifier(throttled[0])
-        assert verdict.kind is Kind.RATE_LIMITED and verdict.retry_after is not None
+        assert verdict.kind is Outcome.RATE_LIMITED and verdict.retry_after is not None
         await client.chat.completions.create(model="sim-1", messages=[{"role": "user", "content": "x"}])
         with pytest.raises(openai.RateLimitError) as quota:  # three accepted: the budget is spent
             await client.chat.completions.create(model="sim-1", messages=[{"role": "user", "content": "x"}])
-        assert default_classifier(quota.value).kind is Kind.QUOTA_EXHAUSTED
+        assert default_classifier(quota.value).kind is Outcome.QUOTA_EXHAUSTED
         models = await client.models.list()
         assert [m.id for m in models.data] == ["sim-1"]
     finally:

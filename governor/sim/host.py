@@ -22,12 +22,12 @@ from typing import Any
 
 from .. import AsyncGovernor, GovernorConfig, Outcome
 from ..backoff import retry_wait
-from ..classify import Classification, Kind, classify_http, default_classifier
+from ..classify import Classification, classify_http, default_classifier
 from ..errors import AcquireTimeout, GovernorError, LeaseLost
 
 #: what one attempt came to
 OK, LIMITED, QUOTA, ERROR = "ok", "limited", "quota", "error"
-_KINDS = {Kind.RATE_LIMITED: LIMITED, Kind.QUOTA_EXHAUSTED: QUOTA, Kind.OTHER: ERROR}
+_KINDS = {Outcome.RATE_LIMITED: LIMITED, Outcome.QUOTA_EXHAUSTED: QUOTA, Outcome.ERROR: ERROR}
 _OUTCOMES = {OK: Outcome.SUCCESS, LIMITED: Outcome.RATE_LIMITED, QUOTA: Outcome.QUOTA_EXHAUSTED, ERROR: Outcome.ERROR}
 #: error messages kept per host, so a failing run says why without a flood
 MAX_ERROR_SAMPLES = 5
