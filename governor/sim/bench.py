@@ -216,14 +216,24 @@ async def bench_pairs_async(url: str, seconds: float, parser: str | None = None)
     return {"governor_pairs_s": g, "raw_pairs_s": r, "ratio": r / g}
 
 
-def bench_client_rates(url: str, seconds: float) -> dict[str, dict[str, float]]:
+def bench_client_rates(url: str, seconds: float, repeats: int = 3) -> dict[str, dict[str, float]]:
     """Uncontended acquire+release vs INCR+DECR pairs per second, sync and
     asyncio, with each reply parser available (see :func:`parsers`), keyed
-    ``"sync/hiredis"``, ``"asyncio/python"``, ..."""
+    ``"sync/hiredis"``, ``"asyncio/python"``, ... The parsers take turns,
+    ``repeats`` times (the order reversed each time), and each figure is the
+    median of its turns: a moment of load skews every parser alike."""
+    runs: dict[str, list[dict[str, float]]] = {}
+    for turn in range(repeats):
+        for parser in parsers()[:: -1 if turn % 2 else 1]:
+            runs.setdefault(f"sync/{parser}", []).append(bench_pairs_sync(url, seconds / repeats, parser))
+            runs.setdefault(f"asyncio/{parser}", []).append(
+                asyncio.run(bench_pairs_async(url, seconds / repeats, parser))
+            )
     out: dict[str, dict[str, float]] = {}
-    for parser in parsers():
-        out[f"sync/{parser}"] = bench_pairs_sync(url, seconds, parser)
-        out[f"asyncio/{parser}"] = asyncio.run(bench_pairs_async(url, seconds, parser))
+    for key in sorted(runs, key=lambda k: (not k.startswith("sync"), k)):
+        governed = statistics.median(r["governor_pairs_s"] for r in runs[key])
+        raw = statistics.median(r["raw_pairs_s"] for r in runs[key])
+        out[key] = {"governor_pairs_s": governed, "raw_pairs_s": raw, "ratio": raw / governed}
     return out
 
 
