@@ -1,9 +1,11 @@
 """The governor's configuration: one frozen dataclass, validated on construction.
 
-Every number of the policy is a field. The defaults are the seed governor's
-(a 60 s window, halve on 2 rate-limited attempts or a share over 30 %, pause
-on 4, resume at a quarter, +1 per 3 successes) except ``policy``: the
-default policy is ``"adaptive"``; ``"seed"`` runs the seed's rules exactly.
+The policy is a unit of its own (governor/policies.py): ``policy`` is an
+:class:`AdaptivePolicy` (the default), a :class:`SeedPolicy` (the seed
+governor's rules exactly: halve on 2 rate-limited attempts or a share over
+30 %, pause on 4, +1 per 3 successes) or a :class:`FixedPolicy`, each with
+its own validated numbers; a policy's name (``"seed"``) means its defaults.
+The window (60 s) and the resume level (a quarter) are the seed's.
 
 The config is stored in Redis by the first client that creates the governor;
 later clients use the stored policy (one fleet, one policy). ``reset()``
@@ -18,10 +20,9 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from .errors import ConfigError
-from .keys import DEFAULT_PREFIX, governor_keys
+from .policies import Policy, policy_from
+from .protocol import DEFAULT_PREFIX, governor_keys, ms
 
-Policy = Literal["adaptive", "seed"]
-POLICIES: tuple[str, ...] = ("adaptive", "seed")
 Unavailable = Literal["fail", "local"]
 ON_UNAVAILABLE: tuple[str, ...] = ("fail", "local")
 MAX_CAPACITY_LIMIT = 1_000_000
@@ -33,30 +34,13 @@ class GovernorConfig:
 
     #: the configured ceiling of concurrent leases across the fleet
     max_capacity: int = 128
-    #: ``"adaptive"`` (default) or ``"seed"`` (the seed governor's rules exactly)
-    policy: Policy = "adaptive"
+    #: the policy and its numbers: an AdaptivePolicy (default), SeedPolicy or
+    #: FixedPolicy, or a policy's name for its defaults (see governor/policies.py)
+    policy: Policy | str = "adaptive"
     #: length of the sliding window of reported attempts
     window: float = 60.0
-    #: seed: rate-limited attempts in the window that halve capacity
-    decrease_count: int = 2
-    #: seed: rate-limited share of the window above which capacity halves ...
-    decrease_ratio: float = 0.30
-    #: ... provided the window holds at least this many attempts
-    ratio_min_attempts: int = 2
-    #: seed: capacity = max(1, floor(capacity * decrease_factor)) on a decrease
-    decrease_factor: float = 0.5
-    #: rate-limited attempts in the window that pause admissions
-    pause_count: int = 4
-    #: adaptive: the rate-limited share that must also be reached to pause
-    pause_ratio: float = 0.5
     #: a pause lifts at max(1, floor(max_capacity * resume_fraction))
     resume_fraction: float = 0.25
-    #: successes in a row that add one to capacity (seed; adaptive above the pushback level)
-    increase_successes: int = 3
-    #: adaptive: on a new congestion episode, cut to this share of the in-flight level
-    cut_factor: float = 0.9
-    #: adaptive: time between probes above the level where the provider pushed back
-    probe_interval: float = 15.0
     #: a provider's Retry-After holds the whole fleet, but never longer than this
     retry_after_cap: float = 60.0
     #: a lease expires unless renewed within this (renewed every lease_ttl / 3)
@@ -95,8 +79,11 @@ class GovernorConfig:
     key_prefix: str = DEFAULT_PREFIX
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", policy_from(self.policy))
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.name == "policy":
+                continue
             if f.type in ("int", int):
                 _check_int(f.name, value)
             elif f.type in ("float", float):
@@ -110,27 +97,18 @@ class GovernorConfig:
         _at_least("wait_replicas", self.wait_replicas, 0)
         if self.redis_connections > 1000 or self.wait_replicas > 100:
             raise ConfigError("redis_connections must be <= 1000 and wait_replicas <= 100")
-        if self.policy not in POLICIES:
-            raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         _at_least("max_capacity", self.max_capacity, 1)
         if self.max_capacity > MAX_CAPACITY_LIMIT:
             raise ConfigError(f"max_capacity must be <= {MAX_CAPACITY_LIMIT}, got {self.max_capacity}")
-        for name in ("decrease_count", "ratio_min_attempts", "pause_count", "increase_successes", "log_length"):
-            _at_least(name, getattr(self, name), 1)
-        for name in ("decrease_ratio", "pause_ratio", "resume_fraction"):
-            _within(name, getattr(self, name), 0.0, 1.0)
-        for name in ("decrease_factor", "cut_factor"):
-            value = getattr(self, name)
-            if not 0.0 < value < 1.0:
-                raise ConfigError(f"{name} must be between 0 and 1 (exclusive), got {value!r}")
+        _at_least("log_length", self.log_length, 1)
+        _within("resume_fraction", self.resume_fraction, 0.0, 1.0)
         for name in ("window", "lease_ttl", "poll", "queue_ttl", "redis_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
-        for name in ("probe_interval", "retry_after_cap"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0 seconds, got {getattr(self, name)!r}")
-        if self.window > 86400 or self.probe_interval > 86400 or self.retry_after_cap > 86400:
-            raise ConfigError("window, probe_interval and retry_after_cap must be at most a day")
+        if self.retry_after_cap < 0:
+            raise ConfigError(f"retry_after_cap must be >= 0 seconds, got {self.retry_after_cap!r}")
+        if self.window > 86400 or self.retry_after_cap > 86400:
+            raise ConfigError("window and retry_after_cap must be at most a day")
         if self.lease_ttl < 0.003:
             raise ConfigError(f"lease_ttl must be >= 0.003 s (it is renewed every third), got {self.lease_ttl!r}")
         if self.queue_ttl < 2 * self.poll:
@@ -145,39 +123,25 @@ class GovernorConfig:
         governor_keys("x", self.key_prefix)  # validates the prefix
 
     def script_fields(self) -> list[str]:
-        """The config as ``name, value`` pairs, in the units lua/common.lua expects."""
+        """The stored config as ``name, value`` pairs (governor.protocol.CONFIG,
+        then the policy's own fields), in the units the scripts expect."""
+        assert isinstance(self.policy, Policy)
         pairs = {
-            "policy": self.policy,
-            "max": self.max_capacity,
-            "window_ms": ms(self.window),
-            "dec_count": self.decrease_count,
-            "dec_ratio": self.decrease_ratio,
-            "ratio_min": self.ratio_min_attempts,
-            "dec_factor": self.decrease_factor,
-            "pause_count": self.pause_count,
-            "pause_ratio": self.pause_ratio,
-            "resume_frac": self.resume_fraction,
-            "inc_succ": self.increase_successes,
-            "cut_factor": self.cut_factor,
-            "probe_ms": ms(self.probe_interval),
-            "ra_cap_ms": ms(self.retry_after_cap),
-            "idle_ms": max(1000, ms(self.idle_expiry)),
-            "log_len": self.log_length,
+            "policy": self.policy.name,
+            "max_capacity": str(self.max_capacity),
+            "window_ms": str(ms(self.window)),
+            "resume_fraction": repr(float(self.resume_fraction)),
+            "retry_after_cap_ms": str(ms(self.retry_after_cap)),
+            "idle_ms": str(max(1000, ms(self.idle_expiry))),
+            "log_length": str(self.log_length),
+            **self.policy.script_fields(),
         }
-        out: list[str] = []
-        for name, value in pairs.items():
-            out += [name, repr(value) if isinstance(value, float) else str(value)]
-        return out
+        return [part for pair in pairs.items() for part in pair]
 
     @property
     def renew_interval(self) -> float:
         """How often held leases are renewed."""
         return self.lease_ttl / 3
-
-
-def ms(seconds: float) -> int:
-    """Seconds to whole milliseconds, as the scripts count time."""
-    return round(seconds * 1000)
 
 
 def _check_int(name: str, value: object) -> None:

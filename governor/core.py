@@ -9,7 +9,6 @@ is given, else from Redis ``TIME`` inside the scripts.
 
 from __future__ import annotations
 
-import enum
 import math
 import secrets
 import time
@@ -17,22 +16,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .config import GovernorConfig, ms
+from .config import GovernorConfig
 from .errors import ConfigError, StateError
-from .keys import SCHEMA_VERSION, GovernorKeys, governor_keys
+from .protocol import SCHEMA_VERSION, GovernorKeys, Outcome, Wake, governor_keys, ms
+
+__all__ = ["Outcome", "Wake"]  # defined in governor.protocol, used through here too
 
 Clock = Callable[[], float]
 T = TypeVar("T")
 R = TypeVar("R", covariant=True)
-
-
-class Outcome(enum.Enum):
-    """What became of one provider call, as reported to the governor."""
-
-    SUCCESS = "s"  #: the provider answered
-    RATE_LIMITED = "r"  #: throttled: 429, or overloaded (529, 503)
-    ERROR = "e"  #: failed otherwise; counts as an attempt, moves nothing
-    QUOTA_EXHAUSTED = "q"  #: billing limit: recorded for operators, never a policy input
 
 
 @dataclass(frozen=True)
@@ -43,7 +35,7 @@ class Status:
     capacity: int  #: current adaptive limit (0 only while paused)
     max_capacity: int  #: configured ceiling
     paused: bool  #: new admissions stopped
-    reason: str  #: why paused ('' when not)
+    pause_reason: str  #: why paused ('' when not)
     pause_kind: str  #: 'policy', 'operator' or ''
     paused_until: float | None  #: an operator pause's end, if it has one
     not_before: float | None  #: fleet-wide hold from a provider's Retry-After
@@ -61,7 +53,14 @@ class Status:
     epoch: str  #: id of this incarnation of the state (changes when state is lost)
     created: float  #: when this incarnation was created
     now: float  #: the clock the scripts used
+    #: why a new caller would wait now, in the admission rule's words ('' if it would not)
+    blocked: str = ""
     schema: int = SCHEMA_VERSION  #: schema version of the state and replies
+
+    @property
+    def reason(self) -> str:
+        """Why paused (the same as pause_reason)."""
+        return self.pause_reason
 
     @property
     def rate_limited_share(self) -> float:
@@ -131,18 +130,6 @@ class Renewed:
     ok: tuple[str, ...]
     adopted: dict[str, int]  #: id -> new fence (the state was lost and re-created)
     lost: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Wake:
-    """A message on the wake channel."""
-
-    epoch: str
-    grants: dict[str, int]  #: id -> fence
-    #: seconds until a hold or a timed pause that kept queued callers out ends
-    retry_in: float | None = None
-    #: an operator changed the stored config (set-max, reset): learn it anew
-    config_changed: bool = False
 
 
 @dataclass(frozen=True)
@@ -298,7 +285,7 @@ class GovernorCore:
         """Ask for a lease; ``fresh`` when the id was never sent before."""
         return self._call(
             "acquire",
-            (lease_id, holder, self._ttl_ms, "1" if wait else "0", self._queue_ttl_ms, "1" if fresh else "0"),
+            (lease_id, holder, self._ttl_ms, self._queue_ttl_ms, ("wait" if fresh else "again") if wait else "try"),
             self._parse_acquire,
             confirm=True,
         )
@@ -480,19 +467,19 @@ class GovernorCore:
         try:
             self._saw_fence(int(f["fence"]))
             if self.stored_config is not None:  # the ceiling an operator may have changed
-                self.stored_config["max"] = str(int(f["max_capacity"]))
+                self.stored_config["max_capacity"] = str(int(f["max_capacity"]))
             return Status(
                 name=self.name,
                 capacity=int(f["capacity"]),
                 max_capacity=int(f["max_capacity"]),
                 paused=f["paused"] == "1",
-                reason=f["reason"],
+                pause_reason=f["pause_reason"],
                 pause_kind=f["pause_kind"],
                 paused_until=_seconds(f["paused_until"]),
                 not_before=_seconds(f["not_before"]),
                 in_flight=int(f["in_flight"]),
                 queued=int(f["queued"]),
-                window_rate_limited=int(f["window_limited"]),
+                window_rate_limited=int(f["window_rate_limited"]),
                 window_attempts=int(f["window_attempts"]),
                 window=int(f["window_ms"]) / 1000,
                 policy=f["policy"],
@@ -504,6 +491,7 @@ class GovernorCore:
                 epoch=f["epoch"],
                 created=int(f["created"]) / 1000,
                 now=int(f["now"]) / 1000,
+                blocked=f["blocked"],
             )
         except (KeyError, ValueError) as exc:
             raise StateError(f"governor {self.name!r}: unreadable status reply ({exc})", name=self.name) from exc
@@ -514,22 +502,8 @@ class GovernorCore:
     # -- pub/sub ----------------------------------------------------------
 
     def parse_wake(self, data: Any) -> Wake:
-        """A message on the wake channel: grants ("epoch id:fence id:fence
-        ..."), admission held back for a while ("epoch @ms"), a changed
-        stored config ("epoch !config"), or a new state ("epoch" alone)."""
-        words = text(data).split()
-        grants: dict[str, int] = {}
-        retry_in = None
-        config_changed = False
-        for word in words[1:]:
-            if word.startswith("@") and word[1:].isdigit():
-                retry_in = int(word[1:]) / 1000
-                continue
-            if word == "!config":
-                config_changed = True
-                continue
-            lease_id, _, fence = word.rpartition(":")
-            if lease_id and fence.isdigit():
-                grants[lease_id] = int(fence)
-                self._saw_fence(int(fence))
-        return Wake(words[0] if words else "", grants, retry_in, config_changed)
+        """A message on the wake channel (governor.protocol.Wake)."""
+        wake = Wake.parse(text(data))
+        for fence in wake.grants.values():
+            self._saw_fence(fence)
+        return wake

@@ -78,14 +78,14 @@ class WrongKeyType(StateError):
     to it. Nothing was changed; delete the key or use another name."""
 
 
-# Redis appends " script: <sha>, on @user_script:N." and fakeredis a stack
+# Redis appends " script: <name>, on @user_function:N." and fakeredis a stack
 # traceback on the next lines: the detail is the rest of the code's line.
 def _who(name: str | None) -> str:
     """The message prefix naming the governor, when there is one."""
     return f"governor {name!r}: " if name is not None else ""
 
 
-_REPLY = re.compile(r"GOVERNOR_([A-Z]+) (.*?)(?: script: [0-9a-f]{40}.*)?$", re.M)
+_REPLY = re.compile(r"GOVERNOR_([A-Z]+) (.*?)(?: script: \S+, on @user_\w+:\d+\..*)?$", re.M)
 
 
 def error_from_reply(message: str, name: str | None) -> GovernorError:
@@ -172,6 +172,10 @@ def map_errors(name: str | None) -> Iterator[None]:
             ) from exc
         if text.startswith(("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")):
             raise GovernorUnavailable(f"{_who(name)}Redis cannot serve now: {text}", name=name) from exc
+        if "user_function:" in text:  # a fault in the library: name the Lua file and line
+            from .scripts import locate
+
+            text = locate(text)
         raise StateError(f"{_who(name)}Redis answered with an error: {text}", name=name) from exc
     except redis.exceptions.RedisError as exc:
         raise GovernorUnavailable(f"{_who(name)}Redis error: {type(exc).__name__}: {exc}", name=name) from exc

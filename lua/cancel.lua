@@ -5,20 +5,22 @@ releases the lease so the slot goes to the next waiter. Never swallows a
 slot, never leaks one; idempotent.
 
 Uses    lib/admission.lua (after lib/common.lua)
-KEYS    the governor's eight keys, see lib/common.lua
+KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
   ARGV[3] id       string        the waiter's (and would-be lease's) id
 Reply
-  {1, 'cancelled', was}   was = 'queued' | 'granted' | 'none'
-  {1, 'missing'}          no such governor: nothing to cancel
+  {2, 'cancelled', was}   was = 'queued' | 'granted' | 'none'
+  {2, 'missing'}          no such governor: nothing to cancel
 ]]
 
 local id = arg_id(3, 'id')
-if not load_state() then return missing_reply() end
-
-guard(K.waiters, K.holders, K.leases)  -- touched after the first write
+clock()
+if not load(WRITE) then return missing_reply() end
+prepare()
+keep_alive()
+guard(7, 5, 4)  -- waiters, holders, leases: touched after the first write
 local was = 'none'
 if redis.call('ZREM', K.queue, id) == 1 then
   was = 'queued'

@@ -1,7 +1,7 @@
 --[[ init.lua: create a governor's state from a client's config if missing.
 
-Uses    lib/admission.lua, lib/admin.lua, lib/config.lua (after lib/common.lua)
-KEYS    the governor's eight keys, see lib/common.lua
+Uses    lib/admission.lua, lib/policy.lua, lib/admin.lua, lib/config.lua (after lib/common.lua)
+KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel      string        where grants to waiters are announced
@@ -13,14 +13,14 @@ ARGV
   ARGV[7] listening    '1' | '0'     '1' if the calling client itself listens
   ARGV[8] notice_ms    int ms >= 0   hold when others listen (a loss unknown to the caller)
   ARGV[9] restart_hold '1' | '0'     '1': hold on a server younger than ttl_ms
-  ARGV[10..] config    name, value pairs (CONFIG in lib/common.lua): the
-                       config the client last saw stored, else its own
+  ARGV[10..] config    name, value pairs (lib/config.lua): the config the
+                       client last saw stored, else its own
 Reply
-  {1, 'created', epoch, name1, value1, ...}   a new state was written
-  {1, 'exists', epoch, name1, value1, ...}    the state was there; nothing changed
-  The pairs are the stored config (CONFIG order, the exact stored strings).
+  {2, 'created', epoch, name1, value1, ...}   a new state was written
+  {2, 'exists', epoch, name1, value1, ...}    the state was there; nothing changed
+  The pairs are the stored config (the exact stored strings).
 
-Every other script answers {1, 'missing'} when the state hash is gone (a
+Every other script answers {2, 'missing'} when the state hash is gone (a
 first use, Redis restarted without persistence, FLUSHDB, idle expiry); the
 client then runs this script and calls again. The new state is announced
 on the channel (a message holding only the epoch): every listening client
@@ -48,8 +48,9 @@ local listening = ARGV[7] == '1'
 local notice = arg_int(8, 'notice_ms')
 local restart_hold = ARGV[9] == '1'
 local cfg, raw = parse_config(10)
+clock()
 check_types()
-if load_state() then return {SCHEMA, 'exists', S.epoch, unpack(config_pairs())} end
+if load_all() then return {SCHEMA, 'exists', S.epoch, unpack(config_pairs())} end
 
 -- How long ago the server started, in ms (nil: not known, or an injected clock).
 local function server_age()
@@ -60,19 +61,22 @@ local function server_age()
   return seconds and seconds * 1000
 end
 
--- Fences keep growing across a loss: they restart above the clock (in
--- microseconds' worth of grants per ms) and above any fence the client saw.
-S = {fence = math.max(fence_floor, NOW * 1000)}
-DIRTY = {fence = true}
-set('schema', SCHEMA)
-set('epoch', epoch)
-set('created', NOW)
-set('ticket', 0)
-set('evseq', 0)
-set('quota_count', 0)
-set('quota_at', 0)
-set('touch_due', 0)
-set('reclaim_due', 0)
+-- A fresh state. Fences keep growing across a loss: they restart above the
+-- clock (in microseconds' worth of grants per ms) and above any fence the
+-- client saw. What a lost state left in the other keys goes.
+redis.call('DEL', K.state, K.config, K.policy)
+S = {}
+set('state', 'schema', SCHEMA)
+set('state', 'epoch', epoch)
+set('state', 'created', NOW)
+set('state', 'fence', math.max(fence_floor, NOW * 1000))
+set('state', 'ticket', 0)
+set('state', 'event_seq', 0)
+set('state', 'quota_exhausted', 0)
+set('state', 'quota_at', 0)
+set('state', 'touch_due', 0)
+set('state', 'reclaim_due', 0)
+set('state', 'capacity', cfg.max_capacity)
 apply_config(cfg, raw)
 local others = redis.call('PUBLISH', CHANNEL, epoch)
 if listening then others = others - 1 end
@@ -86,9 +90,9 @@ end
 if others > 0 and notice > hold then
   hold, why = notice, 'created while ' .. others .. ' other clients listen'
 end
-if recovered then set('cap', resume_level()) end
+if recovered then set('state', 'capacity', resume_level()) end
 if hold > 0 then
-  set('not_before', NOW + hold)
+  set('state', 'not_before', NOW + hold)
   log(recovered and 'recreate' or 'create', 'until', NOW + hold, 'listeners', others,
     'why', why .. ': holding ' .. hold .. ' ms for holders to re-register')
 else

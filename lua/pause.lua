@@ -4,7 +4,7 @@ An operator pause is lifted by resume.lua or when its duration is over,
 never by the policy's window-drain rule.
 
 Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
-KEYS    the governor's eight keys, see lib/common.lua
+KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel      string        unused (common to every script)
@@ -12,7 +12,7 @@ ARGV
   ARGV[4] duration_ms  int ms >= 0   0: until resumed
 Reply
   the status reply of status.lua, after the pause
-  {1, 'missing'}   no such governor: run init.lua, then call again
+  {2, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
 local reason = ARGV[3]
@@ -20,12 +20,14 @@ if reason == nil or reason == '' or #reason > 500 then
   fail('BADARG', 'reason must be 1-500 bytes')
 end
 local duration = arg_int(4, 'duration_ms')
+clock()
 check_types()
-if not load_state() then return missing_reply() end
+if not load_all() then return missing_reply() end
+keep_alive()
 
 local until_ms = 0
 if duration > 0 then until_ms = NOW + duration end
-local before = S.cap
+local before = S.capacity
 pause('operator', reason, until_ms)
 log('pause', 'from', before, 'why', 'operator: ' .. reason, 'until', until_ms)
 return finish(status_reply())

@@ -1,17 +1,19 @@
 --[[ probe.lua: time-driven recovery; reclaims, lifts a drained pause, admits.
 
 Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
-KEYS    the governor's eight keys, see lib/common.lua
+KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
 Reply
   the status reply of status.lua, after the probe
-  {1, 'missing'}   no such governor: run init.lua, then call again
+  {2, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
+clock()
 check_types()
-if not load_state() then return missing_reply() end
+if not load_all() then return missing_reply() end
+keep_alive()
 reclaim(true)
 recover()
 grant()

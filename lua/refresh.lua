@@ -6,28 +6,32 @@ admits whom it can, and tells each waiter where it stands, so a lost
 pub/sub message costs at most one poll interval.
 
 Uses    lib/admission.lua (after lib/common.lua)
-KEYS    the governor's eight keys, see lib/common.lua
+KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel       string        where grants to waiters are announced
   ARGV[3] queue_ttl_ms  int ms >= 1   new deadline of each waiter's place
   ARGV[4..] ids         string        the waiters of one process
 Reply
-  {1, 'refreshed', epoch, reason, hint_ms, status1, fence1, remaining1, ...}
+  {2, 'refreshed', epoch, reason, hint_ms, status1, fence1, remaining1, ...}
     status = 'granted' (the lease's fence and ms left) | 'queued' (0, 0)
            | 'unknown' (0, 0: not queued, not granted; enqueue again)
-  {1, 'missing'}    no such governor: run init.lua, then call again
+    reason: the admission rule's, '' when a new caller would be admitted
+  {2, 'missing'}    no such governor: run init.lua, then call again
 ]]
 
 local queue_ttl = arg_int(3, 'queue_ttl_ms', 1)
 for i = 4, #ARGV do arg_id(i, 'id') end
+clock()
+if not load(WRITE) then return missing_reply() end
+prepare()
 check_types()  -- one call per process per poll: cheap enough to check all
-if not load_state() then return missing_reply() end
+keep_alive()
 
 reclaim()
 recover()
 local granted = grant()
-local reason, hint = blocked()
+local reason, hint = blocked(1)
 local reply = {SCHEMA, 'refreshed', S.epoch, reason or '', hint}
 local deadline = NOW + queue_ttl
 for i = 4, #ARGV do
@@ -43,7 +47,7 @@ for i = 4, #ARGV do
   else
     local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
     if expiry and expiry > NOW then
-      local m = meta_parse(redis.call('HGET', K.holders, id))
+      local m = record_parse(redis.call('HGET', K.holders, id))
       reply[#reply + 1] = 'granted'
       reply[#reply + 1] = (m and m.fence or 0)
       reply[#reply + 1] = expiry - NOW

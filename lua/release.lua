@@ -1,29 +1,36 @@
 --[[ release.lua: give a lease back; the slot goes to the head of the queue.
 
 Uses    lib/admission.lua (after lib/common.lua)
-KEYS    the governor's eight keys, see lib/common.lua
+KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
   ARGV[3] id       string        the lease id
 Reply
-  {1, 'released', removed}  removed = 1 if the lease was there (live or
+  {2, 'released', removed}  removed = 1 if the lease was there (live or
                             expired but not yet reclaimed), 0 if already
                             gone (idempotent: releasing twice is harmless)
-  {1, 'missing'}            no such governor: nothing to release
+  {2, 'missing'}            no such governor, and callers queued
+With nobody queued it reads no state and no clock: the lease and its
+holder record go, nothing else changes (a lost state answers 'released').
 ]]
 
 local id = arg_id(3, 'id')
-if not load_state() then return missing_reply() end
-
--- Read the queue's head and check holders before the first write; grant()
--- reads the rest before it writes.
-local waiting = redis.call('ZRANGE', K.queue, 0, 0)[1]
-if waiting then guard(K.holders, K.waiters) else guard(K.holders) end
-local removed = redis.call('ZREM', K.leases, id)
-if removed == 1 then
-  redis.call('HDEL', K.holders, id)
+-- With callers queued the slot goes to the head: read and check the state
+-- (and push expiries back when due) before the first write.
+local waiting = redis.call('ZCARD', K.queue) > 0
+if waiting then
+  clock()
+  if not load(WRITE) then return missing_reply() end
+  prepare()
+  keep_alive()
+  guard(7)  -- waiters: written by grant()
 end
+-- A read tells holders' type before the first write; ZREM tells leases'.
+local known = redis.call('HEXISTS', K.holders, id) == 1
+local removed = redis.call('ZREM', K.leases, id)
+if known then redis.call('HDEL', K.holders, id) end
+if not waiting then return {SCHEMA, 'released', removed} end
 reclaim()
-if waiting then grant() end
+grant()
 return finish({SCHEMA, 'released', removed})

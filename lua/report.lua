@@ -1,14 +1,16 @@
 --[[ report.lua: one outcome of a provider call; feeds the window and policy.
 
 Uses    lib/admission.lua, lib/policy.lua (after lib/common.lua)
-KEYS    the governor's eight keys, see lib/common.lua
+KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now             int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel         string        where grants to waiters are announced
   ARGV[3] outcome         's' success | 'r' rate-limited | 'e' other error
                           | 'q' quota exhausted (recorded, never a policy input)
+                          (governor.protocol.Outcome)
   ARGV[4] retry_after_ms  int ms or ''  the provider's Retry-After ('r' only);
-                          sets the fleet-wide not_before, capped at ra_cap_ms
+                          sets the fleet-wide not_before, capped at
+                          retry_after_cap_ms
   ARGV[5] lease           string or ''  the reporting lease; a lease that is no
                           longer live is fenced off and changes nothing (its
                           news may be stale: the holder stalled past its TTL)
@@ -17,10 +19,10 @@ ARGV
   ARGV[7] release         '1' | '0'     '1': also release the lease (one call
                           instead of report then release)
 Reply
-  {1, 'reported'}  recorded (and the lease released if asked)
-  {1, 'lost'}      the lease was not live: nothing recorded (any remains of
+  {2, 'reported'}  recorded (and the lease released if asked)
+  {2, 'lost'}      the lease was not live: nothing recorded (any remains of
                    it are removed when a release was asked)
-  {1, 'missing'}   no such governor: run init.lua, then call again
+  {2, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
 local outcome = ARGV[3]
@@ -33,22 +35,21 @@ local lease, fence = nil, nil
 if ARGV[5] ~= '' then lease = arg_id(5, 'lease') end
 if ARGV[6] ~= '' then fence = arg_int(6, 'fence') end
 local release = lease ~= nil and ARGV[7] == '1'
-check_types()  -- the policy may touch any key after the first write
-if not load_state() then return missing_reply() end
-
--- The provider asked the whole fleet to hold.
-local function hold()
-  if outcome == 'r' and retry_after then
-    local until_ms = NOW + math.min(retry_after, S.ra_cap_ms)
-    if until_ms > S.not_before then
-      set('not_before', until_ms)
-      log('hold', 'until', until_ms, 'why', 'provider retry-after ' .. retry_after .. ' ms')
-    end
-  end
-end
+clock()
+if not load(REPORT) then return missing_reply() end
+prepare()
+the_policy()  -- its config and state: nothing is read after the first write
+if outcome == 'q' then more('state', 'quota_exhausted') end
+if retry_after then more('config', 'retry_after_cap_ms') end
+keep_alive()
+-- Types: the hashes were read; the zsets are read below before any write
+-- (ZCARD queue, ZSCORE leases, ZCOUNT in window()), holders by HEXISTS,
+-- events and waiters guarded.
+local waiting = redis.call('ZCARD', K.queue) > 0
+local known = release and redis.call('HEXISTS', K.holders, lease) == 1
 
 local function give_back()
-  if release and redis.call('ZREM', K.leases, lease) == 1 then
+  if release and redis.call('ZREM', K.leases, lease) == 1 and known then
     redis.call('HDEL', K.holders, lease)
   end
 end
@@ -56,20 +57,34 @@ end
 if lease then
   local expiry = tonumber(redis.call('ZSCORE', K.leases, lease))
   if not expiry or expiry <= NOW then
-    give_back()
+    if release then
+      redis.call('ZREM', K.leases, lease)
+      if known then redis.call('HDEL', K.holders, lease) end
+    end
     return finish({SCHEMA, 'lost'})
   end
 end
 
+local rl, total
+if outcome ~= 'q' then rl, total = window() end  -- reads tell the window keys' types
+guard(10)  -- events: the policy may log after the first write
+if waiting then guard(7) end  -- waiters: written by grant()
 reclaim()
 if outcome == 'q' then
-  set('quota_count', S.quota_count + 1)
-  set('quota_at', NOW)
-  log('quota', 'count', S.quota_count, 'why', 'provider reported its quota exhausted (billing, not a throttle)')
+  set('state', 'quota_exhausted', S.quota_exhausted + 1)
+  set('state', 'quota_at', NOW)
+  log('quota', 'count', S.quota_exhausted, 'why', 'provider reported its quota exhausted (billing, not a throttle)')
 else
-  record(outcome, fence)
-  hold()
+  record(outcome, fence, rl, total)
+  if outcome == 'r' and retry_after then
+    -- The provider asked the whole fleet to hold.
+    local until_ms = NOW + math.min(retry_after, C.retry_after_cap_ms)
+    if until_ms > S.not_before then
+      set('state', 'not_before', until_ms)
+      log('hold', 'until', until_ms, 'why', 'provider retry-after ' .. retry_after .. ' ms')
+    end
+  end
 end
 give_back()
-grant()
+if waiting then grant() end
 return finish({SCHEMA, 'reported'})

@@ -1,36 +1,37 @@
 --[[ set_max.lua: change max_capacity at run time.
 
 Not paused: capacity = max_capacity = n at once, up or down, and the
-adaptive memory is forgotten. Paused: capacity stays 0 and the resume uses
+policy's memory is forgotten (its reset). Paused: capacity stays 0 and the resume uses
 the new n; a pause is never lifted by this.
 
-Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
-KEYS    the governor's eight keys, see lib/common.lua
+Uses    lib/admission.lua, lib/policy.lua, lib/admin.lua (after lib/common.lua)
+KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
   ARGV[3] n        int >= 1      the new max_capacity
 Reply
   the status reply of status.lua, after the change
-  {1, 'missing'}   no such governor: run init.lua, then call again
+  {2, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
 local n = arg_int(3, 'max_capacity', 1)
 if n > 1000000 then fail('BADARG', 'max_capacity must be <= 1000000') end
+clock()
 check_types()
-if not load_state() then return missing_reply() end
+if not load_all() then return missing_reply() end
+keep_alive()
 
-local before, cap_before = S.max, S.cap
-set('max', n)
+local before, capacity_before = C.max_capacity, S.capacity
+set('config', 'max_capacity', n)
 if S.paused == 1 then
-  if S.saved_cap > n then set('saved_cap', n) end
+  if S.saved_capacity > n then set('state', 'saved_capacity', n) end
 else
-  set('cap', n)
-  set('ceiling', 0)
-  set('climb', 0)
-  set('cut_fence', S.fence)
+  set('state', 'capacity', n)
+  set('policy', 'streak', 0)
+  POLICIES[C.policy].reset()  -- what the policy learnt was about another ceiling
 end
-log('set_max', 'from', before, 'to', n, 'capacity_from', cap_before, 'why', 'operator')
+log('set_max', 'from', before, 'to', n, 'capacity_from', capacity_before, 'why', 'operator')
 redis.call('PUBLISH', CHANNEL, S.epoch .. ' !config')  -- clients learn the stored config anew
 reclaim(true)
 grant()

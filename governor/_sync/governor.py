@@ -36,6 +36,7 @@ from ..core import (
     new_id,
     text,
 )
+from ..scripts import MISSING_FUNCTION, function_name, library
 from ..errors import (
     AcquireTimeout,
     ConfigError,
@@ -227,8 +228,6 @@ class Governor:
         *,
         clock: Clock | None = None,
     ) -> None:
-        from ..scripts import Scripts
-
         self._core = GovernorCore(name, config, clock)
         self._client = _own_client(client, self._core.config)
         self._owns_client = self._client is not client
@@ -236,8 +235,7 @@ class Governor:
             raise ConfigError(
                 "wait_replicas is not supported on a Redis Cluster client (WAIT needs the primary's connection)"
             )
-        self._scripts = Scripts(self._client)
-        #: every script is loaded in one round trip before the first call
+        #: the library is loaded before the first call
         self._scripts_loaded = False
         #: from_url's URL and options, to switch to a cluster client when redirected
         self._url: str | None = None
@@ -692,53 +690,47 @@ class Governor:
         return result
 
     def _send(self, call: Call[T], reload: bool = True) -> tuple[Any, bool]:
-        """The script's reply, and whether the replicas confirmed it: with
+        """The function's reply, and whether the replicas confirmed it: with
         ``wait_replicas``, a call whose answer is relied on (a grant, a
-        renewal) goes in one pipeline with a ``WAIT`` on the same connection."""
-        script = self._scripts[call.script]
+        renewal) goes in one pipeline with a ``WAIT`` on the same connection.
+        A server that lost the library (a restart, FUNCTION FLUSH, a new
+        cluster node) has it loaded again, and the call is sent again."""
         keys = self._core.keys.keys
+        command = (function_name(call.script), len(keys), *keys, *call.args)
         replicas = self.config.wait_replicas
-        if not (replicas and call.confirm):
-            return script(keys=keys, args=call.args), True
-        pipe = self._client.pipeline(transaction=False)
-        pipe.evalsha(script.sha, len(keys), *keys, *call.args)
-        # Half of redis_timeout, so a slow replica is told apart from a hung Redis.
-        pipe.execute_command("WAIT", replicas, ms(self.config.redis_timeout / 2))
         try:
+            if not (replicas and call.confirm):
+                return self._client.fcall(*command), True
+            pipe = self._client.pipeline(transaction=False)
+            pipe.fcall(*command)
+            # Half of redis_timeout, so a slow replica is told apart from a hung Redis.
+            pipe.execute_command("WAIT", replicas, ms(self.config.redis_timeout / 2))
             reply, acknowledged = pipe.execute()
-        except redis.exceptions.NoScriptError:  # Redis lost its scripts (a restart, a failover)
-            if not reload:
+        except redis.exceptions.ResponseError as error:
+            if not reload or MISSING_FUNCTION not in str(error):
                 raise
             self._load_scripts()
             return self._send(call, reload=False)
         return reply, int(acknowledged) >= replicas
 
     def _load_scripts(self) -> None:
-        """Load every script in one round trip (a cluster client loads each
-        on the node that needs it, on first use)."""
-        self._scripts_loaded = True  # callers racing this one rely on NOSCRIPT handling meanwhile
-        if isinstance(self._client, redis_cluster.RedisCluster):
-            return
-        pipe = self._client.pipeline(transaction=False)
-        for source in self._scripts.sources():
-            pipe.script_load(source)
+        """Load the library (on every primary of a cluster)."""
+        self._scripts_loaded = True  # callers racing this one rely on the missing-function reload meanwhile
         try:
-            pipe.execute()
+            self._client.function_load(library(), replace=True)
         except BaseException:
             self._scripts_loaded = False
             raise
 
     def _switch_to_cluster(self) -> None:
         """from_url was given a cluster node: use a cluster client instead."""
-        from ..scripts import Scripts
-
         assert self._url is not None
         standalone = self._client
         try:
             self._client = redis_cluster.RedisCluster.from_url(self._url, **self._options)
         except ValueError as error:
             raise ConfigError(f"invalid Redis Cluster URL {self._url!r}: {error}") from error
-        self._scripts = Scripts(self._client)
+        self._scripts_loaded = False
         log.info("governor %r: %s is a Redis Cluster node; using a cluster client", self.name, self._url)
         standalone.close()
 

@@ -1,72 +1,111 @@
 --[[ lib/config.lua: a client's config, as init.lua and reset.lua store it.
 
-Uses lib/common.lua and lib/admission.lua. The config arrives as name,
-value pairs (governor/config.py GovernorConfig.script_fields); each is
-checked for type and range here again (FIELDS of lib/common.lua), so a
-tampered client cannot store an absurd value.
+Uses lib/common.lua, lib/admission.lua and lib/policy.lua. The config
+arrives as name, value pairs (governor/config.py
+GovernorConfig.script_fields): the base fields of the config hash, then
+the fields of its policy (POLICIES[policy].config). Each is checked for
+kind and range here again (FIELDS), so a tampered client cannot store an
+absurd value; a missing, unknown or other policy's field is refused.
 ]]
 
-want_all()  -- it may read any field of the state
+local BASE_CONFIG = {'policy', 'max_capacity', 'window_ms', 'resume_fraction', 'retry_after_cap_ms', 'idle_ms',
+  'log_length'}
 
--- Read name/value config pairs from ARGV[first..] (the CONFIG fields of
--- lib/common.lua, checked against FIELDS): the values as numbers (strings
--- for policy), and as the exact strings the client sent.
+-- Read name/value config pairs from ARGV[first..]: the values as numbers
+-- (strings for policy), and the exact strings the client sent. Returns
+-- cfg, raw and the ordered names.
 local function parse_config(first)
-  local wanted = {}
-  for _, name in ipairs(CONFIG) do wanted[name] = true end
-  local cfg, raw = {}, {}
-  local i = first
-  while i <= #ARGV do
-    local name, raw_value = ARGV[i], ARGV[i + 1]
-    if not wanted[name] then fail('BADARG', 'unknown config field ' .. tostring(name)) end
-    local spec = FIELDS[name]
-    local value = raw_value and field_value(spec, raw_value)
-    if value == nil then
-      if spec[1] == 'str' then
-        fail('BADARG', name .. ' must be adaptive or seed, got ' .. tostring(raw_value))
+  local pairs_at = {}
+  for i = first, #ARGV, 2 do pairs_at[ARGV[i]] = i end
+  local policy_name = pairs_at.policy and ARGV[pairs_at.policy + 1]
+  local policy = POLICIES[policy_name or '']
+  if not policy then
+    local names = {}
+    for name in pairs(POLICIES) do names[#names + 1] = name end
+    table.sort(names)
+    fail('BADARG', 'policy must be one of ' .. table.concat(names, ', ') .. ', got ' .. tostring(policy_name))
+  end
+  local order = {}
+  for _, name in ipairs(BASE_CONFIG) do order[#order + 1] = name end
+  for _, name in ipairs(policy.config) do order[#order + 1] = name end
+  local cfg, raw, wanted = {}, {}, {}
+  for _, name in ipairs(order) do wanted[name] = true end
+  for i = first, #ARGV, 2 do
+    local name = ARGV[i]
+    if not wanted[name] then fail('BADARG', 'unknown config field ' .. tostring(name) .. ' for policy ' .. policy_name) end
+    if ARGV[i + 1] == nil then fail('BADARG', 'config field ' .. name .. ' has no value') end
+  end
+  for _, name in ipairs(order) do
+    local at = pairs_at[name]
+    if not at then fail('BADARG', 'config field ' .. name .. ' is missing') end
+    local raw_value = ARGV[at + 1]
+    local kind = FIELDS[name]
+    local value = raw_value
+    if kind[1] ~= 'str' then
+      value = tonumber(raw_value)
+      if value == nil or value ~= value or value < kind[2] or value > kind[3] or (kind[1] == 'int' and value % 1 ~= 0) then
+        fail('BADARG', name .. ' must be ' .. (kind[1] == 'int' and 'an integer' or 'a number')
+          .. ' in [' .. kind[2] .. ', ' .. kind[3] .. '], got ' .. tostring(raw_value))
       end
-      fail('BADARG', name .. ' must be ' .. (spec[1] == 'int' and 'an integer' or 'a number')
-        .. ' in [' .. spec[2] .. ', ' .. spec[3] .. '], got ' .. tostring(raw_value))
     end
     cfg[name], raw[name] = value, raw_value
-    i = i + 2
   end
-  for _, name in ipairs(CONFIG) do
-    if cfg[name] == nil then fail('BADARG', 'config field ' .. name .. ' is missing') end
-  end
-  return cfg, raw
+  return cfg, raw, order
 end
 
--- The stored config as name, value pairs (the exact strings), for replies.
+-- The stored config as name, value pairs (the exact stored strings), for
+-- init's reply: the config hash as it is.
 local function config_pairs()
+  local flat = redis.call('HGETALL', K.config)
   local out = {}
-  for _, name in ipairs(CONFIG) do
-    out[#out + 1] = name
-    out[#out + 1] = RAW[name] or STORE[name] or tostring(S[name])
+  for i = 1, #flat, 2 do
+    if FIELDS[flat[i]] then
+      out[#out + 1] = flat[i]
+      out[#out + 1] = flat[i + 1]
+    end
   end
   return out
 end
 
--- Put a fresh policy state (capacity at max, nothing learnt) into S; the
--- config is stored as the client sent it (`raw`), when given.
+-- Store a config (replacing the config hash: another policy's fields go)
+-- and a fresh learnt state: capacity at max, no pause, no hold, the
+-- policy's state reset. Needs S.fence and NOW; every key's type checked.
 local function apply_config(cfg, raw)
+  redis.call('DEL', K.config, K.policy)
+  created(K.config)
+  created(K.policy)
+  C, P = {}, {}
+  if DIRTY then DIRTY.config, DIRTY.policy = nil, nil end
+  if not STORE then STORE = {} end
   for name, value in pairs(cfg) do
-    set(name, value)
-    if raw and raw[name] then STORE[name] = raw[name] end
+    set('config', name, value)
+    STORE[name] = raw[name]
   end
-  set('paused', 0)
-  set('pause_kind', '')
-  set('reason', '')
-  set('paused_until', 0)
-  set('saved_cap', 0)
-  set('not_before', 0)
-  set('cap', cfg.max)
-  set('streak', 0)
-  set('ceiling', 0)
-  set('cut_fence', S.fence)
-  set('probe_at', NOW)
-  set('probe_step', 1)
-  set('probe_wait', cfg.probe_ms)
-  set('climb', 0)
+  set('state', 'paused', 0)
+  set('state', 'pause_kind', '')
+  set('state', 'pause_reason', '')
+  set('state', 'paused_until', 0)
+  set('state', 'saved_capacity', 0)
+  set('state', 'not_before', 0)
+  set('state', 'capacity', cfg.max_capacity)
+  set('policy', 'streak', 0)
+  POLICIES[cfg.policy].reset()
 end
 
+-- Forget what the policy learnt, keeping the stored config (reset without
+-- a config): the same fresh state apply_config makes.
+local function clear_learnt()
+  local cfg, raw = {}, {}
+  local flat = redis.call('HGETALL', K.config)
+  for i = 1, #flat, 2 do
+    if FIELDS[flat[i]] then cfg[flat[i]], raw[flat[i]] = value_of(flat[i], flat[i + 1]), flat[i + 1] end
+  end
+  local policy = POLICIES[cfg.policy or '']
+  if not policy then fail('BADSTATE', 'field policy holds ' .. string.format('%q', tostring(cfg.policy))) end
+  for _, list in ipairs({BASE_CONFIG, policy.config}) do
+    for _, name in ipairs(list) do
+      if cfg[name] == nil then fail('BADSTATE', 'field ' .. name .. ' is missing') end
+    end
+  end
+  apply_config(cfg, raw)
+end

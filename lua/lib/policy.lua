@@ -1,128 +1,182 @@
---[[ lib/policy.lua: the adaptive policy (SPEC section 4) of report.lua.
+--[[ lib/policy.lua: the policies (SPEC §4), one entry each in POLICIES.
 
-Uses lib/common.lua and lib/admission.lua. `record(outcome, fence)` adds
-one attempt to the window and applies the governor's policy: the seed's
-rules exactly (policy 'seed') or the default ('adaptive'), every number
-read from the state (see lib/config.lua).
+Uses lib/common.lua and lib/admission.lua. A policy is a unit: its entry
+here (its state fields, its reaction to a rate-limited attempt and to a
+success, its reset), its config class in governor/policies.py (its stored
+numbers, read here from C) and its entry in tests/model.py. record() adds
+one attempt to the window and hands it to the governor's policy.
+
+Every policy's state lives in the policy hash (P); streak, the successes
+in a row since the last change, is every policy's (pause and resume clear
+it). Each entry:
+  config             the policy's own fields of the config hash (C)
+  state              the policy's own fields of the policy hash (P)
+  reset(p)           a fresh learnt state into P (capacity is set by the caller)
+  limited(rl, total, fence)   a rate-limited attempt, not paused
+  success(rl, total)          a success, not paused
+rl and total are the window's counts with this attempt; fence is the
+reporting lease's fence, or nil.
 ]]
 
-want_all()  -- it may read any field of the state
-
--- The adaptive policy: the seed's rules (policy 'seed') or the default
--- ('adaptive'). `fence` is the reporting lease's fence, or nil.
-local function set_cap(cap, why, rl, total, ...)
-  cap = math.max(0, math.min(cap, S.max))
-  if cap ~= S.cap then
-    local before = S.cap
-    set('cap', cap)
+-- Change capacity (never above max_capacity) and log why.
+local function set_capacity(capacity, why, rl, total, ...)
+  capacity = math.max(0, math.min(capacity, C.max_capacity))
+  if capacity ~= S.capacity then
+    local before = S.capacity
+    set('state', 'capacity', capacity)
     log('capacity', 'from', before, 'why', why, 'window_limited', rl, 'window_attempts', total, ...)
   end
 end
 
 local function policy_pause(why, rl, total)
-  local before = S.cap
+  local before = S.capacity
   pause('policy', 'waiting for provider rate-limit recovery', 0)
   log('pause', 'from', before, 'why', why, 'window_limited', rl, 'window_attempts', total)
 end
 
-local function on_limited_seed(rl, total)
-  if rl >= S.pause_count then
-    policy_pause(rl .. ' rate-limited attempts in the window', rl, total)
-  elseif rl >= S.dec_count or (total >= S.ratio_min and rl / total > S.dec_ratio) then
-    set_cap(math.max(1, math.floor(S.cap * S.dec_factor)), 'rate-limited: decrease', rl, total)
-  end
-end
+local POLICIES = {}
 
--- The default policy on a 429. `fence` is the reporting lease's fence, or
--- nil (then the 429 counts as news, and the level is capacity).
-local function on_limited_adaptive(rl, total, fence)
-  if fence ~= nil and fence <= S.cut_fence then
-    -- A lease admitted before the last cut was counted in that cut's level:
-    -- no new cut, but its 429 says the provider took one fewer than that.
-    if S.ceiling > 1 then
-      set('ceiling', S.ceiling - 1)
-      set_cap(math.min(S.cap, S.ceiling), 'rate-limited lease admitted before the cut: level one lower',
-        rl, total, 'ceiling', S.ceiling)
+-- seed: the seed governor's rules exactly.
+POLICIES.seed = {
+  config = {'decrease_count', 'decrease_ratio', 'ratio_min_attempts', 'decrease_factor', 'pause_count',
+    'increase_successes'},
+  state = {},
+  reset = function() end,
+  limited = function(rl, total)
+    if rl >= C.pause_count then
+      policy_pause(rl .. ' rate-limited attempts in the window', rl, total)
+    elseif rl >= C.decrease_count or (total >= C.ratio_min_attempts and rl / total > C.decrease_ratio) then
+      set_capacity(math.max(1, math.floor(S.capacity * C.decrease_factor)), 'rate-limited: decrease', rl, total)
     end
-    return
-  end
-  local live = in_flight()
-  local level = S.cap
-  if live > 0 then level = math.max(1, math.min(live, S.cap)) end
-  if level <= 1 and rl >= S.pause_count and rl >= S.pause_ratio * total then
-    -- Refused even at one in flight, most attempts refused: a real storm.
-    set('cut_fence', S.fence)
-    policy_pause('rate-limited share ' .. string.format('%.2f', rl / total) .. ' of ' .. total
-      .. ' attempts at one in flight', rl, total)
-    return
-  end
-  local cap = math.max(1, math.floor(level * S.cut_factor))
-  local ceiling, why
-  local wait = S.probe_wait
-  if S.climb == 1 then
-    -- Refused again before the next probe: the remembered level was too
-    -- high, so do not climb back to it.
-    ceiling, wait = cap, S.probe_ms
-    why = 'rate-limited at ' .. level .. ' before probing: remembered level too high, cut'
-  else
-    ceiling = level
-    if S.ceiling > 0 and level >= S.ceiling then
-      -- A probe refused at the level refused before: probe less often.
-      wait = math.min(wait * 2, math.max(S.probe_ms, S.window_ms / 2))
+  end,
+  success = function(rl, total)
+    set('policy', 'streak', P.streak + 1)
+    if P.streak >= C.increase_successes then
+      set('policy', 'streak', 0)
+      set_capacity(S.capacity + 1, C.increase_successes .. ' successes in a row: increase', rl, total)
+    end
+  end,
+}
+
+-- adaptive (the default): one cut per congestion episode, to a share of
+-- the in-flight level the provider pushed back at; straight back up below
+-- that level, careful probes above it.
+POLICIES.adaptive = {
+  config = {'pause_count', 'pause_ratio', 'increase_successes', 'cut_factor', 'probe_ms'},
+  state = {'ceiling', 'cut_fence', 'probe_at', 'probe_step', 'probe_wait', 'climbing'},
+  reset = function()
+    set('policy', 'ceiling', 0)
+    set('policy', 'cut_fence', S.fence)
+    set('policy', 'probe_at', NOW)
+    set('policy', 'probe_step', 1)
+    set('policy', 'probe_wait', C.probe_ms)
+    set('policy', 'climbing', 0)
+  end,
+  limited = function(rl, total, fence)
+    if fence ~= nil and fence <= P.cut_fence then
+      -- A lease admitted before the last cut was counted in that cut's level:
+      -- no new cut, but its 429 says the provider took one fewer than that.
+      if P.ceiling > 1 then
+        set('policy', 'ceiling', P.ceiling - 1)
+        set_capacity(math.min(S.capacity, P.ceiling), 'rate-limited lease admitted before the cut: level one lower',
+          rl, total, 'ceiling', P.ceiling)
+      end
+      return
+    end
+    local live = in_flight()
+    local level = S.capacity
+    if live > 0 then level = math.max(1, math.min(live, S.capacity)) end
+    if level <= 1 and rl >= C.pause_count and rl >= C.pause_ratio * total then
+      -- Refused even at one in flight, most attempts refused: a real storm.
+      set('policy', 'cut_fence', S.fence)
+      policy_pause('rate-limited share ' .. string.format('%.2f', rl / total) .. ' of ' .. total
+        .. ' attempts at one in flight', rl, total)
+      return
+    end
+    local capacity = math.max(1, math.floor(level * C.cut_factor))
+    local ceiling, why
+    local wait = P.probe_wait
+    if P.climbing == 1 then
+      -- Refused again before the next probe: the remembered level was too
+      -- high, so do not climb back to it.
+      ceiling, wait = capacity, C.probe_ms
+      why = 'rate-limited at ' .. level .. ' before probing: remembered level too high, cut'
     else
-      wait = S.probe_ms
+      ceiling = level
+      if P.ceiling > 0 and level >= P.ceiling then
+        -- A probe refused at the level refused before: probe less often.
+        wait = math.min(wait * 2, math.max(C.probe_ms, C.window_ms / 2))
+      else
+        wait = C.probe_ms
+      end
+      why = 'rate-limited at ' .. level .. ' in flight: cut'
     end
-    why = 'rate-limited at ' .. level .. ' in flight: cut'
-  end
-  set('ceiling', ceiling)
-  set('cut_fence', S.fence)
-  set('probe_step', 1)
-  set('probe_at', NOW)
-  set('probe_wait', wait)
-  set('climb', 1)
-  set_cap(cap, why, rl, total, 'level', level, 'ceiling', ceiling, 'lease_fence', fence or '',
-    'probe_wait', wait)
-end
+    set('policy', 'ceiling', ceiling)
+    set('policy', 'cut_fence', S.fence)
+    set('policy', 'probe_step', 1)
+    set('policy', 'probe_at', NOW)
+    set('policy', 'probe_wait', wait)
+    set('policy', 'climbing', 1)
+    set_capacity(capacity, why, rl, total, 'level', level, 'ceiling', ceiling, 'lease_fence', fence or '',
+      'probe_wait', wait)
+  end,
+  success = function(rl, total)
+    set('policy', 'streak', P.streak + 1)
+    if S.capacity >= C.max_capacity then
+      set('policy', 'streak', 0)
+      return
+    end
+    if P.ceiling == 0 or S.capacity + 1 < P.ceiling then
+      -- Below the level of the last pushback: climb back at once.
+      set('policy', 'streak', 0)
+      set_capacity(S.capacity + 1, 'success below the last pushback level: increase', rl, total, 'ceiling', P.ceiling)
+    elseif P.streak >= C.increase_successes
+        and NOW - P.probe_at >= (S.capacity < P.ceiling and P.probe_wait or C.probe_ms) then
+      -- At or above it: probe carefully, a step per probe interval, the step
+      -- doubling while the provider keeps accepting. Just below the level of
+      -- the last refusal, probes wait probe_wait (backed off while refused);
+      -- at or above it the limit rose: discover it at the base interval.
+      set('policy', 'streak', 0)
+      set('policy', 'climbing', 0)
+      if S.capacity >= P.ceiling then set('policy', 'probe_wait', C.probe_ms) end
+      set('policy', 'probe_at', NOW)
+      local step = P.probe_step
+      set('policy', 'probe_step', math.min(P.probe_step * 2, C.max_capacity))
+      set_capacity(S.capacity + step, 'probe above the last pushback level', rl, total, 'ceiling', P.ceiling,
+        'step', step)
+    end
+  end,
+}
 
-local function on_success_seed(rl, total)
-  set('streak', S.streak + 1)
-  if S.streak >= S.inc_succ then
-    set('streak', 0)
-    set_cap(S.cap + 1, S.inc_succ .. ' successes in a row: increase', rl, total)
-  end
-end
+-- fixed: capacity stays at max_capacity; nothing is learnt.
+POLICIES.fixed = {
+  config = {},
+  state = {},
+  reset = function() end,
+  limited = function() end,
+  success = function()
+    set('policy', 'streak', P.streak + 1)
+  end,
+}
 
-local function on_success_adaptive(rl, total)
-  set('streak', S.streak + 1)
-  if S.cap >= S.max then
-    set('streak', 0)
-    return
-  end
-  if S.ceiling == 0 or S.cap + 1 < S.ceiling then
-    -- Below the level of the last pushback: climb back at once.
-    set('streak', 0)
-    set_cap(S.cap + 1, 'success below the last pushback level: increase', rl, total, 'ceiling', S.ceiling)
-  elseif S.streak >= S.inc_succ and NOW - S.probe_at >= (S.cap < S.ceiling and S.probe_wait or S.probe_ms) then
-    -- At or above it: probe carefully, a step per probe interval, the step
-    -- doubling while the provider keeps accepting. Just below the level of
-    -- the last refusal, probes wait probe_wait (backed off while refused);
-    -- at or above it the limit rose: discover it at the base interval.
-    set('streak', 0)
-    set('climb', 0)
-    if S.cap >= S.ceiling then set('probe_wait', S.probe_ms) end
-    set('probe_at', NOW)
-    local step = S.probe_step
-    set('probe_step', math.min(S.probe_step * 2, S.max))
-    set_cap(S.cap + step, 'probe above the last pushback level', rl, total, 'ceiling', S.ceiling, 'step', step)
-  end
+-- The governor's policy entry; its config and state read (C, P).
+-- Every field it needs is checked present before the caller's first write.
+local function the_policy()
+  local policy = POLICIES[more('config', 'policy').policy]
+  if not policy then fail('BADSTATE', 'field policy holds ' .. string.format('%q', C.policy)) end
+  more('config', 'max_capacity', 'window_ms', unpack(policy.config))
+  more('policy', 'streak', unpack(policy.state))
+  return policy
 end
 
 -- Record one reported attempt and apply the policy. outcome is 's'
--- (success), 'r' (rate-limited) or 'e' (other error).
-local function record(outcome, fence)
-  local rl, total = window()
-  set('evseq', S.evseq + 1)
-  local member = S.evseq .. ':' .. outcome
+-- (success), 'r' (rate-limited) or 'e' (other error); rl and total are the
+-- window's counts before it (window()). Needs the state's capacity, fence
+-- and event_seq, and the_policy() called before the first write.
+local function record(outcome, fence, rl, total)
+  local policy = the_policy()
+  set('state', 'event_seq', S.event_seq + 1)
+  local member = S.event_seq .. ':' .. outcome
   if outcome == 'r' then
     redis.call('ZADD', K.limited, NOW, member)
     if rl == 0 then created(K.limited) end
@@ -132,19 +186,11 @@ local function record(outcome, fence)
   if total == 0 then created(K.attempts) end
   total = total + 1
   if outcome == 'r' then
-    set('streak', 0)
-    if S.paused == 1 then return end       -- further 429s while paused change nothing
-    if S.policy == 'seed' then on_limited_seed(rl, total) else on_limited_adaptive(rl, total, fence) end
-  elseif outcome == 's' then
-    if S.paused == 1 then
-      recover(rl)
-    elseif S.policy == 'seed' then
-      on_success_seed(rl, total)
-    else
-      on_success_adaptive(rl, total)
-    end
-  else
+    set('policy', 'streak', 0)
+    if S.capacity > 0 then policy.limited(rl, total, fence) end  -- 429s while paused change nothing
+  elseif S.capacity == 0 then
     recover(rl)
+  elseif outcome == 's' then
+    policy.success(rl, total)
   end
 end
-

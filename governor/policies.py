@@ -1,0 +1,202 @@
+"""The policies: how capacity answers the provider (SPEC §4).
+
+A policy is a unit: its config class here (its own validated numbers), its
+entry in the ``POLICIES`` table of ``lua/lib/policy.lua`` (its reaction to a
+rate-limited attempt and to a success, its reset) and its entry in the
+reference model (``tests/model.py``). :data:`REGISTRY` is what the config,
+the protocol (the stored fields), the CLI and the tests read; adding a
+policy is one class here, one Lua entry, one model entry.
+
+- ``adaptive`` (the default): cut once per congestion episode to a share of
+  the in-flight level where the provider pushed back, climb straight back
+  below that level, probe carefully above it.
+- ``seed``: the seed governor's rules exactly: halve on 2 rate-limited
+  attempts in the window (or a share over 30 %), pause on 4, +1 per 3
+  successes.
+- ``fixed``: capacity stays at ``max_capacity``; 429s are recorded and a
+  provider's Retry-After still holds the fleet, but nothing is learnt.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from .errors import ConfigError
+from .protocol import COUNT, DURATION, FLAG, POSITIVE, SHARE, STEP, Kind, ms
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The base of every policy's config: a name, stored fields, learnt state."""
+
+    #: the name stored in Redis and given on the command line
+    name: ClassVar[str] = ""
+    #: the stored config field of each of the class's fields, and its kind
+    stored: ClassVar[dict[str, tuple[str, Kind]]] = {}
+    #: what the policy learns, in the ``policy`` hash (cleared by reset)
+    state: ClassVar[dict[str, Kind]] = {}
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"{self.name} policy: {f.name} must be a finite number, got {value!r}")
+            if f.type in ("int", int) and not isinstance(value, int):
+                raise ConfigError(f"{self.name} policy: {f.name} must be an integer, got {value!r}")
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the policy's own numbers (raise ConfigError)."""
+
+    def script_fields(self) -> dict[str, str]:
+        """The stored config fields of this policy, as the scripts expect them."""
+        out = {}
+        for attr, (field, kind) in self.stored.items():
+            value = getattr(self, attr)
+            if kind is DURATION:
+                value = ms(value)
+            out[field] = repr(value) if isinstance(value, float) else str(value)
+        return out
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, str]) -> Policy:
+        """The policy config a stored config describes (the inverse of script_fields)."""
+        kw: dict[str, Any] = {}
+        for attr, (field, kind) in cls.stored.items():
+            raw = stored[field]
+            kw[attr] = int(raw) / 1000 if kind is DURATION else (float(raw) if kind is SHARE else int(raw))
+        return cls(**kw)
+
+
+def _at_least(policy: str, name: str, value: float, low: float) -> None:
+    if value < low:
+        raise ConfigError(f"{policy} policy: {name} must be >= {low}, got {value!r}")
+
+
+def _share(policy: str, name: str, value: float, open_interval: bool = False) -> None:
+    ok = 0.0 < value < 1.0 if open_interval else 0.0 <= value <= 1.0
+    if not ok:
+        bounds = "between 0 and 1 (exclusive)" if open_interval else "between 0 and 1"
+        raise ConfigError(f"{policy} policy: {name} must be {bounds}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class AdaptivePolicy(Policy):
+    """The default: one cut per congestion episode, probing above the pushback level."""
+
+    name: ClassVar[str] = "adaptive"
+    #: rate-limited attempts in the window that (with pause_ratio, at one in flight) pause
+    pause_count: int = 4
+    #: the rate-limited share that must also be reached to pause
+    pause_ratio: float = 0.5
+    #: successes in a row per probe step above the pushback level
+    increase_successes: int = 3
+    #: on a new congestion episode, cut to this share of the in-flight level
+    cut_factor: float = 0.9
+    #: time between probes above the level where the provider pushed back
+    probe_interval: float = 15.0
+
+    stored: ClassVar[dict[str, tuple[str, Kind]]] = {
+        "pause_count": ("pause_count", POSITIVE),
+        "pause_ratio": ("pause_ratio", SHARE),
+        "increase_successes": ("increase_successes", POSITIVE),
+        "cut_factor": ("cut_factor", SHARE),
+        "probe_interval": ("probe_ms", DURATION),
+    }
+    state: ClassVar[dict[str, Kind]] = {
+        "streak": COUNT,  #: successes in a row since the last change
+        "ceiling": COUNT,  #: in-flight level of the last pushback (0: none)
+        "cut_fence": COUNT,  #: leases with a fence up to this were counted in the last cut
+        "probe_at": COUNT,  #: ms of the last probe
+        "probe_step": STEP,  #: the next probe's step
+        "probe_wait": COUNT,  #: ms between probes just below the ceiling
+        "climbing": FLAG,  #: cut since the last probe: the remembered level may be too high
+    }
+
+    def validate(self) -> None:
+        _at_least(self.name, "pause_count", self.pause_count, 1)
+        _at_least(self.name, "increase_successes", self.increase_successes, 1)
+        _share(self.name, "pause_ratio", self.pause_ratio)
+        _share(self.name, "cut_factor", self.cut_factor, open_interval=True)
+        if not 0 <= self.probe_interval <= 86400:
+            raise ConfigError(
+                f"adaptive policy: probe_interval must be 0 to 86400 seconds, got {self.probe_interval!r}"
+            )
+
+
+@dataclass(frozen=True)
+class SeedPolicy(Policy):
+    """The seed governor's rules exactly (SPEC §4)."""
+
+    name: ClassVar[str] = "seed"
+    #: rate-limited attempts in the window that halve capacity
+    decrease_count: int = 2
+    #: rate-limited share of the window above which capacity halves ...
+    decrease_ratio: float = 0.30
+    #: ... provided the window holds at least this many attempts
+    ratio_min_attempts: int = 2
+    #: capacity = max(1, floor(capacity * decrease_factor)) on a decrease
+    decrease_factor: float = 0.5
+    #: rate-limited attempts in the window that pause admissions
+    pause_count: int = 4
+    #: successes in a row that add one to capacity
+    increase_successes: int = 3
+
+    stored: ClassVar[dict[str, tuple[str, Kind]]] = {
+        "decrease_count": ("decrease_count", POSITIVE),
+        "decrease_ratio": ("decrease_ratio", SHARE),
+        "ratio_min_attempts": ("ratio_min_attempts", POSITIVE),
+        "decrease_factor": ("decrease_factor", SHARE),
+        "pause_count": ("pause_count", POSITIVE),
+        "increase_successes": ("increase_successes", POSITIVE),
+    }
+    state: ClassVar[dict[str, Kind]] = {"streak": COUNT}
+
+    def validate(self) -> None:
+        for name in ("decrease_count", "ratio_min_attempts", "pause_count", "increase_successes"):
+            _at_least(self.name, name, getattr(self, name), 1)
+        _share(self.name, "decrease_ratio", self.decrease_ratio)
+        _share(self.name, "decrease_factor", self.decrease_factor, open_interval=True)
+
+
+@dataclass(frozen=True)
+class FixedPolicy(Policy):
+    """Capacity stays at max_capacity: nothing is learnt (429s are still
+    recorded, and a provider's Retry-After still holds the fleet)."""
+
+    name: ClassVar[str] = "fixed"
+
+
+#: every policy, by name
+REGISTRY: dict[str, type[Policy]] = {p.name: p for p in (AdaptivePolicy, SeedPolicy, FixedPolicy)}
+POLICY_NAMES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def policy_from(value: Policy | str) -> Policy:
+    """A policy config from a Policy or a policy's name (its defaults)."""
+    if isinstance(value, Policy):
+        return value
+    if isinstance(value, str) and value in REGISTRY:
+        return REGISTRY[value]()
+    raise ConfigError(f"policy must be one of {', '.join(POLICY_NAMES)} or a Policy instance, got {value!r}")
+
+
+def config_kinds() -> dict[str, Kind]:
+    """Every stored policy config field and its kind (one kind per name)."""
+    return _kinds({field: kind for p in REGISTRY.values() for field, kind in p.stored.values()}, "config")
+
+
+def state_kinds() -> dict[str, Kind]:
+    """Every policy state field and its kind (one kind per name)."""
+    return _kinds({field: kind for p in REGISTRY.values() for field, kind in p.state.items()}, "state")
+
+
+def _kinds(merged: dict[str, Kind], what: str) -> dict[str, Kind]:
+    for p in REGISTRY.values():
+        own = dict(p.stored.values()) if what == "config" else p.state
+        for field, kind in own.items():
+            if merged[field] is not kind:
+                raise AssertionError(f"policy {what} field {field} has two kinds")
+    return merged

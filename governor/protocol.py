@@ -1,0 +1,339 @@
+"""The protocol between the Python client and the Lua scripts, in one place.
+
+Every key of a governor, every stored field (one vocabulary: the names an
+operator reads with ``redis-cli HGETALL`` are the names the scripts, the
+client, the CLI and the README use), the holder record, the outcome codes,
+every reply kind and the wake messages. ``governor/scripts.py`` builds the
+Lua field table of each script from :data:`FIELDS`, so a field's kind and
+range are written once; ``tests/test_protocol.py`` checks that the Lua
+names no key, field, reply or wake word this module does not.
+
+Keys (all under one hash tag, so a script touches them atomically on a
+cluster; ``v2`` is :data:`SCHEMA_VERSION`, so another layout can live beside
+this one)::
+
+    governor:v2:{N}:state     hash    admission state: capacity, pause, hold, fences
+    governor:v2:{N}:config    hash    the stored config (the policy's numbers included)
+    governor:v2:{N}:policy    hash    what the policy learnt (its own fields)
+    governor:v2:{N}:leases    zset    lease id -> expiry (ms); in-flight = live members
+    governor:v2:{N}:holders   hash    lease or waiter id -> holder record
+    governor:v2:{N}:queue     zset    waiter id -> ticket (FIFO order)
+    governor:v2:{N}:waiters   zset    waiter id -> deadline (ms) to refresh by
+    governor:v2:{N}:attempts  zset    "seq:outcome" -> time (ms): the window
+    governor:v2:{N}:limited   zset    the rate-limited subset of attempts
+    governor:v2:{N}:events    stream  the decision log (capped)
+
+Grants are announced on the pub/sub channel ``governor:v2:{N}:wake``.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+SCHEMA_VERSION = 2
+DEFAULT_PREFIX = "governor"
+
+# -- keys ----------------------------------------------------------------------------------
+
+#: every key of a governor: (name, Redis type), in the order the scripts bind them
+KEYS: tuple[tuple[str, str], ...] = (
+    ("state", "hash"),
+    ("config", "hash"),
+    ("policy", "hash"),
+    ("leases", "zset"),
+    ("holders", "hash"),
+    ("queue", "zset"),
+    ("waiters", "zset"),
+    ("attempts", "zset"),
+    ("limited", "zset"),
+    ("events", "stream"),
+)
+KEY_NAMES: tuple[str, ...] = tuple(name for name, _ in KEYS)
+
+_NAME = re.compile(r"^[A-Za-z0-9_.:\-/@]{1,200}$")
+_PREFIX = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` if it can name a governor, else raise :class:`ConfigError`.
+
+    Braces are refused because they would break the hash tag; whitespace and
+    control characters because operators type these names into redis-cli.
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(
+            f"governor name {name!r} is invalid: use 1-200 characters of "
+            "letters, digits and _ . : - / @ (no braces, no spaces)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class GovernorKeys:
+    """The Redis keys and pub/sub channel of one governor."""
+
+    name: str
+    state: str  #: hash: admission state (see STATE)
+    config: str  #: hash: the stored config (see CONFIG)
+    policy: str  #: hash: what the policy learnt (see POLICY_STATE and governor.policies)
+    leases: str  #: zset: lease id -> expiry in ms
+    holders: str  #: hash: lease or waiter id -> holder record (see HolderRecord)
+    queue: str  #: zset: waiter id -> ticket, FIFO order
+    waiters: str  #: zset: waiter id -> deadline in ms
+    attempts: str  #: zset: every attempt in the window -> time in ms
+    limited: str  #: zset: rate-limited attempts in the window -> time in ms
+    events: str  #: stream: the decision log
+    channel: str  #: pub/sub channel announcing grants (not a key)
+
+    #: the Redis type of each key of :attr:`keys`, in the same order
+    TYPES = tuple(kind for _, kind in KEYS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The KEYS of every script, in the order lua/lib/common.lua binds them."""
+        return tuple(getattr(self, name) for name in KEY_NAMES)
+
+
+def governor_keys(name: str, prefix: str = DEFAULT_PREFIX) -> GovernorKeys:
+    """Every key of governor ``name``, sharing the hash tag ``{name}``."""
+    validate_name(name)
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise ConfigError(f"key prefix {prefix!r} is invalid: use 1-64 characters of letters, digits and _ . : -")
+    base = f"{prefix}:v{SCHEMA_VERSION}:{{{name}}}"
+    return GovernorKeys(name=name, **{key: f"{base}:{key}" for key in KEY_NAMES}, channel=f"{base}:wake")
+
+
+def name_from_state_key(key: str, prefix: str = DEFAULT_PREFIX) -> str | None:
+    """The governor name in a ``state`` key found by SCAN, or None."""
+    head, tail = f"{prefix}:v{SCHEMA_VERSION}:{{", "}:state"
+    if key.startswith(head) and key.endswith(tail):
+        return key[len(head) : -len(tail)]
+    return None
+
+
+# -- stored fields -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a stored field may hold: an integer or number in [low, high], or
+    a string (one of ``values`` when given)."""
+
+    name: str  #: the Lua kind table's name
+    type: str  #: 'int', 'num' or 'str'
+    low: float = 0
+    high: float = 0
+    values: tuple[str, ...] = ()
+
+
+MAX_INT = 2**53  # above it a Lua number is no longer an exact integer
+COUNT = Kind("COUNT", "int", 0, MAX_INT)  #: a counter, a fence or a time in ms (0: none)
+LEVEL = Kind("LEVEL", "int", 0, 1_000_000)  #: a capacity
+CEILING = Kind("CEILING", "int", 1, 1_000_000)  #: max_capacity
+POSITIVE = Kind("POSITIVE", "int", 1, 1_000_000)  #: a count that must be >= 1
+FLAG = Kind("FLAG", "int", 0, 1)
+SHARE = Kind("SHARE", "num", 0, 1)
+TEXT = Kind("TEXT", "str")
+DURATION = Kind("DURATION", "int", 0, 86_400_000)  #: ms, at most a day
+STEP = Kind("STEP", "int", 1, MAX_INT)  #: a probe step
+KINDS: tuple[Kind, ...] = (COUNT, LEVEL, CEILING, POSITIVE, FLAG, SHARE, TEXT, DURATION, STEP)
+
+
+def ms(seconds: float) -> int:
+    """Seconds to whole milliseconds, as the scripts count time."""
+    return round(seconds * 1000)
+
+
+#: the ``state`` hash: what admission reads and writes
+STATE: dict[str, Kind] = {
+    "schema": Kind("VERSION", "int", 1, 1_000_000),
+    "epoch": TEXT,  #: id of this incarnation of the state
+    "created": COUNT,  #: ms
+    "capacity": LEVEL,  #: the current limit (0 only while paused)
+    "paused": FLAG,
+    "pause_kind": Kind("PAUSE_KIND", "str", values=("", "policy", "operator")),
+    "pause_reason": TEXT,
+    "paused_until": COUNT,  #: ms; 0: until resumed (or, for the policy, until the window drains)
+    "saved_capacity": LEVEL,  #: capacity to return to after an operator pause
+    "not_before": COUNT,  #: ms: the fleet-wide hold from a provider's Retry-After, or after a loss
+    "fence": COUNT,  #: the last fence handed out (HINCRBY)
+    "ticket": COUNT,  #: the last queue ticket
+    "event_seq": COUNT,  #: the last window event's sequence number
+    "quota_exhausted": COUNT,  #: quota-exhausted reports since creation
+    "quota_at": COUNT,  #: ms of the last one
+    "touch_due": COUNT,  #: ms: when every key's expiry is pushed back next
+    "reclaim_due": COUNT,  #: ms: when expired leases and dead waiters are removed next
+}
+
+#: the ``config`` hash: the config a client stored (GovernorConfig.script_fields):
+#: these fields, then the fields of its policy (each policy names its own in
+#: governor/policies.py, and its learnt state, in the ``policy`` hash)
+CONFIG: dict[str, Kind] = {
+    "policy": Kind("POLICY", "str"),  #: a name of governor.policies.REGISTRY
+    "max_capacity": CEILING,
+    "window_ms": Kind("WINDOW", "int", 1, 86_400_000),
+    "resume_fraction": SHARE,  #: a pause lifts at max(1, floor(max_capacity * resume_fraction))
+    "retry_after_cap_ms": DURATION,
+    "idle_ms": Kind("IDLE", "int", 1000, 2_592_000_000),
+    "log_length": Kind("LOG_LENGTH", "int", 1, 10_000_000),
+}
+
+
+#: the ``policy`` hash: ``streak`` (successes in a row since the last change)
+#: is every policy's; each policy names its own other fields (governor/policies.py)
+POLICY_STATE: dict[str, Kind] = {"streak": COUNT}
+
+
+def fields() -> dict[str, dict[str, Kind]]:
+    """Every stored field and its kind, by hash: the base fields here and
+    each policy's own (its config and learnt state)."""
+    from .policies import POLICY_NAMES, config_kinds, state_kinds
+
+    config = {**CONFIG, "policy": Kind("POLICY", "str", values=POLICY_NAMES), **config_kinds()}
+    return {"state": dict(STATE), "config": config, "policy": {**POLICY_STATE, **state_kinds()}}
+
+
+def required() -> dict[str, tuple[str, ...]]:
+    """The fields every governor's hashes hold, whatever its policy."""
+    return {"state": tuple(STATE), "config": tuple(CONFIG), "policy": tuple(POLICY_STATE)}
+
+
+def all_fields() -> dict[str, Kind]:
+    """Every stored field's kind, whatever its hash (a name is in one hash only)."""
+    out: dict[str, Kind] = {}
+    for hash_fields in fields().values():
+        for name, kind in hash_fields.items():
+            if name in out:
+                raise AssertionError(f"field {name} is in two hashes")
+            out[name] = kind
+    return out
+
+
+#: the entry ``leases`` (score 0: never live) and ``holders`` (value '') each
+#: keep, so neither key is deleted when the last lease goes and both keep
+#: the expiry the scripts gave them; never a valid id
+SENTINEL = "~"
+
+# -- the holder record ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HolderRecord:
+    """``holders`` entry of a lease or waiter: ``fence|ttl_ms|since_ms|cost|holder``.
+
+    ``fence`` is 0 for a waiter; ``cost`` is what the lease takes from the
+    concurrency budget (1)."""
+
+    fence: int
+    ttl_ms: int
+    since_ms: int
+    cost: int
+    holder: str
+
+    @classmethod
+    def parse(cls, raw: str | None) -> HolderRecord | None:
+        if raw is None:
+            return None
+        parts = raw.split("|", 4)
+        if len(parts) != 5 or not all(p.isdigit() for p in parts[:4]):
+            return None
+        return cls(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), parts[4])
+
+    def format(self) -> str:
+        return f"{self.fence}|{self.ttl_ms}|{self.since_ms}|{self.cost}|{self.holder}"
+
+
+# -- outcomes, replies and wake messages ----------------------------------------------------
+
+
+class Outcome(enum.Enum):
+    """What became of one provider call: reported to the governor, and what a
+    classifier says of a failure."""
+
+    SUCCESS = "s"  #: the provider answered
+    RATE_LIMITED = "r"  #: throttled: 429, or overloaded (529, 503)
+    ERROR = "e"  #: failed otherwise; counts as an attempt, moves nothing
+    QUOTA_EXHAUSTED = "q"  #: billing limit: recorded for operators, never a policy input
+
+
+#: every script's reply kinds (the second element of each reply)
+REPLIES: dict[str, tuple[str, ...]] = {
+    "init": ("created", "exists"),
+    "acquire": ("granted", "queued", "denied", "missing"),
+    "release": ("released", "missing"),
+    "cancel": ("cancelled", "missing"),
+    "renew": ("renewed", "missing"),
+    "report": ("reported", "lost", "missing"),
+    "refresh": ("refreshed", "missing"),
+    "probe": ("status", "missing"),
+    "status": ("status", "missing"),
+    "set_max": ("status", "missing"),
+    "pause": ("status", "missing"),
+    "resume": ("status", "missing"),
+    "reset": ("status", "missing"),
+}
+
+#: the fields of a status reply, in order
+STATUS_FIELDS: tuple[str, ...] = (
+    "now",
+    "epoch",
+    "policy",
+    "capacity",
+    "max_capacity",
+    "paused",
+    "pause_kind",
+    "pause_reason",
+    "paused_until",
+    "not_before",
+    "in_flight",
+    "queued",
+    "window_rate_limited",
+    "window_attempts",
+    "window_ms",
+    "streak",
+    "fence",
+    "ceiling",
+    "quota_exhausted",
+    "quota_at",
+    "created",
+    "blocked",
+)
+
+#: wake message words after the epoch: "id:fence" grants, "@ms" ask again
+#: in ms (a hold or timed pause keeps queued callers out), "!config" the
+#: stored config changed; the epoch alone announces a new state
+WAKE_RETRY = "@"
+WAKE_CONFIG = "!config"
+
+
+@dataclass(frozen=True)
+class Wake:
+    """A message on the wake channel."""
+
+    epoch: str
+    grants: dict[str, int]  #: id -> fence
+    #: seconds until a hold or a timed pause that kept queued callers out ends
+    retry_in: float | None = None
+    #: an operator changed the stored config (set-max, reset): learn it anew
+    config_changed: bool = False
+
+    @classmethod
+    def parse(cls, data: str) -> Wake:
+        words = data.split()
+        grants: dict[str, int] = {}
+        retry_in = None
+        config_changed = False
+        for word in words[1:]:
+            if word.startswith(WAKE_RETRY) and word[1:].isdigit():
+                retry_in = int(word[1:]) / 1000
+            elif word == WAKE_CONFIG:
+                config_changed = True
+            else:
+                lease_id, _, fence = word.rpartition(":")
+                if lease_id and fence.isdigit():
+                    grants[lease_id] = int(fence)
+        return cls(words[0] if words else "", grants, retry_in, config_changed)
