@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from governor.protocol import SCHEMA_VERSION
+
 from .scripted_provider import OK, ScriptedProvider, openai_rate_limited
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,7 +109,7 @@ def test_a_readme_example_runs_as_printed(
         )
     finally:
         for name in governor_names(code):  # leave the session's Redis as it was
-            keys = list(client.scan_iter(match=f"governor:v1:{{{name}}}:*"))
+            keys = list(client.scan_iter(match=f"governor:v{SCHEMA_VERSION}:{{{name}}}:*"))
             if keys:
                 client.delete(*keys)
         client.close()
@@ -120,28 +122,36 @@ def test_a_readme_example_runs_as_printed(
         assert len(provider.requests) >= 2, "the first answer was a throttle: the governor retried"
 
 
-def readme_state_fields() -> list[str]:
-    """The first column of the README's table of the state hash's fields."""
+def readme_fields(hash_name: str) -> list[str]:
+    """The first column of the README's table of the fields of ``hash_name``."""
     text = README.read_text(encoding="utf-8")
-    start = text.index("The fields of the `state` hash")
+    start = text.index(f"The fields of the `{hash_name}` hash")
     table = text[start:].split("\n\n")[1]
     return [m.group(1) for m in re.finditer(r"^\| `([a-z_]+)` \|", table, re.M)]
 
 
-def test_the_key_table_lists_every_field_of_the_state_hash(redis_url: str, name: str) -> None:
-    from governor import Governor
+def test_the_key_tables_list_every_field_of_the_three_hashes(redis_url: str, name: str) -> None:
+    """HGETALL of a governor's state, config and policy hashes reads as the
+    README says, field by field, for every policy (each stores its own)."""
+    from governor import Governor, GovernorConfig
+    from governor.policies import REGISTRY
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    gov = Governor(client, name)
-    try:
-        gov.status()  # creates the state: init writes every field
-        stored = set(client.hgetall(gov.keys.state))
-    finally:
-        gov.close()
-        client.delete(*gov.keys.keys)
-        client.close()
-    documented = readme_state_fields()
-    assert len(documented) == len(set(documented)), "a field is listed twice"
-    assert set(documented) == stored, (
-        f"not in the README: {sorted(stored - set(documented))}; gone: {sorted(set(documented) - stored)}"
-    )
+    stored: dict[str, set[str]] = {"state": set(), "config": set(), "policy": set()}
+    for policy in REGISTRY:
+        gov = Governor(client, f"{name}-{policy}", GovernorConfig(policy=policy))
+        try:
+            gov.status()  # creates the state: init writes every field
+            for hash_name in stored:
+                stored[hash_name] |= set(client.hgetall(getattr(gov.keys, hash_name)))
+        finally:
+            gov.close()
+            client.delete(*gov.keys.keys)
+    client.close()
+    for hash_name, fields in stored.items():
+        documented = readme_fields(hash_name)
+        assert len(documented) == len(set(documented)), f"a field of {hash_name} is listed twice"
+        assert set(documented) == fields, (
+            f"{hash_name}: not in the README: {sorted(fields - set(documented))}; "
+            f"gone: {sorted(set(documented) - fields)}"
+        )
