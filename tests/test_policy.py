@@ -12,14 +12,15 @@ from collections.abc import Callable
 import pytest
 
 from governor import Governor, GovernorConfig, LeaseLost, Outcome
+from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
 
 S, R, E, Q = Outcome.SUCCESS, Outcome.RATE_LIMITED, Outcome.ERROR, Outcome.QUOTA_EXHAUSTED
 
 MakeGov = Callable[..., Governor]
 
 
-def seed(max_capacity: int = 8, **kw: object) -> GovernorConfig:
-    return GovernorConfig(policy="seed", max_capacity=max_capacity, **kw)  # type: ignore[arg-type]
+def seed(max_capacity: int = 8, policy: SeedPolicy | None = None, **kw: object) -> GovernorConfig:
+    return GovernorConfig(policy=policy or SeedPolicy(), max_capacity=max_capacity, **kw)  # type: ignore[arg-type]
 
 
 def report(gov: Governor, *outcomes: Outcome) -> None:
@@ -80,7 +81,7 @@ def test_seed_does_not_halve_below_the_share(make_gov: MakeGov, clock) -> None: 
 
 
 def test_seed_floor_is_one(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
-    gov = make_gov(seed(max_capacity=3, pause_count=100), clock=clock)
+    gov = make_gov(seed(max_capacity=3, policy=SeedPolicy(pause_count=100)), clock=clock)
     report(gov, R, R, R, R, R)
     assert gov.status().capacity == 1
 
@@ -121,7 +122,7 @@ def test_seed_pauses_on_four_and_resumes_only_after_the_window_drains(make_gov: 
     report(gov, R, R, R, R)
     st = gov.status()
     assert st.paused and st.capacity == 0
-    assert st.reason == "waiting for provider rate-limit recovery"
+    assert st.pause_reason == "waiting for provider rate-limit recovery"
     assert st.pause_kind == "policy"
     report(gov, R)  # further 429s while paused change nothing
     assert gov.status().capacity == 0
@@ -132,7 +133,7 @@ def test_seed_pauses_on_four_and_resumes_only_after_the_window_drains(make_gov: 
     report(gov, S)
     st = gov.status()
     assert not st.paused and st.capacity == 5  # max(1, 20 // 4)
-    assert st.reason == ""
+    assert st.pause_reason == ""
 
 
 def test_time_driven_probe_lifts_a_drained_pause_without_any_success(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
@@ -197,7 +198,7 @@ def test_operator_pause_is_not_lifted_by_the_window_rule(make_gov: MakeGov, cloc
     report(gov, R, R)  # 8 -> 4
     st = gov.pause("deploying a new key")
     assert st.paused and st.capacity == 0 and st.pause_kind == "operator"
-    assert st.reason == "deploying a new key"
+    assert st.pause_reason == "deploying a new key"
     clock.advance(120)
     report(gov, S)
     assert gov.probe().paused
@@ -257,8 +258,17 @@ def test_report_of_a_lost_lease_changes_nothing(make_gov: MakeGov, clock) -> Non
 # -- the default (adaptive) policy ----------------------------------------------------------
 
 
-def adaptive(max_capacity: int = 20, **kw: object) -> GovernorConfig:
-    return GovernorConfig(max_capacity=max_capacity, probe_interval=10, **kw)  # type: ignore[arg-type]
+def adaptive(max_capacity: int = 20, policy: AdaptivePolicy | None = None, **kw: object) -> GovernorConfig:
+    """The default policy, probing every 10 s (``policy`` overrides it whole)."""
+    return GovernorConfig(
+        max_capacity=max_capacity,
+        policy=policy or AdaptivePolicy(probe_interval=10),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+#: the adaptive policy of these tests that never pauses
+PATIENT = AdaptivePolicy(probe_interval=10, pause_count=100)
 
 
 def hold(gov: Governor, n: int) -> list:  # type: ignore[type-arg]
@@ -288,7 +298,7 @@ def test_adaptive_cuts_once_per_episode_and_older_429s_lower_the_level(make_gov:
 
 
 def test_adaptive_a_refused_probe_backs_off_the_next_one(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
-    gov = make_gov(adaptive(max_capacity=30, window=60, pause_count=100), clock=clock)
+    gov = make_gov(adaptive(max_capacity=30, window=60, policy=PATIENT), clock=clock)
     leases = hold(gov, 20)
     gov.report(R, lease=leases[0])  # ceiling 20, capacity 18
     for lease in leases:
@@ -311,7 +321,7 @@ def test_adaptive_a_refused_probe_backs_off_the_next_one(make_gov: MakeGov, cloc
 
 
 def test_adaptive_climbs_back_fast_then_probes_slowly(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
-    gov = make_gov(adaptive(pause_count=100), clock=clock)
+    gov = make_gov(adaptive(policy=PATIENT), clock=clock)
     leases = hold(gov, 20)
     gov.report(R, lease=leases[0])  # ceiling 20, capacity 18
     for lease in leases:
@@ -332,7 +342,7 @@ def test_adaptive_climbs_back_fast_then_probes_slowly(make_gov: MakeGov, clock) 
 
 
 def test_adaptive_probe_step_doubles_while_the_provider_accepts(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
-    gov = make_gov(adaptive(max_capacity=100, pause_count=100), clock=clock)
+    gov = make_gov(adaptive(max_capacity=100, policy=PATIENT), clock=clock)
     leases = hold(gov, 20)
     gov.report(R, lease=leases[0])  # ceiling 20, capacity 18
     for lease in leases:
@@ -381,13 +391,13 @@ def test_adaptive_pauses_only_when_refused_at_one_in_flight(make_gov: MakeGov, c
         assert refused <= 10
     st = gov.status()
     assert refused == 4  # pause_count refusals, every one at a single call in flight
-    assert st.paused and st.reason == "waiting for provider rate-limit recovery"
+    assert st.paused and st.pause_reason == "waiting for provider rate-limit recovery"
     clock.advance(61)
     assert gov.probe().capacity == 1  # max(1, 4 // 4)
 
 
 def test_adaptive_never_drops_below_one(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
-    gov = make_gov(adaptive(max_capacity=2, pause_count=100), clock=clock)
+    gov = make_gov(adaptive(max_capacity=2, policy=PATIENT), clock=clock)
     for _ in range(5):
         lease = gov.try_acquire()
         if lease is None:
@@ -414,3 +424,171 @@ def test_a_lost_lease_brings_no_hold_either(make_gov: MakeGov, clock) -> None:  
         gov.report(R, retry_after=5, lease=lease)
     st = gov.status()
     assert st.window_attempts == 0 and st.not_before is None
+
+
+def test_set_max_forgets_what_the_adaptive_policy_learnt(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(policy=PATIENT), clock=clock)
+    leases = hold(gov, 20)
+    gov.report(R, lease=leases[0])  # ceiling 20, capacity 18
+    for lease in leases:
+        lease.release()
+    report(gov, S)
+    st = gov.status()
+    assert (st.capacity, st.ceiling) == (19, 20)
+    st = gov.set_max_capacity(30)  # the policy's reset: no ceiling, no streak, no probe pending
+    assert (st.capacity, st.max_capacity, st.ceiling, st.streak) == (30, 30, 0, 0)
+    gov.set_max_capacity(10)
+    report(gov, R)  # reported without a lease, nothing in flight: cut from capacity 10
+    st = gov.status()
+    assert (st.capacity, st.ceiling) == (9, 10)
+
+
+def test_pause_and_resume_clear_the_streak(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(max_capacity=8), clock=clock)
+    report(gov, S, S)
+    assert gov.status().streak == 2
+    assert gov.pause("deploy").streak == 0
+    report(gov, S, S)  # successes while paused do not count
+    assert gov.status().streak == 0
+    assert gov.resume().streak == 0
+    report(gov, S, S)
+    assert gov.status().streak == 2
+
+
+# -- the fixed policy ----------------------------------------------------------------
+
+
+def fixed(max_capacity: int = 5, **kw: object) -> GovernorConfig:
+    return GovernorConfig(policy=FixedPolicy(), max_capacity=max_capacity, **kw)  # type: ignore[arg-type]
+
+
+def test_fixed_capacity_never_moves_on_429s_or_successes(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(fixed(), clock=clock)
+    leases = hold(gov, 5)
+    for lease in leases:
+        gov.report(R, lease=lease)  # every call of a full wave refused: the adaptive would cut, the seed pause
+    report(gov, *[R] * 20)
+    st = gov.status()
+    assert (st.policy, st.capacity, st.paused, st.ceiling) == ("fixed", 5, False, 0)
+    assert (st.window_rate_limited, st.window_attempts) == (25, 25)  # the window still counts
+    assert gov.try_acquire() is None  # 5 in flight of 5
+    for lease in leases:
+        lease.release()
+    report(gov, *[S] * 10)
+    st = gov.status()
+    assert (st.capacity, st.streak) == (5, 10)  # successes counted, nothing learnt
+    assert (st.window_rate_limited, st.window_attempts) == (25, 35)
+    report(gov, R)
+    assert gov.status().streak == 0  # a 429 ends the streak
+    clock.advance(61)
+    st = gov.status()
+    assert (st.capacity, st.window_rate_limited, st.window_attempts) == (5, 0, 0)  # the window drains
+    assert len(hold(gov, 5)) == 5
+
+
+def test_fixed_retry_after_still_holds_the_fleet(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(fixed(retry_after_cap=20), clock=clock)
+    gov.report(R, retry_after=5)
+    st = gov.status()
+    assert st.holding and st.not_before == pytest.approx(clock.now + 5)
+    assert st.capacity == 5 and st.blocked == "holding until the provider's retry-after"
+    assert gov.try_acquire() is None
+    gov.report(R, retry_after=3600)  # capped at 20 s
+    assert gov.status().not_before == pytest.approx(clock.now + 20)
+    clock.advance(20.001)
+    lease = gov.try_acquire()
+    assert lease is not None
+    assert gov.status().capacity == 5
+    lease.release()
+
+
+def test_fixed_follows_set_max_and_operator_pauses(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(fixed(), clock=clock)
+    assert gov.set_max_capacity(3).capacity == 3
+    st = gov.pause("deploy")
+    assert st.paused and st.capacity == 0
+    report(gov, R, R, R, R, R)
+    assert gov.resume().capacity == 3
+    st = gov.reset()
+    assert (st.capacity, st.window_attempts, st.policy) == (3, 0, "fixed")
+
+
+# -- policy configs ---------------------------------------------------------------------
+
+
+def stored_config(client: object, gov: Governor) -> dict[str, str]:
+    raw = client.hgetall(gov.keys.config)  # type: ignore[attr-defined]
+    return {
+        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v) for k, v in raw.items()
+    }
+
+
+BASE_CONFIG = {"policy", "max_capacity", "window_ms", "resume_fraction", "retry_after_cap_ms", "idle_ms", "log_length"}
+
+
+def test_a_policy_is_given_by_name_or_by_its_class() -> None:
+    assert GovernorConfig().policy == AdaptivePolicy()
+    assert GovernorConfig(policy="seed").policy == SeedPolicy()
+    assert GovernorConfig(policy="fixed").policy == FixedPolicy()
+    assert GovernorConfig(policy=SeedPolicy(decrease_count=3)).policy == SeedPolicy(decrease_count=3)
+
+
+def test_seed_decrease_count_from_its_config(make_gov: MakeGov, sync_client, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(
+        GovernorConfig(policy=SeedPolicy(decrease_count=3, ratio_min_attempts=100), max_capacity=8), clock=clock
+    )
+    report(gov, R, R)  # two: the default would halve here
+    assert gov.status().capacity == 8
+    report(gov, R)
+    assert gov.status().capacity == 4
+    stored = stored_config(sync_client, gov)
+    assert (stored["policy"], stored["decrease_count"], stored["ratio_min_attempts"]) == ("seed", "3", "100")
+    assert set(stored) == BASE_CONFIG | {f for f, _ in SeedPolicy.stored.values()}
+
+
+def test_seed_factor_and_increase_successes_from_its_config(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    policy = SeedPolicy(decrease_factor=0.25, increase_successes=5, pause_count=100)
+    gov = make_gov(seed(max_capacity=16, policy=policy), clock=clock)
+    report(gov, R, R)
+    assert gov.status().capacity == 4  # 16 * 0.25
+    clock.advance(61)
+    report(gov, S, S, S, S)
+    assert gov.status().capacity == 4
+    report(gov, S)
+    assert gov.status().capacity == 5
+
+
+def test_adaptive_cut_factor_and_pause_from_its_config(make_gov: MakeGov, sync_client, clock) -> None:  # type: ignore[no-untyped-def]
+    policy = AdaptivePolicy(cut_factor=0.5, pause_count=2, pause_ratio=1.0, probe_interval=7)
+    gov = make_gov(adaptive(max_capacity=20, policy=policy), clock=clock)
+    leases = hold(gov, 10)
+    gov.report(R, lease=leases[0])  # cut to half of 10 in flight
+    st = gov.status()
+    assert (st.capacity, st.ceiling) == (5, 10)
+    for lease in leases:
+        lease.release()
+    stored = stored_config(sync_client, gov)
+    assert (stored["cut_factor"], stored["pause_count"], stored["probe_ms"]) == ("0.5", "2", "7000")
+    assert set(stored) == BASE_CONFIG | {f for f, _ in AdaptivePolicy.stored.values()}
+    lone = gov.try_acquire()
+    assert lone is not None
+    gov.report(R, lease=lone)  # refused at one in flight, 2 of 2 refused: pause_count 2 (the default 4 cuts)
+    lone.release()
+    st = gov.status()
+    assert st.paused and st.pause_kind == "policy"
+
+
+def test_configure_replaces_the_stored_policy_and_its_fields(make_gov: MakeGov, sync_client, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(policy=PATIENT), clock=clock)
+    leases = hold(gov, 20)
+    gov.report(R, lease=leases[0])
+    for lease in leases:
+        lease.release()
+    assert gov.status().ceiling == 20
+    other = make_gov(fixed(max_capacity=7), clock=clock)
+    st = other.configure()
+    assert (st.policy, st.capacity, st.max_capacity, st.ceiling) == ("fixed", 7, 7, 0)
+    assert set(stored_config(sync_client, gov)) == BASE_CONFIG  # the adaptive fields are gone
+    assert {k.decode() if isinstance(k, bytes) else k for k in sync_client.hgetall(gov.keys.policy)} == {"streak"}
+    report(gov, *[R] * 10)
+    assert gov.status().capacity == 7
