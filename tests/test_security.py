@@ -1,23 +1,25 @@
 """Security: the least-privilege Redis ACL of a worker, AUTH, TLS, lease ids,
 and hostile state or arguments (a key of the wrong type, an absurd config
-sent straight to the scripts, malformed ids) that must give a clear error
-and change nothing.
+sent straight to the library's functions, malformed ids) that must give a
+clear error and change nothing.
 
 The worker ACL (also in the README, "Guarantees and failure modes"):
 
     ACL SETUSER <user> reset on ><password>
-        ~governor:v1:{<NAME>}:* &governor:v1:{<NAME>}:wake -@all
-        +evalsha +script|load +subscribe +unsubscribe +ping +type
-        +del +hdel +hget +hmget +hset +pexpire +publish +time +xadd
-        +zadd +zcount +zrange +zrangebyscore +zrank +zrem +zremrangebyscore +zscore
+        ~governor:v2:{<NAME>}:* &governor:v2:{<NAME>}:wake -@all
+        +fcall +function|load +subscribe +unsubscribe +ping +type +wait
+        +del +exists +hdel +hexists +hget +hgetall +hincrby +hmget +hset +hsetnx +info
+        +pexpire +publish +time +xadd +zadd +zcard +zcount +zrange +zrangebyscore +zrank
+        +zrem +zremrangebyscore +zscore
         [+client|setinfo on Redis >= 7.2]
 
-(the second half is what the scripts call: WORKER_SCRIPT_COMMANDS, kept
-equal to the scripts by a test below).
+(the second half is what the library's Lua calls: WORKER_SCRIPT_COMMANDS,
+kept equal to the Lua by a test below).
 
-Redis 7 checks the commands a script calls against the caller's ACL, so
-the script commands must be granted too, and a script (even one a worker
-loaded itself) cannot reach outside the key pattern and channel.
+Redis 7 checks the commands a function calls against the caller's ACL, so
+the Lua's commands must be granted too, and a function (even one in a
+library a worker loaded itself) cannot reach outside the key pattern and
+channel.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ from governor import (
 )
 from governor.core import Call, new_id
 from governor.keys import governor_keys
-from governor.scripts import OPERATIONS, source
+from governor.policies import Policy, SeedPolicy
+from governor.protocol import KEY_NAMES, KEYS, SENTINEL
+from governor.scripts import library, library_name
 
 from .conftest import FakeClock
 from .model import init_call
@@ -56,15 +60,15 @@ NAME = "acl-gov"
 PASSWORD = "s3cret-worker-password"
 #: the commands the scripts call (Redis 7 checks them against the caller's ACL)
 WORKER_SCRIPT_COMMANDS = (
-    "del exists hdel hget hgetall hmget hset info pexpire publish time type xadd "
-    "zadd zcount zrange zrangebyscore zrank zrem zremrangebyscore zscore"
+    "del exists hdel hexists hget hgetall hincrby hmget hset hsetnx info pexpire publish time type xadd "
+    "zadd zcard zcount zrange zrangebyscore zrank zrem zremrangebyscore zscore"
 ).split()
-#: what the client itself sends: scripts by SHA (loaded again after a flush or
-#: restart), the wake channel, PING, TYPE to name a key of the wrong type, WAIT
-#: for replicas (with wait_replicas); and
-#: on Redis >= 7.2 the library name on connect (CLIENT SETINFO, refused quietly
-#: when not granted)
-WORKER_CLIENT_COMMANDS = "evalsha script|load subscribe unsubscribe ping type wait".split()
+#: what the client itself sends: the library's functions (FCALL), the library
+#: (FUNCTION LOAD, again after a flush or restart), the wake channel, PING,
+#: TYPE to name a key of the wrong type, WAIT for replicas (with
+#: wait_replicas); and on Redis >= 7.2 the client library's name on connect
+#: (CLIENT SETINFO, refused quietly when not granted)
+WORKER_CLIENT_COMMANDS = "fcall function|load subscribe unsubscribe ping type wait".split()
 SETINFO = "client|setinfo"
 
 
@@ -86,12 +90,20 @@ def worker_acl(name: str, user: str = "worker", password: str = PASSWORD, setinf
 
 
 def test_the_acl_grants_exactly_the_commands_the_scripts_call() -> None:
-    used = set()
-    for operation in OPERATIONS:
-        used |= {c.lower() for c in re.findall(r"redis\.p?call\(\s*'([A-Za-z]+)'", source(operation))}
+    source = library()
+    # every call names its command as a literal, so the list below is all of them
+    assert not re.search(r"redis\.p?call\(\s*[^'\s]", source), "a redis.call whose command is not a literal"
+    used = {c.lower() for c in re.findall(r"redis\.p?call\(\s*'([A-Za-z]+)'", source)}
     granted = set(WORKER_SCRIPT_COMMANDS)
-    assert used <= granted, f"the scripts call {sorted(used - granted)}: add them to the worker ACL (README too)"
-    assert granted <= used, f"no script calls {sorted(granted - used)} any more: drop them from the worker ACL"
+    assert used <= granted, f"the library calls {sorted(used - granted)}: add them to the worker ACL (README too)"
+    assert granted <= used, f"the library calls {sorted(granted - used)} no more: drop them from the worker ACL"
+
+
+def test_the_readme_acl_is_the_tested_one() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = readme[readme.index("ACL SETUSER gov-worker") :].split("\n\n", 1)[0]
+    granted = set(re.findall(r"\+([a-z|]+)", block))
+    assert granted == set(WORKER_CLIENT_COMMANDS) | set(WORKER_SCRIPT_COMMANDS)
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +155,7 @@ def test_a_least_privilege_worker_can_do_everything_the_client_does(
         holder.release()
         waiter.join(10)
         assert got and not got[0].lost
-        admin.script_flush()  # scripts gone: loaded again with SCRIPT LOAD
+        admin.function_flush()  # the library gone: loaded again with FUNCTION LOAD
         gov.report(Outcome.SUCCESS, lease=got[0])
         admin.delete(*gov.keys.keys)  # state gone: re-created with init
         gov.renew()
@@ -191,27 +203,40 @@ def test_the_worker_reaches_nothing_outside_its_keys(acl_server: RedisServer, ad
             ("FLUSHALL",),
             ("CONFIG", "GET", "*"),
             ("SCRIPT", "FLUSH"),
+            ("SCRIPT", "LOAD", "return 1"),
             ("EVAL", "return 1", "0"),
+            ("FUNCTION", "FLUSH"),
+            ("FUNCTION", "DELETE", library_name()),
+            ("FUNCTION", "LIST"),
+            ("FCALL_RO", "anything", "0"),
             ("PUBLISH", "other-channel", "x"),
             ("ACL", "WHOAMI"),
         ):
             with pytest.raises(redis.exceptions.NoPermissionError):
                 worker.execute_command(*command)  # type: ignore[no-untyped-call]
-        # a script the worker loads itself runs with the worker's rights
+        # a function of a library the worker loads itself runs with the worker's rights
         refused = "(?i)no permissions|can't run this command|can't publish"
-        for body, keys in (
-            ("return redis.call('GET', KEYS[1])", ["other:secret"]),  # a command it may not run
-            ("return redis.call('SET', 'other:secret', 'owned')", []),
-            ("return redis.call('HSET', KEYS[1], 'f', 'v')", ["other:hash"]),  # its command, a foreign key
-            ("return redis.call('ZSCORE', KEYS[1], 'm')", ["governor:v1:{someone-else}:leases"]),
-            ("return redis.call('PUBLISH', 'governor:v1:{someone-else}:wake', 'x')", []),
-        ):
-            sha = worker.script_load(body)
-            with pytest.raises(redis.exceptions.ResponseError, match=refused):
-                worker.evalsha(sha, len(keys), *keys)
+        bodies = {
+            "get": ("return redis.call('GET', keys[1])", ["other:secret"]),  # a command it may not run
+            "set": ("return redis.call('SET', 'other:secret', 'owned')", []),
+            "hset": ("return redis.call('HSET', keys[1], 'f', 'v')", ["other:hash"]),  # its command, a foreign key
+            "zscore": ("return redis.call('ZSCORE', keys[1], 'm')", ["governor:v2:{someone-else}:leases"]),
+            "publish": ("return redis.call('PUBLISH', 'governor:v2:{someone-else}:wake', 'x')", []),
+        }
+        own = "#!lua name=worker_own_test\n" + "\n".join(
+            f"redis.register_function('worker_own_{fn}', function(keys, args) {body} end)"
+            for fn, (body, _) in bodies.items()
+        )
+        worker.function_load(own, replace=True)
+        try:
+            for fn, (_, keys) in bodies.items():
+                with pytest.raises(redis.exceptions.ResponseError, match=refused):
+                    worker.fcall(f"worker_own_{fn}", len(keys), *keys)
+        finally:
+            admin.function_delete("worker_own_test")
         pubsub = worker.pubsub()  # type: ignore[no-untyped-call]
         with pytest.raises(redis.exceptions.NoPermissionError):  # the refusal comes as the reply
-            pubsub.subscribe("governor:v1:{someone-else}:wake")
+            pubsub.subscribe("governor:v2:{someone-else}:wake")
             pubsub.get_message(timeout=2)
         pubsub.close()
     finally:
@@ -334,10 +359,12 @@ def real(redis_url: str) -> Iterator[redis.Redis]:
     client.close()
 
 
-def _populated(real: redis.Redis, clock: FakeClock, name: str) -> tuple[Governor, str]:
+def _populated(
+    real: redis.Redis, clock: FakeClock, name: str, policy: Policy | str = "adaptive"
+) -> tuple[Governor, str]:
     """A governor with a lease held, a waiter queued and attempts in the window.
     Built with the core's calls, so no background worker runs beside the test."""
-    gov = Governor(real, name, GovernorConfig(max_capacity=1, idle_expiry=64), clock=clock)
+    gov = Governor(real, name, GovernorConfig(max_capacity=1, idle_expiry=64, policy=policy), clock=clock)
     lease_id = new_id()
     gov._execute(gov._core.acquire(lease_id, "holder", wait=False))
     gov._execute(gov._core.acquire(new_id(), "waiter", wait=True))
@@ -370,19 +397,27 @@ def _operations(gov: Governor, lease_id: str) -> dict[str, Call[Any]]:
     }
 
 
-KEY_TYPES = ("hash", "zset", "hash", "zset", "zset", "zset", "zset", "stream")  # in governor_keys order
+#: the Redis type of each key, in governor_keys order (the order the Lua binds them)
+KEY_TYPES = tuple(kind for _, kind in KEYS)
 WRONG = {"hash": ("rpush", "x"), "zset": ("sadd", "x"), "stream": ("set", "x")}
 
 
 KEY_CASES = [pytest.param(i, id=key.split(":")[-1]) for i, key in enumerate(governor_keys("x").keys)]
 
 
+def test_the_wrong_type_cases_cover_every_key() -> None:
+    assert [case.id for case in KEY_CASES] == list(KEY_NAMES) and len(KEY_CASES) == 10
+    assert set(KEY_TYPES) <= set(WRONG)
+
+
 @pytest.mark.parametrize("which", KEY_CASES)
 def test_a_key_of_the_wrong_type_stops_every_script_and_nothing_changes(
     real: redis.Redis, which: int, request: pytest.FixtureRequest
 ) -> None:
-    """Each script either fails with a clear StateError and changes nothing at
-    all, or never touches the foreign key (its value and expiry stay)."""
+    """Each function either fails with a clear StateError and changes nothing
+    at all, or never touches the foreign key (its value and expiry stay).
+    leases and holders keep their sentinel entry (protocol.SENTINEL), so
+    they exist before the foreign value replaces them, as in a fleet."""
     clock = FakeClock()
     name = f"wrongtype-{which}-{id(request)}"
     problems = []
@@ -395,6 +430,7 @@ def test_a_key_of_the_wrong_type_stops_every_script_and_nothing_changes(
             real.delete(*keys)
             gov, lease_id = _populated(real, clock, name)
             calls = _operations(gov, lease_id)
+            assert real.zscore(gov.keys.leases, SENTINEL) == 0 and real.hget(gov.keys.holders, SENTINEL) == b""
             real.delete(key)
             command, value = WRONG[expected]
             getattr(real, command)(key, value)  # another program's key, no expiry
@@ -418,30 +454,38 @@ def test_a_key_of_the_wrong_type_stops_every_script_and_nothing_changes(
     assert not problems, "\n".join(problems)
 
 
+#: (field, value, the policy whose field it is)
 TAMPERED_CONFIG = [
-    ("max", "-5"),
-    ("max", "0"),
-    ("max", "1e309"),
-    ("max", "nan"),
-    ("max", "inf"),
-    ("max", "2.5"),
-    ("max", "99999999999"),
-    ("window_ms", "abc"),
-    ("dec_ratio", "1.5"),
-    ("cut_factor", "-0.1"),
-    ("idle_ms", "10"),
-    ("log_len", "0"),
-    ("policy", "evil"),
+    ("max_capacity", "-5", "adaptive"),
+    ("max_capacity", "0", "adaptive"),
+    ("max_capacity", "1e309", "adaptive"),
+    ("max_capacity", "nan", "adaptive"),
+    ("max_capacity", "inf", "adaptive"),
+    ("max_capacity", "2.5", "adaptive"),
+    ("max_capacity", "99999999999", "adaptive"),
+    ("window_ms", "abc", "adaptive"),
+    ("window_ms", "0", "fixed"),
+    ("resume_fraction", "1.01", "adaptive"),
+    ("retry_after_cap_ms", "-1", "seed"),
+    ("decrease_ratio", "1.5", "seed"),
+    ("decrease_count", "0", "seed"),
+    ("decrease_factor", "nan", "seed"),
+    ("cut_factor", "-0.1", "adaptive"),
+    ("pause_count", "0", "adaptive"),
+    ("probe_ms", "1e400", "adaptive"),
+    ("idle_ms", "10", "adaptive"),
+    ("log_length", "0", "adaptive"),
+    ("policy", "evil", "adaptive"),
 ]
 
 
-@pytest.mark.parametrize("field,value", TAMPERED_CONFIG, ids=[f"{f}={v}" for f, v in TAMPERED_CONFIG])
+@pytest.mark.parametrize("field,value,policy", TAMPERED_CONFIG, ids=[f"{p}:{f}={v}" for f, v, p in TAMPERED_CONFIG])
 @pytest.mark.parametrize("script", ["init", "reset"])
 def test_an_absurd_config_sent_straight_to_the_scripts_is_refused(
-    real: redis.Redis, script: str, field: str, value: str
+    real: redis.Redis, script: str, field: str, value: str, policy: str
 ) -> None:
     clock = FakeClock()
-    gov, _ = _populated(real, clock, f"tamper-{script}-{field}-{abs(hash(value))}")
+    gov, _ = _populated(real, clock, f"tamper-{script}-{policy}-{field}-{abs(hash(value))}", policy)
     keys = gov.keys.keys
     try:
         if script == "init":
@@ -450,7 +494,7 @@ def test_an_absurd_config_sent_straight_to_the_scripts_is_refused(
         args = list(call.args)
         args[args.index(field, 2) + 1] = value
         before = snapshot(real, keys)
-        with pytest.raises(ConfigError, match=field):
+        with pytest.raises(ConfigError, match=f"{field} must be"):
             gov._run(Call(call.script, tuple(args), call.parse))
         assert snapshot(real, keys) == before
     finally:
@@ -458,21 +502,29 @@ def test_an_absurd_config_sent_straight_to_the_scripts_is_refused(
         gov.close()
 
 
-def test_missing_unknown_and_odd_config_fields_are_refused(real: redis.Redis) -> None:
-    gov, _ = _populated(real, FakeClock(), "tamper-fields")
+@pytest.mark.parametrize("policy", ["adaptive", "seed", "fixed"])
+def test_missing_unknown_and_odd_config_fields_are_refused(real: redis.Redis, policy: str) -> None:
+    gov, _ = _populated(real, FakeClock(), f"tamper-fields-{policy}", policy)
     keys = gov.keys.keys
+    other = "decrease_ratio" if policy != "seed" else "cut_factor"  # another policy's field
     try:
         call = gov._core.reset(with_config=True)
         args = list(call.args)
         i = args.index("window_ms")
         variants = {
-            "missing": args[:i] + args[i + 2 :],
-            "unknown": [*args, "root", "1"],
-            "odd": [*args, "max"],
+            "missing": (args[:i] + args[i + 2 :], "config field window_ms is missing"),
+            "unknown": ([*args, "root", "1"], "unknown config field root"),
+            "another policy's": ([*args, other, "0.5"], f"unknown config field {other} for policy {policy}"),
+            "odd": ([*args, "max_capacity"], "config field max_capacity has no value"),
+            "a v1 name": ([*args, "max", "5"], f"unknown config field max for policy {policy}"),
         }
+        if policy != "fixed":  # a field of its own policy, missing
+            own = SeedPolicy.stored["decrease_count"][0] if policy == "seed" else "probe_ms"
+            j = args.index(own)
+            variants["own field missing"] = (args[:j] + args[j + 2 :], f"config field {own} is missing")
         before = snapshot(real, keys)
-        for what, variant in variants.items():
-            with pytest.raises(ConfigError):
+        for what, (variant, message) in variants.items():
+            with pytest.raises(ConfigError, match=message):
                 gov._run(Call(call.script, tuple(variant), call.parse))
             assert snapshot(real, keys) == before, what
     finally:
@@ -480,7 +532,7 @@ def test_missing_unknown_and_odd_config_fields_are_refused(real: redis.Redis) ->
         gov.close()
 
 
-BAD_IDS = ["", "has space", "x" * 129, "semi;colon", "new\nline", "{tag}", "ünï", "a|b"]
+BAD_IDS = ["", "has space", "x" * 129, "semi;colon", "new\nline", "{tag}", "ünï", "a|b", SENTINEL]
 BAD_NUMBERS = ["-1", "nan", "abc", "1.5", ""]
 
 
@@ -491,29 +543,46 @@ def test_malformed_ids_and_numbers_are_refused_by_every_script(real: redis.Redis
     core = gov._core
     try:
         before = snapshot(real, keys)
+        init = init_call(core, holds_leases=False)
         for bad in BAD_IDS:
             for call in (
                 core.acquire(bad, "h", wait=True),
+                core.acquire(bad, "h", wait=False),
+                core.acquire(bad, "h", wait=True, fresh=False),
                 core.cancel(bad),
                 core.release(bad),
                 core.refresh([lease_id, bad]),
                 core.renew([(bad, "e", "h")]),
                 *([core.report(Outcome.SUCCESS, None, bad, 1)] if bad else []),  # '': no lease, valid
+                Call("init", (*init.args[:2], bad, *init.args[3:]), init.parse),  # the epoch
             ):
                 with pytest.raises(ConfigError, match="must be 1-128 characters"):
                     gov._run(call)
         for bad in BAD_NUMBERS:
-            for call, index in _number_arguments(gov, lease_id):
+            for call, index, empty_ok in _number_arguments(gov, lease_id):
+                if bad == "" and empty_ok:
+                    continue
                 args = list(call.args)
-                if bad == "" and index in (0, 3):
-                    continue  # '' means "Redis TIME" and "no retry-after": valid
                 args[index] = bad
-                with pytest.raises(ConfigError):
+                with pytest.raises(ConfigError, match="must be an integer"):
                     gov._run(Call(call.script, tuple(args), call.parse))
+        acquire = core.acquire(new_id(), "h", wait=True).args
+        for mode in ("", "WAIT", "fresh", "wait "):
+            with pytest.raises(ConfigError, match="mode must be wait, again or try"):
+                gov._run(Call("acquire", (*acquire[:6], mode), core._parse_acquire))
+        with pytest.raises(ConfigError, match="mode must be"):  # ARGV[7] missing
+            gov._run(Call("acquire", acquire[:6], core._parse_acquire))
+        with pytest.raises(ConfigError, match="outcome must be"):
+            gov._run(Call("report", (*core.report(Outcome.SUCCESS, None, None).args[:2], "x", "", "", "", "0"),
+                          core._parse_reported))  # fmt: skip
         with pytest.raises(ConfigError, match="holder"):
             gov._run(core.acquire(new_id(), "x" * 201, wait=True))
+        with pytest.raises(ConfigError, match="holder"):
+            gov._run(core.renew([(lease_id, "e", "x" * 201)]))
         with pytest.raises(ConfigError, match="triples"):
             gov._run(Call("renew", (*core.renew([(lease_id, "e", "h")]).args, "extra"), lambda r: r))
+        with pytest.raises(ConfigError, match="reason"):
+            gov._run(Call("pause", (*core.pause("x", 1.0).args[:2], "x" * 501, "0"), core._parse_status))
         assert snapshot(real, keys) == before
         assert gov.status().in_flight == 1  # the governor still works
     finally:
@@ -521,19 +590,43 @@ def test_malformed_ids_and_numbers_are_refused_by_every_script(real: redis.Redis
         gov.close()
 
 
-def _number_arguments(gov: Governor, lease_id: str) -> list[tuple[Call[Any], int]]:
-    """Calls with an integer argument, and its index in ARGV."""
+def _number_arguments(gov: Governor, lease_id: str) -> list[tuple[Call[Any], int, bool]]:
+    """Calls with an integer argument, its index in ARGV, and whether ''
+    is a valid value there (the clock: Redis TIME; none)."""
     core = gov._core
-    return [
-        (core.acquire(new_id(), "h", wait=True), 4),  # ttl_ms
-        (core.acquire(new_id(), "h", wait=True), 6),  # queue_ttl_ms
-        (core.renew([(lease_id, "e", "h")]), 2),  # ttl_ms
-        (core.refresh([lease_id]), 2),  # queue_ttl_ms
-        (core.report(Outcome.RATE_LIMITED, 1.0, None), 3),  # retry_after_ms
-        (core.set_max_capacity(2), 2),
-        (core.pause("x", 1.0), 3),  # duration_ms
-        (core.status(), 0),  # now
+    init = init_call(core, holds_leases=False)
+    calls = [
+        (core.acquire(new_id(), "h", wait=True), 4, False),  # ttl_ms
+        (core.acquire(new_id(), "h", wait=True), 5, False),  # queue_ttl_ms
+        (core.acquire(new_id(), "h", wait=False), 4, False),  # ttl_ms
+        (core.renew([(lease_id, "e", "h")]), 2, False),  # ttl_ms
+        (core.refresh([lease_id]), 2, False),  # queue_ttl_ms
+        (core.report(Outcome.RATE_LIMITED, 1.0, None), 3, True),  # retry_after_ms
+        (core.report(Outcome.SUCCESS, None, lease_id, 1), 5, True),  # fence
+        (core.set_max_capacity(2), 2, False),
+        (core.pause("x", 1.0), 3, False),  # duration_ms
+        (init, 4, False),  # fence_floor
+        (init, 5, False),  # ttl_ms
+        (init, 7, False),  # notice_ms
     ]
+    # the clock (ARGV[1]) of every function that reads it; release without
+    # waiters and cancel of an unknown id read no clock
+    for call in (
+        core.acquire(new_id(), "h", wait=True),
+        core.refresh([lease_id]),
+        core.renew([(lease_id, "e", "h")]),
+        core.report(Outcome.SUCCESS, None, None),
+        core.probe(),
+        core.status(),
+        core.set_max_capacity(2),
+        core.pause("x", 1.0),
+        core.resume(),
+        core.reset(with_config=False),
+        core.reset(with_config=True),
+        init,
+    ):
+        calls.append((call, 0, True))
+    return calls
 
 
 def test_an_infinite_number_is_refused_by_every_script(real: redis.Redis) -> None:
@@ -541,15 +634,16 @@ def test_an_infinite_number_is_refused_by_every_script(real: redis.Redis) -> Non
     keys = gov.keys.keys
     accepted = []
     try:
-        for call, index in _number_arguments(gov, lease_id):
-            args = list(call.args)
-            args[index] = "1e400"
-            try:
-                gov._run(Call(call.script, tuple(args), call.parse))
-            except ConfigError:
-                continue
-            accepted.append(f"{call.script} ARGV[{index + 1}]")
-        assert not accepted, f"1e400 accepted as an integer by {accepted}"
+        for call, index, _ in _number_arguments(gov, lease_id):
+            for infinite in ("1e400", "inf", "-inf"):
+                args = list(call.args)
+                args[index] = infinite
+                try:
+                    gov._run(Call(call.script, tuple(args), call.parse))
+                except ConfigError:
+                    continue
+                accepted.append(f"{call.script} ARGV[{index + 1}] = {infinite}")
+        assert not accepted, f"accepted as an integer: {accepted}"
     finally:
         real.delete(*keys)
         gov.close()
