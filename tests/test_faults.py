@@ -1,6 +1,6 @@
 """Faults with real processes on loopback (SPEC §2, §3, §8): holders killed
 with SIGKILL or stalled with SIGSTOP, waiters cancelled at every point of
-acquire, Redis restarted or its scripts flushed mid-run, Redis unreachable
+acquire, Redis restarted or its functions flushed mid-run, Redis unreachable
 or hung, and a chaos run. Every wait is bounded; the figures each test
 measures are printed (run with ``-s`` to see them).
 
@@ -34,6 +34,7 @@ from governor import (
     Outcome,
     metrics,
 )
+from governor.policies import SeedPolicy
 
 from . import fault_workers
 from .faultkit import FAST, Processes, figure, next_event
@@ -394,7 +395,7 @@ async def test_tasks_cancelled_at_every_point_leak_nothing(redis_url: str, name:
 def test_a_queue_never_freezes_after_the_fleet_drained_during_a_pause(redis_url: str, name: str) -> None:
     """Nobody holds, nobody reports: the waiters' own refreshes probe, lift the
     drained pause and admit them (SPEC §4, the seed's liveness fix)."""
-    config = GovernorConfig(policy="seed", max_capacity=4, window=1.0, pause_count=2, **FAST)
+    config = GovernorConfig(policy=SeedPolicy(pause_count=2), max_capacity=4, window=1.0, **FAST)
     gov = Governor.from_url(redis_url, name, config)
     try:
         lease = gov.acquire(timeout=5)
@@ -466,7 +467,7 @@ def _fleet_results(control: redis.Redis, events: str, hosts: int, timeout: float
 
 
 @pytest.mark.slow
-def test_restart_and_script_flush_mid_run_never_come_back_unlimited(
+def test_restart_and_function_flush_mid_run_never_come_back_unlimited(
     private_redis: RedisServer, redis_url: str, control: redis.Redis, name: str, events: str, processes: Processes
 ) -> None:
     config = GovernorConfig(max_capacity=4, **{**FAST, "redis_timeout": 0.5})
@@ -476,7 +477,7 @@ def test_restart_and_script_flush_mid_run_never_come_back_unlimited(
     started = time.monotonic()
     admin = redis.Redis(port=private_redis.port, socket_timeout=2)
     time.sleep(1.5)  # the fleet is at work
-    admin.script_flush()
+    admin.function_flush()  # the library is gone: every caller's next call loads it again
     flushed = time.monotonic()
     time.sleep(1.5)
     private_redis.restart()  # state and scripts gone

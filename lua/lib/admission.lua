@@ -77,8 +77,11 @@ local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', '
 -- read only then.
 local function prepare()
   more('state', 'reclaim_due')
-  if S.capacity == 0 then more('state', unpack(PAUSE_FIELDS)) end
-  more('config', 'window_ms', 'log_length', 'max_capacity', 'resume_fraction', 'idle_ms')
+  more('config', 'window_ms', 'log_length', 'max_capacity', 'idle_ms')
+  if S.capacity == 0 then
+    more('state', unpack(PAUSE_FIELDS))
+    more('config', 'resume_fraction')
+  end
 end
 
 local function pause(kind, reason, until_ms)
