@@ -6,20 +6,37 @@ decision log and the keys themselves. Times are the Redis server's
 (``TIME``), the clock the scripts use, so ages and TTLs agree with what the
 scripts will decide. Writes go through :class:`governor.Governor`.
 
-The ``holders`` hash keeps ``"fence|ttl_ms|since_ms|holder"`` for every
-lease and waiter id; ``since`` is when the lease was granted or the waiter
-joined the queue, and a waiter's fence is 0 until it is granted.
+The ``holders`` hash keeps a :class:`governor.protocol.HolderRecord`
+(``"fence|ttl_ms|since_ms|cost|holder"``) for every lease and waiter id;
+``since`` is when the lease was granted or the waiter joined the queue, and
+a waiter's fence is 0 until it is granted. ``leases`` and ``holders`` each
+keep the entry :data:`governor.protocol.SENTINEL`, which is never a lease:
+every listing and count here leaves it out.
+
+Why a caller waits is the scripts' answer (``Status.blocked``, worded once
+by the admission rule in lua/lib/admission.lua); nothing here re-derives it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import dataclasses
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .config import GovernorConfig
 from .core import Status, text
-from .errors import GovernorError, map_errors
-from .keys import SCHEMA_VERSION, GovernorKeys, name_from_state_key
+from .errors import GovernorError, StateError, map_errors
+from .policies import REGISTRY
+from .protocol import (
+    CONFIG,
+    KEYS,
+    SCHEMA_VERSION,
+    SENTINEL,
+    GovernorKeys,
+    HolderRecord,
+    name_from_state_key,
+)
 
 #: SCAN batch size: big enough to walk a large keyspace in few round trips,
 #: small enough that no single call blocks Redis
@@ -123,11 +140,17 @@ class DecisionEvent:
 class KeyInfo:
     """One Redis key of a governor, as redis-cli would see it."""
 
-    role: str  #: state, leases, holders, queue, waiters, attempts, limited or events
+    role: str  #: its name in governor.protocol.KEY_NAMES (state, config, policy, leases, ...)
     key: str  #: the full key name
     type: str  #: Redis type, 'none' when the key does not exist
-    size: int  #: fields / members / entries
+    size: int  #: fields / members / entries, the sentinel of leases and holders left out
     ttl: float | None  #: seconds until it expires when idle; None: no expiry or missing
+    expected: str = ""  #: the type governor.protocol.KEYS gives it
+
+    @property
+    def wrong_type(self) -> bool:
+        """The key exists and holds another type than the scripts expect."""
+        return self.type not in ("none", self.expected)
 
 
 # -- helpers ------------------------------------------------------------------
@@ -166,52 +189,23 @@ def eviction_risk(client: Any) -> str:
     return ""
 
 
-def _parse_meta(raw: Any) -> tuple[int, int, int, str] | None:
-    """A ``holders`` entry as (fence, ttl_ms, since_ms, holder), or None if unreadable."""
-    if raw is None:
-        return None
-    parts = text(raw).split("|", 3)
-    if len(parts) != 4 or not all(p.isdigit() for p in parts[:3]):
-        return None
-    return int(parts[0]), int(parts[1]), int(parts[2]), parts[3]
-
-
-def pause_reason(status: Status) -> str:
-    """The reason of a pause, or '' when it only repeats who paused (the
-    CLI's default reason is "paused by an operator")."""
-    reason = (status.reason or "").strip()
-    who = "operator" if status.pause_kind == "operator" else "policy"
-    if reason.lower().rstrip(".") in (f"paused by an {who}", f"paused by the {who}", who):
-        return ""
-    return reason
-
-
-def admission_block(status: Status) -> str:
-    """Why a new caller would not be admitted now ('' when it would).
-
-    The same reasons the scripts give queued callers (``blocked()`` in
-    lua/lib/admission.lua, then the capacity check of acquire.lua), said once.
-    """
-    if status.paused:
-        why = pause_reason(status)
-        who = "an operator" if status.pause_kind == "operator" else "the policy"
-        return f"paused: {why}" if why else f"paused by {who}"
-    if status.holding:
-        return "holding until the provider's retry-after"
-    if status.in_flight >= status.capacity:
-        return f"at capacity: {status.in_flight} in flight of {status.capacity}"
-    return ""
+def _record(raw: Any) -> HolderRecord | None:
+    """A ``holders`` entry, or None if missing or unreadable."""
+    return HolderRecord.parse(None if raw is None else text(raw))
 
 
 def state_of(status: Status) -> str:
-    """One word for the admission state: paused, holding, full or open."""
+    """One word for what a new caller meets: open (admitted), paused,
+    holding (a provider's Retry-After), or full (a budget is used up, or
+    earlier callers are queued ahead of it). Whether it waits is the
+    scripts' answer, ``status.blocked``; the word only says which kind."""
+    if not status.blocked:
+        return "open"
     if status.paused:
         return "paused"
     if status.holding:
         return "holding"
-    if status.in_flight >= status.capacity:
-        return "full"
-    return "open"
+    return "full"
 
 
 # -- reads ----------------------------------------------------------------------
@@ -230,17 +224,20 @@ def list_governors(client: Any, prefix: str = "governor") -> list[str]:
 
 
 def _head(client: Any, key: str, limit: int) -> tuple[int, list[tuple[Any, float]]]:
-    """ZCARD of a zset and its first ``limit`` (member, score) pairs."""
+    """Entries of a zset, the sentinel left out, and its first ``limit``
+    (member, score) pairs in score order."""
     pipe = client.pipeline(transaction=False)
     pipe.zcard(key)
+    pipe.zscore(key, SENTINEL)
     if limit > 0:
-        pipe.zrange(key, 0, limit - 1, withscores=True)
+        pipe.zrange(key, 0, limit, withscores=True)  # one more: the sentinel may be among them
     replies = pipe.execute()
-    return int(replies[0]), (list(replies[1]) if limit > 0 else [])
+    entries = [e for e in (replies[2] if limit > 0 else []) if text(e[0]) != SENTINEL][:limit]
+    return int(replies[0]) - (replies[1] is not None), entries
 
 
 def read_leases(client: Any, keys: GovernorKeys, limit: int = 1000) -> Listing:
-    """The holders of the leases, soonest expiry first, at most ``limit``.
+    """The holders of the leases, lowest fence (oldest grant) first, at most ``limit``.
 
     Expired leases that no script has reclaimed yet are included with
     ``live`` False; the status's ``in_flight`` counts only live ones.
@@ -248,18 +245,25 @@ def read_leases(client: Any, keys: GovernorKeys, limit: int = 1000) -> Listing:
     with map_errors(keys.name):
         now_ms = server_time_ms(client)
         total, entries = _head(client, keys.leases, limit)
-        metas = client.hmget(keys.holders, [e[0] for e in entries]) if entries else []
+        raws = client.hmget(keys.holders, [e[0] for e in entries]) if entries else []
     items: list[LeaseInfo] = []
-    for (member, expiry), raw in zip(entries, metas, strict=True):
-        meta = _parse_meta(raw)
-        if meta is None:  # released between the two reads, or written by someone else
+    for (member, expiry), raw in zip(entries, raws, strict=True):
+        record = _record(raw)
+        if record is None:  # released between the two reads, or written by someone else
             continue
-        fence, ttl_ms, since_ms, holder = meta
         items.append(
-            LeaseInfo(text(member), holder, fence, since_ms / 1000, float(expiry) / 1000, ttl_ms / 1000, now_ms / 1000)
+            LeaseInfo(
+                text(member),
+                record.holder,
+                record.fence,
+                record.since_ms / 1000,
+                float(expiry) / 1000,
+                record.ttl_ms / 1000,
+                now_ms / 1000,
+            )
         )
     items.sort(key=lambda lease: lease.fence)
-    return Listing(now_ms / 1000, int(total), tuple(items))
+    return Listing(now_ms / 1000, total, tuple(items))
 
 
 def read_queue(client: Any, keys: GovernorKeys, limit: int = 1000) -> Listing:
@@ -273,25 +277,30 @@ def read_queue(client: Any, keys: GovernorKeys, limit: int = 1000) -> Listing:
         total, entries = _head(client, keys.queue, limit)
         ids = [e[0] for e in entries]
         deadlines: list[Any] = []
-        metas: list[Any] = []
+        raws: list[Any] = []
         if ids:
             pipe = client.pipeline(transaction=False)
             for member in ids:
                 pipe.zscore(keys.waiters, member)
             pipe.hmget(keys.holders, ids)
-            *deadlines, metas = pipe.execute()
+            *deadlines, raws = pipe.execute()
     items: list[WaiterInfo] = []
-    for position, ((member, ticket), deadline, raw) in enumerate(zip(entries, deadlines, metas, strict=True)):
-        meta = _parse_meta(raw)
-        if meta is None or deadline is None:  # granted or cancelled between the reads
+    for position, ((member, ticket), deadline, raw) in enumerate(zip(entries, deadlines, raws, strict=True)):
+        record = _record(raw)
+        if record is None or deadline is None:  # granted or cancelled between the reads
             continue
-        _, _, since_ms, holder = meta
         items.append(
             WaiterInfo(
-                text(member), position, holder, int(ticket), since_ms / 1000, float(deadline) / 1000, now_ms / 1000
+                text(member),
+                position,
+                record.holder,
+                int(ticket),
+                record.since_ms / 1000,
+                float(deadline) / 1000,
+                now_ms / 1000,
             )
         )
-    return Listing(now_ms / 1000, int(total), tuple(items))
+    return Listing(now_ms / 1000, total, tuple(items))
 
 
 def _event(entry_id: Any, values: Mapping[Any, Any]) -> DecisionEvent:
@@ -373,11 +382,13 @@ def log_length(client: Any, keys: GovernorKeys) -> int:
 
 
 _SIZE_COMMAND = {"hash": "hlen", "zset": "zcard", "stream": "xlen"}
+#: the keys that keep a sentinel entry (governor.protocol.SENTINEL), and how to look for it
+_SENTINEL_COMMAND = {"leases": "zscore", "holders": "hexists"}
 
 
 def read_keys(client: Any, keys: GovernorKeys) -> list[KeyInfo]:
-    """Type, size and idle expiry of each key of the governor."""
-    roles: Sequence[str] = ("state", "leases", "holders", "queue", "waiters", "attempts", "limited", "events")
+    """Type, size and idle expiry of each key of the governor (governor.protocol.KEYS order)."""
+    roles = [role for role, _ in KEYS]
     names = [getattr(keys, role) for role in roles]
     with map_errors(keys.name):
         pipe = client.pipeline(transaction=False)
@@ -387,13 +398,60 @@ def read_keys(client: Any, keys: GovernorKeys) -> list[KeyInfo]:
         replies = pipe.execute()
         types = [text(t) for t in replies[0::2]]
         pipe = client.pipeline(transaction=False)
-        for key, kind in zip(names, types, strict=True):
+        for role, key, kind in zip(roles, names, types, strict=True):
             if kind in _SIZE_COMMAND:
                 getattr(pipe, _SIZE_COMMAND[kind])(key)
+                if role in _SENTINEL_COMMAND and kind == dict(KEYS)[role]:
+                    getattr(pipe, _SENTINEL_COMMAND[role])(key, SENTINEL)
         sizes = iter(pipe.execute())
     out: list[KeyInfo] = []
-    for role, key, kind, pttl in zip(roles, names, types, replies[1::2], strict=True):
-        size = int(next(sizes)) if kind in _SIZE_COMMAND else 0
+    for (role, expected), key, kind, pttl in zip(KEYS, names, types, replies[1::2], strict=True):
+        size = 0
+        if kind in _SIZE_COMMAND:
+            size = int(next(sizes))
+            if role in _SENTINEL_COMMAND and kind == expected:
+                size -= bool(next(sizes))
         ttl = int(pttl) / 1000 if int(pttl) >= 0 else None
-        out.append(KeyInfo(role, key, kind, size, ttl))
+        out.append(KeyInfo(role, key, kind, size, ttl, expected))
     return out
+
+
+def read_config(client: Any, keys: GovernorKeys) -> dict[str, str]:
+    """The stored config (the ``config`` hash): field -> value as stored ({} when missing)."""
+    with map_errors(keys.name):
+        stored = client.hgetall(keys.config)
+    return {text(k): text(v) for k, v in stored.items()}
+
+
+#: the GovernorConfig field of each base field of the stored config, and the
+#: unit it is stored in (ms for seconds): the inverse of
+#: GovernorConfig.script_fields (tests/test_inspect.py checks the round trip)
+_CONFIG_FIELDS: dict[str, tuple[str, type[int] | type[float], int]] = {
+    "max_capacity": ("max_capacity", int, 1),
+    "window_ms": ("window", float, 1000),
+    "resume_fraction": ("resume_fraction", float, 1),
+    "retry_after_cap_ms": ("retry_after_cap", float, 1000),
+    "idle_ms": ("idle_expiry", float, 1000),
+    "log_length": ("log_length", int, 1),
+}
+if set(_CONFIG_FIELDS) != set(CONFIG) - {"policy"}:
+    raise AssertionError("a base config field of governor.protocol.CONFIG is not mapped")
+
+
+def config_from_stored(
+    stored: Mapping[str, str], base: GovernorConfig | None = None, name: str | None = None
+) -> GovernorConfig:
+    """The GovernorConfig a stored config describes: its base fields and its
+    policy (Policy.from_stored), on ``base`` (its client-side settings:
+    prefix, timeouts). StateError when the stored config is incomplete."""
+    try:
+        policy = REGISTRY[stored["policy"]].from_stored(dict(stored))
+        values: dict[str, Any] = {}
+        for field_name, (attribute, kind, unit) in _CONFIG_FIELDS.items():
+            raw = stored[field_name]
+            values[attribute] = int(raw) if kind is int else (float(raw) / unit if unit != 1 else float(raw))
+    except (KeyError, ValueError) as error:
+        raise StateError(
+            f"governor {name!r}: the stored config is incomplete or unreadable ({error!r})", name=name
+        ) from error
+    return dataclasses.replace(base or GovernorConfig(), policy=policy, **values)

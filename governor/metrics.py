@@ -225,7 +225,9 @@ class GovernorCollector:
                 quota.add_metric([name], status.quota_exhausted)
                 for kind, count in sorted(tracked.decisions.items()):
                     decisions.add_metric([name, kind], count)
-                info.add_metric([name, status.policy, status.pause_kind, status.reason], {"schema": str(status.schema)})
+                info.add_metric(
+                    [name, status.policy, status.pause_kind, status.pause_reason], {"schema": str(status.schema)}
+                )
         yield up
         yield from g.values()
         yield quota

@@ -1,0 +1,5 @@
+"""``python -m governor.cli``: the ``governor`` command."""
+
+from . import main
+
+main()

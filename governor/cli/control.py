@@ -1,0 +1,239 @@
+"""``set-max``, ``pause``, ``resume``, ``reset`` and ``configure``: the operator's
+levers. Each is one call of the Governor API on an existing governor (never
+creating one), then a before -> after account of what it changed."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from .. import inspect as gi
+from ..core import Status
+from ..errors import ConfigError
+from ..policies import POLICY_NAMES, REGISTRY, Policy
+from ..protocol import STATUS_FIELDS, ms
+from .app import App, F, command, fail, global_options, json_option, pass_app
+from .render import emit_json, shown, span, state_line, status_dict, when
+
+#: status reply fields that traffic moves between any two reads: not compared
+MOVING = ("now", "epoch", "created", "fence", "in_flight", "queued", "quota_exhausted", "quota_at")
+#: what an operator command may change: the other fields of the status reply
+COMPARED = tuple(f for f in STATUS_FIELDS if f not in MOVING)
+#: the Status attribute of a status reply field where the two differ, and the reply's unit
+ATTRIBUTE: dict[str, tuple[str, Callable[[float], Any]]] = {"window_ms": ("window", ms)}
+#: the status fields that are times (Status: Unix seconds or None)
+TIMES = ("paused_until", "not_before")
+
+
+def compared(status: Status, field: str) -> Any:
+    """A status field as the status reply names it."""
+    if field == "not_before" and not status.holding:
+        return None  # a hold that is over holds nobody: clearing it changes nothing
+    attribute, convert = ATTRIBUTE.get(field, (field, lambda v: v))
+    return convert(getattr(status, attribute))
+
+
+def _shown(field: str, value: Any) -> str:
+    return when(value) if field in TIMES else shown(value)
+
+
+def confirm_change(
+    action: str,
+    before: Status,
+    after: Status,
+    as_json: bool,
+    config: tuple[dict[str, str], dict[str, str]] | None = None,
+) -> None:
+    """Say what an operator command changed, field by field (before -> after);
+    ``config``: the stored config before and after, for a command that stores one."""
+    if after.epoch != before.epoch:
+        fail(
+            f"governor {before.name!r} was re-created while {action} ran (its state expired or was flushed); "
+            "check it with `governor status` and repeat the command"
+        )
+    changed = {
+        f: (compared(before, f), compared(after, f)) for f in COMPARED if compared(before, f) != compared(after, f)
+    }
+    stored: dict[str, tuple[str | None, str | None]] = {}
+    if config is not None:
+        old, new = config
+        stored = {f: (old.get(f), new.get(f)) for f in sorted({*old, *new}) if old.get(f) != new.get(f)}
+    if as_json:
+        out: dict[str, Any] = {
+            "governor": after.name,
+            "action": action,
+            "changed": {f: list(v) for f, v in changed.items()},
+            "before": status_dict(before),
+            "after": status_dict(after),
+        }
+        if config is not None:
+            out["config_changed"] = {f: list(v) for f, v in stored.items()}
+            out["config"] = config[1]
+        emit_json(out)
+        return
+    click.echo(f"governor {after.name!r}: {action}")
+    if not changed and not stored:
+        click.echo("  nothing changed")
+    width = max([len(f) for f in changed] or [0])
+    for f, (old_value, new_value) in changed.items():
+        click.echo(f"  {f.ljust(width)}  {_shown(f, old_value)} -> {_shown(f, new_value)}")
+    if stored:
+        click.echo("  stored config:")
+        width = max(len(f) for f in stored)
+        for f, (old_raw, new_raw) in stored.items():
+            click.echo(f"    {f.ljust(width)}  {old_raw or '-'} -> {new_raw or '-'}")
+    click.echo(f"  now: {state_line(after)}")
+    if after.blocked:
+        click.echo(f"  blocked: {after.blocked}")
+
+
+DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """Seconds, or a number with a unit: 90, 90s, 1.5m, 2h, 1d."""
+    if value is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", value)
+    if match is None:
+        raise click.BadParameter(f"{value!r} is not a duration (use e.g. 90, 90s, 5m, 2h, 1d)", ctx, param)
+    seconds = float(match.group(1)) * DURATION_UNITS[match.group(2)]
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r} must be longer than 0 seconds", ctx, param)
+    return seconds
+
+
+@command("set-max")
+@click.argument("n", type=click.IntRange(min=1, max=1_000_000))
+@json_option
+@global_options()
+@pass_app
+def set_max(app: App, n: int, as_json: bool) -> None:
+    """Set max_capacity to N: applied at once, and what the policy learnt is
+    cleared, unless paused (then the resume uses it)."""
+    gov, before = app.existing()
+    confirm_change(f"max_capacity set to {n}", before, gov.set_max_capacity(n, create=False), as_json)
+
+
+DEFAULT_PAUSE_REASON = "no reason given"
+
+
+@command()
+@click.option(
+    "--reason", default=DEFAULT_PAUSE_REASON, show_default=True, help="Shown to queued callers and operators."
+)
+@click.option(
+    "--duration", callback=parse_duration, help="Lift the pause after this long (90, 90s, 5m, 2h); default: never."
+)
+@json_option
+@global_options()
+@pass_app
+def pause(app: App, reason: str, duration: float | None, as_json: bool) -> None:
+    """Stop new admissions fleet-wide; held leases keep running."""
+    gov, before = app.existing()
+    try:
+        after = gov.pause(reason, duration, create=False)
+    except ConfigError as error:
+        raise click.BadParameter(str(error).split("invalid argument: ")[-1], param_hint="--reason") from error
+    confirm_change("paused" + (f" for {span(duration)}" if duration else " until resumed"), before, after, as_json)
+
+
+@command()
+@json_option
+@global_options()
+@pass_app
+def resume(app: App, as_json: bool) -> None:
+    """Lift any pause and any Retry-After hold."""
+    gov, before = app.existing()
+    confirm_change("resumed", before, gov.resume(create=False), as_json)
+
+
+@command()
+@json_option
+@global_options()
+@pass_app
+def reset(app: App, as_json: bool) -> None:
+    """Forget what the policy learnt (window, pause, hold); capacity back to max.
+
+    The stored config is applied afresh; the holders and the queue are kept.
+    `governor configure` stores another policy or other numbers.
+    """
+    gov, before = app.existing()
+    confirm_change("reset", before, gov.reset(create=False), as_json)
+
+
+# -- configure: the policy's options come from governor.policies ---------------------
+
+
+def policy_settings() -> dict[str, tuple[type[int] | type[float], tuple[str, ...]]]:
+    """Every policy's setting: its type and the policies that have it (governor.policies.REGISTRY)."""
+    out: dict[str, tuple[type[int] | type[float], tuple[str, ...]]] = {}
+    for policy in REGISTRY.values():
+        for field in dataclasses.fields(policy):
+            kind: type[int] | type[float] = int if field.type in ("int", int) else float
+            had = out.get(field.name, (kind, ()))
+            out[field.name] = (kind, (*had[1], policy.name))
+    return out
+
+
+def policy_options(f: F) -> F:
+    """An option per policy setting (``--cut-factor`` ...), each None unless given."""
+    for name, (kind, policies) in reversed(policy_settings().items()):
+        defaults = ", ".join(f"{p} {getattr(REGISTRY[p](), name)}" for p in policies)
+        f = click.option(
+            "--" + name.replace("_", "-"),
+            name,
+            type=click.INT if kind is int else click.FLOAT,
+            default=None,
+            help=f"{' and '.join(policies)} policy (default: {defaults}).",
+        )(f)
+    return f
+
+
+def chosen_policy(current: Policy, name: str | None, given: dict[str, Any]) -> Policy:
+    """The policy to store: ``name``'s (the current one if not given), from the
+    current numbers when it is the current policy, else from its defaults,
+    with the ``given`` settings. ConfigError for a setting it does not have."""
+    cls = REGISTRY[name] if name else type(current)
+    start = current if isinstance(current, cls) else cls()
+    own = {field.name for field in dataclasses.fields(cls)}
+    alien = [k for k in given if k not in own]
+    if alien:
+        options = ", ".join("--" + k.replace("_", "-") for k in alien)
+        raise ConfigError(f"the {cls.name} policy has no {options}")
+    return dataclasses.replace(start, **given)
+
+
+@command()
+@click.option("--policy", type=click.Choice(POLICY_NAMES), help="The policy to store (default: the stored one).")
+@policy_options
+@json_option
+@global_options()
+@pass_app
+def configure(app: App, /, policy: str | None, as_json: bool, **settings: Any) -> None:
+    """Store a policy (adaptive, seed or fixed) and its numbers, then reset.
+
+    The stored config's other fields (max_capacity, window, ...) are kept;
+    settings not given keep their stored value when the policy stays, and
+    take the new policy's defaults when it changes. Every client learns the
+    new config at once.
+    """
+    gov, before = app.existing()
+    client = app.client()
+    old = gi.read_config(client, gov.keys)
+    current = gi.config_from_stored(old, app.config(), gov.name)
+    assert isinstance(current.policy, Policy)
+    given = {k: v for k, v in settings.items() if v is not None}
+    new = dataclasses.replace(current, policy=chosen_policy(current.policy, policy, given))
+    after = app.governor(gov.name, new).configure()
+    assert isinstance(new.policy, Policy)
+    confirm_change(
+        f"configured: policy {new.policy.name}", before, after, as_json, (old, gi.read_config(client, gov.keys))
+    )
+
+
+COMMANDS = (set_max, pause, resume, reset, configure)

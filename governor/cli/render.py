@@ -1,0 +1,178 @@
+"""Formatting for the ``governor`` command: times, durations, tables,
+sparklines, a status, a decision. Nothing here decides anything: why a
+caller waits is the scripts' answer (``Status.blocked``), shown as given."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from .. import inspect as gi
+from ..core import Status
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def when(seconds: float | None) -> str:
+    """A Unix time as UTC ISO 8601 with ms, or 'none'."""
+    if not seconds:
+        return "none"
+    stamp = dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+def span(seconds: float) -> str:
+    """A duration for people: 0.4s, 12.3s, 4m05s, 2h03m, 3d04h."""
+    sign = "-" if seconds < 0 else ""
+    s = abs(seconds)
+    if s < 60:
+        return f"{sign}{s:.1f}s"
+    if s < 3600:
+        return f"{sign}{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{sign}{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    return f"{sign}{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned columns separated by two spaces."""
+    cells = [[str(c) for c in row] for row in [headers, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def sparkline(values: Sequence[float], top: float | None = None) -> str:
+    """Values as block characters, scaled to ``top`` (default: their maximum)."""
+    top = max([*values, top or 0, 1e-9])
+    return "".join(SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1) + 0.5))] for v in values)
+
+
+def emit_json(data: object) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def shown(value: Any) -> str:
+    """A value in a before -> after line: times as times, text quoted, '-' for none."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, str):
+        return repr(value)
+    return str(value)
+
+
+# -- a status -----------------------------------------------------------------------
+
+
+def status_dict(status: Status) -> dict[str, Any]:
+    """A status as JSON-ready data (``blocked`` as the scripts gave it), with
+    the state word, the rate-limited share and whether a hold runs."""
+    out = dataclasses.asdict(status)
+    out["state"] = gi.state_of(status)
+    out["rate_limited_share"] = round(status.rate_limited_share, 4)
+    out["holding"] = status.holding
+    return out
+
+
+def blocked_line(status: Status) -> str:
+    """Why a new caller waits, in the scripts' words, or that it does not."""
+    return status.blocked or "no: new callers are admitted"
+
+
+def state_line(status: Status) -> str:
+    """What a new caller meets now: the state word and its figures (the why is ``blocked``)."""
+    state = gi.state_of(status)
+    if state == "paused":
+        who = "an operator" if status.pause_kind == "operator" else "the policy"
+        until = f" until {when(status.paused_until)}" if status.paused_until else ""
+        return f"PAUSED by {who}{until} (new callers queue, holders keep running)"
+    if state == "holding":
+        left = (status.not_before or 0) - status.now
+        return f"HOLDING until {when(status.not_before)} ({span(left)} left); new callers queue"
+    if state == "full":
+        return f"FULL: {status.in_flight} in flight of {status.capacity}, {status.queued} queued; new callers queue"
+    return f"OPEN: {max(0, status.capacity - status.in_flight)} free slot(s); new callers are admitted"
+
+
+def render_status(status: Status) -> str:
+    share = f"{status.rate_limited_share:.1%}" if status.window_attempts else "-"
+    learnt = []
+    if status.ceiling:
+        learnt.append(f"last pushback at {status.ceiling} in flight")
+    if status.streak:
+        learnt.append(f"{status.streak} success(es) in a row")
+    quota = "none reported"
+    if status.quota_exhausted:
+        quota = f"{status.quota_exhausted} report(s), last at {when(status.quota_at)}"
+    lines = [
+        ("governor", f"{status.name}  (policy {status.policy}, schema v{status.schema})"),
+        ("state", state_line(status)),
+        ("blocked", blocked_line(status)),
+        ("capacity", f"{status.capacity} / {status.max_capacity}" + (f"  ({', '.join(learnt)})" if learnt else "")),
+        ("in flight", str(status.in_flight)),
+        ("queued", str(status.queued)),
+        (
+            "window",
+            f"{status.window_rate_limited} rate-limited of {status.window_attempts} attempts ({share}) "
+            f"in the last {span(status.window)}",
+        ),
+        ("not_before", when(status.not_before) + (" (holding)" if status.holding else "")),
+        ("quota", quota),
+        ("fence", str(status.fence)),
+        ("epoch", f"{status.epoch} (created {when(status.created)})"),
+        ("now", when(status.now)),
+    ]
+    width = max(len(k) for k, _ in lines)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines)
+
+
+# -- the decision log ---------------------------------------------------------------
+
+
+def event_dict(event: gi.DecisionEvent) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "kind": event.kind,
+        "at": event.at,
+        "capacity": event.capacity,
+        "paused": event.paused,
+        "fields": dict(event.fields),
+    }
+
+
+def _window_note(event: gi.DecisionEvent) -> str:
+    if "window_limited" in event.fields:
+        return f" [window: {event.get('window_limited')} rate-limited of {event.get('window_attempts')} attempts]"
+    return ""
+
+
+def describe_event(event: gi.DecisionEvent) -> str:
+    """One line per decision: when, what changed, and why."""
+    why = event.get("why")
+    kind = event.kind
+    if kind == "capacity":
+        text = f"capacity {event.get('from')} -> {event.capacity}: {why}{_window_note(event)}"
+    elif kind == "pause":
+        until = event.get("until", "0")
+        end = f" until {when(int(until) / 1000)}" if until.isdigit() and int(until) else ""
+        text = f"paused{end}, capacity -> 0: {why}{_window_note(event)}"
+    elif kind == "resume":
+        was = " (was not paused; a retry-after hold cleared)" if event.get("was_paused") == "0" else ""
+        text = f"resumed, capacity -> {event.capacity}: {why}{was}"
+    elif kind == "hold":
+        text = f"admissions held until {when(int(event.get('until', '0') or 0) / 1000)}: {why}"
+    elif kind == "set_max":
+        text = f"max_capacity {event.get('from')} -> {event.get('to')}, capacity {event.capacity}: {why}"
+    elif kind == "adopt":
+        text = f"lease {event.get('lease')} adopted with fence {event.get('fence')}: {why}"
+    else:
+        known = ("why",)
+        extra = " ".join(f"{k}={v}" for k, v in sorted(event.fields.items()) if k not in known)
+        text = f"capacity {event.capacity}{' paused' if event.paused else ''}: {why}" + (f" {extra}" if extra else "")
+    return f"{when(event.at)}  {kind:<9}  {text}"

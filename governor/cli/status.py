@@ -1,0 +1,166 @@
+"""``status``, ``list`` and ``watch``: one governor, every governor, and a live view."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+
+import click
+
+from .. import inspect as gi
+from ..core import Status
+from ..errors import GovernorError, GovernorNotFound, GovernorUnavailable
+from .app import App, command, fail, global_options, json_option, pass_app, safe_url
+from .render import emit_json, render_status, sparkline, state_line, status_dict, table, when
+
+
+@command()
+@json_option
+@global_options()
+@pass_app
+def status(app: App, as_json: bool) -> None:
+    """Capacity, pause, in-flight, queue, window and hold of one governor, and why callers wait."""
+    _, state = app.existing()
+    risk = gi.eviction_risk(app.client())
+    if as_json:
+        emit_json({**status_dict(state), "warnings": [risk] if risk else []})
+    else:
+        click.echo(render_status(state))
+        if risk:
+            click.echo(f"\nWARNING: {risk}")
+
+
+@command("list")
+@json_option
+@global_options()
+@pass_app
+def list_(app: App, as_json: bool) -> None:
+    """Every governor in this Redis (found with SCAN), one line each."""
+    client = app.client()
+    try:
+        names = gi.list_governors(client, app.prefix)
+    except GovernorUnavailable as error:
+        detail = str(error).removeprefix("governor '*': ")
+        fail(f"cannot list governors: {detail} (url: {safe_url(app.url)})")
+    found: list[Status] = []
+    broken: dict[str, str] = {}
+    for name in names:
+        try:
+            found.append(app.governor(name).status(create=False))
+        except GovernorNotFound:  # expired or deleted since the SCAN
+            continue
+        except GovernorUnavailable:
+            raise
+        except GovernorError as error:
+            broken[name] = str(error)
+    if as_json:
+        emit_json({"governors": [status_dict(s) for s in found], "errors": broken})
+        return
+    if not found and not broken:
+        click.echo(f"no governors at {safe_url(app.url)} (prefix {app.prefix!r})")
+        return
+    rows = [
+        [
+            s.name,
+            gi.state_of(s),
+            f"{s.capacity}/{s.max_capacity}",
+            s.in_flight,
+            s.queued,
+            f"{s.window_rate_limited}/{s.window_attempts}",
+            s.policy,
+            s.blocked or "-",
+        ]
+        for s in found
+    ]
+    rows += [[name, "error", "-", "-", "-", "-", "-", message] for name, message in broken.items()]
+    click.echo(table(["NAME", "STATE", "CAPACITY", "IN FLIGHT", "QUEUED", "429s/WINDOW", "POLICY", "BLOCKED"], rows))
+
+
+def _watch_row(status: Status) -> list[object]:
+    clock = when(status.now)[11:23]
+    return [
+        clock,
+        gi.state_of(status),
+        f"{status.capacity}/{status.max_capacity}",
+        status.in_flight,
+        status.queued,
+        f"{status.window_rate_limited}/{status.window_attempts}",
+    ]
+
+
+WATCH_HEADERS = ["TIME (UTC)", "STATE", "CAPACITY", "IN FLIGHT", "QUEUED", "429s/WINDOW"]
+
+
+def watch_frame(samples: Sequence[Status], height: int = 24) -> str:
+    """The full-screen view of ``governor watch``: the state, sparklines, the latest samples."""
+    last = samples[-1]
+    top = max(last.max_capacity, *(s.in_flight for s in samples))
+    lines = [
+        f"governor {last.name}  policy {last.policy}  max {last.max_capacity}   (Ctrl-C to stop)",
+        state_line(last),
+        f"blocked: {last.blocked or '-'}",
+        "",
+        f"capacity   {sparkline([s.capacity for s in samples], top)}  {last.capacity}",
+        f"in flight  {sparkline([s.in_flight for s in samples], top)}  {last.in_flight}",
+        f"queued     {sparkline([s.queued for s in samples])}  {last.queued}",
+        f"429s       {sparkline([s.window_rate_limited for s in samples])}  {last.window_rate_limited} "
+        f"of {last.window_attempts} in the window",
+        "",
+    ]
+    rows = [_watch_row(s) for s in samples][-max(1, height - len(lines) - 2) :]
+    return "\n".join(lines) + "\n" + table(WATCH_HEADERS, rows)
+
+
+@command()
+@click.option(
+    "--interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True, help="Seconds between samples."
+)
+@click.option("--count", type=click.IntRange(min=0), default=0, help="Stop after this many samples (0: never).")
+@click.option(
+    "--screen/--lines",
+    default=None,
+    help="Redraw one screen in place, or print a line per sample (default: screen on a terminal).",
+)
+@json_option
+@global_options()
+@pass_app
+def watch(app: App, interval: float, count: int, screen: bool | None, as_json: bool) -> None:
+    """A live view: capacity, in-flight, queue and 429s over time."""
+    gov, first = app.existing()
+    screen = sys.stdout.isatty() if screen is None else screen
+    history: deque[Status] = deque(maxlen=120)
+    taken = 0
+    sample: Status | None = first
+    try:
+        while True:
+            if sample is not None:
+                history.append(sample)
+                if as_json:
+                    click.echo(json.dumps(status_dict(sample), sort_keys=True, default=str))
+                elif screen:
+                    height = shutil.get_terminal_size().lines
+                    click.echo("\x1b[H\x1b[J" + watch_frame(list(history), height), color=True)  # keep the escapes
+                else:
+                    rendered = table(WATCH_HEADERS, [_watch_row(sample)]).splitlines()
+                    click.echo("\n".join(rendered if taken == 0 else rendered[1:]))
+            taken += 1
+            if count and taken >= count:
+                return
+            time.sleep(interval)
+            try:
+                sample = gov.status(create=False)
+            except GovernorNotFound:
+                sample = None
+                click.echo(f"{when(time.time())[11:23]}  governor {gov.name!r} no longer exists", err=True)
+            except GovernorUnavailable as error:
+                sample = None
+                click.echo(f"{when(time.time())[11:23]}  {error}", err=True)
+    except KeyboardInterrupt:
+        return
+
+
+COMMANDS = (status, list_, watch)
