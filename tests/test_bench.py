@@ -27,11 +27,22 @@ def _keys_left(url: str) -> list[bytes]:
         client.close()
 
 
+def _floor_left(url: str) -> bool:
+    """Whether the floor library of the benchmarks is still loaded."""
+    client = redis.Redis.from_url(url)
+    try:
+        return bool(client.function_list(library=bench.FLOOR_LIBRARY))
+    finally:
+        client.close()
+
+
 def test_pairs_are_measured_side_by_side(redis_url: str) -> None:
     for result in (bench.bench_pairs_sync(redis_url, 0.1),):
         assert result["governor_pairs_s"] > 0 and result["raw_pairs_s"] > 0
         assert result["ratio"] == pytest.approx(result["raw_pairs_s"] / result["governor_pairs_s"])
+        assert result["empty_function_ratio"] == pytest.approx(result["raw_pairs_s"] / result["empty_function_pairs_s"])
         assert result["empty_script_ratio"] == pytest.approx(result["raw_pairs_s"] / result["empty_script_pairs_s"])
+    assert not _floor_left(redis_url)
     assert _keys_left(redis_url) == []
 
 
@@ -59,11 +70,12 @@ def test_queue_depth_keeps_the_deep_queue_deep(redis_url: str) -> None:
 
 def test_script_time_comes_from_command_statistics(redis_url: str) -> None:
     result = bench.bench_script_time(redis_url, count=50)
-    for op in ("acquire", "report", "release", "status", "prelude only", "empty script", "INCR"):
+    for op in ("acquire", "report", "release", "status", "empty FCALL", "empty EVALSHA", "INCR"):
         assert result[op] > 0, op
-    # every operation runs the prelude and then does its own work
-    assert result["acquire"] > result["prelude only"] > result["empty script"]
-    assert _keys_left(redis_url) == []
+    # every operation is an FCALL that does its own work on top of the call itself
+    for op in ("acquire", "report", "release", "status"):
+        assert result[op] > result["empty FCALL"], op
+    assert _keys_left(redis_url) == [] and not _floor_left(redis_url)
 
 
 def test_verdicts_compare_each_figure_with_its_target() -> None:
@@ -134,6 +146,10 @@ def test_the_instructions_measurement_counts_every_phase(redis_url: str, tmp_pat
         assert row["depth_ratio"] == pytest.approx(row["deep"] / row["shallow"])
     scale = counted["rows"][0]
     assert scale["phase"] == "incr_decr" and scale["pair_ratio"] == pytest.approx(1.0)
+    by_phase = {row["phase"]: row for row in counted["rows"]}
+    # the floor: two empty calls cost less than two calls that do the work
+    assert by_phase["empty_fcall"]["shallow"] < by_phase["acquire_release"]["shallow"]
+    assert by_phase["empty_evalsha"]["shallow"] < by_phase["acquire_release"]["shallow"]
     assert set(data["client"]) == {f"{api}/{parser}" for api in ("sync", "asyncio") for parser in bench.parsers()}
     for row in data["client"].values():
         assert row["ratio"] == pytest.approx(row["raw_pairs_s"] / row["governor_pairs_s"])

@@ -3,23 +3,26 @@
 1. *Uncontended pairs*: acquire + release pairs per second against raw
    ``INCR`` + ``DECR`` pairs on the same client, sync and asyncio. Both are
    two round trips; the ratio is what the scripts and the client add. For
-   scale, sync pairs of an empty script with the same keys: the floor of
-   any gate built from scripts.
+   scale, sync pairs of two empty calls with the governor's keys and
+   acquire's arguments: ``FCALL`` of a function that returns 0 (the floor
+   of any gate built from Redis functions, as the governor is) and, for
+   comparison, ``EVALSHA`` of ``return 0``.
 2. *Wake latency*: from a holder calling ``release()`` to the next waiter
    (another client, same process) returning from ``acquire()``, over the
    pub/sub push; p50 and p99.
 3. *Queue depth*: hand-overs per second with 10 and with 10,000 callers
    queued. One hand-over is what a saturated fleet does at each completion:
    a release that grants the head of the queue, and a new caller joining
-   the tail. It drives the scripts through the sans-IO core
-   (:class:`governor.core.GovernorCore` and :class:`governor.scripts.Scripts`)
-   so that 10,000 parked waiters cost no client work.
-4. *Redis time per script call*: ``usec_per_call`` of EVALSHA from
+   the tail. It drives the library's functions through the sans-IO core
+   (:class:`governor.core.GovernorCore`, one ``FCALL`` per operation) so
+   that 10,000 parked waiters cost no client work.
+4. *Redis time per script call*: ``usec_per_call`` of FCALL from
    ``INFO commandstats`` over a batch of each operation, read before and
-   after (a delta, so nothing is reset on a shared server), beside
-   ``INCR``; and what the script's prelude alone costs (the shared
-   definitions and fragments ``acquire`` loads, run with ``return 1`` in
-   place of the operation), beside an empty script.
+   after (a delta, so nothing is reset on a shared server), beside the
+   empty FCALL and EVALSHA of (1) and ``INCR``. (There is no "prelude" to
+   measure apart any more: the library's shared definitions are built once,
+   when ``FUNCTION LOAD`` runs its top level, and a call pays only for
+   binding its keys and arguments and for its own work.)
 
 Rounds of the compared cases are interleaved (A, B, A, B, ...) and the
 median round is reported, so a machine that is busy for a moment skews
@@ -44,7 +47,7 @@ import redis.asyncio
 from .. import AsyncGovernor, Governor, GovernorConfig, Outcome
 from ..core import GovernorCore, Granted, Queued
 from ..keys import governor_keys
-from ..scripts import Scripts, source
+from ..scripts import function_name, library
 
 #: the targets of SPEC §7's overhead goals
 TARGETS = {
@@ -56,6 +59,12 @@ TARGETS = {
 }
 ROUNDS = 5
 SHALLOW = 10
+#: the library of the floor: one function that does nothing (returns 0)
+FLOOR_LIBRARY = "governor_bench_floor"
+FLOOR_FUNCTION = "governor_bench_floor_noop"
+FLOOR_SOURCE = (
+    f"#!lua name={FLOOR_LIBRARY}\nredis.register_function('{FLOOR_FUNCTION}', function(keys, args) return 0 end)\n"
+)
 
 Echo = Callable[[str], Any]
 
@@ -101,6 +110,32 @@ def _parser_options(parser: str | None, asyncio: bool) -> dict[str, Any]:
 def _cleanup(client: redis.Redis, *names: str) -> None:
     for name in names:
         client.delete(*governor_keys(name).keys)
+
+
+class Floor:
+    """Empty calls with a governor's keys and the arguments acquire takes:
+    ``FCALL`` of the floor library's function that returns 0, and, to compare,
+    ``EVALSHA`` of ``return 0``. The floor library is loaded here and deleted
+    by :meth:`close`."""
+
+    def __init__(self, client: redis.Redis, core: GovernorCore) -> None:
+        self.client = client
+        self.keys = list(core.keys.keys)
+        self.args = list(core.acquire("floor", "bench", wait=True).args)
+        client.function_load(FLOOR_SOURCE, replace=True)
+        self._script = client.register_script("return 0")
+
+    def fcall(self) -> Any:
+        return self.client.fcall(FLOOR_FUNCTION, len(self.keys), *self.keys, *self.args)
+
+    def evalsha(self) -> Any:
+        return self._script(keys=self.keys, args=self.args)
+
+    def close(self) -> None:
+        try:
+            self.client.function_delete(FLOOR_LIBRARY)
+        except redis.ResponseError:
+            pass  # deleted already (another bench on the same server)
 
 
 def _rate(operation: Callable[[], Any], seconds: float) -> float:
@@ -156,24 +191,29 @@ def bench_pairs_sync(url: str, seconds: float, parser: str | None = None) -> dic
             client.incr(counter)
             client.decr(counter)
 
-        # For scale: the floor of any script-based gate, two calls of an empty
-        # script with the governor's keys and the common arguments.
-        empty_script = client.register_script("return 1")
-        keys = list(gov.keys.keys)
+        # For scale: the floor of any gate built from script calls, two empty
+        # calls with the governor's keys and acquire's arguments.
+        floor = Floor(client, GovernorCore(name, gov.config))
 
-        def empty() -> None:
-            empty_script(keys=keys, args=["", "x"])
-            empty_script(keys=keys, args=["", "x"])
+        def empty_functions() -> None:
+            floor.fcall()
+            floor.fcall()
+
+        def empty_scripts() -> None:
+            floor.evalsha()
+            floor.evalsha()
 
         governed()  # creates the governor and starts the listener
         rates = _interleaved(
             {
                 "governor": lambda s: _rate(governed, s),
                 "raw": lambda s: _rate(raw, s),
-                "empty": lambda s: _rate(empty, s),
+                "empty_function": lambda s: _rate(empty_functions, s),
+                "empty_script": lambda s: _rate(empty_scripts, s),
             },
             seconds,
         )
+        floor.close()
     finally:
         gov.close()
         _cleanup(client, name)
@@ -183,8 +223,10 @@ def bench_pairs_sync(url: str, seconds: float, parser: str | None = None) -> dic
         "governor_pairs_s": rates["governor"],
         "raw_pairs_s": rates["raw"],
         "ratio": rates["raw"] / rates["governor"],
-        "empty_script_pairs_s": rates["empty"],
-        "empty_script_ratio": rates["raw"] / rates["empty"],
+        "empty_function_pairs_s": rates["empty_function"],
+        "empty_function_ratio": rates["raw"] / rates["empty_function"],
+        "empty_script_pairs_s": rates["empty_script"],
+        "empty_script_ratio": rates["raw"] / rates["empty_script"],
     }
 
 
@@ -324,16 +366,21 @@ def _latency_summary(samples: list[float]) -> dict[str, float]:
 
 
 class _Driver:
-    """Runs script calls of one governor through the sans-IO core, without waiting."""
+    """Runs the library's functions for one governor through the sans-IO
+    core, one FCALL per operation, without waiting."""
 
     def __init__(self, client: redis.Redis, name: str, config: GovernorConfig) -> None:
         self.client = client
         self.core = GovernorCore(name, config)
-        self.scripts = Scripts(client)
+        client.function_load(library(), replace=True)
 
     def run(self, call: Any, pipe: Any = None) -> Any:
-        reply = self.scripts[call.script](keys=self.core.keys.keys, args=call.args, client=pipe)
-        return None if pipe is not None else call.parse(reply)
+        keys = self.core.keys.keys
+        command = (function_name(call.script), len(keys), *keys, *call.args)
+        if pipe is not None:
+            pipe.fcall(*command)
+            return None
+        return call.parse(self.client.fcall(*command))
 
     def enqueue(self, ids: list[str]) -> None:
         """Queue many callers at once (pipelined)."""
@@ -396,52 +443,45 @@ def bench_queue_depth(url: str, seconds: float, deep: int) -> dict[str, float]:
 # -- 4. Redis time per script call ----------------------------------------------------------------------
 
 
-def _evalsha(client: redis.Redis) -> tuple[int, int]:
-    return _command(client, "evalsha")
-
-
 def _command(client: redis.Redis, command: str) -> tuple[int, int]:
     stats = client.info("commandstats").get(f"cmdstat_{command}", {})
     return int(stats.get("calls", 0)), int(stats.get("usec", 0))
 
 
 def bench_script_time(url: str, count: int = 2000) -> dict[str, float]:
-    """Redis microseconds per call of each operation (EVALSHA), and of INCR."""
+    """Redis microseconds per call of each operation (FCALL), of the empty
+    FCALL and EVALSHA of the floor, and of INCR."""
     client = redis.Redis.from_url(url)
     name = _name("scripts")
     driver = _Driver(client, name, _config(max_capacity=count + 10))
+    floor = Floor(client, driver.core)
     out: dict[str, float] = {}
     try:
         driver.run(driver.core.init(holds_leases=False))
         ids = [f"l{uuid.uuid4().hex}" for _ in range(count)]
 
-        def measure(label: str, calls: Callable[[], object]) -> None:
-            before = _evalsha(client)
+        def measure(label: str, command: str, calls: Callable[[], object]) -> None:
+            before = _command(client, command)
             calls()
-            after = _evalsha(client)
+            after = _command(client, command)
             out[label] = (after[1] - before[1]) / max(1, after[0] - before[0])
 
-        measure("acquire", lambda: [driver.run(driver.core.acquire(i, "bench", wait=True)) for i in ids])
+        measure("acquire", "fcall", lambda: [driver.run(driver.core.acquire(i, "bench", wait=True)) for i in ids])
         measure(
             "report",
+            "fcall",
             lambda: [driver.run(driver.core.report(Outcome.SUCCESS, None, i)) for i in ids],
         )
-        measure("release", lambda: [driver.run(driver.core.release(i)) for i in ids])
-        measure("status", lambda: [driver.run(driver.core.status()) for _ in ids])
-        prelude = source("acquire").split("-- ==== acquire.lua ====")[0] + "\nreturn 1\n"
-        bare = client.register_script(prelude)
-        keys = list(driver.core.keys.keys)
-        measure("prelude only", lambda: [bare(keys=keys, args=["", "x"]) for _ in ids])
-        empty = client.register_script("return 1")
-        measure("empty script", lambda: [empty(keys=keys, args=["", "x"]) for _ in ids])
+        measure("release", "fcall", lambda: [driver.run(driver.core.release(i)) for i in ids])
+        measure("status", "fcall", lambda: [driver.run(driver.core.status()) for _ in ids])
+        measure("empty FCALL", "fcall", lambda: [floor.fcall() for _ in ids])
+        measure("empty EVALSHA", "evalsha", lambda: [floor.evalsha() for _ in ids])
         counter = f"{name}:raw"
-        before = _command(client, "incrby")  # redis-py sends INCR as INCRBY
-        for _ in ids:
-            client.incr(counter)
-        after = _command(client, "incrby")
-        out["INCR"] = (after[1] - before[1]) / max(1, after[0] - before[0])
+        # redis-py sends INCR as INCRBY
+        measure("INCR", "incrby", lambda: [client.incr(counter) for _ in ids])
         client.delete(counter)
     finally:
+        floor.close()
         _cleanup(client, name)
         client.close()
     return out
@@ -516,7 +556,9 @@ def format_bench(result: dict[str, Any]) -> str:
         f"   {ps['ratio']:6.2f}x",
         f"   asyncio                               {pa['governor_pairs_s']:8.0f}   {pa['raw_pairs_s']:9.0f}"
         f"   {pa['ratio']:6.2f}x",
-        f"   for scale, sync, an empty script      {ps['empty_script_pairs_s']:8.0f}   {ps['raw_pairs_s']:9.0f}"
+        f"   for scale, sync, two empty FCALLs     {ps['empty_function_pairs_s']:8.0f}   {ps['raw_pairs_s']:9.0f}"
+        f"   {ps['empty_function_ratio']:6.2f}x",
+        f"   for scale, sync, two empty EVALSHAs   {ps['empty_script_pairs_s']:8.0f}   {ps['raw_pairs_s']:9.0f}"
         f"   {ps['empty_script_ratio']:6.2f}x",
         "2. wake latency, release -> admission     p50 ms    p99 ms    max ms",
         f"   asyncio ({wa['count']:.0f})                         {wa['p50_ms']:7.3f}   {wa['p99_ms']:7.3f}"
@@ -527,8 +569,8 @@ def format_bench(result: dict[str, Any]) -> str:
         f"{q['deep']} queued: {q['deep_hand_overs_s']:.0f}   cost ratio {q['ratio']:.2f}x",
         "4. Redis time per call (usec)            "
         + "   ".join(f"{op} {su[op]:.1f}" for op in ("acquire", "report", "release", "status")),
-        f"   for scale                             prelude only {su['prelude only']:.1f}   "
-        f"empty script {su['empty script']:.1f}   INCR {su['INCR']:.1f}",
+        f"   for scale                             empty FCALL {su['empty FCALL']:.1f}   "
+        f"empty EVALSHA {su['empty EVALSHA']:.1f}   INCR {su['INCR']:.1f}",
         "",
         "target                          measured    target   met",
     ]

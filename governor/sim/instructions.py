@@ -15,9 +15,12 @@ queue operations, as many waiters; the goal is that no operation costs more
 than 1.2x its cost at 10. Every figure is per repetition and also a ratio
 to an ``INCR`` + ``DECR`` pair on the same client.
 
-- *scale*: an ``INCR`` + ``DECR`` pair; two ``EVALSHA`` of ``return 0``
-  with the governor's keys (the floor of any gate built from two script
-  calls);
+- *scale*: an ``INCR`` + ``DECR`` pair; two empty ``FCALL``s, of a
+  function of a tiny library of its own (``governor_bench_floor``) that
+  returns 0, with the governor's 10 keys and as many arguments as acquire
+  takes (the floor of any gate built from two calls of Redis functions, as
+  the governor is); and for comparison two ``EVALSHA`` of ``return 0`` with
+  the same keys and arguments;
 - *public API, leases only* (capacity to spare, no waiters: a waiter would
   queue the caller): ``acquire().release()``; a governed call,
   ``gov.call(fn)`` with a trivial ``fn``, and the same as ``acquire()`` +
@@ -28,7 +31,8 @@ to an ``INCR`` + ``DECR`` pair on the same client.
   them), driven through the sans-IO core as the waiters are parked
   callers that cost no client work: an ``acquire`` that joins the queue's
   tail, a ``release`` that grants the queue's head, and both (the
-  hand-over a saturated fleet does at each completion).
+  hand-over a saturated fleet does at each completion), one ``FCALL`` of
+  the governor's library each.
 
 Not isolated: the pub/sub wake-up and the waiters' refresh (the worker
 does them in the background, by time), and ``cancel`` (a waiter's timeout).
@@ -51,8 +55,8 @@ from typing import Any
 import redis
 
 from .. import Governor, Outcome
-from ..core import Granted, Queued
-from .bench import _config, _Driver, bench_client_rates
+from ..core import GovernorCore, Granted, Queued
+from .bench import Floor, _config, _Driver, bench_client_rates
 from .redis_server import RedisServer, callgrind, valgrind_missing
 
 SHALLOW = 10
@@ -61,7 +65,8 @@ DEPTH_TARGET = 1.2  # an operation's cost with the deep state / its cost with th
 #: phase key -> what the report calls it
 PHASES = {
     "incr_decr": "INCR + DECR (the scale)",
-    "empty_evalsha": "two EVALSHA of `return 0`, the governor's keys (floor)",
+    "empty_fcall": "two empty FCALLs, the governor's keys and acquire's arguments (floor)",
+    "empty_evalsha": "two EVALSHA of `return 0`, the same keys and arguments",
     "acquire_release": "acquire() + release()",
     "call": "gov.call(fn), trivial fn",
     "acquire_report": "acquire() + report(SUCCESS, lease, release=True)",
@@ -149,23 +154,29 @@ def _depth(counter: _Callgrind, client: redis.Redis, depth: int, calls: int) -> 
         if gov.status().in_flight != depth:
             raise RuntimeError(f"expected {depth} live leases before measuring")
         counter_key = f"{name}:raw"
-        empty = client.register_script("return 0")
-        keys = list(gov.keys.keys)
-        empty(keys=keys)
+        floor = Floor(client, GovernorCore(name, config))
+        floor.fcall()
+        floor.evalsha()
 
         def incr_decr() -> None:
             client.incr(counter_key)
             client.decr(counter_key)
 
-        def empty_pair() -> None:
-            empty(keys=keys)
-            empty(keys=keys)
+        def empty_functions() -> None:
+            floor.fcall()
+            floor.fcall()
+
+        def empty_scripts() -> None:
+            floor.evalsha()
+            floor.evalsha()
 
         def acquire_report() -> None:
             gov.report(Outcome.SUCCESS, lease=gov.acquire(), release=True)
 
         counter.count(f"d{depth}:incr_decr", incr_decr, calls)
-        counter.count(f"d{depth}:empty_evalsha", empty_pair, calls)
+        counter.count(f"d{depth}:empty_fcall", empty_functions, calls)
+        counter.count(f"d{depth}:empty_evalsha", empty_scripts, calls)
+        floor.close()
         counter.count(f"d{depth}:acquire_release", lambda: gov.acquire().release(), calls)
         counter.count(f"d{depth}:call", lambda: gov.call(lambda: None), calls)
         counter.count(f"d{depth}:acquire_report", acquire_report, calls)
@@ -349,7 +360,8 @@ def format_report(result: dict[str, Any], command: str) -> str:
             "",
             "Not isolated: the pub/sub wake-up and the waiters' refresh (the background worker does them, by "
             "time), and `cancel` (a waiter's timeout). The queue phases run through the sans-IO core "
-            "(`GovernorCore` + `Scripts`): parked waiters that cost no client work.",
+            "(`GovernorCore`, one `FCALL` of the library per operation): parked waiters that cost no "
+            "client work.",
             "",
         ]
     )
