@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.exceptions
 
 from governor import (
     ConfigError,
@@ -20,11 +22,15 @@ from governor import (
     StateError,
     WrongKeyType,
 )
-from governor.errors import error_from_reply
+from governor.errors import error_from_reply, map_errors
+from governor.protocol import governor_keys
+from governor.scripts import field_table, function_name, library, library_name, locate, parts, where
 
 from .servers import RedisServer, free_port
 
 MakeGov = Callable[..., Governor]
+ROOT = Path(__file__).resolve().parent.parent
+LUA = ROOT / "lua"
 
 
 def snapshot(client: Any, gov: Governor) -> dict[str, Any]:
@@ -57,6 +63,10 @@ ACTIONS: dict[str, Callable[[Governor], Any]] = {
     ("which", "action"),
     [
         ("state", "try_acquire"),
+        ("config", "try_acquire"),
+        ("config", "report"),
+        ("policy", "report"),
+        ("policy", "set_max"),
         ("leases", "try_acquire"),
         ("holders", "try_acquire"),
         ("waiters", "try_acquire"),
@@ -106,15 +116,113 @@ def test_a_tampered_config_is_refused_by_the_scripts(make_gov: MakeGov) -> None:
     gov = make_gov(GovernorConfig(max_capacity=2))
     call = gov._core.reset(with_config=True)
     args = list(call.args)
-    args[args.index("max") + 1] = "-5"
-    with pytest.raises(ConfigError, match="max must be"):
+    args[args.index("max_capacity") + 1] = "-5"
+    with pytest.raises(ConfigError, match="max_capacity must be"):
         gov._execute(type(call)(call.script, tuple(args), call.parse))
+    assert gov.status().max_capacity == 2
 
 
 def test_unknown_error_codes_are_errors_never_ignored() -> None:
-    error = error_from_reply("GOVERNOR_SOMETHINGNEW detail script: abc, on @user_script:1.", "g")
+    error = error_from_reply("GOVERNOR_SOMETHINGNEW detail script: abc, on @user_function:1.", "g")
     assert isinstance(error, StateError) and "unknown error reply GOVERNOR_SOMETHINGNEW" in str(error)
     assert isinstance(error_from_reply("no code at all", "g"), StateError)
+
+
+def test_an_error_reply_keeps_its_detail_without_the_redis_suffix() -> None:
+    suffix = f" script: {function_name('acquire')}, on @user_function:4242."
+    error = error_from_reply("GOVERNOR_BADARG id must be 1-128 characters" + suffix, "g")
+    assert isinstance(error, ConfigError)
+    assert str(error) == "governor 'g': invalid argument: id must be 1-128 characters"
+
+
+# -- a fault in the library names the Lua file and line ------------------------------------
+
+
+def test_where_names_the_file_and_line_of_every_library_line() -> None:
+    """Every line of the library (as FUNCTION LOAD numbers them: the "#!lua"
+    line is 1) is named as the file and line it comes from, and every line
+    of every file is named exactly once."""
+    lines = library().split("\n")
+    assert lines[0].startswith("#!lua name=")
+    files = {name: text.split("\n") for name, text in parts()}
+    assert "(generated)" in files and files["(generated)"] == field_table().split("\n")
+    named: dict[str, set[int]] = {name: set() for name in files}
+    for number, line in enumerate(lines[1:], start=2):
+        place = where(number)
+        name, _, at = place.rpartition(":")
+        if name not in files:  # the registrations after the parts
+            assert place == f"library line {number}", place
+            assert line.startswith(("redis.register_function{", "  callback = ")) or line == "", line
+            continue
+        index = int(at)
+        if name.startswith("lua/") and not name.startswith("lua/lib/"):
+            op = Path(name).stem
+            body = (ROOT / name).read_text().split("\n")
+            if not 1 <= index <= len(body):  # the wrapping "OPS.<op> = function()" and its "end"
+                assert line in (f"OPS.{op} = function()", "end", ""), (place, line)
+                continue
+            assert line == body[index - 1], (place, line)
+        else:
+            assert line == files[name][index - 1], (place, line)
+        assert index not in named[name], f"{place} named twice"
+        named[name].add(index)
+    for name, text in files.items():
+        count = len((ROOT / name).read_text().split("\n")) if name.startswith("lua/") else len(text)
+        assert named[name] == set(range(1, count + 1)), f"{name}: lines not named"
+    assert where(len(lines) + 100) == f"library line {len(lines) + 100}"
+
+
+def test_locate_rewrites_every_user_function_line() -> None:
+    acquire = _first_line_of("lua/acquire.lua", "local id = arg_id(3, 'id')")
+    status = _first_line_of("lua/status.lua", "clock()")
+    message = f"ERR user_function:{acquire}: boom script: x, on @user_function:{status}."
+    assert locate(message) == f"ERR {where(acquire)}: boom script: x, on @{where(status)}."
+    assert where(acquire).startswith("lua/acquire.lua:") and where(status).startswith("lua/status.lua:")
+    assert locate("no line here") == "no line here"
+
+
+def test_map_errors_names_the_lua_file_and_line_of_a_library_fault() -> None:
+    line = _first_line_of("lua/lib/admission.lua", "local function record_format(")
+    text = f"ERR user_function:{line}: attempt to compare nil with number script: f, on @user_function:{line}."
+    with pytest.raises(StateError) as caught, map_errors("g"):
+        raise redis.exceptions.ResponseError(text)
+    assert "lua/lib/admission.lua:" in str(caught.value) and "user_function" not in str(caught.value)
+    body = (LUA / "lib" / "admission.lua").read_text().split("\n")
+    at = int(str(caught.value).split("lua/lib/admission.lua:")[1].split(":")[0])
+    assert body[at - 1].startswith("local function record_format(")
+
+
+def test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line(redis_url: str) -> None:
+    """A copy of the library, loaded under another name with one line of
+    lua/status.lua made to fail (in memory: lua/ is untouched), as Redis
+    reports it: the error names lua/status.lua and that line."""
+    source = library()
+    lines = source.split("\n")
+    number = _first_line_of("lua/status.lua", "clock()")
+    assert lines[number - 1] == "clock()"
+    lines[number - 1] = "clock() local broken = nil; broken = broken + 1"
+    copy = "\n".join(lines).replace(library_name(), "governor_faulty_copy")
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        client.function_load(copy, replace=True)
+        keys = governor_keys("faulty-copy").keys
+        with pytest.raises(StateError) as caught, map_errors("faulty-copy"):
+            client.fcall(function_name("status").replace(library_name(), "governor_faulty_copy"), len(keys),
+                         *keys, "", "chan")  # fmt: skip
+        status_line = (LUA / "status.lua").read_text().split("\n").index("clock()") + 1
+        assert f"lua/status.lua:{status_line}" in str(caught.value), str(caught.value)
+        assert "arithmetic" in str(caught.value) and "user_function" not in str(caught.value)
+    finally:
+        client.function_delete("governor_faulty_copy")
+        client.close()
+
+
+def _first_line_of(file: str, start: str) -> int:
+    """The library line number (FUNCTION LOAD's) of the first line of ``file`` starting with ``start``."""
+    for number, line in enumerate(library().split("\n"), start=1):
+        if line.startswith(start) and where(number).startswith(file + ":"):
+            return number
+    raise AssertionError(f"{start!r} is not in {file}")
 
 
 def test_unreachable_redis_fails_fast_with_governor_unavailable() -> None:
