@@ -6,7 +6,8 @@ import pytest
 from redis.crc import key_slot
 
 from governor import SCHEMA_VERSION, ConfigError, governor_keys
-from governor.keys import name_from_state_key
+from governor.keys import GovernorKeys, name_from_state_key
+from governor.protocol import KEY_NAMES, KEYS
 
 
 def test_every_key_shares_the_hash_tag_and_so_one_cluster_slot() -> None:
@@ -20,14 +21,31 @@ def test_every_key_shares_the_hash_tag_and_so_one_cluster_slot() -> None:
 def test_keys_are_in_the_order_the_scripts_bind_them() -> None:
     keys = governor_keys("x")
     suffixes = [k.rsplit(":", 1)[1] for k in keys.keys]
-    assert suffixes == ["state", "leases", "holders", "queue", "waiters", "attempts", "limited", "events"]
+    assert suffixes == [
+        "state", "config", "policy", "leases", "holders", "queue", "waiters", "attempts", "limited", "events",
+    ]  # fmt: skip
+    assert tuple(suffixes) == KEY_NAMES == tuple(name for name, _ in KEYS)
+    assert keys.keys == tuple(getattr(keys, name) for name in KEY_NAMES)
+    assert GovernorKeys.TYPES == ("hash", "hash", "hash", "zset", "hash", "zset", "zset", "zset", "zset", "stream")
+    assert len(set(keys.keys)) == 10
+
+
+def test_the_schema_version_is_two_and_in_every_key() -> None:
+    assert SCHEMA_VERSION == 2
+    keys = governor_keys("x")
+    assert all(k.startswith("governor:v2:{x}:") for k in (*keys.keys, keys.channel))
+    assert keys.channel == "governor:v2:{x}:wake"
 
 
 def test_prefix_is_configurable_and_state_keys_parse_back() -> None:
     keys = governor_keys("anthropic", prefix="team1")
-    assert keys.state == "team1:v1:{anthropic}:state"
+    assert keys.state == "team1:v2:{anthropic}:state"
+    assert keys.config == "team1:v2:{anthropic}:config" and keys.policy == "team1:v2:{anthropic}:policy"
     assert name_from_state_key(keys.state, prefix="team1") == "anthropic"
-    assert name_from_state_key("governor:v1:{anthropic}:leases") is None
+    assert name_from_state_key(governor_keys("a/b:c").state) == "a/b:c"
+    assert name_from_state_key("governor:v2:{anthropic}:leases") is None
+    assert name_from_state_key("governor:v2:{anthropic}:config") is None
+    assert name_from_state_key("governor:v1:{anthropic}:state") is None  # another schema's layout
 
 
 @pytest.mark.parametrize("name", ["", "a b", "a{b}", "tab\there", "x" * 201, "ünïcode"])
