@@ -29,15 +29,16 @@ from click.testing import CliRunner
 
 from governor import AsyncGovernor, Governor, Outcome
 from governor.errors import ConfigError
+from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
 from governor.sim import analysis, embedded
 from governor.sim import console as console_module
 from governor.sim.cli import swarm_command
 from governor.sim.console import Console
 from governor.sim.embedded import Backend, open_backend
-from governor.sim.host import HostResult
+from governor.sim.host import HostResult, config_from_json, config_to_json
 from governor.sim.provider import LIMITED, OK, ProviderConfig, RunRecord
 from governor.sim.report import draw_chart, legend, table, write_chart, write_json
-from governor.sim.scenario import Scenario, governor_config, governor_names, parse_option
+from governor.sim.scenario import Scenario, governor_config, governor_names, parse_option, strategy_reports
 from governor.sim.swarm import run_swarm
 
 from .conftest import FakeClock
@@ -215,7 +216,7 @@ def test_bad_swarm_options_are_refused_before_anything_runs(args: list[str], nee
 
 def test_the_fixed_semaphore_never_adapts(redis_url: str, name: str) -> None:
     config = governor_config(Scenario(max_capacity=5), "fixed")
-    assert config is not None
+    assert config is not None and isinstance(config.policy, FixedPolicy)
     client = redis.Redis.from_url(redis_url)
     gov = Governor(client, name, config, clock=FakeClock())
     try:
@@ -225,7 +226,9 @@ def test_the_fixed_semaphore_never_adapts(redis_url: str, name: str) -> None:
     finally:
         gov.close()
         client.close()
-    assert status.capacity == 5 and not status.paused
+    assert status.capacity == 5 and not status.paused and status.policy == "fixed"
+    assert status.window_rate_limited == 50  # recorded, but nothing is learnt from them
+    assert not strategy_reports("fixed")  # and its agents never report anyway: a bare semaphore
 
 
 def test_each_strategy_gets_its_governors() -> None:
@@ -235,13 +238,26 @@ def test_each_strategy_gets_its_governors() -> None:
     assert governor_names("p", "fleet", 3) == ["p-fleet"] * 3
     assert governor_names("p", "per-host", 3) == ["p-per-host-0", "p-per-host-1", "p-per-host-2"]
     per_host = governor_config(scenario, "per-host")
-    assert per_host is not None and per_host.max_capacity == 4 and per_host.policy == "seed"
+    assert per_host is not None and per_host.max_capacity == 4 and per_host.policy == SeedPolicy()
+    adaptive_hosts = governor_config(Scenario(hosts=3, window=8.0, per_host_policy="adaptive"), "per-host")
+    assert adaptive_hosts is not None and adaptive_hosts.policy == AdaptivePolicy(probe_interval=2.0)
     seed = governor_config(scenario, "fleet-seed")
-    assert seed is not None and seed.policy == "seed" and seed.max_capacity == 10
-    fleet = governor_config(Scenario(window=8.0, fleet_options=(("cut_factor", 0.8),)), "fleet")
-    assert fleet is not None and fleet.policy == "adaptive" and fleet.cut_factor == 0.8
-    assert fleet.probe_interval == 2.0  # a quarter of the window, as 15 s is of 60 s
+    assert seed is not None and seed.policy == SeedPolicy() and seed.max_capacity == 10
+    fleet = governor_config(Scenario(window=8.0, fleet_options=(("cut_factor", 0.8), ("poll", 0.5))), "fleet")
+    assert fleet is not None and isinstance(fleet.policy, AdaptivePolicy)
+    assert fleet.policy.cut_factor == 0.8 and fleet.poll == 0.5
+    assert fleet.policy.probe_interval == 2.0  # a quarter of the window, as 15 s is of 60 s
     assert fleet.window == 8.0
+    probing = governor_config(Scenario(window=8.0, probe_interval=1.0), "fleet")
+    assert probing is not None and probing.policy == AdaptivePolicy(probe_interval=1.0)
+
+
+def test_a_host_job_carries_its_governor_config_as_json() -> None:
+    for strategy in ("fixed", "per-host", "fleet-seed", "fleet"):
+        config = governor_config(Scenario(fleet_options=(("cut_factor", 0.8),)), strategy)
+        assert config is not None
+        data = json.loads(json.dumps(config_to_json(config)))
+        assert config_from_json(data) == config, strategy
 
 
 @pytest.mark.parametrize(
@@ -256,6 +272,8 @@ def test_bad_scenarios_are_refused(settings: dict[str, Any]) -> None:
 def test_governor_settings_are_typed() -> None:
     assert parse_option("cut_factor=0.85") == ("cut_factor", 0.85)
     assert parse_option("pause-count=9") == ("pause_count", 9)
+    assert parse_option("probe_interval=5") == ("probe_interval", 5.0)
+    assert parse_option("poll=0.5") == ("poll", 0.5)
     with pytest.raises(ConfigError, match="needs a int"):
         parse_option("pause_count=lots")
     with pytest.raises(ConfigError, match="NAME=VALUE"):

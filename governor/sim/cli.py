@@ -163,10 +163,11 @@ def swarm_options(
             click.option("--settle-windows", type=click.FloatRange(min=0), default=settle, show_default=True,
                          help="Windows after the start and each limit change left out of steady state."),
             click.option("--set", "fleet_options", multiple=True, metavar="NAME=VALUE",
-                         help="Another GovernorConfig field of the fleet governor (repeatable), "
-                              "e.g. --set cut_factor=0.85."),
+                         help="Another setting of the fleet governor (repeatable): a GovernorConfig "
+                              "field or one of its AdaptivePolicy, e.g. --set cut_factor=0.85."),
             click.option("--no-retry-after-report", is_flag=True,
-                         help="Governed agents do not pass the provider's Retry-After to report()."),
+                         help="Governed agents' classifier drops the provider's Retry-After: call() "
+                              "neither reports nor waits it (it backs off instead)."),
             click.option("--client", type=click.Choice(["aiohttp", "openai"]), default="aiohttp",
                          show_default=True, help="How agents call the provider (openai: the real SDK)."),
             click.option("--provider-url", default=None,

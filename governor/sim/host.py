@@ -4,31 +4,45 @@ A :class:`HostJob` says what to run; :func:`run_host` runs it and returns a
 :class:`HostResult`. Both are plain JSON so a job can travel to a worker
 process on another machine (see :mod:`governor.sim.workers`).
 
-Each agent makes ``calls`` successful calls, one after another. A governed
-agent does per attempt what ``Governor.call`` does: acquire a lease, call
-the provider, report the outcome with the lease and the provider's
-Retry-After, release; after a 429 it waits the Retry-After, else the
-project's full-jitter backoff, before the next attempt. A quota-exhausted
-answer is never retried: the agent stops.
+Each agent makes ``calls`` successful calls, one after another, through
+the public API only:
+
+- governed strategies that report (``per-host``, ``fleet-seed``, ``fleet``)
+  make each call with ``AsyncGovernor.call``: it acquires a lease, calls
+  the provider, classifies the outcome, reports it with the provider's
+  Retry-After and releases, and retries a 429 after the Retry-After (else
+  the full-jitter backoff) until the run's deadline. The agent counts what
+  happened from its own side of that call: the attempts its function
+  made, the verdicts of the classifier it passes (the default one), the
+  admission waits from :mod:`governor.events`;
+- ``fixed`` (a semaphore, which never hears of outcomes) takes a lease
+  with ``acquire()`` around each attempt and releases it, with the
+  retries of ``none``;
+- ``none`` calls the provider and retries a 429 after its Retry-After,
+  else the backoff (what SDK retries do).
+
+A quota-exhausted answer is never retried: the agent stops. Any other
+error is counted and the call made again after the backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .. import AsyncGovernor, GovernorConfig, Outcome
+from .. import AsyncGovernor, GovernorConfig, Outcome, events
 from ..backoff import retry_wait
-from ..classify import Classification, classify_http, default_classifier
-from ..errors import AcquireTimeout, GovernorError, LeaseLost
+from ..classify import Classification, default_classifier
+from ..config import RetryPolicy
+from ..errors import AcquireTimeout, GovernorError, QuotaExhausted
+from ..policies import REGISTRY, Policy
 
-#: what one attempt came to
-OK, LIMITED, QUOTA, ERROR = "ok", "limited", "quota", "error"
-_KINDS = {Outcome.RATE_LIMITED: LIMITED, Outcome.QUOTA_EXHAUSTED: QUOTA, Outcome.ERROR: ERROR}
-_OUTCOMES = {OK: Outcome.SUCCESS, LIMITED: Outcome.RATE_LIMITED, QUOTA: Outcome.QUOTA_EXHAUSTED, ERROR: Outcome.ERROR}
 #: error messages kept per host, so a failing run says why without a flood
 MAX_ERROR_SAMPLES = 5
 #: seconds agents get after the deadline to stop by themselves (give back their
@@ -36,6 +50,23 @@ MAX_ERROR_SAMPLES = 5
 STOP_GRACE = 5.0
 #: seconds (one cancellation each) given to agents that did not stop by themselves
 STOP_TRIES = 10
+#: retries of one call are bounded by the run's deadline, not by a count
+UNBOUNDED_ATTEMPTS = 1_000_000
+
+
+def config_to_json(config: GovernorConfig) -> dict[str, Any]:
+    """A GovernorConfig as plain JSON: its fields, the policy as its name and numbers."""
+    assert isinstance(config.policy, Policy)
+    data = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "policy"}
+    data["policy"] = {"name": config.policy.name, **asdict(config.policy)}
+    return data
+
+
+def config_from_json(data: dict[str, Any]) -> GovernorConfig:
+    """The inverse of :func:`config_to_json`."""
+    values = dict(data)
+    policy = dict(values.pop("policy"))
+    return GovernorConfig(policy=REGISTRY[policy.pop("name")](**policy), **values)
 
 
 @dataclass(frozen=True)
@@ -52,11 +83,12 @@ class HostJob:
     deadline: float
     #: base URL of the provider (``http://host:port``)
     provider_url: str
-    #: the governor this host uses (None: no governor) and its config
+    #: the governor this host uses (None: no governor) and its config (config_to_json)
     governor: str | None = None
     config: dict[str, Any] | None = None
-    #: report outcomes to the governor (False: a bare semaphore)
+    #: calls go through AsyncGovernor.call (False: a bare semaphore, acquire and release)
     report: bool = True
+    #: the provider's Retry-After reaches call() (False: the agents' classifier drops it)
     report_retry_after: bool = True
     backoff_base: float = 0.25
     backoff_cap: float = 30.0
@@ -71,7 +103,7 @@ class HostJob:
         return cls(**data)
 
     def governor_config(self) -> GovernorConfig | None:
-        return None if self.config is None else GovernorConfig(**self.config)
+        return None if self.config is None else config_from_json(self.config)
 
 
 @dataclass
@@ -96,9 +128,12 @@ class HostResult:
     #: when each agent finished its workload (None: it did not)
     finished_at: list[float | None] = field(default_factory=list)
     error_samples: list[str] = field(default_factory=list)
-    #: seconds spent in each step of an attempt, summed: where the time goes
+    #: seconds spent in each step, summed: where the time goes. ``acquire``: admission
+    #: waits; ``call``: the provider's answers; ``backoff``: the agents' own retry
+    #: waits (``none``, ``fixed``, and after an error); ``other``: the rest, for
+    #: ``AsyncGovernor.call`` its report and release round trips and its retry waits
     phases: dict[str, float] = field(
-        default_factory=lambda: {"acquire": 0.0, "call": 0.0, "report": 0.0, "release": 0.0, "backoff": 0.0}
+        default_factory=lambda: {"acquire": 0.0, "call": 0.0, "backoff": 0.0, "other": 0.0}
     )
 
     def note_error(self, text: str) -> None:
@@ -117,8 +152,25 @@ class HostResult:
         return cls(**data)
 
 
+class ProviderError(Exception):
+    """A provider's answer other than 200, raised as an HTTP client raises
+    one: the default classifier reads its ``status``, ``headers`` and ``body``."""
+
+    def __init__(self, status: int, headers: Any, body: bytes) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+class _Stopped(BaseException):
+    """The run's deadline came during a provider call, which is abandoned.
+    Like a cancellation it is no Exception: ``call()`` neither classifies
+    nor reports it, it releases the lease and lets it through."""
+
+
 class _Caller:
-    """One provider call, classified: (kind, retry_after seconds or None)."""
+    """One provider call: returns on a 200, raises what the client raises otherwise."""
 
     def __init__(self, job: HostJob) -> None:
         self.job = job
@@ -149,33 +201,91 @@ class _Caller:
         if self._openai is not None:
             await self._openai.close()
 
-    async def __call__(self) -> tuple[str, float | None, str]:
+    async def __call__(self) -> None:
         if self._openai is not None:
-            return await self._call_openai()
-        import aiohttp
-
-        try:
-            async with self._session.post(self.url, json=self.payload) as response:
-                body = await response.read()
-                if response.status == 200:
-                    return OK, None, ""
-                return _verdict(classify_http(response.status, response.headers, body))
-        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
-            return ERROR, None, f"{type(error).__name__}: {error}"
-
-    async def _call_openai(self) -> tuple[str, float | None, str]:
-        import openai
-
-        try:
             await self._openai.chat.completions.create(model=self.job.model, messages=self.payload["messages"])
-            return OK, None, ""
-        except openai.APIError as error:
-            return _verdict(default_classifier(error))
+            return
+        async with self._session.post(self.url, json=self.payload) as response:
+            body = await response.read()
+            if response.status != 200:
+                raise ProviderError(response.status, response.headers, body)
 
 
-def _verdict(verdict: Classification) -> tuple[str, float | None, str]:
-    """The project's classification of a failed call: (kind, retry_after, description)."""
-    return _KINDS[verdict.kind], verdict.retry_after, verdict.description
+# -- what each agent saw, also when call() is what saw it ---------------------------------------
+
+
+@dataclass
+class _Tally:
+    """One agent's counts; the listeners below find it through :data:`_AGENT`."""
+
+    result: HostResult
+    #: the kind of the last failure the agent's classifier judged
+    verdict: Outcome | None = None
+
+    def admitted(self, waited: float) -> None:
+        self.result.waits.append(waited)
+        self.result.phases["acquire"] += waited
+
+    def judged(self, verdict: Classification) -> None:
+        self.verdict = verdict.kind
+        if verdict.kind is Outcome.RATE_LIMITED:
+            self.result.limited += 1
+        elif verdict.kind is Outcome.QUOTA_EXHAUSTED:
+            self.result.quota += 1
+        else:
+            self.result.errors += 1
+            self.result.note_error(verdict.description)
+
+
+#: the agent whose task is running (each agent sets it in its own task's context)
+_AGENT: contextvars.ContextVar[_Tally | None] = contextvars.ContextVar("governor_sim_agent", default=None)
+
+
+def _on_event(event: events.Event) -> None:
+    """Admission waits, from the facade's Admitted events (emitted in the caller's task)."""
+    tally = _AGENT.get()
+    if tally is not None and isinstance(event, events.Admitted):
+        tally.admitted(event.waited_seconds)
+
+
+class _GovernorWarnings(logging.Handler):
+    """``call()`` logs, never raises, what goes wrong after the provider
+    answered: an outcome not counted because the lease was lost (counted as
+    ``lost``), a report or release that failed (kept as an error sample)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tally = _AGENT.get()
+        if tally is None:
+            return
+        message = record.getMessage()
+        if "outcome not counted" in message:  # retry.py's _report on LeaseLost
+            tally.result.lost += 1
+        else:
+            tally.result.note_error(message)
+
+
+_listening_lock = threading.Lock()
+_listening = 0
+_warnings = _GovernorWarnings()
+
+
+def _listen(on: bool) -> None:
+    """Subscribe the listeners while any host of this process runs (hosts may be threads)."""
+    global _listening
+    with _listening_lock:
+        _listening += 1 if on else -1
+        if on and _listening == 1:
+            events.subscribe(_on_event)
+            logging.getLogger("governor").addHandler(_warnings)
+        elif not on and _listening == 0:
+            events.unsubscribe(_on_event)
+            logging.getLogger("governor").removeHandler(_warnings)
+
+
+# -- the host and its agents -------------------------------------------------------------------------
 
 
 async def run_host(job: HostJob, make_client: Callable[[], Any]) -> HostResult:
@@ -194,6 +304,7 @@ async def run_host(job: HostJob, make_client: Callable[[], Any]) -> HostResult:
     governor = AsyncGovernor(make_client(), job.governor, config) if job.governor and config else None
     caller = _Caller(job)
     await caller.open()
+    _listen(True)
     try:
         await asyncio.sleep(max(0.0, job.start_at - time.time()))
         tasks = [asyncio.create_task(_agent(job, i, governor, caller, result)) for i in range(job.agents)]
@@ -215,6 +326,7 @@ async def run_host(job: HostJob, make_client: Callable[[], Any]) -> HostResult:
                 error = task.exception()
                 result.note_error(f"agent failed: {type(error).__name__}: {error}")
     finally:
+        _listen(False)
         await caller.close()
         if governor is not None:
             client = governor.client
@@ -224,65 +336,124 @@ async def run_host(job: HostJob, make_client: Callable[[], Any]) -> HostResult:
 
 
 async def _agent(job: HostJob, index: int, governor: AsyncGovernor | None, call: _Caller, result: HostResult) -> None:
+    tally = _Tally(result)
+    _AGENT.set(tally)  # this task's own context: the listeners find this agent
     holder = f"host-{job.host}/agent-{index}"
     for _ in range(job.calls):
         wanted = time.monotonic()
-        failures = 0
-        while True:
-            if time.time() >= job.deadline:
-                return
-            lease = None
-            if governor is not None:
-                started = time.monotonic()
+        if governor is not None and job.report:
+            done = await _governed_call(job, holder, governor, call, tally)
+        else:
+            done = await _sdk_call(job, holder, governor, call, tally)
+        if not done:
+            return
+        result.ok += 1
+        result.success_at.append(time.time())
+        result.call_times.append(time.monotonic() - wanted)
+    result.finished_at[index] = time.time()
+
+
+async def _attempt(job: HostJob, call: _Caller, result: HostResult) -> None:
+    """One provider call, abandoned (``_Stopped``) when the deadline comes first."""
+    left = job.deadline - time.time()
+    if left <= 0:
+        raise _Stopped
+    started = time.monotonic()
+    answered = True
+    try:
+        await asyncio.wait_for(call(), left)
+    except asyncio.TimeoutError:
+        if time.time() >= job.deadline:
+            answered = False
+            raise _Stopped from None
+        raise
+    finally:
+        result.phases["call"] += time.monotonic() - started
+        if answered:
+            result.attempts += 1
+
+
+async def _governed_call(job: HostJob, holder: str, governor: AsyncGovernor, call: _Caller, tally: _Tally) -> bool:
+    """One successful call through ``AsyncGovernor.call``; False: the agent stops."""
+    result = tally.result
+
+    def classify(error: BaseException) -> Classification:
+        verdict = default_classifier(error)
+        tally.judged(verdict)
+        if verdict.retry_after is not None and not job.report_retry_after:
+            return Classification(verdict.kind, None, verdict.description)
+        return verdict
+
+    async def attempt() -> None:
+        await _attempt(job, call, result)
+
+    errors = 0
+    while True:
+        left = job.deadline - time.time()
+        if left <= 0:
+            return False
+        # call() retries 429s until the run's deadline, with the scenario's backoff
+        retry = RetryPolicy(max_attempts=UNBOUNDED_ATTEMPTS, deadline=left, base=job.backoff_base, cap=job.backoff_cap)
+        started, waited, called = time.monotonic(), result.phases["acquire"], result.phases["call"]
+        try:
+            await governor.call(attempt, classify=classify, retry=retry, timeout=left, holder=holder)
+            return True
+        except (AcquireTimeout, QuotaExhausted, _Stopped):
+            return False  # the deadline came in the queue or in a call; or billing, never retried
+        except GovernorError:
+            raise
+        except Exception:  # noqa: BLE001 - the provider's error, as call() lets it through
+            if tally.verdict is not Outcome.ERROR:
+                return False  # a 429 call() gave up on: the deadline comes before its next try
+        finally:
+            spent = time.monotonic() - started
+            result.phases["other"] += spent - (result.phases["acquire"] - waited) - (result.phases["call"] - called)
+        # call() propagates an error that is no throttle: call again after the backoff
+        errors += 1
+        await _backoff(job, result, errors, None)
+
+
+async def _sdk_call(job: HostJob, holder: str, governor: AsyncGovernor | None, call: _Caller, tally: _Tally) -> bool:
+    """One successful call with SDK-style retries, each attempt under a lease
+    of the semaphore when there is one; False: the agent stops."""
+    result = tally.result
+    failures = 0
+    while True:
+        if time.time() >= job.deadline:
+            return False
+        try:
+            if governor is None:
+                await _attempt(job, call, result)
+            else:
                 try:
                     lease = await governor.acquire(timeout=max(0.0, job.deadline - time.time()), holder=holder)
                 except AcquireTimeout:
-                    return
-                result.waits.append(time.monotonic() - started)
-                result.phases["acquire"] += result.waits[-1]
-            try:
-                t0 = time.monotonic()
+                    return False
                 try:
-                    # a call still under way at the deadline is abandoned (the agent stops)
-                    kind, wait, problem = await asyncio.wait_for(call(), max(0.0, job.deadline - time.time()))
-                except asyncio.TimeoutError:
-                    return  # the lease is released below
-                t1 = time.monotonic()
-                result.phases["call"] += t1 - t0
-                result.attempts += 1
-                if governor is not None and lease is not None and job.report:
-                    ra = wait if kind == LIMITED and job.report_retry_after else None
-                    try:
-                        await governor.report(_OUTCOMES[kind], retry_after=ra, lease=lease, release=True)
-                    except LeaseLost:
-                        result.lost += 1
-                    result.phases["report"] += time.monotonic() - t1
-            finally:
-                if lease is not None:
-                    t2 = time.monotonic()
+                    await _attempt(job, call, result)
+                finally:
+                    released = time.monotonic()
                     try:
                         await lease.release()
                     except GovernorError as error:
                         result.note_error(f"release failed: {error}")
-                    result.phases["release"] += time.monotonic() - t2
-            if kind == OK:
-                result.ok += 1
-                result.success_at.append(time.time())
-                result.call_times.append(time.monotonic() - wanted)
-                break
-            if kind == QUOTA:
-                result.quota += 1
-                return  # billing, not a throttle: never retried
+                    result.phases["other"] += time.monotonic() - released
+            return True
+        except _Stopped:
+            return False
+        except Exception as error:  # noqa: BLE001 - the provider's error, classified as an SDK would
+            verdict = default_classifier(error)
+            tally.judged(verdict)
+            if verdict.kind is Outcome.QUOTA_EXHAUSTED:
+                return False  # billing, not a throttle: never retried
             failures += 1
-            if kind == LIMITED:
-                result.limited += 1
-            else:
-                result.errors += 1
-                result.note_error(problem)
-            wait = min(
-                retry_wait(failures, wait, base=job.backoff_base, cap=job.backoff_cap),
-                max(0.0, job.deadline - time.time()),  # nothing to wait for after the deadline
-            )
-            result.phases["backoff"] += wait
-            await asyncio.sleep(wait)
-    result.finished_at[index] = time.time()
+            await _backoff(job, result, failures, verdict.retry_after)
+
+
+async def _backoff(job: HostJob, result: HostResult, failures: int, retry_after: float | None) -> None:
+    wait = min(
+        retry_wait(failures, retry_after, base=job.backoff_base, cap=job.backoff_cap),
+        max(0.0, job.deadline - time.time()),  # nothing to wait for after the deadline
+    )
+    result.phases["backoff"] += wait
+    await asyncio.sleep(wait)

@@ -7,12 +7,11 @@ The strategies, run one after another against the same provider settings:
     the provider's Retry-After, else the project's full-jitter backoff
     (what SDK retries do).
 ``fixed``
-    A fleet-wide FIFO semaphore at ``max_capacity``. It is the governor's
-    own admission machinery (same queue, leases and wake-ups) with a policy
-    that cannot move: the seed policy with its decrease and pause thresholds
-    out of reach, and no outcome is ever reported to it. So ``fixed`` and
-    ``fleet`` differ only in the policy, which is what the comparison is
-    about. Retries as in ``none``.
+    A fleet-wide FIFO semaphore at ``max_capacity``: the governor's own
+    admission machinery (same queue, leases and wake-ups) under
+    :class:`~governor.policies.FixedPolicy`, whose capacity never moves.
+    Its agents acquire, call and release, and never report (a semaphore
+    knows nothing of outcomes); they retry as in ``none``.
 ``per-host``
     One governor per host process, each under its own name and unaware of
     the others: the seed's single-process design (policy ``seed`` unless
@@ -23,9 +22,10 @@ The strategies, run one after another against the same provider settings:
 ``fleet``
     The fleet governor with the default (adaptive) policy.
 
-Every governed agent does what ``Governor.call`` does: acquire, call,
-report the outcome (with the provider's Retry-After), release, and after a
-429 wait the Retry-After or the backoff before acquiring again.
+The agents of ``per-host``, ``fleet-seed`` and ``fleet`` make each call
+with ``AsyncGovernor.call`` (acquire, call, classify, report with the
+provider's Retry-After, release, retry), the path users run; ``fixed``
+uses the README's acquire / release pattern around SDK-style retries.
 
 Time scales are parameters: the window, the probe interval (a quarter of
 the window unless set, as 15 s is of the default 60 s), the poll, the
@@ -42,6 +42,7 @@ from typing import Any
 
 from ..config import GovernorConfig
 from ..errors import ConfigError
+from ..policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
 
 STRATEGIES: tuple[str, ...] = ("none", "fixed", "per-host", "fleet-seed", "fleet")
 
@@ -84,7 +85,8 @@ class Scenario:
     sample_interval: float = 0.1
     #: how agents call the provider: "aiohttp" (light) or "openai" (the real SDK)
     client: str = "aiohttp"
-    #: other GovernorConfig fields of the fleet governor (e.g. cut_factor=0.85)
+    #: other settings of the fleet governor: GovernorConfig fields (e.g. poll=0.5)
+    #: or AdaptivePolicy fields (e.g. cut_factor=0.85)
     fleet_options: tuple[tuple[str, Any], ...] = ()
     #: governed agents pass the provider's Retry-After to report()
     report_retry_after: bool = True
@@ -123,7 +125,7 @@ class Scenario:
             raise ConfigError(f"probe_interval must be >= 0 seconds, got {self.probe_interval!r}")
         if self.client not in ("aiohttp", "openai"):
             raise ConfigError(f"client must be aiohttp or openai, got {self.client!r}")
-        known = {f.name for f in fields(GovernorConfig)}
+        known = {f.name for f in fields(GovernorConfig)} | {f.name for f in fields(AdaptivePolicy)}
         for key, _ in self.fleet_options:
             if key not in known:
                 raise ConfigError(f"unknown governor setting {key!r}")
@@ -173,31 +175,28 @@ def governor_config(scenario: Scenario, strategy: str) -> GovernorConfig | None:
         "poll": scenario.poll,
         "queue_ttl": max(5.0, 2 * scenario.poll),
         "idle_expiry": max(600.0, window, scenario.lease_ttl, 2 * scenario.poll),
-        "probe_interval": window / 4 if scenario.probe_interval is None else scenario.probe_interval,
         "restart_hold": False,  # every run's governors are new names: nobody held their leases before
     }
+    probe = window / 4 if scenario.probe_interval is None else scenario.probe_interval
     if strategy == "fixed":
-        unreachable = 1_000_000
-        return GovernorConfig(
-            max_capacity=scenario.max_capacity,
-            policy="seed",
-            decrease_count=unreachable,
-            decrease_ratio=1.0,
-            pause_count=unreachable,
-            **common,
-        )
+        return GovernorConfig(max_capacity=scenario.max_capacity, policy=FixedPolicy(), **common)
     if strategy == "per-host":
-        if scenario.per_host_policy not in ("seed", "adaptive"):
+        policy: Policy
+        if scenario.per_host_policy == "seed":
+            policy = SeedPolicy()
+        elif scenario.per_host_policy == "adaptive":
+            policy = AdaptivePolicy(probe_interval=probe)
+        else:
             raise ConfigError(f"per_host_policy must be seed or adaptive, got {scenario.per_host_policy!r}")
-        return GovernorConfig(
-            max_capacity=scenario.per_host_ceiling,
-            policy=scenario.per_host_policy,  # type: ignore[arg-type]
-            **common,
-        )
+        return GovernorConfig(max_capacity=scenario.per_host_ceiling, policy=policy, **common)
     if strategy == "fleet-seed":
-        return GovernorConfig(max_capacity=scenario.max_capacity, policy="seed", **common)
-    options = {**common, **dict(scenario.fleet_options)}
-    return GovernorConfig(max_capacity=scenario.max_capacity, policy="adaptive", **options)
+        return GovernorConfig(max_capacity=scenario.max_capacity, policy=SeedPolicy(), **common)
+    policy_fields = {f.name for f in fields(AdaptivePolicy)}
+    options = dict(scenario.fleet_options)
+    own = {key: value for key, value in options.items() if key in policy_fields}
+    rest = {key: value for key, value in options.items() if key not in policy_fields}
+    adaptive = AdaptivePolicy(**{"probe_interval": probe, **own})
+    return GovernorConfig(max_capacity=scenario.max_capacity, policy=adaptive, **{**common, **rest})
 
 
 def governor_names(prefix: str, strategy: str, hosts: int) -> list[str]:
@@ -215,14 +214,16 @@ def strategy_reports(strategy: str) -> bool:
 
 
 def parse_option(text: str) -> tuple[str, Any]:
-    """``"cut_factor=0.85"`` -> ("cut_factor", 0.85), typed as GovernorConfig declares it."""
+    """``"cut_factor=0.85"`` -> ("cut_factor", 0.85), typed as GovernorConfig
+    or AdaptivePolicy declares it."""
     key, sep, raw = text.partition("=")
     key = key.strip().replace("-", "_")
     if not sep or not key:
         raise ConfigError(f"governor setting {text!r} is not NAME=VALUE")
     types = {f.name: f.type for f in fields(GovernorConfig)}
+    types.update({f.name: f.type for f in fields(AdaptivePolicy)})
     if key not in types:
-        raise ConfigError(f"unknown governor setting {key!r}; see GovernorConfig")
+        raise ConfigError(f"unknown governor setting {key!r}; see GovernorConfig and AdaptivePolicy")
     kind = str(types[key])
     try:
         if kind == "int":

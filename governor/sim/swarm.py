@@ -23,14 +23,14 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import AsyncGovernor, GovernorConfig, __version__
 from ..errors import GovernorError
 from .analysis import StrategyMetrics, analyse, ideal_finish
 from .embedded import Backend
-from .host import HostJob, HostResult
+from .host import HostJob, HostResult, config_to_json
 from .provider import MockProvider, ProviderConfig, RunRecord
 from .scenario import Scenario, governor_config, governor_names, strategy_reports
 from .workers import DEFAULT_NAMESPACE, Hosts, QueueHosts, ThreadHosts
@@ -286,7 +286,7 @@ async def _run_strategy(
             deadline=start_at + scenario.max_time,
             provider_url=provider_url,
             governor=names[h] if names else None,
-            config=asdict(config) if config else None,
+            config=config_to_json(config) if config else None,
             report=strategy_reports(strategy),
             report_retry_after=scenario.report_retry_after,
             backoff_base=scenario.backoff_base,
