@@ -28,8 +28,12 @@ from click.testing import CliRunner, Result
 from governor import Governor, GovernorConfig, Outcome
 from governor import cli as cli_module
 from governor import inspect as gi
-from governor.cli import main, redis_cli_base, safe_url
-from governor.keys import governor_keys
+from governor.cli import main, render
+from governor.cli.app import safe_url
+from governor.cli.control import COMPARED, compared
+from governor.cli.keys import redis_cli_base
+from governor.keys import SCHEMA_VERSION, governor_keys
+from governor.protocol import KEY_NAMES, STATUS_FIELDS
 
 from .conftest import FakeClock, governors, scrape
 from .servers import RedisServer, free_port, wait_until
@@ -109,7 +113,8 @@ def known_state(make: Callable[..., Governor], clock: FakeClock) -> Governor:
 def test_status_human_and_json(run: Run, make: Callable[..., Governor], behind: FakeClock, name: str) -> None:
     known_state(make, behind)
     out = ok(run("status"))
-    assert f"governor    {name}  (policy seed, schema v1)" in out
+    assert f"governor    {name}  (policy seed, schema v{SCHEMA_VERSION})" in out
+    assert "blocked     no: new callers are admitted" in out
     assert "capacity    4 / 8" in out
     assert "in flight   3" in out
     assert "window      2 rate-limited of 3 attempts (66.7%)" in out
@@ -123,8 +128,9 @@ def test_status_human_and_json(run: Run, make: Callable[..., Governor], behind: 
         "open",
         "",
         "seed",
-        1,
+        SCHEMA_VERSION,
     )
+    assert data["pause_reason"] == "" and "reason" not in data
     assert data["rate_limited_share"] == pytest.approx(2 / 3, abs=1e-3)
 
 
@@ -132,13 +138,21 @@ def test_status_shows_why_callers_wait(run: Run, make: Callable[..., Governor], 
     gov = make(GovernorConfig(max_capacity=4, retry_after_cap=600), clock=behind)
     gov.report(R, retry_after=500)  # the hold ends 490 s from now
     out = ok(run("status"))
-    assert "HOLDING until" in out and "the provider's retry-after" in out
-    assert as_json(run("status", "--json"))["state"] == "holding"
+    assert "HOLDING until" in out
+    assert "blocked     holding until the provider's retry-after" in out  # the scripts' words
+    data = as_json(run("status", "--json"))
+    assert (data["state"], data["blocked"]) == ("holding", "holding until the provider's retry-after")
     gov.pause("deploy in progress")
     out = ok(run("status"))
-    assert "PAUSED by an operator: deploy in progress" in out
+    assert "PAUSED by an operator (new callers queue" in out
+    assert "blocked     paused: deploy in progress" in out
     data = as_json(run("status", "--json"))
-    assert (data["state"], data["blocked"], data["pause_kind"]) == ("paused", "paused: deploy in progress", "operator")
+    assert (data["state"], data["blocked"], data["pause_kind"], data["pause_reason"]) == (
+        "paused",
+        "paused: deploy in progress",
+        "operator",
+        "deploy in progress",
+    )
 
 
 def test_an_operator_pause_without_a_reason_is_said_once(
@@ -146,12 +160,14 @@ def test_an_operator_pause_without_a_reason_is_said_once(
 ) -> None:
     make(GovernorConfig(max_capacity=4), clock=behind).status()
     ok(run("pause", "--duration", "5m"))  # the default reason
-    line = next(x for x in ok(run("status")).splitlines() if x.startswith("state"))
+    out = ok(run("status"))
+    line = next(x for x in out.splitlines() if x.startswith("state"))
     assert "PAUSED by an operator until " in line
-    assert line.count("operator") == 1, line
-    assert as_json(run("status", "--json"))["blocked"] == "paused by an operator"
+    assert out.count("operator") == 1, out  # who paused, said once; the reason says there is none
+    assert as_json(run("status", "--json"))["blocked"] == "paused: no reason given"
     ok(run("pause", "--reason", "provider incident"))
-    assert "PAUSED by an operator: provider incident (new callers" in ok(run("status"))
+    out = ok(run("status"))
+    assert "PAUSED by an operator (new callers" in out and "blocked     paused: provider incident" in out
 
 
 def test_status_warns_when_redis_may_evict_the_governor(run: Run, private_redis: RedisServer, name: str) -> None:
@@ -173,7 +189,7 @@ def test_status_warns_when_redis_may_evict_the_governor(run: Run, private_redis:
 def test_unknown_governor_is_refused_and_not_created(run: Run, client: redis.Redis, name: str) -> None:
     for command in (["status"], ["leases"], ["queue"], ["events"], ["watch", "--count", "1"]):
         refused(run(*command), f"no governor named {name!r}", "governor list")
-    for command in (["set-max", "3"], ["pause"], ["resume"], ["reset"]):
+    for command in (["set-max", "3"], ["pause"], ["resume"], ["reset"], ["configure", "--policy", "seed"]):
         refused(run(*command), f"no governor named {name!r}")
     assert gi.list_governors(client).count(name) == 0
     assert client.exists(*governor_keys(name).keys) == 0
@@ -192,6 +208,13 @@ def test_bad_input(run: Run, make: Callable[..., Governor], behind: FakeClock) -
     refused(run("pause", "--reason", ""), "reason", code=2)
     refused(run("events", "--follow", "--since", "yesterday"), "not a stream entry id", code=2)
     refused(run("events", "--since", "1"), "go with --follow", code=2)
+    refused(run("configure", "--policy", "bogus"), "'bogus' is not one of", code=2)
+    refused(
+        run("configure", "--policy", "fixed", "--cut-factor", "0.5"), "the fixed policy has no --cut-factor", code=2
+    )
+    refused(run("configure", "--cut-factor", "1.5"), "cut_factor must be between 0 and 1", code=2)  # adaptive's
+    refused(run("configure", "--decrease-count", "2"), "the adaptive policy has no --decrease-count", code=2)
+    refused(run("configure", "--pause-count", "many"), "'many' is not a valid integer", code=2)
 
 
 def test_unreachable_redis(run: Run) -> None:
@@ -243,6 +266,7 @@ OPERATOR_COMMANDS: dict[str, tuple[list[str], list[str], bool, bool]] = {
     "pause": ([], ["--duration", "soon"], True, True),
     "resume": ([], ["--bogus"], True, True),
     "reset": ([], ["--bogus"], True, True),
+    "configure": (["--policy", "seed"], ["--policy", "bogus"], True, True),
     "exporter": (["--port", "0"], ["--port", "-1"], False, False),
 }
 
@@ -287,16 +311,19 @@ def test_list(run: Run, make: Callable[..., Governor], behind: FakeClock, name: 
     data = as_json(run("list", "--json", gov=None))
     found = {g["name"]: g for g in data["governors"]}
     assert found[name]["capacity"] == 4 and found[other]["paused"] is True
-    assert data["errors"] == {}
+    assert not {name, other} & set(data["errors"])
     assert "no governors at" in ok(run("--prefix", "nothing-here", "list", gov=None))
 
 
 def test_list_reports_a_broken_governor_without_failing(run: Run, client: redis.Redis, name: str) -> None:
-    client.hset(f"governor:v1:{{{name}}}:state", mapping={"schema": "99"})
-    data = as_json(run("list", "--json", gov=None))
-    assert "schema version 99" in data["errors"][name]
-    out = ok(run("list", gov=None))
-    assert any(line.startswith(name) and "error" in line for line in out.splitlines())
+    client.hset(governor_keys(name).state, mapping={"schema": "99"})
+    try:
+        data = as_json(run("list", "--json", gov=None))
+        assert "schema version 99" in data["errors"][name]
+        out = ok(run("list", gov=None))
+        assert any(line.startswith(name) and "error" in line for line in out.splitlines())
+    finally:
+        client.delete(governor_keys(name).state)  # the session Redis is shared: other tests list it too
 
 
 # -- watch --------------------------------------------------------------------------
@@ -315,7 +342,8 @@ def test_watch_lines_json_and_screen(run: Run, make: Callable[..., Governor], be
     screen = ok(run("watch", "--count", "2", "--interval", "0.01", "--screen"))
     assert screen.count("\x1b[H\x1b[J") == 2  # redrawn in place
     assert "capacity   " in screen and "OPEN: 1 free slot(s)" in screen
-    assert any(ch in screen for ch in cli_module.SPARK)
+    assert any(ch in screen for ch in render.SPARK)
+    assert "blocked: -" in screen
 
 
 # -- leases and queue -------------------------------------------------------------------
@@ -363,7 +391,7 @@ def test_queue(run: Run, make: Callable[..., Governor], client: redis.Redis) -> 
         wait_until(lambda i=i: gov.status().queued == i + 1, 10, what="queued")
     try:
         out = ok(run("queue"))
-        assert "queued because: at capacity: 1 in flight of 1" in out
+        assert "blocked: at capacity: 1 in flight of 1" in out  # the scripts' words
         rows = out.splitlines()[3:]
         assert [row.split()[:4][2:] for row in rows] == [
             ["worker-0/agent-0", "worker-0"],
@@ -396,7 +424,7 @@ def test_events(run: Run, make: Callable[..., Governor], behind: FakeClock) -> N
     assert "paused until" in lines[0] and "operator: deploy" in lines[0]
     assert "max_capacity 8 -> 6, capacity 6: operator" in lines[1]
     assert "capacity 8 -> 4: rate-limited: decrease [window: 2 rate-limited of 2 attempts]" in lines[2]
-    assert lines[3].startswith(cli_module.when(behind.now))
+    assert lines[3].startswith(render.when(behind.now))
     data = as_json(run("events", "--json", "--count", "2"))
     assert [e["kind"] for e in data] == ["pause", "set_max"]
     assert data[1]["fields"] == {"from": "8", "to": "6", "capacity_from": "4", "why": "operator"}
@@ -452,7 +480,9 @@ def test_set_max(run: Run, make: Callable[..., Governor], behind: FakeClock, nam
     out = ok(run("set-max", "3"))
     assert f"governor {name!r}: max_capacity set to 3" in out
     assert "max_capacity  8 -> 3" in out and "capacity      4 -> 3" in out
-    assert "now: FULL: 3 in flight of 3" in out
+    assert "streak        1 -> 0" in out  # set-max clears what the policy learnt (v2)
+    assert "blocked       - -> 'at capacity: 3 in flight of 3'" in out
+    assert "now: FULL: 3 in flight of 3" in out and "  blocked: at capacity: 3 in flight of 3" in out
     assert gov.status().max_capacity == 3
     data = as_json(run("set-max", "10", "--json"))
     assert data["changed"]["max_capacity"] == [3, 10] and data["changed"]["capacity"] == [3, 10]
@@ -465,13 +495,15 @@ def test_pause_resume(run: Run, make: Callable[..., Governor], behind: FakeClock
     out = ok(run("pause", "--reason", "provider incident", "--duration", "5m"))
     assert "paused for 5m00s" in out
     assert "capacity      4 -> 0" in out and "paused        no -> yes" in out
-    assert "reason        - -> 'provider incident'" in out
+    assert "pause_reason  - -> 'provider incident'" in out
+    assert "blocked       - -> 'paused: provider incident'" in out
     st = gov.status(create=False)
-    assert st.paused and st.reason == "provider incident" and st.paused_until == pytest.approx(behind.now + 300)
+    assert st.paused and st.pause_reason == "provider incident" and st.paused_until == pytest.approx(behind.now + 300)
     out = ok(run("resume"))
     assert "capacity      0 -> 4" in out and "paused        yes -> no" in out
     data = as_json(run("pause", "--json"))
-    assert data["after"]["reason"] == "paused by an operator" and data["after"]["paused_until"] is None
+    assert data["after"]["pause_reason"] == "no reason given" and data["after"]["paused_until"] is None
+    assert data["changed"]["blocked"] == ["", "paused: no reason given"]
     data = as_json(run("resume", "--json"))
     assert data["changed"]["paused"] == [True, False]
     logged = len(gi.read_events(gov.client, gov.keys, 1000))
@@ -485,8 +517,54 @@ def test_reset(run: Run, make: Callable[..., Governor], behind: FakeClock) -> No
     out = ok(run("reset"))
     assert "capacity             4 -> 8" in out
     assert "window_rate_limited  2 -> 0" in out and "window_attempts      3 -> 0" in out
+    assert "streak               1 -> 0" in out
     assert gov.status(create=False).capacity == 8
     assert as_json(run("reset", "--json"))["changed"] == {}
+
+
+def test_compared_fields_are_the_status_reply_s(make: Callable[..., Governor], behind: FakeClock) -> None:
+    st = known_state(make, behind).status(create=False)
+    values = {f: compared(st, f) for f in COMPARED}  # each one is read from the Status
+    assert (values["window_ms"], values["pause_reason"], values["policy"]) == (60000, "", "seed")
+    assert set(COMPARED) < set(STATUS_FIELDS)
+    assert {"capacity", "max_capacity", "pause_reason", "blocked", "policy", "window_ms", "streak"} <= set(COMPARED)
+    assert not {"now", "in_flight", "queued", "fence"} & set(COMPARED)  # traffic moves them
+
+
+def test_configure(run: Run, make: Callable[..., Governor], client: redis.Redis, behind: FakeClock) -> None:
+    gov = known_state(make, behind)  # seed, capacity 4 of 8
+    ok(run("set-max", "6"))  # the stored config's other fields are kept, an operator's max_capacity too
+    before = gi.read_config(client, gov.keys)
+    out = ok(run("configure", "--policy", "adaptive", "--cut-factor", "0.8"))
+    assert "configured: policy adaptive" in out
+    changes = [line.split() for line in out.splitlines()]
+    assert ["policy", "'seed'", "->", "'adaptive'"] in changes
+    assert "  stored config:" in out.splitlines()
+    assert ["cut_factor", "-", "->", "0.8"] in changes and ["decrease_count", "2", "->", "-"] in changes
+    stored = gi.read_config(client, gov.keys)
+    assert (stored["policy"], stored["cut_factor"], stored["probe_ms"], stored["pause_ratio"]) == (
+        "adaptive",
+        "0.8",
+        "15000",  # adaptive's defaults for what was not given
+        "0.5",
+    )
+    assert "decrease_count" not in stored
+    assert {f: stored[f] for f in ("max_capacity", "window_ms", "resume_fraction", "idle_ms")} == {
+        f: before[f] for f in ("max_capacity", "window_ms", "resume_fraction", "idle_ms")
+    } and stored["max_capacity"] == "6"
+    st = gov.status(create=False)
+    assert (st.policy, st.capacity, st.window_attempts) == ("adaptive", 6, 0)  # reset with the new config
+    data = as_json(run("configure", "--cut-factor", "0.7", "--probe-interval", "5", "--json"))  # the policy stays
+    assert data["config_changed"] == {"cut_factor": ["0.8", "0.7"], "probe_ms": ["15000", "5000"]}
+    assert data["config"]["policy"] == "adaptive" and data["after"]["policy"] == "adaptive"
+    data = as_json(run("configure", "--policy", "seed", "--decrease-count", "3", "--json"))
+    assert data["changed"]["policy"] == ["adaptive", "seed"]
+    assert (data["config"]["decrease_count"], data["config"]["decrease_ratio"]) == ("3", "0.3")
+    data = as_json(run("configure", "--policy", "fixed", "--json"))
+    assert data["config_changed"]["decrease_count"] == ["3", None]
+    assert set(data["config"]) == {"policy", "max_capacity", "window_ms", "resume_fraction", "retry_after_cap_ms",
+                                   "idle_ms", "log_length"}  # fmt: skip
+    assert [e.kind for e in gi.read_events(client, gov.keys, 4)] == ["reset"] * 4
 
 
 def test_change_never_recreates_a_governor_that_vanished_underneath(
@@ -527,17 +605,19 @@ def test_keys_with_ready_redis_cli_commands(run: Run, make: Callable[..., Govern
     gov = make(GovernorConfig(max_capacity=4))
     gov.status()
     out = ok(run("keys"))
-    assert f"state     governor:v1:{{{name}}}:state  (hash" in out
-    assert "channel   governor:v1:{" in out
+    assert f"state     governor:v{SCHEMA_VERSION}:{{{name}}}:state  (hash" in out
+    assert f"channel   governor:v{SCHEMA_VERSION}:{{" in out
     data = as_json(run("keys", "--json"))
-    assert data["exists"] is True
+    assert data["exists"] is True and data["wrong_type"] == []
     roles = {k["role"]: k for k in data["keys"]}
-    assert list(roles) == ["state", "leases", "holders", "queue", "waiters", "attempts", "limited", "events", "channel"]
+    assert list(roles) == [*KEY_NAMES, "channel"]
     assert roles["state"]["type"] == "hash" and roles["events"]["size"] == 1
-    assert roles["queue"]["type"] == "none"
+    assert (roles["leases"]["type"], roles["leases"]["size"]) == ("zset", 0)  # its sentinel is not counted
+    assert roles["queue"]["type"] == "none" and roles["queue"]["expected_type"] == "zset"
+    assert "ZRANGE" in roles["queue"]["redis_cli"] and "-20" in roles["attempts"]["redis_cli"]
     if subprocess.run(["which", "redis-cli"], capture_output=True).returncode != 0:
         pytest.skip("redis-cli is not installed")
-    for role, expected in (("state", b"max"), ("events", b"first use")):
+    for role, expected in (("state", b"capacity"), ("config", b"max_capacity"), ("events", b"first use")):
         done = subprocess.run(roles[role]["redis_cli"], shell=True, capture_output=True, timeout=10)
         assert done.returncode == 0 and expected in done.stdout, done
 
@@ -547,6 +627,18 @@ def test_keys_of_a_missing_governor(run: Run, name: str) -> None:
     assert result.exit_code == 0
     assert "there is no governor" in result.stderr
     assert as_json(run("keys", "--json"))["exists"] is False
+
+
+def test_keys_says_which_key_has_the_wrong_type(run: Run, client: redis.Redis, name: str) -> None:
+    client.set(governor_keys(name).leases, "not a zset")
+    try:
+        result = run("keys")
+        assert result.exit_code == 0
+        assert "(string; WRONG TYPE, the scripts expect a zset)" in result.stdout
+        assert "is a string, not a zset" in result.stderr
+        assert as_json(run("keys", "--json"))["wrong_type"] == ["leases"]
+    finally:
+        client.delete(governor_keys(name).leases)
 
 
 def test_redis_cli_base() -> None:
@@ -562,7 +654,8 @@ def test_redis_cli_base() -> None:
 
 def test_help_lists_every_command(run: Run) -> None:
     out = ok(run("--help", gov=None))
-    for command in ("status", "list", "watch", "leases", "queue", "events", "set-max", "pause", "resume", "reset"):
+    for command in ("status", "list", "watch", "leases", "queue", "events", "set-max", "pause", "resume", "reset",
+                    "configure"):  # fmt: skip
         assert command in out
     for command in ("keys", "exporter", *cli_module.SIM_COMMANDS):
         assert command in out

@@ -18,7 +18,10 @@ import pytest
 
 from governor import Governor, GovernorConfig, Lease, Outcome
 from governor import inspect as gi
+from governor.errors import StateError
 from governor.keys import governor_keys
+from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
+from governor.protocol import KEY_NAMES, KEYS, SCHEMA_VERSION, SENTINEL
 
 from .conftest import FakeClock
 from .servers import wait_until
@@ -44,12 +47,13 @@ def test_list_governors_finds_every_governor_and_nothing_else(make_gov: MakeGov,
     odd = f"{name}:gpt-4o/eu@team.x"
     for n in (name, odd):
         make_gov(GovernorConfig(max_capacity=2), governor_name=n).status()
-    sync_client.set(f"governor:v1:{{{name}-str}}:state", "not a hash")  # wrong type: not a governor
-    sync_client.hset(f"other:v1:{{{name}-other}}:state", "x", "1")  # another prefix
-    sync_client.hset(f"governor:v2:{{{name}-v2}}:state", "x", "1")  # another schema
+    v = SCHEMA_VERSION
+    sync_client.set(f"governor:v{v}:{{{name}-str}}:state", "not a hash")  # wrong type: not a governor
+    sync_client.hset(f"other:v{v}:{{{name}-other}}:state", "x", "1")  # another prefix
+    sync_client.hset(f"governor:v{v - 1}:{{{name}-old}}:state", "x", "1")  # another schema
     found = gi.list_governors(sync_client)
     assert {name, odd} <= set(found)
-    assert not {f"{name}-str", f"{name}-other", f"{name}-v2"} & set(found)
+    assert not {f"{name}-str", f"{name}-other", f"{name}-old"} & set(found)
     assert found == sorted(found)
     assert f"{name}-other" in gi.list_governors(sync_client, prefix="other")
 
@@ -60,7 +64,8 @@ def test_read_leases(make_gov: MakeGov, sync_client: Any, past: FakeClock) -> No
     short = make_gov(GovernorConfig(max_capacity=8, lease_ttl=30), clock=past)  # its lease is past expiry
     stale = short.try_acquire(holder="host-9/agent-9")
     listing = gi.read_leases(sync_client, gov.keys)
-    assert listing.total == 4
+    assert sync_client.zscore(gov.keys.leases, SENTINEL) is not None  # kept in Redis, never listed nor counted
+    assert listing.total == 4 and SENTINEL not in {x.id for x in listing.items}
     assert [x.fence for x in listing.items] == sorted(x.fence for x in listing.items)
     by_id = {x.id: x for x in listing.items}
     for lease in held:
@@ -75,6 +80,12 @@ def test_read_leases(make_gov: MakeGov, sync_client: Any, past: FakeClock) -> No
     assert not by_id[stale.id].live and by_id[stale.id].ttl_left < 0
     limited = gi.read_leases(sync_client, gov.keys, limit=2)
     assert (limited.total, len(limited.items)) == (4, 2)
+    for lease in [*held, stale]:
+        assert lease is not None
+        lease.release()
+    empty = gi.read_leases(sync_client, gov.keys)
+    assert (empty.total, empty.items) == (0, ())  # only the sentinel is left
+    assert sync_client.zscore(gov.keys.leases, SENTINEL) is not None
 
 
 def test_read_leases_skips_unreadable_holder_entries(make_gov: MakeGov, sync_client: Any, past: FakeClock) -> None:
@@ -83,9 +94,11 @@ def test_read_leases_skips_unreadable_holder_entries(make_gov: MakeGov, sync_cli
     assert lease is not None
     sync_client.hset(gov.keys.holders, lease.id, "garbage")
     assert gi.read_leases(sync_client, gov.keys).items == ()
-    sync_client.hset(gov.keys.holders, lease.id, f"{lease.fence}|300000|1|a|b/c")  # '|' in a label is kept
+    sync_client.hset(gov.keys.holders, lease.id, f"{lease.fence}|300000|1|a|b/c")  # a v1 record: no cost
+    assert gi.read_leases(sync_client, gov.keys).items == ()
+    sync_client.hset(gov.keys.holders, lease.id, f"{lease.fence}|300000|1|1|a|b/c")  # '|' in a label is kept
     (info,) = gi.read_leases(sync_client, gov.keys).items
-    assert info.holder == "a|b/c"
+    assert (info.holder, info.fence, info.ttl, info.since) == ("a|b/c", lease.fence, 300, 0.001)
 
 
 @dataclasses.dataclass
@@ -168,27 +181,74 @@ def test_read_keys(make_gov: MakeGov, sync_client: Any, clock: FakeClock) -> Non
     gov = make_gov(GovernorConfig(max_capacity=4, idle_expiry=3600), clock=clock)
     lease = gov.try_acquire(holder="h/1")
     infos = {i.role: i for i in gi.read_keys(sync_client, gov.keys)}
-    assert list(infos) == ["state", "leases", "holders", "queue", "waiters", "attempts", "limited", "events"]
-    assert (infos["state"].type, infos["leases"].type, infos["events"].type) == ("hash", "zset", "stream")
+    assert list(infos) == list(KEY_NAMES)
+    assert [(i.role, i.expected) for i in infos.values()] == list(KEYS)
+    assert (infos["state"].type, infos["config"].type, infos["leases"].type, infos["events"].type) == (
+        "hash",
+        "hash",
+        "zset",
+        "stream",
+    )
+    # leases and holders keep a sentinel entry each: not counted
     assert (infos["leases"].size, infos["holders"].size, infos["events"].size) == (1, 1, 1)
+    assert sync_client.zcard(gov.keys.leases) == 2 and sync_client.hlen(gov.keys.holders) == 2
+    assert infos["config"].size == len(gi.read_config(sync_client, gov.keys))
     assert infos["queue"].type == "none" and infos["queue"].ttl is None
     assert infos["state"].ttl is not None and 3500 < infos["state"].ttl <= 3600
     assert infos["state"].key == gov.keys.state
+    assert not any(i.wrong_type for i in infos.values())
     assert lease is not None
     lease.release()
+    after = {i.role: i for i in gi.read_keys(sync_client, gov.keys)}
+    assert (after["leases"].type, after["leases"].size, after["holders"].size) == ("zset", 0, 0)
     assert all(i.type == "none" for i in gi.read_keys(sync_client, governor_keys(f"{gov.name}-none")))
+    other = governor_keys(f"{gov.name}-odd")
+    sync_client.set(other.leases, "not a zset")
+    odd = {i.role: i for i in gi.read_keys(sync_client, other)}
+    assert odd["leases"].wrong_type and (odd["leases"].type, odd["leases"].expected) == ("string", "zset")
+    assert not odd["state"].wrong_type  # missing is not wrong
+    sync_client.delete(other.leases)
 
 
-def test_admission_block_and_state(make_gov: MakeGov, clock: FakeClock) -> None:
-    gov = make_gov(GovernorConfig(max_capacity=2), clock=clock)
+@pytest.mark.parametrize(
+    "policy",
+    [
+        AdaptivePolicy(cut_factor=0.8, probe_interval=7.5),
+        SeedPolicy(decrease_count=3, decrease_ratio=0.4),
+        FixedPolicy(),
+    ],
+    ids=lambda p: p.name,
+)
+def test_the_stored_config_reads_back(make_gov: MakeGov, sync_client: Any, clock: FakeClock, policy: Any) -> None:
+    config = GovernorConfig(
+        max_capacity=7, policy=policy, window=30, resume_fraction=0.5, retry_after_cap=12.5, idle_expiry=7200,
+        log_length=500,
+    )  # fmt: skip
+    gov = make_gov(config, clock=clock)
+    gov.status()
+    stored = gi.read_config(sync_client, gov.keys)
+    assert stored["policy"] == policy.name and stored["max_capacity"] == "7"
+    assert gi.config_from_stored(stored) == config  # the inverse of GovernorConfig.script_fields
+    assert gi.read_config(sync_client, governor_keys(f"{gov.name}-none")) == {}
+    with pytest.raises(StateError, match="incomplete"):
+        gi.config_from_stored({k: v for k, v in stored.items() if k != "window_ms"}, name=gov.name)
+
+
+def test_state_of_names_the_scripts_answer(make_gov: MakeGov, clock: FakeClock) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=2, retry_after_cap=600), clock=clock)
     st = gov.status()
-    assert (gi.state_of(st), gi.admission_block(st)) == ("open", "")
-    full = dataclasses.replace(st, in_flight=2)
-    assert (gi.state_of(full), gi.admission_block(full)) == ("full", "at capacity: 2 in flight of 2")
-    holding = dataclasses.replace(st, not_before=st.now + 1)
-    assert (gi.state_of(holding), gi.admission_block(holding)) == (
-        "holding",
-        "holding until the provider's retry-after",
-    )
+    assert (gi.state_of(st), st.blocked) == ("open", "")
+    held = [gov.try_acquire(holder=f"h/{i}") for i in range(2)]
+    full = gov.status()
+    assert (gi.state_of(full), full.blocked) == ("full", "at capacity: 2 in flight of 2")
+    for lease in held:
+        assert lease is not None
+        lease.release()
+    gov.report(Outcome.RATE_LIMITED, retry_after=60)
+    holding = gov.status()
+    assert (gi.state_of(holding), holding.blocked) == ("holding", "holding until the provider's retry-after")
     paused = gov.pause("deploy")
-    assert (gi.state_of(paused), gi.admission_block(paused)) == ("paused", "paused: deploy")
+    assert (gi.state_of(paused), paused.blocked) == ("paused", "paused: deploy")
+    # the word follows the scripts' answer, not a rule of its own
+    assert gi.state_of(dataclasses.replace(paused, blocked="")) == "open"
+    assert gi.state_of(dataclasses.replace(st, blocked="earlier callers are queued")) == "full"

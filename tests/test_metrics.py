@@ -19,6 +19,7 @@ from governor import Governor, GovernorConfig, Outcome, metrics
 from governor.errors import ConfigError
 from governor.events import Admitted, emit
 from governor.inspect import server_time_ms
+from governor.keys import SCHEMA_VERSION, governor_keys
 from governor.metrics import GovernorCollector, observe_admission, start_exporter
 
 from .conftest import FakeClock, Samples, scrape
@@ -109,7 +110,7 @@ def test_collector_reads_the_state(make_gov: MakeGov, sync_client: Any, name: st
         assert got[key(metric, name)] == value, metric
     for kind in ("create", "capacity", "hold", "quota"):
         assert got[key("governor_decisions_total", name, kind=kind)] == 1
-    assert got[key("governor_info", name, policy="seed", pause_kind="", reason="", schema="1")] == 1
+    assert got[key("governor_info", name, policy="seed", pause_kind="", reason="", schema=str(SCHEMA_VERSION))] == 1
     for lease in held:
         assert lease is not None
         lease.release()
@@ -133,14 +134,15 @@ def test_decisions_are_counted_incrementally_and_in_bounded_pages(
     assert third[key("governor_decisions_total", name, kind="set_max")] == 9
     assert third[key("governor_decisions_total", name, kind="pause")] == 1
     assert third[key("governor_paused", name)] == 1
-    assert third[key("governor_info", name, policy="adaptive", pause_kind="operator", reason="x", schema="1")] == 1
+    info = key("governor_info", name, policy="adaptive", pause_kind="operator", reason="x", schema=str(SCHEMA_VERSION))
+    assert third[info] == 1  # the reason label is the status's pause_reason
 
 
 def test_a_missing_governor_is_down_and_not_created(sync_client: Any, name: str) -> None:
     got = collect(GovernorCollector(sync_client, [name]))
     assert got[key("governor_up", name)] == 0
     assert key("governor_capacity", name) not in got
-    assert sync_client.exists(f"governor:v1:{{{name}}}:state") == 0
+    assert sync_client.exists(*governor_keys(name).keys) == 0
 
 
 def test_all_mode_follows_governors_as_they_come_and_go(make_gov: MakeGov, sync_client: Any, name: str) -> None:

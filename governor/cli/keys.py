@@ -114,7 +114,7 @@ def keys(app: App, as_json: bool) -> None:
         )
         return
     for entry in [*entries, channel]:
-        size = "" if entry["type"] in ("none", "pubsub") else f", {entry['size']} entries"
+        size = f", {entry['size']} entries" if entry["type"] == entry["expected_type"] != "pubsub" else ""
         ttl = f", expires in {span(entry['ttl'])} if idle" if entry["ttl"] is not None else ""
         odd = ""
         if entry["type"] not in ("none", entry["expected_type"]):
