@@ -15,6 +15,7 @@ import redis
 
 from governor import Governor, GovernorConfig, Outcome
 from governor.inspect import DecisionEvent, log_length, read_events, read_events_after
+from governor.policies import FixedPolicy, SeedPolicy
 
 MakeGov = Callable[..., Governor]
 S, R = Outcome.SUCCESS, Outcome.RATE_LIMITED
@@ -63,7 +64,7 @@ def test_adaptive_cut_logs_from_to_and_the_window(make_gov: MakeGov, sync_client
 
 
 def test_seed_increase_and_decrease(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:
-    gov = make_gov(GovernorConfig(policy="seed", max_capacity=8), clock=clock)
+    gov = make_gov(GovernorConfig(policy=SeedPolicy(), max_capacity=8), clock=clock)
     gov.report(R)
     gov.report(R)  # the second rate-limited attempt halves
     event = newest(sync_client, gov)
@@ -80,6 +81,17 @@ def test_seed_increase_and_decrease(make_gov: MakeGov, sync_client: Any, clock: 
     event = newest(sync_client, gov)
     assert (event.capacity, event.get("from"), event.get("why")) == (5, "4", "3 successes in a row: increase")
     assert (event.get("window_limited"), event.get("window_attempts")) == ("2", "5")
+
+
+def test_fixed_logs_no_capacity_change_only_the_hold(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:
+    gov = make_gov(GovernorConfig(policy=FixedPolicy(), max_capacity=4, retry_after_cap=10), clock=clock)
+    for _ in range(10):
+        gov.report(R)
+    gov.report(R, retry_after=2)
+    for _ in range(10):
+        gov.report(S)
+    assert kinds(sync_client, gov) == ["create", "hold"]  # 429s are in the window, capacity never moved
+    assert newest(sync_client, gov).capacity == 4
 
 
 def test_policy_pause_and_its_resume(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:

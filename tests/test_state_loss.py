@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import redis
 
-from governor import Governor, GovernorConfig
+from governor import Governor, GovernorConfig, Outcome
+from governor.protocol import SENTINEL
 
 from .servers import RedisServer, wait_until
 
@@ -54,6 +55,51 @@ def test_lost_state_is_recreated_cautiously_and_holders_are_adopted(
     lease = gov.try_acquire()
     assert lease is not None and lease.fence > max(h.fence for h in holders)
     lease.release()
+
+
+def test_a_lost_state_hash_takes_the_old_config_and_learnt_state_with_it(
+    make_gov: MakeGov, sync_client: Any, clock: Any
+) -> None:
+    """Only the state hash gone (expired or deleted alone): init deletes the
+    config and policy hashes too before it writes a new state, so nothing of
+    another policy's fields or of what the old state learnt survives."""
+    gov = make_gov(GovernorConfig(max_capacity=8), clock=clock)
+    leases = [gov.try_acquire() for _ in range(8)]
+    gov.report(Outcome.RATE_LIMITED)  # the adaptive policy learns a ceiling
+    assert gov.status().ceiling == 8
+    for lease in leases:
+        assert lease is not None
+        lease.release()
+    sync_client.hset(gov.keys.config, "decrease_count", "2")  # another policy's field, left behind
+    sync_client.hset(gov.keys.policy, "ceiling", "5")
+    sync_client.delete(gov.keys.state)
+    st = gov.status()  # re-created from the config this client last saw
+    assert (st.capacity, st.ceiling, st.streak, st.policy) == (2, 0, 0, "adaptive")
+    config = {text(k) for k in sync_client.hgetall(gov.keys.config)}
+    assert "decrease_count" not in config and "cut_factor" in config
+    assert {text(k): text(v) for k, v in sync_client.hgetall(gov.keys.policy).items()}["ceiling"] == "0"
+
+
+def test_the_sentinels_keep_leases_and_holders_alive(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=2), clock=clock)
+    lease = gov.try_acquire()
+    assert lease is not None
+    lease.release()  # the last lease: the keys stay, with their expiry
+    assert sync_client.zrange(gov.keys.leases, 0, -1, withscores=True) == [(sentinel(sync_client), 0.0)]
+    assert sync_client.hlen(gov.keys.holders) == 1 and sync_client.pttl(gov.keys.holders) > 0
+    assert sync_client.pttl(gov.keys.leases) > 0
+    clock.advance(3600)
+    assert gov.probe().in_flight == 0  # reclaim never takes the sentinel
+    assert sync_client.zscore(gov.keys.leases, SENTINEL) == 0
+
+
+def sentinel(client: Any) -> Any:
+    """SENTINEL as the client answers it (bytes unless decoding)."""
+    return SENTINEL if client.get_encoder().decode_responses else SENTINEL.encode()
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def test_first_use_is_not_a_recovery(make_gov: MakeGov, clock: Any) -> None:
