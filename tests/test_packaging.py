@@ -1,18 +1,24 @@
-"""The wheel carries the Lua scripts and they load from it; the checked-in
-layout keeps its promises (script headers, generated sync facade)."""
+"""The wheel carries the Lua of the library and it loads from it; the
+checked-in layout keeps its promises (script headers, one library whose
+functions are registered with the right flags, every stored field the Lua
+names is a field of governor.protocol, generated sync facade)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 import sys
 import sysconfig
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
-from governor.scripts import COMMON, FRAGMENTS, OPERATIONS, source, uses
+from governor import protocol
+from governor.scripts import COMMON, FRAGMENTS, OPERATIONS, READ_ONLY, function_name, library, library_name, parts
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua"
@@ -55,20 +61,28 @@ def test_the_installed_wheel_loads_its_scripts_and_runs_them(wheel: Path, tmp_pa
         f"assert governor.__file__.startswith({str(target)!r}), governor.__file__;"
         f"assert str(s._lua_dir()).startswith({str(target)!r}), s._lua_dir();"
         f"g = governor.Governor.from_url({redis_url!r}, 'wheel-check');"
-        "print(g.status().schema); g.close()"
+        "print(g.status().schema, s.library_name()); g.close()"
     )
     # -S (no .pth files) and another cwd: the source tree stays out of the way.
     site_packages = sysconfig.get_paths()["purelib"]
-    result = subprocess.run(
-        [sys.executable, "-S", "-c", program],
-        env={"PYTHONPATH": f"{target}:{site_packages}", "PATH": "/usr/bin:/bin"},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "1"
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        if client.function_list(library=library_name()):
+            client.function_delete(library_name())  # the wheel's client must load the library itself
+        result = subprocess.run(
+            [sys.executable, "-S", "-c", program],
+            env={"PYTHONPATH": f"{target}:{site_packages}", "PATH": "/usr/bin:/bin"},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        schema, name = result.stdout.split()
+        assert schema == "2" and name == library_name()  # the wheel's Lua is this checkout's
+        assert client.function_list(library=library_name()), "the wheel's client did not load the library"
+    finally:
+        client.close()
 
 
 @pytest.mark.parametrize("path", sorted(LUA.glob("*.lua")), ids=lambda p: p.name)
@@ -82,14 +96,61 @@ def test_each_script_opens_with_its_contract(path: Path) -> None:
     assert not re.search(r"\.\.\s*['\"]:(state|leases|queue)", code), "scripts never build key names"
 
 
-def test_every_operation_has_a_file_and_loads_only_its_fragments() -> None:
+def test_every_operation_has_a_file_and_the_library_holds_them_all_in_order() -> None:
     assert {p.stem for p in LUA.glob("*.lua")} == set(OPERATIONS)
     assert {p.stem for p in (LUA / "lib").glob("*.lua")} == {COMMON, *FRAGMENTS}
-    assert source("acquire").startswith("#!lua\n--[[ lib/common.lua")  # flags first: Redis reads them
-    assert source("status").startswith("#!lua flags=no-writes\n")
-    assert source("acquire", flagged=False).startswith("--[[ lib/common.lua")  # for fakeredis
-    assert uses((LUA / "report.lua").read_text()) == ("admission", "policy")
-    assert "local function record(" in source("report") and "local function record(" not in source("acquire")
+    names = [name for name, _ in parts()]
+    assert names == [
+        "(generated)",
+        *(f"lua/lib/{f}.lua" for f in (COMMON, *FRAGMENTS)),
+        *(f"lua/{op}.lua" for op in OPERATIONS),
+    ]
+    for name, text in parts()[1:]:
+        body = (ROOT / name).read_text(encoding="utf-8")
+        assert text in (body, f"OPS.{Path(name).stem} = function()\n{body}\nend"), name
+    source = library()
+    assert source.startswith(f"#!lua name={library_name()}\n")  # the shebang line names the library
+    assert "\n".join(text for _, text in parts()) in source
+    # the name carries a hash of the source: another version's clients keep their own library
+    digest = hashlib.sha1("\n".join(text for _, text in parts()).encode()).hexdigest()[:12]
+    assert library_name() == f"governor_v{protocol.SCHEMA_VERSION}_{digest}"
+    assert function_name("acquire") == f"{library_name()}_acquire"
+    with pytest.raises(KeyError):
+        function_name("eval")
+
+
+REGISTRATION = re.compile(
+    r"redis\.register_function\{function_name = '(\w+)', flags = \{([^}]*)\},\s*"
+    r"callback = function\(keys, argv\) begin\(keys, argv\) return OPS\.(\w+)\(\) end\}"
+)
+
+
+def test_status_alone_is_registered_no_writes() -> None:
+    """A read-only function runs on a Redis out of memory and on replicas; a
+    writing one is refused by a Redis out of memory before it runs."""
+    registered = {name: (flags.strip(), op) for name, flags, op in REGISTRATION.findall(library())}
+    assert library().count("redis.register_function") == len(registered) == len(OPERATIONS)
+    assert READ_ONLY == {"status"}
+    for op in OPERATIONS:
+        flags, called = registered[function_name(op)]
+        assert called == op
+        assert flags == ("'no-writes'" if op == "status" else ""), (op, flags)
+
+
+def test_redis_sees_the_flags_of_every_function(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        client.function_load(library(), replace=True)
+        (entry,) = [_pairs(e) for e in client.function_list(library=library_name())]
+        flags = {_pairs(f)["name"]: set(_pairs(f)["flags"]) for f in entry["functions"]}
+        assert flags == {function_name(op): ({"no-writes"} if op == "status" else set()) for op in OPERATIONS}
+    finally:
+        client.close()
+
+
+def _pairs(reply: Any) -> dict[str, Any]:
+    """A RESP2 flat list of name, value (or a RESP3 map) as a dict."""
+    return dict(reply) if isinstance(reply, dict) else dict(zip(reply[::2], reply[1::2], strict=True))
 
 
 def _code(lua: str) -> str:
@@ -98,16 +159,72 @@ def _code(lua: str) -> str:
     return re.sub(r"--[^\n]*", "", lua)
 
 
-@pytest.mark.parametrize("operation", OPERATIONS)
-def test_every_state_field_a_script_mentions_is_loaded(operation: str) -> None:
-    """load_state reads only the fields a script wants: one it mentions but
-    does not want would be nil, and fail after the script's first write."""
-    code = _code(source(operation, flagged=False))
-    if "want_all()" in code:
-        return
-    wanted = {name for call in re.findall(r"\bwant\(([^)]*)\)", code) for name in re.findall(r"'(\w+)'", call)}
-    mentioned = set(re.findall(r"\bS\.(\w+)", code)) | set(re.findall(r"\bset\('(\w+)'", code))
-    assert mentioned <= wanted, f"{operation}.lua mentions {sorted(mentioned - wanted)} without want()"
+def _quoted(text: str) -> list[str]:
+    return re.findall(r"'(\w+)'", text)
+
+
+def _lua_fields() -> dict[str, dict[str, set[str]]]:
+    """Every stored field the Lua of lua/ names, by hash, with where."""
+    found: dict[str, dict[str, set[str]]] = {"state": {}, "config": {}, "policy": {}}
+
+    def add(hash_name: str, field: str, where: str) -> None:
+        found[hash_name].setdefault(field, set()).add(where)
+
+    for path in sorted(LUA.rglob("*.lua")):
+        where = str(path.relative_to(ROOT))
+        code = _code(path.read_text(encoding="utf-8"))
+        for hash_name, field in re.findall(r"\bset\('(\w+)', '(\w+)'", code):
+            add(hash_name, field, where)
+        for hash_name, rest in re.findall(r"\bmore\('(\w+)'((?:,\s*'\w+')*)", code):
+            for field in _quoted(rest):
+                add(hash_name, field, where)
+        for letter, hash_name in (("S", "state"), ("C", "config"), ("P", "policy")):
+            for field in re.findall(rf"(?<![\w.]){letter}\.(\w+)", code):
+                add(hash_name, field, where)
+        # redis.call('HINCRBY', K.state, 'fence', 1); read()'s HGET of the state's schema
+        for hash_name, field in re.findall(r"redis\.p?call\('H\w+', K\.(state|config|policy), '(\w+)'", code):
+            add(hash_name, field, where)
+        for field in re.findall(r"redis\.p?call\('HGET', key, '(\w+)'", code):
+            add("state", field, where)
+        for name, body in re.findall(r"local (ADMIT|WRITE|REPORT|PAUSE_FIELDS|STATUS_LOAD) = \{([^}]*)\}", code):
+            for field in _quoted(body):
+                add("state", field, f"{where} {name}")
+        for body in re.findall(r"\bload\(\{([^}]*)\}", code):
+            for field in _quoted(body):
+                add("state", field, where)
+        for body in re.findall(r"local BASE_CONFIG = \{([^}]*)\}", code):
+            for field in _quoted(body):
+                add("config", field, f"{where} BASE_CONFIG")
+        for policy, entry in re.findall(r"POLICIES\.(\w+) = \{(.*?)\n\}", code, flags=re.S):
+            for hash_name, key in (("config", "config"), ("policy", "state")):
+                (body,) = re.findall(rf"^\s*{key} = \{{([^}}]*)\}}", entry, flags=re.M)
+                for field in _quoted(body):
+                    add(hash_name, field, f"{where} POLICIES.{policy}.{key}")
+    return found
+
+
+def test_every_field_the_lua_names_is_a_protocol_field_of_that_hash() -> None:
+    """One vocabulary: a field the Lua reads or writes is a field of that
+    hash in governor.protocol.fields() (with governor/policies.py's), and
+    every protocol field is used by some Lua."""
+    found = _lua_fields()
+    known = protocol.fields()
+    assert set(found) == set(known)
+    problems = []
+    for hash_name, used in found.items():
+        for field, places in sorted(used.items()):
+            if field not in known[hash_name]:
+                problems.append(f"{hash_name}.{field} (in {', '.join(sorted(places))}) is not a {hash_name} field")
+        for field in known[hash_name]:
+            if field not in used:
+                problems.append(f"{hash_name}.{field} is a protocol field no Lua uses")
+    assert not problems, "\n".join(problems)
+    # each kind of mention was found
+    assert any("BASE_CONFIG" in w for w in found["config"]["log_length"])
+    assert any("PAUSE_FIELDS" in w for w in found["state"]["saved_capacity"])
+    assert any("POLICIES.adaptive.config" in w for w in found["config"]["probe_ms"])
+    assert any("POLICIES.adaptive.state" in w for w in found["policy"]["climbing"])
+    assert any("POLICIES.seed.config" in w for w in found["config"]["decrease_ratio"])
 
 
 @pytest.mark.parametrize("path", sorted((LUA / "lib").glob("*.lua")), ids=lambda p: p.name)
