@@ -3,11 +3,13 @@ of operations drives both, and after every step they must agree exactly.
 
 Each operation is built by the governor's own core (``gov._core.acquire``,
 ``refresh``, ``cancel``, ``renew``, ``release``, ``report``, ...), run on
-Redis through the registered scripts, and handed with the same ARGV to
-:class:`tests.model.Model`. After every step the test compares the reply,
-the whole state hash, the leases, holders, queue (in order) and waiters,
-and the status (capacity, pause, max, not_before, window counts); at the
-end, the grant announcements published on the wake channel. The model
+Redis through the functions library (FCALL), and handed with the same ARGV
+to :class:`tests.model.Model`. After every step the test compares the
+reply, the whole state, config and policy hashes, the leases and holders
+(sentinels included), the queue (in order) and waiters, and the status
+(capacity, pause, max, not_before, window counts, blocked); at the end,
+the messages published on the wake channel. Every policy (adaptive, seed,
+fixed) is drawn. The model
 checks SPEC §3 on its own: no admission while paused or held or at
 capacity, FIFO grants, no lease granted twice, growing fences.
 
@@ -37,9 +39,12 @@ from hypothesis.stateful import (
 
 from governor import Governor, GovernorConfig, Outcome
 from governor.core import Call
+from governor.policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
+from governor.protocol import SENTINEL, HolderRecord
+from governor.scripts import function_name, library
 
 from .conftest import FakeClock
-from .model import Model, init_call, parse_state
+from .model import Model, init_call, parse_hash
 
 #: operations run by every test of this module, for the report (-s prints them)
 OPERATIONS = {"count": 0, "checks": 0}
@@ -71,39 +76,54 @@ def as_zset(raw: Any) -> dict[str, int]:
     return {norm(m): int(s) for m, s in raw}
 
 
-configs = st.builds(
-    lambda policy, cap, window, dec_count, ratio, pause_count, pause_ratio, resume, inc, cut, probe, ra_cap: (
-        GovernorConfig(
-            policy=policy,
-            max_capacity=cap,
-            window=window,
-            decrease_count=dec_count,
-            decrease_ratio=ratio,
-            ratio_min_attempts=2,
-            decrease_factor=0.5,
-            pause_count=pause_count,
-            pause_ratio=pause_ratio,
-            resume_fraction=resume,
-            increase_successes=inc,
-            cut_factor=cut,
-            probe_interval=probe,
-            retry_after_cap=ra_cap,
-            lease_ttl=10.0,
-            poll=1.0,
-            queue_ttl=3.0,
-        )
+def comparable(script: str, reply: list[str]) -> list[Any]:
+    """A reply as compared: init's config pairs are the stored hash, in no set order."""
+    if script == "init" and len(reply) > 3:
+        return [*reply[:3], dict(zip(reply[3::2], reply[4::2], strict=True))]
+    return reply
+
+
+def fcall(client: Any, gov: Governor, call: Call[Any]) -> list[Any]:
+    """One operation of the library on Redis, as the facade sends it."""
+    keys = gov.keys.keys
+    return norm(client.fcall(function_name(call.script), len(keys), *keys, *call.args))  # type: ignore[no-any-return]
+
+
+policies = st.one_of(
+    st.builds(
+        AdaptivePolicy,
+        pause_count=st.integers(2, 4),
+        pause_ratio=st.sampled_from([0.0, 0.5, 1.0]),
+        increase_successes=st.integers(1, 3),
+        cut_factor=st.sampled_from([0.5, 0.9]),
+        probe_interval=st.sampled_from([0.0, 3.0]),
     ),
-    st.sampled_from(["seed", "adaptive"]),
+    st.builds(
+        SeedPolicy,
+        decrease_count=st.integers(1, 3),
+        decrease_ratio=st.sampled_from([0.3, 0.5]),
+        ratio_min_attempts=st.just(2),
+        decrease_factor=st.just(0.5),
+        pause_count=st.integers(2, 4),
+        increase_successes=st.integers(1, 3),
+    ),
+    st.just(FixedPolicy()),
+)
+configs = st.builds(
+    lambda policy, cap, window, resume, ra_cap: GovernorConfig(
+        policy=policy,
+        max_capacity=cap,
+        window=window,
+        resume_fraction=resume,
+        retry_after_cap=ra_cap,
+        lease_ttl=10.0,
+        poll=1.0,
+        queue_ttl=3.0,
+    ),
+    policies,
     st.integers(1, 6),
     st.sampled_from([10.0, 20.0]),
-    st.integers(1, 3),
-    st.sampled_from([0.3, 0.5]),
-    st.integers(2, 4),
-    st.sampled_from([0.0, 0.5, 1.0]),
     st.sampled_from([0.25, 0.5, 1.0]),
-    st.integers(1, 3),
-    st.sampled_from([0.5, 0.9]),
-    st.sampled_from([0.0, 3.0]),
     st.sampled_from([0.0, 4.0, 60.0]),
 )
 clock_steps = st.one_of(st.integers(1, 2500), st.sampled_from([3000, 10000, 10001, 20000, 61000]))
@@ -133,9 +153,11 @@ class GovernorMachine(RuleBasedStateMachine):
     def run(self, call: Call[Any]) -> list[Any]:
         """Run one script on Redis and on the model; the replies must agree."""
         OPERATIONS["count"] += 1
-        real: list[Any] = norm(self.g._scripts[call.script](keys=self.g.keys.keys, args=call.args))
+        real = fcall(self.client, self.g, call)
         expected = norm(self.model.call(call.script, call.args))
-        assert real == expected, f"{call.script}{call.args[2:]}: Redis {real} != model {expected}"
+        assert comparable(call.script, real) == comparable(call.script, expected), (
+            f"{call.script}{call.args[2:]}: Redis {real} != model {expected}"
+        )
         call.parse(self._raw(real))  # the core keeps its fence floor and last sighting
         return real
 
@@ -159,6 +181,7 @@ class GovernorMachine(RuleBasedStateMachine):
     def create(self, config: GovernorConfig) -> None:
         name = f"model-{uuid.uuid4().hex[:12]}"
         self.gov = Governor(self.client, name, config, clock=self.clock)
+        self.client.function_load(library(), replace=True)
         self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
         self.pubsub.subscribe(self.gov.keys.channel)
         self.pubsub.get_message(timeout=5)  # the confirmation: we listen from here on
@@ -194,11 +217,12 @@ class GovernorMachine(RuleBasedStateMachine):
         self.note_grant(lease_id, self.run(self.g._core.acquire(lease_id, "try", wait=False)))
 
     @precondition(lambda self: self.ids)
-    @rule(data=st.data(), wait=st.booleans())
-    def acquire_again(self, data: st.DataObject, wait: bool) -> None:
-        """The same id again: idempotent when granted, a refreshed place when queued."""
+    @rule(data=st.data())
+    def acquire_again(self, data: st.DataObject) -> None:
+        """The same id again (mode 'again'): idempotent when granted, a refreshed
+        place when queued, queued anew when gone."""
         lease_id = data.draw(st.sampled_from(self.ids))
-        self.note_grant(lease_id, self.run(self.g._core.acquire(lease_id, "again", wait=wait, fresh=False)))
+        self.note_grant(lease_id, self.run(self.g._core.acquire(lease_id, "again", wait=True, fresh=False)))
 
     @precondition(lambda self: self.ids)
     @rule(data=st.data())
@@ -265,7 +289,23 @@ class GovernorMachine(RuleBasedStateMachine):
 
     @rule(with_config=st.booleans())
     def reset(self, with_config: bool) -> None:
+        """Without a config: the stored one applied afresh; with one: this client's."""
         self.run(self.g._core.reset(with_config))
+
+    @rule(data=st.data())
+    def configure_another_policy(self, data: st.DataObject) -> None:
+        """reset with another client's config: the policy (and its fields) may change."""
+        policy: Policy = data.draw(policies)
+        other = GovernorConfig(
+            policy=policy,
+            max_capacity=data.draw(st.integers(1, 6)),
+            window=self.g.config.window,
+            lease_ttl=10.0,
+            poll=1.0,
+            queue_ttl=3.0,
+        )
+        core = type(self.g._core)(self.g.name, other, clock=self.clock)
+        self.run(core.reset(with_config=True))
 
     # -- time and faults ------------------------------------------------------
 
@@ -287,9 +327,13 @@ class GovernorMachine(RuleBasedStateMachine):
         if self.gov is None:
             return
         keys, c = self.g.keys, self.client
-        real, want = parse_state(as_str_dict(c.hgetall(keys.state))), self.model.stored_state()
-        differ = {k: (real.get(k), want.get(k)) for k in set(real) | set(want) if real.get(k) != want.get(k)}
-        assert not differ, f"state fields (Redis, model): {differ}"
+        stored = self.model.stored()
+        for hash_name in ("state", "config", "policy"):
+            raw = as_str_dict(c.hgetall(getattr(keys, hash_name)))
+            real = raw if hash_name == "config" else parse_hash(raw)
+            want = stored[hash_name]
+            differ = {k: (real.get(k), want.get(k)) for k in set(real) | set(want) if real.get(k) != want.get(k)}
+            assert not differ, f"{hash_name} fields (Redis, model): {differ}"
         assert as_zset(c.zrange(keys.leases, 0, -1, withscores=True)) == self.model.leases
         assert as_str_dict(c.hgetall(keys.holders)) == self.model.holders
         assert [norm(m) for m in c.zrange(keys.queue, 0, -1)] == self.model.queue_order()
@@ -303,8 +347,11 @@ class GovernorMachine(RuleBasedStateMachine):
         if self.gov is None or self.model.state is None:
             return
         live = [m for m, e in self.model.leases.items() if e > self.model.now]
-        fences = [self.model.holders[m].split("|", 1)[0] for m in live]
-        assert len(set(fences)) == len(fences)
+        assert SENTINEL not in live
+        records = [HolderRecord.parse(self.model.holders[m]) for m in live]
+        fences = [r.fence for r in records if r is not None]
+        assert len(fences) == len(live) and len(set(fences)) == len(fences)
+        assert all(r is not None and r.cost == 1 for r in records)
 
 
 @pytest.mark.parametrize("backend", ["redis", "fakeredis"])
@@ -329,11 +376,12 @@ def test_a_capacity_jump_admits_at_most_a_batch_per_call_like_the_model(redis_ur
     client = redis.Redis.from_url(redis_url, socket_timeout=10)
     clock = FakeClock()
     gov = Governor(client, f"model-batch-{uuid.uuid4().hex[:8]}", GovernorConfig(max_capacity=1), clock=clock)
+    client.function_load(library(), replace=True)
     model = Model()
 
     def both(call: Call[Any]) -> list[Any]:
-        real: list[Any] = norm(gov._scripts[call.script](keys=gov.keys.keys, args=call.args))
-        assert real == norm(model.call(call.script, call.args)), call.script
+        real = fcall(client, gov, call)
+        assert comparable(call.script, real) == comparable(call.script, norm(model.call(call.script, call.args)))
         return real
 
     try:
@@ -348,7 +396,87 @@ def test_a_capacity_jump_admits_at_most_a_batch_per_call_like_the_model(redis_ur
         assert len(model.grants) == 1 + 150  # the rest by the next calls, in FIFO order
         assert [lease for lease, _ in model.grants[1:]] == [f"w{i:03d}" for i in range(150)]
         assert as_zset(client.zrange(gov.keys.leases, 0, -1, withscores=True)) == model.leases
+        assert model.leases[SENTINEL] == 0 and model.holders[SENTINEL] == ""
     finally:
         client.delete(*gov.keys.keys)
         gov.close()
         client.close()
+
+
+# -- replays: sequences the random runs found, kept as plain tests ------------------------------
+
+
+def replay(client: Any, steps: list[Any], config: GovernorConfig | None = None) -> Model:
+    """Run ``steps`` (a Call factory taking the core, or seconds for the clock
+    to move) on Redis and on the model; every reply and the keys must agree."""
+    clock = FakeClock()
+    config = config or GovernorConfig(max_capacity=1, lease_ttl=10.0, poll=1.0, queue_ttl=3.0)
+    gov = Governor(client, f"model-replay-{uuid.uuid4().hex[:8]}", config, clock=clock)
+    client.function_load(library(), replace=True)
+    model = Model()
+    try:
+        for step in [lambda core: init_call(core, holds_leases=False), *steps]:
+            if isinstance(step, (int, float)):
+                clock.advance(step)
+                continue
+            call = step(gov._core)
+            real, want = fcall(client, gov, call), norm(model.call(call.script, call.args))
+            assert comparable(call.script, real) == comparable(call.script, want), (
+                f"{call.script}{call.args[2:]}: Redis {real} != model {want}"
+            )
+            call.parse([int(real[0]), *real[1:]])
+            assert as_str_dict(client.hgetall(gov.keys.holders)) == model.holders
+            assert as_zset(client.zrange(gov.keys.queue, 0, -1, withscores=True)) == model.queue
+        return model
+    finally:
+        client.delete(*gov.keys.keys)
+        gov.close()
+
+
+@pytest.fixture(params=["redis", "fakeredis"])
+def replay_client(request: pytest.FixtureRequest, redis_url: str, fake_server: fakeredis.FakeServer) -> Any:
+    if request.param == "redis":
+        client: Any = redis.Redis.from_url(redis_url, socket_timeout=10)
+    else:
+        client = fakeredis.FakeRedis(server=fake_server)
+    yield client
+    client.close()
+
+
+def test_a_dead_waiter_does_not_keep_a_try_out(replay_client: Any) -> None:
+    """A waiter past its deadline never counts, even before it is removed
+    (lua/lib/common.lua, Cost): a try with room is admitted, as status'
+    blocked ('') says it would be."""
+    replay(
+        replay_client,
+        [
+            lambda core: core.acquire("a", "h", wait=True),  # granted: 1 in flight of 1
+            lambda core: core.acquire("b", "h", wait=True),  # queued behind it
+            10.001,  # a's lease expired, b stopped refreshing 7 s ago
+            lambda core: core.status(),  # blocked '': a new caller would be admitted
+            lambda core: core.acquire("c", "h", wait=False),  # ... and so it is
+        ],
+    )
+
+
+@pytest.mark.parametrize("give_back", ["release", "report"])
+def test_releasing_a_waiters_id_leaves_its_place_alone(replay_client: Any, give_back: str) -> None:
+    """release (and report with release) take a lease and its holder record;
+    an id that holds no lease but waits in the queue keeps its record, so
+    the next grant admits it."""
+
+    def release_b(core: Any) -> Call[Any]:
+        if give_back == "release":
+            return core.release("b")  # type: ignore[no-any-return]
+        return core.report(Outcome.SUCCESS, None, "b", None, release=True)  # type: ignore[no-any-return]  # 'lost'
+
+    model = replay(
+        replay_client,
+        [
+            lambda core: core.acquire("a", "h", wait=True),
+            lambda core: core.acquire("b", "h", wait=True),
+            release_b,  # no lease 'b': nothing to give back
+            lambda core: core.release("a"),  # the slot goes to b
+        ],
+    )
+    assert [lease for lease, _ in model.grants] == ["a", "b"]
