@@ -2,8 +2,9 @@
 10,000 window events, the worst call of every script stays far below
 Redis's busy-script threshold (5 s), so one governor never blocks Redis.
 
-Time is measured by the server (``INFO commandstats``, reset before each
-call) on a private redis-server, and printed (``pytest -s``) beside the same
+Time is measured by the server (``INFO commandstats`` of FCALL, reset
+before each call: the function's run, as a client calls it through the
+facade) on a private redis-server, and printed (``pytest -s``) beside the same
 call at N = 1,000 so the calls whose cost grows with N stand out. The
 assertion is generous (a 2-core CI machine is noisy): < 50 ms per call.
 """
@@ -18,7 +19,8 @@ import redis
 
 from governor import Governor, GovernorConfig, Outcome
 from governor.core import Call
-from governor.scripts import OPERATIONS, source
+from governor.protocol import HolderRecord
+from governor.scripts import library
 
 from .conftest import FakeClock
 from .model import init_call
@@ -38,18 +40,24 @@ def server() -> Iterator[RedisServer]:
 @pytest.fixture(scope="module")
 def client(server: RedisServer) -> Iterator[redis.Redis]:
     c = redis.Redis(port=server.port, socket_timeout=30)
-    for operation in OPERATIONS:
-        c.script_load(source(operation))  # compile once: measure runs, not loads
+    c.function_load(library(), replace=True)  # compile once: measure runs, not loads
     yield c
     c.close()
 
 
 def server_us(client: redis.Redis, run: Callable[[], Any]) -> int:
-    """Microseconds the server spent in the script calls made by ``run``."""
+    """Microseconds the server spent in the function calls (FCALL) made by ``run``."""
     client.config_resetstat()
     run()
     stats = client.info("commandstats")
-    return int(stats.get("cmdstat_evalsha", {}).get("usec", 0))
+    assert stats.get("cmdstat_fcall", {}).get("calls", 0) >= 1, f"no FCALL measured: {sorted(stats)}"
+    assert "cmdstat_evalsha" not in stats and "cmdstat_function|load" not in stats, sorted(stats)
+    return int(stats["cmdstat_fcall"]["usec"])
+
+
+def record(fence: int, since_ms: int) -> str:
+    """A holders entry (governor.protocol.HolderRecord)."""
+    return HolderRecord(fence, TTL_MS, since_ms, 1, "h").format()
 
 
 def populate(client: redis.Redis, gov: Governor, now_ms: int, n: int, *, expired: bool = False) -> None:
@@ -63,14 +71,14 @@ def populate(client: redis.Redis, gov: Governor, now_ms: int, n: int, *, expired
     for start in range(0, n, 1000):
         chunk = range(start, min(n, start + 1000))
         pipe.zadd(keys.leases, {f"lease-{i}": now_ms + age * TTL_MS for i in chunk})
-        pipe.hset(keys.holders, mapping={f"lease-{i}": f"{fence + i + 1}|{TTL_MS}|{now_ms}|h" for i in chunk})
+        pipe.hset(keys.holders, mapping={f"lease-{i}": record(fence + i + 1, now_ms) for i in chunk})
         pipe.zadd(keys.queue, {f"waiter-{i}": i + 1 for i in chunk})
         pipe.zadd(keys.waiters, {f"waiter-{i}": now_ms + age * 5000 for i in chunk})
-        pipe.hset(keys.holders, mapping={f"waiter-{i}": f"0|{TTL_MS}|{now_ms}|h" for i in chunk})
+        pipe.hset(keys.holders, mapping={f"waiter-{i}": record(0, now_ms) for i in chunk})
         when = now_ms - 120_000 if expired else now_ms - 1000
         pipe.zadd(keys.attempts, {f"{i + 1}:{'r' if i % 2 else 's'}": when for i in chunk})
         pipe.zadd(keys.limited, {f"{i + 1}:r": when for i in chunk if i % 2})
-    pipe.hset(keys.state, mapping={"fence": fence + n + 1, "ticket": n, "evseq": n})
+    pipe.hset(keys.state, mapping={"fence": fence + n + 1, "ticket": n, "event_seq": n})
     pipe.execute()
 
 
@@ -86,6 +94,7 @@ def scenarios(gov: Governor, lease: str, waiter: str, ids: list[str]) -> dict[st
         "cancel (a waiter)": core.cancel(waiter),
         "report success": core.report(Outcome.SUCCESS, None, None),
         "report rate-limited + retry-after": core.report(Outcome.RATE_LIMITED, 5.0, None),
+        "report and release (grants the head)": core.report(Outcome.SUCCESS, None, lease, release=True),
         "probe": core.probe(),
         "status": core.status(),
         "pause": core.pause("cost", None),
