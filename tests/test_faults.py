@@ -35,6 +35,7 @@ from governor import (
     metrics,
 )
 from governor.policies import SeedPolicy
+from governor.protocol import SENTINEL
 
 from . import fault_workers
 from .faultkit import FAST, Processes, figure, next_event
@@ -647,7 +648,7 @@ def test_chaos_kills_and_stalls_leave_every_slot_home(
         figure("chaos: last slot home after the run", time.monotonic() - started)
         st = gov.probe()
         assert (st.in_flight, st.queued) == (0, 0)
-        assert gov.client.zcard(gov.keys.leases) == 0  # reclaimed, nothing left behind
+        assert gov.client.zrange(gov.keys.leases, 0, -1) == [SENTINEL.encode()]  # reclaimed, nothing left behind
         assert gov.client.zcard(gov.keys.queue) == 0 or gov.status().queued == 0
     finally:
         gov.close()
