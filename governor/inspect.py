@@ -410,7 +410,8 @@ def read_keys(client: Any, keys: GovernorKeys) -> list[KeyInfo]:
         if kind in _SIZE_COMMAND:
             size = int(next(sizes))
             if role in _SENTINEL_COMMAND and kind == expected:
-                size -= bool(next(sizes))
+                kept = next(sizes)  # ZSCORE: the score (0) or None; HEXISTS: a bool
+                size -= kept is not None and kept is not False
         ttl = int(pttl) / 1000 if int(pttl) >= 0 else None
         out.append(KeyInfo(role, key, kind, size, ttl, expected))
     return out
