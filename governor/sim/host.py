@@ -221,10 +221,19 @@ class _Tally:
     result: HostResult
     #: the kind of the last failure the agent's classifier judged
     verdict: Outcome | None = None
+    #: this agent's own admission waits and provider calls, seconds (the
+    #: result's phases sum those of every agent of the host)
+    waited: float = 0.0
+    called: float = 0.0
 
     def admitted(self, waited: float) -> None:
         self.result.waits.append(waited)
         self.result.phases["acquire"] += waited
+        self.waited += waited
+
+    def calling(self, seconds: float) -> None:
+        self.result.phases["call"] += seconds
+        self.called += seconds
 
     def judged(self, verdict: Classification) -> None:
         self.verdict = verdict.kind
@@ -353,7 +362,7 @@ async def _agent(job: HostJob, index: int, governor: AsyncGovernor | None, call:
     result.finished_at[index] = time.time()
 
 
-async def _attempt(job: HostJob, call: _Caller, result: HostResult) -> None:
+async def _attempt(job: HostJob, call: _Caller, tally: _Tally) -> None:
     """One provider call, abandoned (``_Stopped``) when the deadline comes first."""
     left = job.deadline - time.time()
     if left <= 0:
@@ -368,9 +377,9 @@ async def _attempt(job: HostJob, call: _Caller, result: HostResult) -> None:
             raise _Stopped from None
         raise
     finally:
-        result.phases["call"] += time.monotonic() - started
+        tally.calling(time.monotonic() - started)
         if answered:
-            result.attempts += 1
+            tally.result.attempts += 1
 
 
 async def _governed_call(job: HostJob, holder: str, governor: AsyncGovernor, call: _Caller, tally: _Tally) -> bool:
@@ -385,7 +394,7 @@ async def _governed_call(job: HostJob, holder: str, governor: AsyncGovernor, cal
         return verdict
 
     async def attempt() -> None:
-        await _attempt(job, call, result)
+        await _attempt(job, call, tally)
 
     errors = 0
     while True:
@@ -394,7 +403,7 @@ async def _governed_call(job: HostJob, holder: str, governor: AsyncGovernor, cal
             return False
         # call() retries 429s until the run's deadline, with the scenario's backoff
         retry = RetryPolicy(max_attempts=UNBOUNDED_ATTEMPTS, deadline=left, base=job.backoff_base, cap=job.backoff_cap)
-        started, waited, called = time.monotonic(), result.phases["acquire"], result.phases["call"]
+        started, waited, called = time.monotonic(), tally.waited, tally.called
         try:
             await governor.call(attempt, classify=classify, retry=retry, timeout=left, holder=holder)
             return True
@@ -407,7 +416,7 @@ async def _governed_call(job: HostJob, holder: str, governor: AsyncGovernor, cal
                 return False  # a 429 call() gave up on: the deadline comes before its next try
         finally:
             spent = time.monotonic() - started
-            result.phases["other"] += spent - (result.phases["acquire"] - waited) - (result.phases["call"] - called)
+            result.phases["other"] += spent - (tally.waited - waited) - (tally.called - called)
         # call() propagates an error that is no throttle: call again after the backoff
         errors += 1
         await _backoff(job, result, errors, None)
@@ -423,14 +432,14 @@ async def _sdk_call(job: HostJob, holder: str, governor: AsyncGovernor | None, c
             return False
         try:
             if governor is None:
-                await _attempt(job, call, result)
+                await _attempt(job, call, tally)
             else:
                 try:
                     lease = await governor.acquire(timeout=max(0.0, job.deadline - time.time()), holder=holder)
                 except AcquireTimeout:
                     return False
                 try:
-                    await _attempt(job, call, result)
+                    await _attempt(job, call, tally)
                 finally:
                     released = time.monotonic()
                     try:
