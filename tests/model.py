@@ -137,7 +137,7 @@ class Adaptive(Policy):
         else:
             ceiling = level
             if P["ceiling"] > 0 and level >= P["ceiling"]:
-                wait = min(P["probe_wait"] * 2, max(C["probe_ms"], C["window_ms"] / 2))
+                wait = min(P["probe_wait"] * 2, max(C["probe_ms"], C["window_ms"] // 2))  # ms: an integer
             else:
                 wait = C["probe_ms"]
         P.update(ceiling=ceiling, cut_fence=S["fence"], probe_step=1, probe_at=m.now, probe_wait=wait, climbing=1)
