@@ -15,13 +15,17 @@ only the ceiling.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Any, Literal
 
-from .errors import ConfigError
-from .policies import Policy, policy_from
+from .errors import ConfigError, StateError
+from .policies import REGISTRY, Policy, policy_from
 from .protocol import DEFAULT_PREFIX, governor_keys, ms
+
+__all__ = ["ON_UNAVAILABLE", "GovernorConfig", "RetryPolicy", "ms"]
 
 Unavailable = Literal["fail", "local"]
 ON_UNAVAILABLE: tuple[str, ...] = ("fail", "local")
@@ -137,6 +141,29 @@ class GovernorConfig:
             **self.policy.script_fields(),
         }
         return [part for pair in pairs.items() for part in pair]
+
+    @classmethod
+    def from_stored(
+        cls, stored: Mapping[str, str], base: GovernorConfig | None = None, name: str | None = None
+    ) -> GovernorConfig:
+        """The config a stored config hash describes (the inverse of
+        :meth:`script_fields`), on ``base``'s client-side settings (prefix,
+        timeouts). StateError when it is incomplete or unreadable."""
+        try:
+            policy = REGISTRY[stored["policy"]].from_stored(dict(stored))
+            values: dict[str, Any] = {
+                "max_capacity": int(stored["max_capacity"]),
+                "window": int(stored["window_ms"]) / 1000,
+                "resume_fraction": float(stored["resume_fraction"]),
+                "retry_after_cap": int(stored["retry_after_cap_ms"]) / 1000,
+                "idle_expiry": int(stored["idle_ms"]) / 1000,
+                "log_length": int(stored["log_length"]),
+            }
+        except (KeyError, ValueError) as error:
+            raise StateError(
+                f"governor {name!r}: the stored config is incomplete or unreadable ({error!r})", name=name
+            ) from error
+        return dataclasses.replace(base or cls(), policy=policy, **values)
 
     @property
     def renew_interval(self) -> float:

@@ -44,7 +44,7 @@ class Status:
     window_rate_limited: int  #: rate-limited attempts in the window
     window_attempts: int  #: all attempts in the window
     window: float  #: window length, seconds
-    policy: str  #: 'adaptive' or 'seed'
+    policy: str  #: the policy's name (governor.policies.REGISTRY)
     ceiling: int  #: adaptive: in-flight level of the last pushback (0 unknown)
     streak: int  #: successes in a row since the last change
     fence: int  #: the last fence handed out

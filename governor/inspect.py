@@ -19,17 +19,13 @@ by the admission rule in lua/lib/admission.lua); nothing here re-derives it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import GovernorConfig
 from .core import Status, text
-from .errors import GovernorError, StateError, map_errors
-from .policies import REGISTRY
+from .errors import GovernorError, map_errors
 from .protocol import (
-    CONFIG,
     KEYS,
     SCHEMA_VERSION,
     SENTINEL,
@@ -422,37 +418,3 @@ def read_config(client: Any, keys: GovernorKeys) -> dict[str, str]:
     with map_errors(keys.name):
         stored = client.hgetall(keys.config)
     return {text(k): text(v) for k, v in stored.items()}
-
-
-#: the GovernorConfig field of each base field of the stored config, and the
-#: unit it is stored in (ms for seconds): the inverse of
-#: GovernorConfig.script_fields (tests/test_inspect.py checks the round trip)
-_CONFIG_FIELDS: dict[str, tuple[str, type[int] | type[float], int]] = {
-    "max_capacity": ("max_capacity", int, 1),
-    "window_ms": ("window", float, 1000),
-    "resume_fraction": ("resume_fraction", float, 1),
-    "retry_after_cap_ms": ("retry_after_cap", float, 1000),
-    "idle_ms": ("idle_expiry", float, 1000),
-    "log_length": ("log_length", int, 1),
-}
-if set(_CONFIG_FIELDS) != set(CONFIG) - {"policy"}:
-    raise AssertionError("a base config field of governor.protocol.CONFIG is not mapped")
-
-
-def config_from_stored(
-    stored: Mapping[str, str], base: GovernorConfig | None = None, name: str | None = None
-) -> GovernorConfig:
-    """The GovernorConfig a stored config describes: its base fields and its
-    policy (Policy.from_stored), on ``base`` (its client-side settings:
-    prefix, timeouts). StateError when the stored config is incomplete."""
-    try:
-        policy = REGISTRY[stored["policy"]].from_stored(dict(stored))
-        values: dict[str, Any] = {}
-        for field_name, (attribute, kind, unit) in _CONFIG_FIELDS.items():
-            raw = stored[field_name]
-            values[attribute] = int(raw) if kind is int else (float(raw) / unit if unit != 1 else float(raw))
-    except (KeyError, ValueError) as error:
-        raise StateError(
-            f"governor {name!r}: the stored config is incomplete or unreadable ({error!r})", name=name
-        ) from error
-    return dataclasses.replace(base or GovernorConfig(), policy=policy, **values)

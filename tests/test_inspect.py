@@ -228,10 +228,10 @@ def test_the_stored_config_reads_back(make_gov: MakeGov, sync_client: Any, clock
     gov.status()
     stored = gi.read_config(sync_client, gov.keys)
     assert stored["policy"] == policy.name and stored["max_capacity"] == "7"
-    assert gi.config_from_stored(stored) == config  # the inverse of GovernorConfig.script_fields
+    assert GovernorConfig.from_stored(stored) == config  # the inverse of GovernorConfig.script_fields
     assert gi.read_config(sync_client, governor_keys(f"{gov.name}-none")) == {}
     with pytest.raises(StateError, match="incomplete"):
-        gi.config_from_stored({k: v for k, v in stored.items() if k != "window_ms"}, name=gov.name)
+        GovernorConfig.from_stored({k: v for k, v in stored.items() if k != "window_ms"}, name=gov.name)
 
 
 def test_state_of_names_the_scripts_answer(make_gov: MakeGov, clock: FakeClock) -> None:

@@ -29,7 +29,7 @@ import redis.exceptions
 
 from .. import events
 from ..classify import Classifier
-from ..config import GovernorConfig, RetryPolicy, ms
+from ..config import GovernorConfig, RetryPolicy
 from ..core import (
     MISSING,
     Call,
@@ -57,6 +57,7 @@ from ..errors import (
     map_errors,
     wrong_key_type,
 )
+from ..protocol import ms
 from ..scripts import MISSING_FUNCTION, function_name, library
 
 # sync: from ._compat import Semaphore, shielded
@@ -629,10 +630,11 @@ class AsyncGovernor:
         waiters are kept."""
         return self._found(await self._execute(self._core.reset(with_config=False, create=create)))
 
-    async def configure(self) -> Status:
+    async def configure(self, *, create: bool = True) -> Status:
         """Store this object's config as the governor's (the first client to
-        create a governor stores its config; later ones use it) and reset."""
-        return self._found(await self._execute(self._core.reset(with_config=True)))
+        create a governor stores its config; later ones use it) and reset.
+        ``create=False``: GovernorNotFound instead of creating a missing one."""
+        return self._found(await self._execute(self._core.reset(with_config=True, create=create)))
 
     def _found(self, status: object) -> Status:
         """With ``create=False`` a missing governor answers None: say so."""

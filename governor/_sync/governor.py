@@ -22,7 +22,7 @@ import redis.exceptions
 
 from .. import events
 from ..classify import Classifier
-from ..config import GovernorConfig, RetryPolicy, ms
+from ..config import GovernorConfig, RetryPolicy
 from ..core import (
     MISSING,
     Call,
@@ -36,7 +36,6 @@ from ..core import (
     new_id,
     text,
 )
-from ..scripts import MISSING_FUNCTION, function_name, library
 from ..errors import (
     AcquireTimeout,
     ConfigError,
@@ -51,6 +50,8 @@ from ..errors import (
     map_errors,
     wrong_key_type,
 )
+from ..protocol import ms
+from ..scripts import MISSING_FUNCTION, function_name, library
 
 from ._compat import Semaphore, shielded
 from .background import _Background, _Waiter
@@ -617,10 +618,11 @@ class Governor:
         waiters are kept."""
         return self._found(self._execute(self._core.reset(with_config=False, create=create)))
 
-    def configure(self) -> Status:
+    def configure(self, *, create: bool = True) -> Status:
         """Store this object's config as the governor's (the first client to
-        create a governor stores its config; later ones use it) and reset."""
-        return self._found(self._execute(self._core.reset(with_config=True)))
+        create a governor stores its config; later ones use it) and reset.
+        ``create=False``: GovernorNotFound instead of creating a missing one."""
+        return self._found(self._execute(self._core.reset(with_config=True, create=create)))
 
     def _found(self, status: object) -> Status:
         """With ``create=False`` a missing governor answers None: say so."""

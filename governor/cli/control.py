@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from .. import inspect as gi
+from ..config import GovernorConfig
 from ..core import Status
 from ..errors import ConfigError
 from ..policies import POLICY_NAMES, REGISTRY, Policy
@@ -225,11 +226,11 @@ def configure(app: App, /, policy: str | None, as_json: bool, **settings: Any) -
     gov, before = app.existing()
     client = app.client()
     old = gi.read_config(client, gov.keys)
-    current = gi.config_from_stored(old, app.config(), gov.name)
+    current = GovernorConfig.from_stored(old, app.config(), gov.name)
     assert isinstance(current.policy, Policy)
     given = {k: v for k, v in settings.items() if v is not None}
     new = dataclasses.replace(current, policy=chosen_policy(current.policy, policy, given))
-    after = app.governor(gov.name, new).configure()
+    after = app.governor(gov.name, new).configure(create=False)
     assert isinstance(new.policy, Policy)
     confirm_change(
         f"configured: policy {new.policy.name}", before, after, as_json, (old, gi.read_config(client, gov.keys))
