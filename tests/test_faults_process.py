@@ -714,21 +714,23 @@ def _round_trips(commands: list[str]) -> int:
 def test_a_processes_first_acquire_loads_its_scripts_without_noscript_round_trips(
     private_redis: RedisServer, name: str, processes: Processes
 ) -> None:
-    """A fresh process's first acquire on a Redis that never saw the scripts:
-    no EVALSHA is refused with NOSCRIPT (then loaded and sent again); each
-    connection loads the scripts in one pipelined batch, and the caller's
-    connection needs a handful of round trips."""
+    """A fresh process's first acquire on a Redis that never saw the library:
+    it is loaded once (FUNCTION LOAD, before the first FCALL), no FCALL is
+    refused for a missing function (then loaded and sent again), and the
+    caller's connection needs a handful of round trips."""
     admin = redis.Redis(port=private_redis.port, socket_timeout=10, decode_responses=True)
     ours, theirs = SPAWN.Pipe()
+    admin.function_flush()
     monitor = Monitor(private_redis.port)
     try:
         admin.config_resetstat()
         process = processes.start(process_workers.first_acquire, private_redis.url, name, theirs)
         assert ours.poll(60), "the first acquire did not return"
         result = ours.recv()
+        stats = admin.info("commandstats")
         errors = {k.removeprefix("errorstat_"): int(v["count"]) for k, v in admin.info("errorstats").items()}
         time.sleep(0.2)  # MONITOR's last lines
-        seen = [(conn, c) for conn, c in monitor.commands if c not in ("config|resetstat", "info")]
+        seen = [(conn, c) for conn, c in monitor.commands if c not in ("config|resetstat", "info", "function|flush")]
         ours.send("done")
         process.join(20)
         handshake = ("hello", "client|setinfo", "select", "auth")
@@ -737,24 +739,29 @@ def test_a_processes_first_acquire_loads_its_scripts_without_noscript_round_trip
             if command not in handshake:
                 per_connection.setdefault(conn, []).append(command)
         commands = [c for sent in per_connection.values() for c in sent]
-        loads = commands.count("script|load")
-        caller = max(per_connection, key=lambda conn: per_connection[conn].count("evalsha"))
-        caller_trips = _round_trips(per_connection[caller])
+        # MONITOR names FUNCTION LOAD "function": the only FUNCTION subcommand the client sent
+        assert {k for k in stats if k.startswith("cmdstat_function")} == {"cmdstat_function|load"}, sorted(stats)
+        loads = int(stats["cmdstat_function|load"]["calls"])
+        fcall = stats["cmdstat_fcall"]
+        caller = max(per_connection, key=lambda conn: per_connection[conn].count("fcall"))
+        caller_trips = len(per_connection[caller])
         figure("first acquire: seconds", result["seconds"])
         figure("first acquire: commands sent (besides the connection handshake)", len(commands), "")
-        figure("first acquire: SCRIPT LOAD", loads, "")
+        figure("first acquire: FUNCTION LOAD", loads, "")
+        figure("first acquire: FCALL", int(fcall["calls"]), "")
         figure("first acquire: round trips on the caller's connection", caller_trips, "")
-        figure("first acquire: NOSCRIPT errors", errors.get("NOSCRIPT", 0), "")
+        figure("first acquire: failed FCALLs (a missing function)", int(fcall["failed_calls"]), "")
         for conn, sent in per_connection.items():
-            print(f"connection {conn}: {_round_trips(sent)} round trips: {sent}")
+            print(f"connection {conn}: {len(sent)} round trips: {sent}")
         print("errors:", errors)
-        assert errors.get("NOSCRIPT", 0) == 0, f"NOSCRIPT errors: {errors}; commands: {commands}"
-        for conn, sent in per_connection.items():
-            batches = sum(1 for i, c in enumerate(sent) if c == "script|load" and (i == 0 or sent[i - 1] != c))
-            assert batches <= 1, f"{conn} loaded scripts in {batches} round trips: {sent}"
-            assert sent.count("script|load") <= len(governor.scripts.OPERATIONS)
+        assert loads == 1 and commands.count("function") == 1, f"the library loaded {loads} times: {commands}"
+        assert int(fcall["failed_calls"]) == 0 and int(fcall["rejected_calls"]) == 0, f"{fcall}; {commands}"
+        assert admin.function_list(library=governor.scripts.library_name()), "the library is not loaded"
+        first = per_connection[caller]
+        assert "function" in first and first.index("function") < first.index("fcall"), first  # loaded first
         assert caller_trips <= 5, f"{caller_trips} round trips on the caller's connection: {per_connection[caller]}"
         assert len(commands) - loads <= 10, commands
+        assert "evalsha" not in commands and "script|load" not in commands, commands
     finally:
         monitor.close()
         ours.close()
