@@ -1,0 +1,324 @@
+"""The Lua of lua/ against governor/protocol.py and governor/policies.py: the
+library names no key, reply kind, status field, holder record layout, wake
+word, outcome or policy that the Python side does not, and the other way
+round. Each static check is backed where it can be by a real call (on
+every backend) whose reply or stored value the Python side parses."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from governor import Governor, GovernorConfig, protocol
+from governor.core import Granted, Queued, new_id, text
+from governor.policies import REGISTRY
+from governor.protocol import (
+    KEY_NAMES,
+    KEYS,
+    REPLIES,
+    SENTINEL,
+    STATUS_FIELDS,
+    WAKE_CONFIG,
+    WAKE_RETRY,
+    HolderRecord,
+    Outcome,
+    Wake,
+    ms,
+)
+from governor.scripts import OPERATIONS, function_name
+
+from .conftest import FakeClock
+
+ROOT = Path(__file__).resolve().parent.parent
+LUA = ROOT / "lua"
+MakeGov = Callable[..., Governor]
+
+
+def code(path: Path) -> str:
+    """A Lua file without its comments."""
+    lua = re.sub(r"--\[\[.*?\]\]", "", path.read_text(encoding="utf-8"), flags=re.S)
+    return re.sub(r"--[^\n]*", "", lua)
+
+
+def every_file() -> list[Path]:
+    return sorted(LUA.rglob("*.lua"))
+
+
+def lua_list(source: str, name: str) -> list[str]:
+    """The quoted strings of ``local NAME = {...}`` in ``source``."""
+    (body,) = re.findall(rf"local {name} = \{{([^}}]*)\}}", source)
+    return re.findall(r"'([^']*)'", body)
+
+
+COMMON = code(LUA / "lib" / "common.lua")
+
+# -- keys ----------------------------------------------------------------------------------
+
+
+def test_the_lua_binds_the_keys_of_the_protocol_in_its_order() -> None:
+    assert tuple(lua_list(COMMON, "KEY_NAMES")) == KEY_NAMES
+    assert tuple(zip(lua_list(COMMON, "KEY_NAMES"), lua_list(COMMON, "TYPES"), strict=True)) == KEYS
+    # every loop over the keys and check_types cover all of them
+    loops = re.findall(r"for i = 1, (\d+) do", COMMON)
+    assert loops and all(int(n) == len(KEYS) for n in loops), loops
+    (checked,) = re.findall(r"local function check_types\(\)\s*guard\(([^)]*)\)", COMMON)
+    assert [int(i) for i in checked.split(",")] == list(range(1, len(KEYS) + 1))
+
+
+def test_every_key_the_lua_names_is_a_protocol_key() -> None:
+    used: dict[str, set[str]] = {}
+    for path in every_file():
+        for name in re.findall(r"(?<![\w.])K\.(\w+)", code(path)):
+            used.setdefault(name, set()).add(path.name)
+    unknown = {name: sorted(files) for name, files in used.items() if name not in KEY_NAMES}
+    assert not unknown, f"keys the Lua names that governor.protocol.KEY_NAMES does not: {unknown}"
+    assert set(used) >= set(KEY_NAMES) - {"config", "policy"}  # those two are reached as K[hash] too
+    # KEYS[i] by number only below the count of keys
+    for path in every_file():
+        for index in re.findall(r"KEYS\[(\d+)\]", code(path)):
+            assert 1 <= int(index) <= len(KEYS), (path.name, index)
+
+
+def test_each_guard_comment_names_the_keys_it_guards() -> None:
+    """guard(7, 5, 4) -- waiters, holders, leases: the numbers are the keys named."""
+    found = 0
+    for path in every_file():
+        for numbers, comment in re.findall(r"\bguard\(([\d, ]+)\)[^\n]*?--\s*([^\n]*)", path.read_text()):
+            names = [w.strip() for w in re.split(r"[:(]", comment, maxsplit=1)[0].split(",")]
+            assert names == [KEY_NAMES[int(i) - 1] for i in numbers.split(",")], (path.name, numbers, comment)
+            found += 1
+    assert found >= 4
+
+
+def test_the_sentinel_is_the_protocols() -> None:
+    assert re.findall(r"local SENTINEL = '([^']*)'", COMMON) == [SENTINEL]
+
+
+# -- replies -------------------------------------------------------------------------------
+
+
+def _reply_helpers() -> dict[str, str]:
+    """Fragment functions that build a reply: name -> the kind they reply."""
+    helpers: dict[str, str] = {}
+    for path in sorted((LUA / "lib").glob("*.lua")):
+        source = code(path)
+        for match in re.finditer(r"\{\s*SCHEMA,\s*'(\w+)'", source):
+            (function,) = re.findall(r"local function (\w+)\(", source[: match.start()])[-1:]
+            helpers[function] = match.group(1)
+    return helpers
+
+
+def test_the_reply_helpers_are_the_missing_and_status_replies() -> None:
+    assert _reply_helpers() == {"missing_reply": "missing", "status_reply": "status"}
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_every_reply_kind_an_operation_returns_is_the_protocols(operation: str) -> None:
+    source = code(LUA / f"{operation}.lua")
+    kinds = set(re.findall(r"\{\s*SCHEMA,\s*'(\w+)'", source))
+    kinds |= {kind for helper, kind in _reply_helpers().items() if re.search(rf"\b{helper}\(", source)}
+    assert kinds == set(REPLIES[operation]), f"{operation}.lua replies {sorted(kinds)}"
+
+
+def test_every_operation_has_its_replies() -> None:
+    assert set(REPLIES) == set(OPERATIONS)
+    assert all(len(set(kinds)) == len(kinds) for kinds in REPLIES.values())
+
+
+def test_the_status_reply_names_the_status_fields_in_order() -> None:
+    admin = code(LUA / "lib" / "admin.lua")
+    (body,) = re.findall(r"local function status_reply\(\).*?return \{(.*?)\n  \}", admin, flags=re.S)
+    names = re.findall(r"'(\w+)'", re.sub(r"redis\.call\([^)]*\)", "count", body))
+    assert names[0] == "status"
+    assert tuple(names[1:]) == STATUS_FIELDS
+
+
+def test_a_real_status_reply_has_the_status_fields_in_order(make_gov: MakeGov, sync_client: Any) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=3), clock=FakeClock())
+    status = gov.status()  # creates the governor, loads the library
+    keys = gov.keys.keys
+    reply = sync_client.fcall(function_name("status"), len(keys), *keys, gov._core.now_arg(), gov.keys.channel)
+    assert int(text(reply[0])) == protocol.SCHEMA_VERSION and text(reply[1]) == "status"
+    assert tuple(text(name) for name in reply[2::2]) == STATUS_FIELDS
+    values = dict(zip((text(n) for n in reply[2::2]), (text(v) for v in reply[3::2]), strict=True))
+    assert values["max_capacity"] == "3" and values["policy"] == "adaptive" and values["blocked"] == ""
+    assert status.max_capacity == 3 and status.pause_reason == "" and status.blocked == ""
+
+
+# -- the holder record ---------------------------------------------------------------------
+
+
+def test_the_holder_record_format_is_the_protocols() -> None:
+    admission = code(LUA / "lib" / "admission.lua")
+    (params, body) = re.findall(r"local function record_format\(([^)]*)\)\s*return ([^\n]*)", admission)[0]
+    params_list = [p.strip() for p in params.split(",")]
+    fields = [f.name for f in HolderRecord.__dataclass_fields__.values()]
+    assert [p + ("_ms" if p in ("ttl", "since") else "") for p in params_list] == fields
+    # the parameters concatenated in that order, '|' between them
+    parts = [p.strip() for p in body.split("..")]
+    assert parts[1::2] == ["'|'"] * (len(fields) - 1)
+    assert [re.sub(r"^int\((\w+)\)$", r"\1", p) for p in parts[0::2]] == params_list
+    (pattern,) = re.findall(r"string\.match\(raw, '([^']*)'\)", admission)
+    assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$"  # four numbers, then the holder (may hold '|')
+    (names,) = re.findall(r"local (fence, ttl, since, cost, holder) = string\.match", admission)
+    assert [n.strip() for n in names.split(",")] == params_list
+
+
+def test_a_record_written_by_a_real_acquire_parses(make_gov: MakeGov, sync_client: Any) -> None:
+    clock = FakeClock()
+    gov = make_gov(GovernorConfig(max_capacity=1, lease_ttl=7.5), clock=clock)
+    core = gov._core
+    label = "host-1/agent 7|with a pipe"
+    lease_id, waiter_id = new_id(), new_id()
+    granted = gov._execute(core.acquire(lease_id, label, wait=False))
+    assert isinstance(granted, Granted)
+    raw = text(sync_client.hget(gov.keys.holders, lease_id))
+    record = HolderRecord.parse(raw)
+    assert record == HolderRecord(granted.fence, 7500, ms(clock.now), 1, label)
+    assert record is not None and record.format() == raw
+    clock.advance(1)
+    queued = gov._execute(core.acquire(waiter_id, "waiter", wait=True))
+    assert isinstance(queued, Queued)
+    waiting = HolderRecord.parse(text(sync_client.hget(gov.keys.holders, waiter_id)))
+    assert waiting == HolderRecord(0, 7500, ms(clock.now), 1, "waiter")  # fence 0: not granted yet
+    clock.advance(1)
+    assert gov._execute(core.release(lease_id)) is True  # grants the waiter
+    promoted = HolderRecord.parse(text(sync_client.hget(gov.keys.holders, waiter_id)))
+    assert promoted is not None and promoted.fence > granted.fence
+    assert (promoted.ttl_ms, promoted.since_ms, promoted.cost, promoted.holder) == (7500, ms(clock.now), 1, "waiter")
+    # the sentinels: never a record, never live
+    assert text(sync_client.hget(gov.keys.holders, SENTINEL)) == "" and HolderRecord.parse("") is None
+    assert sync_client.zscore(gov.keys.leases, SENTINEL) == 0
+
+
+# -- wake messages -------------------------------------------------------------------------
+
+
+def _published() -> list[str]:
+    """The message expressions of every PUBLISH in the Lua."""
+    out = []
+    for path in every_file():
+        out += re.findall(r"redis\.call\('PUBLISH', CHANNEL, ([^\n]*)\)", code(path))
+    return out
+
+
+def test_the_wake_words_are_the_protocols() -> None:
+    messages = _published()
+    words = {word for message in messages for word in re.findall(r"'([^']*)'", message)}
+    assert words == {" " + WAKE_RETRY, " " + WAKE_CONFIG, " "}, words  # ' ' joins the grants
+    assert any(m.startswith("S.epoch .. ' @' .. int(") for m in messages), messages
+    assert "S.epoch .. ' !config'" in messages
+    assert "epoch" in messages  # a new state: the epoch alone
+    assert any("table.concat(words, ' ')" in m for m in messages)  # grants: id:fence words
+
+
+def _next_wake(pubsub: Any, timeout: float = 5.0) -> Wake:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        message = pubsub.get_message(timeout=0.1)
+        if message and text(message["type"]) == "message":
+            return Wake.parse(text(message["data"]))
+    raise AssertionError("no wake message")
+
+
+def test_real_wake_messages_parse(make_gov: MakeGov, sync_client: Any) -> None:
+    clock = FakeClock()
+    gov = make_gov(GovernorConfig(max_capacity=1, restart_hold=False), clock=clock)
+    core = gov._core
+    holder, waiter = new_id(), new_id()
+    assert isinstance(gov._execute(core.acquire(holder, "h", wait=False)), Granted)
+    epoch = gov.status().epoch
+    assert isinstance(gov._execute(core.acquire(waiter, "w", wait=True)), Queued)
+    pubsub = sync_client.pubsub()
+    try:
+        pubsub.subscribe(gov.keys.channel)
+        assert text(pubsub.get_message(timeout=5)["type"]) == "subscribe"
+        gov._execute(core.report(Outcome.RATE_LIMITED, 2.0, None))  # a hold with a waiter queued: ask again then
+        wake = _next_wake(pubsub)
+        assert (wake.epoch, wake.retry_in, wake.grants, wake.config_changed) == (epoch, 2.0, {}, False)
+        gov._execute(core.set_max_capacity(2))
+        wake = _next_wake(pubsub)
+        assert (wake.epoch, wake.config_changed, wake.retry_in) == (epoch, True, None)
+        wake = _next_wake(pubsub)  # its grant, still held back
+        assert (wake.retry_in, wake.grants, wake.config_changed) == (2.0, {}, False)
+        clock.advance(3)  # the hold is over
+        assert gov._execute(core.release(holder)) is True
+        wake = _next_wake(pubsub)
+        assert wake.epoch == epoch and set(wake.grants) == {waiter}
+        record = HolderRecord.parse(text(sync_client.hget(gov.keys.holders, waiter)))
+        assert record is not None and wake.grants[waiter] == record.fence
+    finally:
+        pubsub.close()
+
+
+# -- outcomes ------------------------------------------------------------------------------
+
+
+def test_outcome_values_are_exactly_what_report_accepts() -> None:
+    report = code(LUA / "report.lua")
+    (check,) = re.findall(r"if (outcome ~= .*?) then\s*fail\('BADARG', 'outcome must be", report, flags=re.S)
+    accepted = re.findall(r"outcome ~= '(\w+)'", check)
+    assert sorted(accepted) == sorted(o.value for o in Outcome)
+    assert len(accepted) == len(Outcome)
+
+
+def test_every_outcome_is_recorded_and_another_refused(make_gov: MakeGov) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=4), clock=FakeClock())
+    core = gov._core
+    for outcome in Outcome:
+        assert gov._execute(core.report(outcome, None, None)) is True, outcome
+    status = gov.status()
+    assert (status.window_attempts, status.window_rate_limited, status.quota_exhausted) == (3, 1, 1)
+    call = core.report(Outcome.SUCCESS, None, None)
+    with pytest.raises(protocol.ConfigError, match="outcome must be s, r, e or q, got x"):
+        gov._run(type(call)(call.script, (*call.args[:2], "x", *call.args[3:]), call.parse))
+
+
+# -- policies ------------------------------------------------------------------------------
+
+
+def _lua_policies() -> dict[str, dict[str, list[str]]]:
+    source = code(LUA / "lib" / "policy.lua")
+    out: dict[str, dict[str, list[str]]] = {}
+    for name, entry in re.findall(r"POLICIES\.(\w+) = \{(.*?)\n\}", source, flags=re.S):
+        lists = {
+            key: re.findall(r"'(\w+)'", body)
+            for key, body in re.findall(r"^  (config|state) = \{([^}]*)\}", entry, flags=re.M)
+        }
+        functions = set(re.findall(r"^  (\w+) = function", entry, flags=re.M))
+        assert functions == {"reset", "limited", "success"}, (name, functions)
+        out[name] = lists
+    return out
+
+
+def test_the_lua_policies_are_the_registry() -> None:
+    lua = _lua_policies()
+    assert set(lua) == set(REGISTRY)
+    for name, cls in REGISTRY.items():
+        assert lua[name]["config"] == [field for field, _ in cls.stored.values()], name
+        own_state = [field for field in cls.state if field not in protocol.POLICY_STATE]
+        assert lua[name]["state"] == own_state, name
+
+
+def test_the_base_config_is_the_protocols() -> None:
+    assert tuple(lua_list(code(LUA / "lib" / "config.lua"), "BASE_CONFIG")) == tuple(protocol.CONFIG)
+
+
+def test_every_policy_round_trips_through_a_real_init(make_gov: MakeGov, sync_client: Any) -> None:
+    """What init stores for each policy is exactly the config hash the
+    protocol describes: the base fields and the policy's own, nothing else;
+    the policy hash holds streak and the policy's own state."""
+    for name, cls in REGISTRY.items():
+        gov = make_gov(GovernorConfig(policy=name), clock=FakeClock(), governor_name=f"proto-{name}-{new_id()[:8]}")
+        assert gov.status().policy == name
+        stored = {text(k): text(v) for k, v in sync_client.hgetall(gov.keys.config).items()}
+        assert list(stored) and set(stored) == set(protocol.CONFIG) | {f for f, _ in cls.stored.values()}
+        learnt = {text(k) for k in sync_client.hgetall(gov.keys.policy)}
+        assert learnt == set(protocol.POLICY_STATE) | set(cls.state), name
+        assert set(text(k) for k in sync_client.hgetall(gov.keys.state)) == set(protocol.STATE)
+        sync_client.delete(*gov.keys.keys)
