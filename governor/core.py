@@ -282,7 +282,10 @@ class GovernorCore:
         return kind
 
     def acquire(self, lease_id: str, holder: str, wait: bool, fresh: bool = True) -> Call[Granted | Queued | Denied]:
-        """Ask for a lease; ``fresh`` when the id was never sent before."""
+        """Ask for a lease; ``fresh`` when the id was never sent before. A
+        try (``wait=False``) takes a new id: the script skips the lookups."""
+        if not wait and not fresh:
+            raise ConfigError("a try_acquire takes a new lease id (fresh=True)")
         return self._call(
             "acquire",
             (lease_id, holder, self._ttl_ms, self._queue_ttl_ms, ("wait" if fresh else "again") if wait else "try"),

@@ -57,7 +57,7 @@ if in_queue then
   guard(7, 5, 4)  -- waiters, holders, leases: written after this write by grant()
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
 else
-  local waiting = redis.call('ZCARD', K.queue)
+  local waiting = redis.call('ZCOUNT', K.waiters, LIVE, '+inf')  -- live waiters: dead ones never count
   local reason, hint = blocked(1)
   if waiting == 0 and not reason then
     -- Nobody waits and the rule admits: at once (FIFO holds trivially).
@@ -68,7 +68,7 @@ else
   end
   prepare()
   more('state', 'ticket')
-  guard(7, 5, 4)  -- waiters, holders, leases (queue was read by ZCARD)
+  guard(6, 5, 4)  -- queue, holders, leases (waiters was read by ZCOUNT)
   set('state', 'ticket', S.ticket + 1)
   redis.call('ZADD', K.queue, S.ticket, id)
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)

@@ -29,7 +29,7 @@ end
 -- A read tells holders' type before the first write; ZREM tells leases'.
 local known = redis.call('HEXISTS', K.holders, id) == 1
 local removed = redis.call('ZREM', K.leases, id)
-if known then redis.call('HDEL', K.holders, id) end
+if removed == 1 and known then redis.call('HDEL', K.holders, id) end  -- a queued id keeps its place
 if not waiting then return {SCHEMA, 'released', removed} end
 reclaim()
 grant()

@@ -43,8 +43,8 @@ if outcome == 'q' then more('state', 'quota_exhausted') end
 if retry_after then more('config', 'retry_after_cap_ms') end
 keep_alive()
 -- Types: the hashes were read; the zsets are read below before any write
--- (ZCARD queue, ZSCORE leases, ZCOUNT in window()), holders by HEXISTS,
--- events and waiters guarded.
+-- (ZCARD queue, ZSCORE leases when a lease reports, ZCOUNT in window()),
+-- holders by HEXISTS; events, waiters and (with no lease) leases guarded.
 local waiting = redis.call('ZCARD', K.queue) > 0
 local known = release and redis.call('HEXISTS', K.holders, lease) == 1
 
@@ -57,9 +57,8 @@ end
 if lease then
   local expiry = tonumber(redis.call('ZSCORE', K.leases, lease))
   if not expiry or expiry <= NOW then
-    if release then
-      redis.call('ZREM', K.leases, lease)
-      if known then redis.call('HDEL', K.holders, lease) end
+    if release and redis.call('ZREM', K.leases, lease) == 1 and known then
+      redis.call('HDEL', K.holders, lease)  -- a queued id keeps its place
     end
     return finish({SCHEMA, 'lost'})
   end
@@ -68,6 +67,7 @@ end
 local rl, total
 if outcome ~= 'q' then rl, total = window() end  -- reads tell the window keys' types
 guard(10)  -- events: the policy may log after the first write
+if not lease then guard(4) end  -- leases: the policy and grant() count it after the first write
 if waiting then guard(7) end  -- waiters: written by grant()
 reclaim()
 if outcome == 'q' then

@@ -24,7 +24,7 @@ check_types()
 if not load_all() then return missing_reply() end
 keep_alive()
 local rl, total = window()
-local before = {'from', S.capacity, 'was_paused', S.paused, 'window_limited', rl, 'window_attempts', total}
+local before = {'from', S.capacity, 'was_paused', S.paused, 'window_rate_limited', rl, 'window_attempts', total}
 redis.call('DEL', K.attempts, K.limited)
 if cfg then
   apply_config(cfg, raw)

@@ -12,7 +12,7 @@ Reply
   {2, 'status', name1, value1, name2, value2, ...} with the names of
     governor.protocol.STATUS_FIELDS: now, epoch, policy, capacity,
     max_capacity, paused (0|1), pause_kind, pause_reason, paused_until (ms,
-    0 none), not_before (ms, 0 none), in_flight, queued, window_limited,
+    0 none), not_before (ms, 0 none), in_flight, queued, window_rate_limited,
     window_attempts, window_ms, streak, fence, ceiling, quota_exhausted,
     quota_at (ms), created (ms), blocked (why a new caller would wait, '')
   {2, 'missing'}   no such governor

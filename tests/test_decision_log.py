@@ -51,7 +51,7 @@ def test_adaptive_cut_logs_from_to_and_the_window(make_gov: MakeGov, sync_client
     assert dict(event.fields) == {
         "from": "10",
         "why": "rate-limited at 5 in flight: cut",
-        "window_limited": "1",
+        "window_rate_limited": "1",
         "window_attempts": "1",
         "level": "5",
         "ceiling": "5",
@@ -74,13 +74,13 @@ def test_seed_increase_and_decrease(make_gov: MakeGov, sync_client: Any, clock: 
         "8",
         "rate-limited: decrease",
     )
-    assert (event.get("window_limited"), event.get("window_attempts")) == ("2", "2")
+    assert (event.get("window_rate_limited"), event.get("window_attempts")) == ("2", "2")
     gov.report(S)
     gov.report(S)
     gov.report(S)
     event = newest(sync_client, gov)
     assert (event.capacity, event.get("from"), event.get("why")) == (5, "4", "3 successes in a row: increase")
-    assert (event.get("window_limited"), event.get("window_attempts")) == ("2", "5")
+    assert (event.get("window_rate_limited"), event.get("window_attempts")) == ("2", "5")
 
 
 def test_fixed_logs_no_capacity_change_only_the_hold(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:
@@ -104,7 +104,7 @@ def test_policy_pause_and_its_resume(make_gov: MakeGov, sync_client: Any, clock:
     assert dict(event.fields) == {
         "from": "2",  # capacity before the pause (8 halved twice)
         "why": "4 rate-limited attempts in the window",
-        "window_limited": "4",
+        "window_rate_limited": "4",
         "window_attempts": "4",
     }
     clock.advance(61)
@@ -181,7 +181,7 @@ def test_set_max_reset_and_quota(make_gov: MakeGov, sync_client: Any, clock: Any
         "why": "operator: learnt state cleared",
         "from": "9",
         "was_paused": "0",
-        "window_limited": "0",
+        "window_rate_limited": "0",
         "window_attempts": "0",
     }
     gov.configure()

@@ -147,8 +147,8 @@ def event_dict(event: gi.DecisionEvent) -> dict[str, Any]:
 
 
 def _window_note(event: gi.DecisionEvent) -> str:
-    if "window_limited" in event.fields:
-        return f" [window: {event.get('window_limited')} rate-limited of {event.get('window_attempts')} attempts]"
+    if "window_rate_limited" in event.fields:
+        return f" [window: {event.get('window_rate_limited')} rate-limited of {event.get('window_attempts')} attempts]"
     return ""
 
 

@@ -24,14 +24,14 @@ local function set_capacity(capacity, why, rl, total, ...)
   if capacity ~= S.capacity then
     local before = S.capacity
     set('state', 'capacity', capacity)
-    log('capacity', 'from', before, 'why', why, 'window_limited', rl, 'window_attempts', total, ...)
+    log('capacity', 'from', before, 'why', why, 'window_rate_limited', rl, 'window_attempts', total, ...)
   end
 end
 
 local function policy_pause(why, rl, total)
   local before = S.capacity
   pause('policy', 'waiting for provider rate-limit recovery', 0)
-  log('pause', 'from', before, 'why', why, 'window_limited', rl, 'window_attempts', total)
+  log('pause', 'from', before, 'why', why, 'window_rate_limited', rl, 'window_attempts', total)
 end
 
 local POLICIES = {}
@@ -105,7 +105,7 @@ POLICIES.adaptive = {
       ceiling = level
       if P.ceiling > 0 and level >= P.ceiling then
         -- A probe refused at the level refused before: probe less often.
-        wait = math.min(wait * 2, math.max(C.probe_ms, C.window_ms / 2))
+        wait = math.min(wait * 2, math.max(C.probe_ms, math.floor(C.window_ms / 2)))
       else
         wait = C.probe_ms
       end
