@@ -72,9 +72,13 @@ WORKER_CLIENT_COMMANDS = "fcall function|load subscribe unsubscribe ping type wa
 SETINFO = "client|setinfo"
 
 
-def worker_acl(name: str, user: str = "worker", password: str = PASSWORD, setinfo: bool = True) -> list[str]:
-    """ACL SETUSER arguments of the least-privilege worker of governor ``name``."""
+def worker_acl(
+    name: str, user: str = "worker", password: str = PASSWORD, setinfo: bool = True, load: bool = True
+) -> list[str]:
+    """ACL SETUSER arguments of the least-privilege worker of governor
+    ``name``; ``load=False``: one that may not FUNCTION LOAD (a shared Redis)."""
     keys = governor_keys(name)
+    client_commands = [c for c in WORKER_CLIENT_COMMANDS if load or c != "function|load"]
     prefix = keys.state[: -len("state")]
     return [
         user,
@@ -84,7 +88,7 @@ def worker_acl(name: str, user: str = "worker", password: str = PASSWORD, setinf
         f"~{prefix}*",
         f"&{keys.channel}",
         "-@all",
-        *(f"+{command}" for command in WORKER_CLIENT_COMMANDS + WORKER_SCRIPT_COMMANDS),
+        *(f"+{command}" for command in client_commands + WORKER_SCRIPT_COMMANDS),
         *([f"+{SETINFO}"] if setinfo else []),
     ]
 
@@ -171,6 +175,46 @@ def test_a_least_privilege_worker_can_do_everything_the_client_does(
     finally:
         gov.close()
     assert denials(admin) == []
+
+
+def test_a_worker_that_may_not_load_functions_runs_the_operators_library_and_cannot_replace_it(
+    acl_server: RedisServer, admin: redis.Redis
+) -> None:
+    """On a Redis shared by governors of different users, FUNCTION LOAD would
+    let one user replace the library every other user's calls run: such
+    workers get +fcall without +function|load, and an operator loads the
+    library (`governor library --load`)."""
+    from click.testing import CliRunner
+
+    from governor.cli import main
+
+    try:
+        admin.execute_command("ACL", "SETUSER", *worker_acl(NAME, user="runner", load=False))  # type: ignore[no-untyped-call]
+    except redis.ResponseError:  # Redis < 7.2 has no CLIENT SETINFO
+        admin.execute_command(  # type: ignore[no-untyped-call]
+            "ACL", "SETUSER", *worker_acl(NAME, user="runner", setinfo=False, load=False)
+        )
+    admin.delete(*governor_keys(NAME).keys)
+    admin.function_flush()
+    runner = redis.Redis.from_url(worker_url(acl_server, "runner"))
+    gov = Governor.from_url(worker_url(acl_server, "runner"), NAME, FAST)
+    try:
+        with pytest.raises(GovernorUnavailable, match="governor library --load"):
+            gov.status()  # no library, and this user may not load it: told what to run
+        admin_url = f"redis://127.0.0.1:{acl_server.port}/0"
+        done = CliRunner().invoke(main, ["--url", admin_url, "library"])
+        assert done.exit_code == 0 and "NOT loaded" in done.output
+        done = CliRunner().invoke(main, ["--url", admin_url, "library", "--load"])
+        assert done.exit_code == 0 and f"library {library_name()}: loaded" in done.output, done.output
+        lease = gov.acquire(timeout=5)  # the operator's library serves the worker
+        lease.release()
+        assert gov.status().in_flight == 0
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            runner.function_load(library(), replace=True)  # nor can it put other code in its place
+    finally:
+        gov.close()
+        runner.close()
+        admin.execute_command("ACL", "DELUSER", "runner")  # type: ignore[no-untyped-call]
 
 
 async def test_the_asyncio_client_needs_nothing_more(acl_server: RedisServer, admin: redis.Redis) -> None:

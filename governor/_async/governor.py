@@ -58,7 +58,7 @@ from ..errors import (
     wrong_key_type,
 )
 from ..protocol import ms
-from ..scripts import MISSING_FUNCTION, function_name, library
+from ..scripts import MISSING_FUNCTION, function_name, library, library_name
 
 # sync: from ._compat import Semaphore, shielded
 from ._compat import AcquireContext, Semaphore, shielded
@@ -723,15 +723,27 @@ class AsyncGovernor:
         except redis.exceptions.ResponseError as error:
             if not reload or MISSING_FUNCTION not in str(error):
                 raise
-            await self._load_scripts()
+            await self._load_scripts(missing=True)
             return await self._send(call, reload=False)
         return reply, int(acknowledged) >= replicas
 
-    async def _load_scripts(self) -> None:
-        """Load the library (on every primary of a cluster)."""
+    async def _load_scripts(self, missing: bool = False) -> None:
+        """Load the library (on every primary of a cluster): before the first
+        call, and when Redis said a function is missing (``missing``). A user
+        whose ACL refuses FUNCTION LOAD (a worker of a shared Redis, see the
+        README's Security) relies on an operator's ``governor library
+        --load``: refused before the first call, it goes on; refused for a
+        missing function, it fails naming that command."""
         self._scripts_loaded = True  # callers racing this one rely on the missing-function reload meanwhile
         try:
             await self._client.function_load(library(), replace=True)
+        except redis.exceptions.NoPermissionError as error:
+            if missing:
+                raise GovernorUnavailable(
+                    f"governor {self.name!r}: the functions library {library_name()} is not loaded on this Redis "
+                    "and this user may not load it (ACL +function|load): an operator runs `governor library --load`",
+                    name=self.name,
+                ) from error
         except BaseException:
             self._scripts_loaded = False
             raise

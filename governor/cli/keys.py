@@ -1,5 +1,5 @@
 """``keys``: a governor's Redis keys (governor.protocol.KEYS), with a ready
-redis-cli command for each."""
+redis-cli command for each; ``library``: the functions library on this Redis."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ from urllib.parse import parse_qs, unquote, urlparse
 import click
 
 from .. import inspect as gi
+from ..core import text
+from ..errors import map_errors
 from ..protocol import KEY_NAMES, SENTINEL
+from ..scripts import library as library_source
+from ..scripts import library_name
 from .app import App, command, global_options, json_option, pass_app
 from .render import emit_json, span
 
@@ -134,4 +138,30 @@ def keys(app: App, as_json: bool) -> None:
         )
 
 
-COMMANDS = (keys,)
+@command()
+@click.option("--load", is_flag=True, help="load (or replace) this version's library (needs ACL +function|load)")
+@json_option
+@global_options()
+@pass_app
+def library(app: App, load: bool, as_json: bool) -> None:
+    """The functions library of this client's version on this Redis: whether
+    it is loaded, which other governor libraries are; --load loads it (the
+    deploy step where workers may not FUNCTION LOAD, README: Security)."""
+    client = app.client()
+    name = library_name()
+    with map_errors(None):
+        if load:
+            client.function_load(library_source(), replace=True)
+        listed = client.function_list(library="governor_*")
+    loaded = sorted(text(entry[1] if isinstance(entry, list) else entry["library_name"]) for entry in listed)
+    if as_json:
+        emit_json({"library": name, "loaded": name in loaded, "governor_libraries": loaded, "did_load": load})
+        return
+    state = "loaded" if name in loaded else "NOT loaded: workers without +function|load cannot run; use --load"
+    click.echo(f"library {name}: {state}")
+    others = [other for other in loaded if other != name]
+    if others:
+        click.echo(f"other governor libraries here (other versions): {', '.join(others)}")
+
+
+COMMANDS = (keys, library)
