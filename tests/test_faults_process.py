@@ -48,6 +48,7 @@ from governor import (
     Outcome,
     StateError,
 )
+from governor.protocol import SENTINEL
 
 from . import process_workers
 from .faultkit import FAST, SPAWN, Processes, figure, next_event
@@ -326,7 +327,13 @@ async def test_2000_asyncio_waiters_on_one_from_url_are_all_admitted_without_sta
 # -- 3. a script that fails after it began leaves nothing behind --------------------------
 
 
-FIELDS = {"log_len": "10000", "idle_ms": "86400000", "window_ms": "60000", "cap": "2"}
+#: a stored field -> (its hash, a good value): state and config fields the hot functions read
+FIELDS = {
+    "log_length": ("config", "10000"),
+    "idle_ms": ("config", "86400000"),
+    "window_ms": ("config", "60000"),
+    "capacity": ("state", "2"),
+}
 SCRIPTS = ["acquire", "renew", "report", "release", "refresh"]
 
 
@@ -342,9 +349,11 @@ def test_a_bad_state_field_stops_every_hot_script_before_it_writes(
 ) -> None:
     """The state is re-created under a new epoch while this object holds two
     leases (one of them gone with the old state: ``renew`` would adopt it),
-    with an expired lease to reclaim and a field of the state hash holding a
-    bad value. The call fails with a StateError naming the field, writes
-    nothing, and no fence is handed out twice afterwards."""
+    with an expired lease to reclaim and a field of the state or config hash
+    holding a bad value. The call fails with a StateError naming the field,
+    writes nothing, and no fence is handed out twice afterwards. A release
+    with nobody queued reads no state at all: it removes its lease, and only
+    that."""
     client = redis.Redis.from_url(redis_url, socket_timeout=10, decode_responses=True)
     config = GovernorConfig(max_capacity=2, lease_ttl=30.0, poll=0.2, queue_ttl=1.0, redis_timeout=2.0)
     gov = Governor(client, name, config)
@@ -369,11 +378,13 @@ def test_a_bad_state_field_stops_every_hot_script_before_it_writes(
         # The state re-created under a new epoch (as after a restart), in one
         # step, with a lease to reclaim and every periodic duty due.
         pipe = client.pipeline(transaction=True)
-        pipe.hset(keys.state, mapping={"epoch": uuid.uuid4().hex, "touch_due": 0, "reclaim_due": 0, field: bad})
+        hash_name, good = FIELDS[field]
+        pipe.hset(keys.state, mapping={"epoch": uuid.uuid4().hex, "touch_due": 0, "reclaim_due": 0})
+        pipe.hset(getattr(keys, hash_name), field, bad)
         pipe.zrem(keys.leases, adopt.id)
         pipe.hdel(keys.holders, adopt.id)
         pipe.zadd(keys.leases, {"ghost": 1})
-        pipe.hset(keys.holders, "ghost", "1|30000|0|ghost")
+        pipe.hset(keys.holders, "ghost", "1|30000|0|1|ghost")
         pipe.execute()
         before = dump(client, gov)
 
@@ -400,6 +411,15 @@ def test_a_bad_state_field_stops_every_hot_script_before_it_writes(
         after = dump(client, gov)
         logged = " ".join(record.getMessage() for record in caplog.records)
         print(f"{script} with {field}={bad!r}: {type(error).__name__ if error else 'no error'}: {error} ({took:.2f} s)")
+        if script == "release":  # nobody queued: no state read, the lease and its record go
+            assert error is None, repr(error)
+            changed = diff(before, after)
+            assert set(changed) == {keys.leases, keys.holders}, changed
+            assert kept.id not in str(after[keys.leases]) and kept.id not in str(after[keys.holders])
+            assert kept.id in str(before[keys.leases]) and kept.id in str(before[keys.holders])
+            client.hset(getattr(keys, hash_name), field, good)
+            adopt.release()
+            return
         assert diff(before, after) == {}, f"{script} wrote to the state before it failed"
         assert error is not None, f"{script} with {field}={bad!r} did not fail"
         if script == "refresh":  # the waiter learns, or the worker's warning says, which field
@@ -410,7 +430,7 @@ def test_a_bad_state_field_stops_every_hot_script_before_it_writes(
             assert _names_field(str(error), field), str(error)
 
         # Mended: no fence is ever handed out twice, to the adopted lease or anyone else.
-        client.hset(keys.state, field, FIELDS[field])
+        client.hset(getattr(keys, hash_name), field, good)
         if kept.released:
             kept = gov.acquire(timeout=5, holder="kept-again")
         gov.renew()
@@ -420,7 +440,9 @@ def test_a_bad_state_field_stops_every_hot_script_before_it_writes(
         if extra is not None:
             fences.append(extra.fence)
         stored = [
-            int(meta.split("|")[0]) for lease_id, meta in client.hgetall(keys.holders).items() if lease_id != "ghost"
+            int(meta.split("|")[0])
+            for lease_id, meta in client.hgetall(keys.holders).items()
+            if lease_id not in ("ghost", SENTINEL)
         ]
         print("fences: before", sorted(old_fences), "after", fences, "stored", sorted(stored))
         assert len(set(stored)) == len(stored), f"a fence stored twice: {sorted(stored)}"
@@ -430,7 +452,8 @@ def test_a_bad_state_field_stops_every_hot_script_before_it_writes(
             if lease is not None:
                 lease.release()
     finally:
-        client.hset(keys.state, field, FIELDS[field])
+        hash_name, good = FIELDS[field]
+        client.hset(getattr(keys, hash_name), field, good)
         gov.close()
         if waiter is not None:
             waiter.join(10)
@@ -704,11 +727,6 @@ class Monitor:
         self.stopping.set()
         self.thread.join(5)
         self.sock.close()
-
-
-def _round_trips(commands: list[str]) -> int:
-    """Commands one connection sent, a run of SCRIPT LOADs (one pipeline) counted once."""
-    return sum(1 for i, c in enumerate(commands) if not (c == "script|load" and i > 0 and commands[i - 1] == c))
 
 
 def test_a_processes_first_acquire_loads_its_scripts_without_noscript_round_trips(
