@@ -262,6 +262,7 @@ OPERATOR_COMMANDS: dict[str, tuple[list[str], list[str], bool, bool]] = {
     "queue": ([], ["--limit", "0"], True, True),
     "events": ([], ["--count", "-1"], True, True),
     "keys": ([], ["--bogus"], False, True),
+    "library": ([], ["--bogus"], False, True),
     "set-max": (["3"], ["0"], True, True),
     "pause": ([], ["--duration", "soon"], True, True),
     "resume": ([], ["--bogus"], True, True),
