@@ -327,8 +327,8 @@ async def test_tasks_cancelled_at_every_point_leak_nothing(redis_url: str, name:
         checkpoint = asyncio.Event()
         stop_after: set[str] = set()
 
-        async def execute(call: Any) -> Any:
-            result = await original_execute(call)
+        async def execute(call: Any, **kw: Any) -> Any:  # kw: the background worker's slot=False
+            result = await original_execute(call, **kw)
             if call.script in stop_after:
                 checkpoint.set()
                 await asyncio.Event().wait()  # the task is cancelled here, after Redis answered
