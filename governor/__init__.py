@@ -28,7 +28,7 @@ from .errors import (
     WrongKeyType,
     WrongNode,
 )
-from .keys import SCHEMA_VERSION, GovernorKeys, governor_keys
+from .protocol import SCHEMA_VERSION, GovernorKeys, governor_keys
 
 __version__ = "0.1.0"
 

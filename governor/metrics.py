@@ -118,7 +118,7 @@ class GovernorCollector:
 
     def __init__(self, client: Any, names: Sequence[str] | None = None, *, prefix: str = "governor") -> None:
         from .config import GovernorConfig
-        from .keys import validate_name
+        from .protocol import validate_name
 
         self._client = client
         self._names = None if names is None else [validate_name(n) for n in dict.fromkeys(names)]

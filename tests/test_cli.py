@@ -32,8 +32,7 @@ from governor.cli import main, render
 from governor.cli.app import safe_url
 from governor.cli.control import COMPARED, compared
 from governor.cli.keys import redis_cli_base
-from governor.keys import SCHEMA_VERSION, governor_keys
-from governor.protocol import KEY_NAMES, STATUS_FIELDS
+from governor.protocol import KEY_NAMES, SCHEMA_VERSION, STATUS_FIELDS, governor_keys
 
 from .conftest import FakeClock, governors, scrape
 from .servers import RedisServer, free_port, wait_until

@@ -22,7 +22,7 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from governor import AsyncGovernor, Governor, GovernorConfig, Outcome
-from governor.keys import governor_keys
+from governor.protocol import governor_keys
 
 from .cluster import RedisCluster
 from .servers import wait_until

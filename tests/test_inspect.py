@@ -19,9 +19,8 @@ import pytest
 from governor import Governor, GovernorConfig, Lease, Outcome
 from governor import inspect as gi
 from governor.errors import StateError
-from governor.keys import governor_keys
 from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
-from governor.protocol import KEY_NAMES, KEYS, SCHEMA_VERSION, SENTINEL
+from governor.protocol import KEY_NAMES, KEYS, SCHEMA_VERSION, SENTINEL, governor_keys
 
 from .conftest import FakeClock
 from .servers import wait_until

@@ -6,8 +6,7 @@ import pytest
 from redis.crc import key_slot
 
 from governor import SCHEMA_VERSION, ConfigError, governor_keys
-from governor.keys import GovernorKeys, name_from_state_key
-from governor.protocol import KEY_NAMES, KEYS
+from governor.protocol import KEY_NAMES, KEYS, GovernorKeys, name_from_state_key
 
 
 def test_every_key_shares_the_hash_tag_and_so_one_cluster_slot() -> None:

@@ -19,8 +19,8 @@ from governor import Governor, GovernorConfig, Outcome, metrics
 from governor.errors import ConfigError
 from governor.events import Admitted, emit
 from governor.inspect import server_time_ms
-from governor.keys import SCHEMA_VERSION, governor_keys
 from governor.metrics import GovernorCollector, observe_admission, start_exporter
+from governor.protocol import SCHEMA_VERSION, governor_keys
 
 from .conftest import FakeClock, Samples, scrape
 from .servers import free_port

@@ -47,9 +47,8 @@ from governor import (
     StateError,
 )
 from governor.core import Call, new_id
-from governor.keys import governor_keys
 from governor.policies import Policy, SeedPolicy
-from governor.protocol import KEY_NAMES, KEYS, SENTINEL
+from governor.protocol import KEY_NAMES, KEYS, SENTINEL, governor_keys
 from governor.scripts import library, library_name
 
 from .conftest import FakeClock

@@ -299,7 +299,7 @@ class AsyncGovernor:
 
     @property
     def keys(self) -> Any:
-        """The Redis keys of this governor (governor.keys.GovernorKeys)."""
+        """The Redis keys of this governor (governor.protocol.GovernorKeys)."""
         return self._core.keys
 
     @property

@@ -291,7 +291,7 @@ class Governor:
 
     @property
     def keys(self) -> Any:
-        """The Redis keys of this governor (governor.keys.GovernorKeys)."""
+        """The Redis keys of this governor (governor.protocol.GovernorKeys)."""
         return self._core.keys
 
     @property

@@ -46,7 +46,7 @@ import redis.asyncio
 
 from .. import AsyncGovernor, Governor, GovernorConfig, Outcome
 from ..core import GovernorCore, Granted, Queued
-from ..keys import governor_keys
+from ..protocol import governor_keys
 from ..scripts import function_name, library
 
 #: the targets of SPEC §7's overhead goals
