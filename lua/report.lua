@@ -40,6 +40,7 @@ if not load(REPORT) then return missing_reply() end
 prepare()
 the_policy()  -- its config and state: nothing is read after the first write
 if outcome == 'q' then more('state', 'quota_exhausted') end
+if outcome == 'r' then more('state', 'fence') end  -- a cut remembers the fence it was made at
 if retry_after then more('config', 'retry_after_cap_ms') end
 keep_alive()
 -- Types: the hashes were read; the zsets are read below before any write

@@ -69,7 +69,7 @@ local PAUSE_FIELDS = {'paused', 'pause_kind', 'pause_reason', 'paused_until', 's
 -- with reclaim's due time for those that reclaim.
 local ADMIT = {'epoch', 'capacity', 'not_before', 'touch_due'}
 local WRITE = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due'}
-local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'fence', 'event_seq'}
+local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'event_seq'}
 
 -- Read every field reclaim, recover, blocked, grant, pause and log may use,
 -- before a script's first write (reads after a write could fail it
@@ -77,7 +77,7 @@ local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', '
 -- read only then.
 local function prepare()
   more('state', 'reclaim_due')
-  more('config', 'window_ms', 'log_length', 'max_capacity', 'idle_ms')
+  more('config', 'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms')
   if S.capacity == 0 then
     more('state', unpack(PAUSE_FIELDS))
     more('config', 'resume_fraction')
