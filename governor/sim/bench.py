@@ -131,6 +131,15 @@ class Floor:
     def evalsha(self) -> Any:
         return self._script(keys=self.keys, args=self.args)
 
+    def two_fcalls(self) -> None:
+        """The floor of an operation made of two calls (acquire + release)."""
+        self.fcall()
+        self.fcall()
+
+    def two_evalshas(self) -> None:
+        self.evalsha()
+        self.evalsha()
+
     def close(self) -> None:
         try:
             self.client.function_delete(FLOOR_LIBRARY)
@@ -195,21 +204,13 @@ def bench_pairs_sync(url: str, seconds: float, parser: str | None = None) -> dic
         # calls with the governor's keys and acquire's arguments.
         floor = Floor(client, GovernorCore(name, gov.config))
 
-        def empty_functions() -> None:
-            floor.fcall()
-            floor.fcall()
-
-        def empty_scripts() -> None:
-            floor.evalsha()
-            floor.evalsha()
-
         governed()  # creates the governor and starts the listener
         rates = _interleaved(
             {
                 "governor": lambda s: _rate(governed, s),
                 "raw": lambda s: _rate(raw, s),
-                "empty_function": lambda s: _rate(empty_functions, s),
-                "empty_script": lambda s: _rate(empty_scripts, s),
+                "empty_function": lambda s: _rate(floor.two_fcalls, s),
+                "empty_script": lambda s: _rate(floor.two_evalshas, s),
             },
             seconds,
         )

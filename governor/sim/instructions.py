@@ -162,20 +162,12 @@ def _depth(counter: _Callgrind, client: redis.Redis, depth: int, calls: int) -> 
             client.incr(counter_key)
             client.decr(counter_key)
 
-        def empty_functions() -> None:
-            floor.fcall()
-            floor.fcall()
-
-        def empty_scripts() -> None:
-            floor.evalsha()
-            floor.evalsha()
-
         def acquire_report() -> None:
             gov.report(Outcome.SUCCESS, lease=gov.acquire(), release=True)
 
         counter.count(f"d{depth}:incr_decr", incr_decr, calls)
-        counter.count(f"d{depth}:empty_fcall", empty_functions, calls)
-        counter.count(f"d{depth}:empty_evalsha", empty_scripts, calls)
+        counter.count(f"d{depth}:empty_fcall", floor.two_fcalls, calls)
+        counter.count(f"d{depth}:empty_evalsha", floor.two_evalshas, calls)
         floor.close()
         counter.count(f"d{depth}:acquire_release", lambda: gov.acquire().release(), calls)
         counter.count(f"d{depth}:call", lambda: gov.call(lambda: None), calls)
