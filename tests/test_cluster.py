@@ -160,3 +160,40 @@ async def test_the_first_acquire_on_a_fresh_asyncio_cluster_client_does_not_wait
     finally:
         await gov.aclose()
         await aclient.aclose()
+
+
+@pytest.mark.parametrize("facade", ["sync", "asyncio"])
+async def test_a_node_that_lost_the_library_has_it_loaded_again(cluster: RedisCluster, facade: str) -> None:
+    """A node without the functions (a node added to the cluster, or one
+    restarted without persistence, here a FUNCTION FLUSH on the node serving
+    the governor's slot) answers "Function not found"; the client loads the
+    library again and the call goes through."""
+    name = f"reload-{facade}-{uuid.uuid4().hex[:6]}"
+    config = GovernorConfig(max_capacity=2, lease_ttl=3.0, poll=0.2, queue_ttl=1.0, redis_timeout=2.0)
+    probe = redis.cluster.RedisCluster(host="127.0.0.1", port=cluster.ports[0], socket_timeout=5)
+    try:
+        serving = redis.Redis(port=node_of(probe, governor_keys(name).state), socket_timeout=5)
+        if facade == "sync":
+            gov = Governor(probe, name, config)
+            gov.acquire(timeout=5).release()
+            serving.function_flush()
+            lease = gov.acquire(timeout=5)  # "Function not found", loaded again, admitted
+            assert not lease.local and lease.fence > 0
+            lease.release()
+            assert gov.status().in_flight == 0
+            gov.close()
+        else:
+            aclient = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=cluster.ports[0], socket_timeout=5)
+            agov = AsyncGovernor(aclient, name, config)
+            await (await agov.acquire(timeout=5)).release()
+            serving.function_flush()
+            alease = await agov.acquire(timeout=5)
+            assert not alease.local and alease.fence > 0
+            await alease.release()
+            assert (await agov.status()).in_flight == 0
+            await agov.aclose()
+            await aclient.aclose()
+        assert serving.function_list(library="governor_*"), "the serving node has the library again"
+        serving.close()
+    finally:
+        probe.close()
