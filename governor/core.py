@@ -281,6 +281,16 @@ class GovernorCore:
         self.stored_config = dict(zip(pairs[::2], pairs[1::2], strict=True))
         return kind
 
+    def learn_stored_config(self, stored: Any) -> None:
+        """Take the config hash as read (HGETALL), after an operator changed
+        it (the "!config" wake): the config a lost state is re-created from.
+        Empty (the state is gone meanwhile): nothing changes; unusable:
+        StateError, and nothing changes either."""
+        pairs = {text(k): text(v) for k, v in stored.items()}
+        if pairs:
+            GovernorConfig.from_stored(pairs, name=self.name)  # StateError when it cannot be used
+            self.stored_config = pairs
+
     def acquire(self, lease_id: str, holder: str, wait: bool, fresh: bool = True) -> Call[Granted | Queued | Denied]:
         """Ask for a lease; ``fresh`` when the id was never sent before. A
         try (``wait=False``) takes a new id: the script skips the lookups."""

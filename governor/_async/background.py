@@ -166,7 +166,7 @@ class _Background:
                         # renew now, so a new state adopts these holders at once.
                         self._renew_now = bool(self._leases)
                     if self._learn_config:
-                        await self._gov._init()
+                        await self._gov._learn_config()
                         self._learn_config = False
                     now = time.monotonic()
                     if now >= next_refresh:

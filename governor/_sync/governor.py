@@ -669,6 +669,14 @@ class Governor:
             self._background.state_lost()
         return created
 
+    def _learn_config(self) -> None:
+        """The stored config anew, after an operator changed it: read from
+        the config hash, never created (init here could re-create a state
+        lost meanwhile from the config this object held before the change)."""
+        with map_errors(self.name):
+            stored = self._client.hgetall(self._core.keys.config)
+        self._core.learn_stored_config(stored)
+
     def _run(self, call: Call[T]) -> Any:
         try:
             with map_errors(self.name):
