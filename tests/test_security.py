@@ -62,8 +62,9 @@ WORKER_SCRIPT_COMMANDS = (
     "del exists hdel hexists hget hgetall hincrby hmget hset hsetnx info pexpire publish time type xadd "
     "zadd zcard zcount zrange zrangebyscore zrank zrem zremrangebyscore zscore"
 ).split()
-#: what the client itself sends: the library's functions (FCALL), the library
-#: (FUNCTION LOAD, again after a flush or restart), the wake channel, PING,
+#: what the client itself sends (besides HGETALL of the config hash, after an
+#: operator changed it, among the commands above): the library's functions
+#: (FCALL), the library (FUNCTION LOAD, again after a flush or restart), the wake channel, PING,
 #: TYPE to name a key of the wrong type, WAIT for replicas (with
 #: wait_replicas); and on Redis >= 7.2 the client library's name on connect
 #: (CLIENT SETINFO, refused quietly when not granted)
