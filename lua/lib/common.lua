@@ -1,12 +1,14 @@
---[[ lib/common.lua: the prelude of every governor script.
+--[[ lib/common.lua: the prelude of the governor's functions library.
 
-governor/scripts.py builds each script from: its flags line, the field
+governor/scripts.py builds one Redis Functions library from: the field
 table generated from governor/protocol.py and governor/policies.py (SCHEMA,
-the kind tables and FIELDS, the kind of each stored field the script
-names), this file, the fragments of lua/lib/ its header names on its
-"Uses" line, and the operation's own file.
+MAX_INT, the kind tables, FIELDS: every stored field's kind, REQUIRED), this
+file, the fragments of lua/lib/, then each operation's file as the body of
+OPS.<operation>, registered as a function (its "Uses" line names the
+fragments it relies on). Redis runs the library's top level once, when it
+loads it; each call runs begin(keys, argv), then the operation.
 
-KEYS (every script receives all of them, in this order: governor.protocol.KEYS)
+KEYS (every function receives all of them, in this order: governor.protocol.KEYS)
   KEYS[1]  state     hash    admission state: capacity, pause, hold, fence, ticket
   KEYS[2]  config    hash    the stored config and its policy's numbers
   KEYS[3]  policy    hash    what the policy learnt (its own fields)
@@ -30,12 +32,12 @@ Error replies (raised with error(msg, 0), mapped by governor/errors.py):
   GOVERNOR_SCHEMA <found>   the state hash was written by another schema
   GOVERNOR_BADSTATE <what>  a stored state value is missing or out of range
 
-Cost. A script pays on every call for each function it defines, each table
-it builds and each redis.call (about the cost of a small command), so the
-hot paths (acquire, release, report, renew, refresh, cancel) read the
-fields they use with one HMGET per hash into plain tables, build no
-closures beyond the fragments they load, and let reads of a key tell its
-type. Every count is derived with ZCOUNT over the live range, so expired
+Cost. The library's tables and helpers are built once, at load; a call
+pays for each redis.call (about the cost of a small command), each stored
+field it reads and checks, and each table it builds, so the hot paths
+(acquire, release, report, renew, refresh, cancel) read only the fields a
+path needs, with one HMGET per hash, and let reads of a key tell its type
+(scripts/report_stages.py counts a report step by step). Every count is derived with ZCOUNT over the live range, so expired
 leases, dead waiters and old window events never count even before they
 are removed; removal (reclaim) runs at most once per RECLAIM_MS and
 removes at most BATCH entries of each kind; all keys' expiry is pushed
@@ -54,8 +56,8 @@ write: every argument (arg_int, arg_id, ...), every stored value it reads
 (load: GOVERNOR_BADSTATE), and the type of every key it touches: a read of
 the key tells it (a command on a key of another type fails before
 anything is written), else guard() or check_types() checks it. Each
-script also declares its flags (the "#!lua" line governor/scripts.py puts
-first), so a Redis out of memory refuses a writing script before it runs.
+function is registered with its flags (status: no-writes), so a Redis out
+of memory refuses a writing one before it runs.
 ]]
 
 local BATCH = 64
