@@ -11,11 +11,12 @@ call pays for its own work only. The files ship inside the wheel
 (``governor/lua``) and are read once per process.
 
 The library's name carries a hash of its source, so clients of another
-version keep their own library beside this one. A facade loads it before
-its first call (``FUNCTION LOAD REPLACE``) and again when Redis answers
-that a function is missing (a restart without persistence, a ``FUNCTION
+version keep their own library beside this one. A facade loads it
+(``FUNCTION LOAD REPLACE``) when Redis answers that a function is missing
+(a Redis that never had it, a restart without persistence, a ``FUNCTION
 FLUSH``, a new cluster node), then calls again, as ``register_script``
-does on ``NOSCRIPT``.
+does on ``NOSCRIPT``; a process whose Redis has it loads nothing (a load
+costs Redis a compile of the whole library).
 
 The read-only operations are registered with ``flags={'no-writes'}``; the
 others without, so a Redis out of memory refuses them before they run

@@ -236,8 +236,6 @@ class Governor:
             raise ConfigError(
                 "wait_replicas is not supported on a Redis Cluster client (WAIT needs the primary's connection)"
             )
-        #: the library is loaded before the first call
-        self._scripts_loaded = False
         #: from_url's URL and options, to switch to a cluster client when redirected
         self._url: str | None = None
         self._options: dict[str, Any] = {}
@@ -680,8 +678,6 @@ class Governor:
     def _run(self, call: Call[T]) -> Any:
         try:
             with map_errors(self.name):
-                if not self._scripts_loaded:
-                    self._load_scripts()
                 reply, confirmed = self._send(call)
         except WrongKeyType as error:
             raise self._which_key(error) from error
@@ -719,30 +715,26 @@ class Governor:
         except redis.exceptions.ResponseError as error:
             if not reload or MISSING_FUNCTION not in str(error):
                 raise
-            self._load_scripts(missing=True)
+            self._load_library()
             return self._send(call, reload=False)
         return reply, int(acknowledged) >= replicas
 
-    def _load_scripts(self, missing: bool = False) -> None:
-        """Load the library (on every primary of a cluster): before the first
-        call, and when Redis said a function is missing (``missing``). A user
-        whose ACL refuses FUNCTION LOAD (a worker of a shared Redis, see the
-        README's Security) relies on an operator's ``governor library
-        --load``: refused before the first call, it goes on; refused for a
-        missing function, it fails naming that command."""
-        self._scripts_loaded = True  # callers racing this one rely on the missing-function reload meanwhile
+    def _load_library(self) -> None:
+        """Load the library (on every primary of a cluster) when Redis said a
+        function is missing: the first call on a Redis that never had it, or
+        after a restart without persistence, a FUNCTION FLUSH, a new cluster
+        node. A process whose Redis has it sends none (a load costs Redis a
+        compile of the whole library). A user whose ACL refuses FUNCTION LOAD
+        (a worker of a shared Redis, README: Security) fails naming the
+        operator's command that loads it."""
         try:
             self._client.function_load(library(), replace=True)
         except redis.exceptions.NoPermissionError as error:
-            if missing:
-                raise GovernorUnavailable(
-                    f"governor {self.name!r}: the functions library {library_name()} is not loaded on this Redis "
-                    "and this user may not load it (ACL +function|load): an operator runs `governor library --load`",
-                    name=self.name,
-                ) from error
-        except BaseException:
-            self._scripts_loaded = False
-            raise
+            raise GovernorUnavailable(
+                f"governor {self.name!r}: the functions library {library_name()} is not loaded on this Redis "
+                "and this user may not load it (ACL +function|load): an operator runs `governor library --load`",
+                name=self.name,
+            ) from error
 
     def _switch_to_cluster(self) -> None:
         """from_url was given a cluster node: use a cluster client instead."""
@@ -752,7 +744,6 @@ class Governor:
             self._client = redis_cluster.RedisCluster.from_url(self._url, **self._options)
         except ValueError as error:
             raise ConfigError(f"invalid Redis Cluster URL {self._url!r}: {error}") from error
-        self._scripts_loaded = False
         log.info("governor %r: %s is a Redis Cluster node; using a cluster client", self.name, self._url)
         standalone.close()
 
