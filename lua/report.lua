@@ -38,7 +38,7 @@ local release = lease ~= nil and ARGV[7] == '1'
 clock()
 if not load(REPORT) then return missing_reply() end
 prepare()
-the_policy()  -- its config and state: nothing is read after the first write
+local policy = the_policy()  -- its config and state: nothing is read after the first write
 if outcome == 'q' then more('state', 'quota_exhausted') end
 if outcome == 'r' then more('state', 'fence') end  -- a cut remembers the fence it was made at
 if retry_after then more('config', 'retry_after_cap_ms') end
@@ -76,7 +76,7 @@ if outcome == 'q' then
   set('state', 'quota_at', NOW)
   log('quota', 'count', S.quota_exhausted, 'why', 'provider reported its quota exhausted (billing, not a throttle)')
 else
-  record(outcome, fence, rl, total)
+  record(policy, outcome, fence, rl, total)
   if outcome == 'r' and retry_after then
     -- The provider asked the whole fleet to hold.
     local until_ms = NOW + math.min(retry_after, C.retry_after_cap_ms)

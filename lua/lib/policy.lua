@@ -172,9 +172,8 @@ end
 -- Record one reported attempt and apply the policy. outcome is 's'
 -- (success), 'r' (rate-limited) or 'e' (other error); rl and total are the
 -- window's counts before it (window()). Needs the state's capacity, fence
--- and event_seq, and the_policy() called before the first write.
-local function record(outcome, fence, rl, total)
-  local policy = the_policy()
+-- and event_seq; `policy` is the_policy()'s, called before the first write.
+local function record(policy, outcome, fence, rl, total)
   set('state', 'event_seq', S.event_seq + 1)
   local member = S.event_seq .. ':' .. outcome
   if outcome == 'r' then
