@@ -31,8 +31,8 @@ from governor.sim.redis_server import RedisServer, callgrind
 #: the steps of lua/report.lua, each named by the text it starts with
 STEPS = {
     "arguments parsed, begin()": "clock()\nif not load",
-    "clock and the state's fields": "prepare()\nthe_policy",
-    "prepare(): reclaim's, log's and pause's fields": "the_policy()  --",
+    "clock and the state's fields": "prepare()\nlocal policy",
+    "prepare(): reclaim's, log's and pause's fields": "local policy = the_policy()",
     "the_policy(): the policy's config and state": "if outcome == 'q' then more",
     "keep_alive(), queue and holders read": "local rl, total",
     "window(): the window's counts": "guard(10)",
