@@ -58,11 +58,6 @@ class Status:
     schema: int = SCHEMA_VERSION  #: schema version of the state and replies
 
     @property
-    def reason(self) -> str:
-        """Why paused (the same as pause_reason)."""
-        return self.pause_reason
-
-    @property
     def rate_limited_share(self) -> float:
         """Rate-limited share of the attempts in the window (0 when empty)."""
         return self.window_rate_limited / self.window_attempts if self.window_attempts else 0.0
