@@ -1,0 +1,332 @@
+"""Provider rate-limit headers, read into one shape (SPEC §9).
+
+Every answer of a provider says where its account stands: how large each
+limit is, how much of it is left and when it is whole again. A report may
+carry the response's headers; :func:`parse` turns them into a
+:class:`RateLimits`, one :class:`BudgetHeader` per budget kind, which the
+governor uses to learn the provider's limits and to clamp the fleet's
+buckets to the provider's own view.
+
+The families read (names are case-insensitive):
+
+======================================================  ==================  =========================================
+header                                                  budget kind         value
+======================================================  ==================  =========================================
+``x-ratelimit-limit-requests`` (OpenAI)                 ``requests``        integer
+``x-ratelimit-remaining-requests`` (OpenAI, Azure)      ``requests``        integer
+``x-ratelimit-reset-requests`` (OpenAI)                 ``requests``        duration: ``1s``, ``6m0s``, ``12ms``,
+                                                                            ``1h2m3.5s``; a bare number is seconds
+``x-ratelimit-{limit,remaining,reset}-tokens``          ``tokens``          as above
+``anthropic-ratelimit-requests-{limit,remaining}``      ``requests``        integer
+``anthropic-ratelimit-requests-reset``                  ``requests``        RFC 3339 time (``2025-01-01T00:00:00Z``)
+``anthropic-ratelimit-tokens-*``                        ``tokens``          as above
+``anthropic-ratelimit-input-tokens-*``                  ``input_tokens``    as above
+``anthropic-ratelimit-output-tokens-*``                 ``output_tokens``   as above
+``retry-after-ms``, ``x-ms-retry-after-ms`` (Azure)     retry_after         milliseconds
+``retry-after``                                         retry_after         seconds, or an HTTP date
+======================================================  ==================  =========================================
+
+A reset is read as milliseconds from now: a duration as it is, an RFC 3339
+time against ``now`` (Unix seconds, injectable; default this host's
+clock), a time in the past as 0. The "remaining" of Anthropic's token
+limits is rounded to the nearest thousand by the provider; it is taken as
+sent. When both families name the same figure (a gateway in front of both),
+Anthropic's is used.
+
+Never raises: a value that cannot be read is left out and its header's name
+is listed in :attr:`RateLimits.malformed` (the governor counts them), so a
+gateway that mangles one header costs nothing but that figure. Other headers
+of the same prefixes that this module does not use (OpenAI's
+``*-tokens_usage_based``, Anthropic's ``unified`` and ``priority`` limits)
+are ignored, not malformed. A negative figure (some Azure deployments send
+``-1`` for "no limit known") is malformed: it is no limit the fleet can use.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from types import MappingProxyType
+from typing import Any
+
+from .errors import ConfigError
+
+#: the budget kinds a header can speak of, in the governor's order
+KINDS = ("requests", "tokens", "input_tokens", "output_tokens")
+#: the largest figure taken: exact in a Lua number (a double), as the scripts need
+MAX_FIGURE = 2**53 - 1
+#: a Retry-After beyond this (or too large to represent) reads as this: one day, as governor.backoff
+RETRY_AFTER_LIMIT = 86400.0
+#: values longer than this are not parsed (no provider sends one)
+MAX_VALUE_LENGTH = 100
+
+_OPENAI = {"requests": "requests", "tokens": "tokens"}
+_ANTHROPIC = {
+    "requests": "requests",
+    "tokens": "tokens",
+    "input-tokens": "input_tokens",
+    "output-tokens": "output_tokens",
+}
+#: header name -> (budget kind, field, reset format) for every figure read
+FIGURES: Mapping[str, tuple[str, str, str]] = MappingProxyType(
+    {
+        **{
+            f"anthropic-ratelimit-{suffix}-{what}": (kind, what, "rfc3339")
+            for suffix, kind in _ANTHROPIC.items()
+            for what in ("limit", "remaining", "reset")
+        },
+        **{
+            f"x-ratelimit-{what}-{suffix}": (kind, what, "duration")
+            for suffix, kind in _OPENAI.items()
+            for what in ("limit", "remaining", "reset")
+        },
+    }
+)
+#: the Retry-After family, in order of preference: (name, unit in seconds); None: seconds or HTTP date
+RETRY_AFTER_HEADERS: tuple[tuple[str, float | None], ...] = (
+    ("retry-after-ms", 0.001),
+    ("x-ms-retry-after-ms", 0.001),
+    ("retry-after", None),
+)
+
+_INTEGER = re.compile(r"\d+")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+# A Go duration (what OpenAI's resets are): one or more <decimal><unit>, e.g. "1h2m3.5s"
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION = re.compile(rf"(?:{_DURATION_PART.pattern})+")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:([Zz])|([+-])(\d{2}):(\d{2}))"
+)
+
+
+def _figure(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_FIGURE:
+        raise ConfigError(f"BudgetHeader.{what} must be None or an int in [0, {MAX_FIGURE}], got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class BudgetHeader:
+    """What a provider's headers say about one budget."""
+
+    limit: int | None = None  #: the budget's size (requests or tokens per the provider's period)
+    remaining: int | None = None  #: what is left of it now
+    reset_ms: int | None = None  #: milliseconds until it is whole again
+
+    def __post_init__(self) -> None:
+        _figure(self.limit, "limit")
+        _figure(self.remaining, "remaining")
+        _figure(self.reset_ms, "reset_ms")
+
+
+@dataclass(frozen=True)
+class RateLimits:
+    """Everything a response's headers say about the account's limits."""
+
+    #: budget kind (one of :data:`KINDS`) -> its figures; only kinds with at least one figure
+    budgets: Mapping[str, BudgetHeader] = field(default_factory=dict)
+    #: seconds the provider asked to wait (retry-after-ms, x-ms-retry-after-ms, Retry-After), or None
+    retry_after: float | None = None
+    #: names (lower case) of the headers present whose value could not be read
+    malformed: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.budgets, Mapping):
+            raise ConfigError(f"RateLimits.budgets must be a mapping, got {self.budgets!r}")
+        budgets = dict(self.budgets)
+        for kind, figures in budgets.items():
+            if kind not in KINDS:
+                raise ConfigError(f"RateLimits.budgets: unknown budget kind {kind!r} (kinds: {', '.join(KINDS)})")
+            if not isinstance(figures, BudgetHeader):
+                raise ConfigError(f"RateLimits.budgets[{kind!r}] must be a BudgetHeader, got {figures!r}")
+        ordered = {kind: budgets[kind] for kind in KINDS if kind in budgets}
+        object.__setattr__(self, "budgets", MappingProxyType(ordered))
+        ra = self.retry_after
+        if ra is not None and (
+            isinstance(ra, bool) or not isinstance(ra, (int, float)) or not math.isfinite(ra) or ra < 0
+        ):
+            raise ConfigError(f"RateLimits.retry_after must be None or finite seconds >= 0, got {ra!r}")
+        if not isinstance(self.malformed, tuple) or not all(isinstance(name, str) for name in self.malformed):
+            raise ConfigError(f"RateLimits.malformed must be a tuple of header names, got {self.malformed!r}")
+
+    def __bool__(self) -> bool:
+        """True when the headers said anything at all (figures, a wait, or something unreadable)."""
+        return bool(self.budgets) or self.retry_after is not None or bool(self.malformed)
+
+
+#: what parse() answers for no headers
+EMPTY = RateLimits()
+
+
+def parse(headers: Mapping[str, str] | Iterable[tuple[Any, Any]] | None, *, now: float | None = None) -> RateLimits:
+    """The rate limits a response's headers announce; never raises.
+
+    ``headers`` is any mapping of names to values (httpx's ``Headers``, a
+    plain dict in any case), or a sequence of ``(name, value)`` pairs; names
+    and values may be str or bytes. ``now`` (Unix seconds, default
+    ``time.time()``) is the moment RFC 3339 resets are measured from.
+    """
+    if headers is None:
+        return EMPTY
+    try:
+        pairs = _pairs(headers)
+    except Exception:  # noqa: BLE001 - a container that cannot be read says nothing
+        return EMPTY
+    if not pairs:
+        return EMPTY
+    clock = time.time() if now is None else now
+    malformed: list[str] = []
+    found: dict[str, dict[str, int]] = {}
+    for name in sorted(pairs, key=_anthropic_first):
+        spec = FIGURES.get(name)
+        if spec is None:
+            continue
+        kind, what, reset_format = spec
+        value = _read_figure(pairs[name], what, reset_format, clock)
+        if value is None:
+            malformed.append(name)
+            continue
+        key = "reset_ms" if what == "reset" else what
+        found.setdefault(kind, {}).setdefault(key, value)
+    retry_after = None
+    for name, unit in RETRY_AFTER_HEADERS:
+        if name not in pairs:
+            continue
+        seconds = _read_retry_after(pairs[name], unit, pairs.get("date"), clock)
+        if seconds is None:
+            malformed.append(name)
+        elif retry_after is None:
+            retry_after = seconds
+    budgets = {kind: BudgetHeader(**figures) for kind, figures in found.items()}
+    return RateLimits(budgets, retry_after, tuple(malformed))
+
+
+def _anthropic_first(name: str) -> tuple[int, str]:
+    return (0 if name.startswith("anthropic-") else 1, name)
+
+
+def _pairs(headers: Any) -> dict[str, str]:
+    """Lower-case name -> value (str) of the headers that matter here."""
+    items: Iterable[Any] = headers.items() if hasattr(headers, "items") else headers
+    pairs: dict[str, str] = {}
+    for key, value in items:
+        if isinstance(key, bytes):
+            key = key.decode("latin-1")
+        if isinstance(value, bytes):
+            value = value.decode("latin-1")
+        if not isinstance(key, str):
+            continue
+        name = key.strip().lower()
+        if name in FIGURES or name == "date" or any(name == known for known, _ in RETRY_AFTER_HEADERS):
+            # A value that is no str (a number put into a dict by hand) is read from its text.
+            text = value if isinstance(value, str) else str(value)
+            if name in pairs:  # the same header twice: both must agree, as one comma-joined value would not
+                text = pairs[name] + ", " + text
+            pairs[name] = text
+    return pairs
+
+
+def _read_figure(text: str, what: str, reset_format: str, now: float) -> int | None:
+    text = text.strip()
+    if len(text) > MAX_VALUE_LENGTH:
+        return None
+    if what != "reset":
+        if not _INTEGER.fullmatch(text):
+            return None
+        value = int(text)
+        return value if value <= MAX_FIGURE else None
+    if reset_format == "duration":
+        seconds = parse_duration(text)
+    else:
+        when = parse_rfc3339(text)
+        seconds = None if when is None else max(0.0, when - now)
+    if seconds is None:
+        return None
+    millis = math.ceil(seconds * 1000.0 - 1e-9)  # 0.5 ms waits 1 ms: a reset is never read as sooner
+    return max(0, millis) if millis <= MAX_FIGURE else None
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in a Go-style duration (``1s``, ``6m0s``, ``12ms``, ``1h2m3.5s``,
+    ``0.5s``, ``0``), as OpenAI sends its resets; a bare number is seconds
+    (as Azure sends them). None if it is neither."""
+    text = text.strip()
+    if text == "0":
+        return 0.0
+    if _NUMBER.fullmatch(text):
+        seconds = float(text)
+    elif _DURATION.fullmatch(text):
+        seconds = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
+    else:
+        return None
+    return seconds if math.isfinite(seconds) else None
+
+
+def parse_rfc3339(text: str) -> float | None:
+    """Unix seconds of an RFC 3339 time (``2025-01-01T00:00:00Z``, with a
+    fraction or an offset), as Anthropic sends its resets; None if it is not one."""
+    match = _RFC3339.fullmatch(text.strip())
+    if match is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zulu, sign, off_h, off_m = match.groups()
+    try:
+        offset = timedelta(0) if zulu else timedelta(hours=int(off_h), minutes=int(off_m))
+        if sign == "-":
+            offset = -offset
+        moment = datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            min(int(second), 59),  # a leap second reads as the second before it
+            tzinfo=timezone(offset),
+        )
+    except ValueError:  # month 13, hour 25, an offset of a day or more
+        return None
+    return moment.timestamp() + (float("0." + fraction) if fraction else 0.0)
+
+
+def _read_retry_after(text: str, unit: float | None, date: str | None, now: float) -> float | None:
+    """Seconds of one Retry-After-like header, bounded to a day; None if unreadable.
+
+    The same reading as :func:`governor.backoff.parse_retry_after`: digits
+    with an optional fraction; for ``retry-after`` also an HTTP date,
+    measured against the response's own ``Date`` when it has one.
+    """
+    text = text.strip()
+    if len(text) > MAX_VALUE_LENGTH:
+        return None
+    if _NUMBER.fullmatch(text):
+        seconds = float(text) * (1.0 if unit is None else unit)
+        return min(seconds, RETRY_AFTER_LIMIT)
+    if unit is not None:
+        return None
+    when = _http_date(text)
+    if when is None:
+        return None
+    reference = _http_date(date) if date is not None else None
+    if reference is None:
+        reference = now
+    return min(max(0.0, when - reference), RETRY_AFTER_LIMIT)
+
+
+def _http_date(text: str) -> float | None:
+    """An HTTP date (IMF-fixdate, or the obsolete forms) as Unix seconds."""
+    if len(text) > MAX_VALUE_LENGTH:
+        return None
+    try:
+        parsed = email.utils.parsedate_tz(text)
+        if parsed is None:
+            return None
+        return float(email.utils.mktime_tz(parsed))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
