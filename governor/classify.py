@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backoff import parse_retry_after
+from .budgets import Tokens
 from .core import Outcome
 from .errors import ConfigError, GovernorError
 
@@ -64,6 +65,35 @@ class Classification:
             isinstance(ra, bool) or not isinstance(ra, (int, float)) or not math.isfinite(ra) or ra < 0
         ):
             raise ConfigError(f"Classification.retry_after must be None or finite seconds >= 0, got {ra!r}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A judge's verdict on one call's *result* (``retry_call(judge=...)``):
+    what to report, and how to let the result go if it is retried.
+
+    A result may be a failure too: an HTTP transport returns a 429 response
+    instead of raising. ``usage`` settles the lease's reservation;
+    ``headers`` calibrate the budgets (governor/budgets.py)."""
+
+    outcome: Outcome
+    retry_after: float | None = None  #: seconds the provider asked to wait (RATE_LIMITED only)
+    usage: Tokens | None = None  #: the tokens the call used
+    headers: Mapping[str, str] | None = None  #: the response's headers
+    description: str = ""  #: short, for logs
+    #: lets go of a result that is retried (closes a response); may return an awaitable
+    discard: Callable[[], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.outcome, Outcome):
+            raise ConfigError(f"Verdict.outcome must be an Outcome, got {self.outcome!r}")
+        if self.usage is not None and not isinstance(self.usage, Tokens):
+            raise ConfigError(f"Verdict.usage must be a Tokens or None, got {self.usage!r}")
+        ra = self.retry_after
+        if ra is not None and (
+            isinstance(ra, bool) or not isinstance(ra, (int, float)) or not math.isfinite(ra) or ra < 0
+        ):
+            raise ConfigError(f"Verdict.retry_after must be None or finite seconds >= 0, got {ra!r}")
 
 
 Classifier = Callable[[BaseException], Classification]

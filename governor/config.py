@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from .budgets import KINDS as BUDGET_KINDS
+from .budgets import MAX_TOKENS, config_field
 from .errors import ConfigError, StateError
 from .policies import REGISTRY, Policy, policy_from
 from .protocol import DEFAULT_PREFIX, governor_keys, ms
@@ -81,6 +83,13 @@ class GovernorConfig:
     local_capacity: int = 1
     #: first part of every key name
     key_prefix: str = DEFAULT_PREFIX
+    #: budget ceilings, per minute (governor/budgets.py): None, the default, leaves a
+    #: budget to the provider's rate-limit headers; a number caps it (a header's lower
+    #: limit still wins) and governs it from the start
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    input_tokens_per_minute: int | None = None
+    output_tokens_per_minute: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", policy_from(self.policy))
@@ -125,6 +134,12 @@ class GovernorConfig:
         if self.idle_expiry < max(self.window, self.lease_ttl, self.queue_ttl):
             raise ConfigError("idle_expiry must be at least window, lease_ttl and queue_ttl")
         governor_keys("x", self.key_prefix)  # validates the prefix
+        for kind in BUDGET_KINDS:
+            ceiling = getattr(self, config_field(kind))
+            if ceiling is not None:
+                _check_int(config_field(kind), ceiling)
+                if not 1 <= ceiling <= MAX_TOKENS:
+                    raise ConfigError(f"{config_field(kind)} must be None or in [1, 2^53], got {ceiling!r}")
 
     def script_fields(self) -> list[str]:
         """The stored config as ``name, value`` pairs (governor.protocol.CONFIG,
@@ -138,6 +153,7 @@ class GovernorConfig:
             "retry_after_cap_ms": str(ms(self.retry_after_cap)),
             "idle_ms": str(max(1000, ms(self.idle_expiry))),
             "log_length": str(self.log_length),
+            **{config_field(k): str(getattr(self, config_field(k)) or 0) for k in BUDGET_KINDS},
             **self.policy.script_fields(),
         }
         return [part for pair in pairs.items() for part in pair]
@@ -158,6 +174,7 @@ class GovernorConfig:
                 "retry_after_cap": int(stored["retry_after_cap_ms"]) / 1000,
                 "idle_expiry": int(stored["idle_ms"]) / 1000,
                 "log_length": int(stored["log_length"]),
+                **{config_field(k): int(stored[config_field(k)]) or None for k in BUDGET_KINDS},
             }
         except (KeyError, ValueError) as error:
             raise StateError(

@@ -12,12 +12,14 @@ from __future__ import annotations
 import math
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from .budgets import KINDS as BUDGET_KINDS
+from .budgets import Budget, Tokens, parse_budgets
 from .config import GovernorConfig
-from .errors import ConfigError, StateError
+from .errors import ConfigError, CostTooLarge, StateError
 from .protocol import SCHEMA_VERSION, GovernorKeys, Outcome, Wake, governor_keys, ms
 
 __all__ = ["Outcome", "Wake"]  # defined in governor.protocol, used through here too
@@ -55,7 +57,13 @@ class Status:
     now: float  #: the clock the scripts used
     #: why a new caller would wait now, in the admission rule's words ('' if it would not)
     blocked: str = ""
+    #: the active budgets (requests and tokens per minute), in governor.budgets.KINDS order
+    budgets: tuple[Budget, ...] = ()
     schema: int = SCHEMA_VERSION  #: schema version of the state and replies
+
+    def budget(self, kind: str) -> Budget | None:
+        """The active budget of ``kind``, or None when that kind is not governed."""
+        return next((b for b in self.budgets if b.kind == kind), None)
 
     @property
     def rate_limited_share(self) -> float:
@@ -286,14 +294,20 @@ class GovernorCore:
             GovernorConfig.from_stored(pairs, name=self.name)  # StateError when it cannot be used
             self.stored_config = pairs
 
-    def acquire(self, lease_id: str, holder: str, wait: bool, fresh: bool = True) -> Call[Granted | Queued | Denied]:
-        """Ask for a lease; ``fresh`` when the id was never sent before. A
-        try (``wait=False``) takes a new id: the script skips the lookups."""
+    def acquire(
+        self, lease_id: str, holder: str, wait: bool, fresh: bool = True, tokens: Tokens | None = None
+    ) -> Call[Granted | Queued | Denied]:
+        """Ask for a lease reserving ``tokens``; ``fresh`` when the id was
+        never sent before. A try (``wait=False``) takes a new id: the script
+        skips the lookups. A cost no budget can ever hold raises CostTooLarge
+        (the parse)."""
         if not wait and not fresh:
             raise ConfigError("a try_acquire takes a new lease id (fresh=True)")
+        mode = ("wait" if fresh else "again") if wait else "try"
+        reserve = "" if tokens is None or tokens == Tokens() else tokens.arg()
         return self._call(
             "acquire",
-            (lease_id, holder, self._ttl_ms, self._queue_ttl_ms, ("wait" if fresh else "again") if wait else "try"),
+            (lease_id, holder, self._ttl_ms, self._queue_ttl_ms, mode, reserve),
             self._parse_acquire,
             confirm=True,
         )
@@ -311,6 +325,8 @@ class GovernorCore:
             return Queued(int(text(rest[0])), text(rest[1]), int(text(rest[2])) / 1000, text(rest[3]))
         if kind == "denied":
             return Denied(text(rest[0]), int(text(rest[1])) / 1000, text(rest[2]))
+        if kind == "refused":
+            raise CostTooLarge(f"governor {self.name!r}: {text(rest[0])}; it can never be admitted", name=self.name)
         raise self._unexpected("acquire", kind)
 
     def release(self, lease_id: str) -> Call[bool]:
@@ -375,11 +391,15 @@ class GovernorCore:
         lease_id: str | None,
         fence: int | None = None,
         release: bool = False,
+        usage: Tokens | None = None,
+        limits: Mapping[str, tuple[int | None, int | None]] | None = None,
     ) -> Call[bool]:
         """True if recorded, False if the lease was no longer live (fenced off).
         ``lease_id`` is checked for liveness; ``fence`` alone (a lease already
         released) only tells the policy which admission wave the call was in.
-        ``release``: the same call also releases the lease."""
+        ``release``: the same call also releases the lease. ``usage``: the
+        tokens the call used, settling the lease's reservation. ``limits``:
+        budget kind -> (limit, remaining) from the response's headers."""
         if not isinstance(outcome, Outcome):
             raise ConfigError(f"outcome must be an Outcome, got {outcome!r}")
         ra = ""
@@ -390,7 +410,20 @@ class GovernorCore:
                 raise ConfigError(f"retry_after must be finite and >= 0 seconds, got {retry_after!r}")
             ra = str(ms(min(retry_after, 86400.0)))
         lease_args = (lease_id or "", "" if fence is None else str(fence), "1" if release and lease_id else "0")
-        return self._call("report", (outcome.value, ra, *lease_args), self._parse_reported)
+        if usage is not None and not isinstance(usage, Tokens):
+            raise ConfigError(f"usage must be a Tokens or None, got {usage!r}")
+        figures = []
+        for kind in BUDGET_KINDS:
+            limit, remaining = (limits or {}).get(kind, (None, None))
+            for value in (limit, remaining):
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                    raise ConfigError(f"{kind} limits must be integers >= 0 or None, got {value!r}")
+            both = ("" if limit is None else str(limit), "" if remaining is None else str(remaining))
+            figures.append("" if both == ("", "") else ",".join(both))
+        budget_args = ("" if usage is None else usage.arg(), *figures)
+        if budget_args == ("",) * len(budget_args):
+            budget_args = ()  # the common report: the script reads '' for what is not sent
+        return self._call("report", (outcome.value, ra, *lease_args, *budget_args), self._parse_reported)
 
     def _parse_reported(self, reply: Any) -> bool | Missing:
         kind, _ = _check_reply(reply, self.name)
@@ -471,7 +504,9 @@ class GovernorCore:
         if kind != "status":
             raise self._unexpected("status", kind)
         self._seen()
-        f = {text(rest[i]): text(rest[i + 1]) for i in range(0, len(rest) - 1, 2)}
+        raw = {text(rest[i]): rest[i + 1] for i in range(0, len(rest) - 1, 2)}
+        budget_section = raw.pop("budgets", ())
+        f = {key: text(value) for key, value in raw.items()}
         try:
             self._saw_fence(int(f["fence"]))
             if self.stored_config is not None:  # the ceiling an operator may have changed
@@ -500,8 +535,9 @@ class GovernorCore:
                 created=int(f["created"]) / 1000,
                 now=int(f["now"]) / 1000,
                 blocked=f["blocked"],
+                budgets=parse_budgets(budget_section, text),
             )
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, ConfigError) as exc:
             raise StateError(f"governor {self.name!r}: unreadable status reply ({exc})", name=self.name) from exc
 
     def _unexpected(self, script: str, kind: str) -> StateError:

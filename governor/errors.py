@@ -28,6 +28,11 @@ class ConfigError(GovernorError, ValueError):
     """A config value, governor name or argument is invalid."""
 
 
+class CostTooLarge(ConfigError):
+    """A lease's cost is above a budget's whole limit (its tokens per minute):
+    it could never be admitted, so it is refused at once instead of waiting."""
+
+
 class AcquireTimeout(GovernorError, TimeoutError):
     """No lease was granted within the timeout; the caller's place is given up."""
 

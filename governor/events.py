@@ -43,6 +43,14 @@ class Admitted(Event):
     local: bool  #: admitted by the local fallback limit while Redis was unreachable
 
 
+@dataclass(frozen=True)
+class MalformedHeaders(Event):
+    """A report carried rate-limit headers that could not be read
+    (governor/headers.py): they changed nothing and are counted."""
+
+    headers: tuple[str, ...]  #: their names, lower case
+
+
 Subscriber = Callable[[Event], None]
 """Called with every event emitted in this process; picks its own with isinstance."""
 

@@ -9,21 +9,21 @@ range are written once; ``tests/test_protocol.py`` checks that the Lua
 names no key, field, reply or wake word this module does not.
 
 Keys (all under one hash tag, so a script touches them atomically on a
-cluster; ``v2`` is :data:`SCHEMA_VERSION`, so another layout can live beside
+cluster; ``v3`` is :data:`SCHEMA_VERSION`, so another layout can live beside
 this one)::
 
-    governor:v2:{N}:state     hash    admission state: capacity, pause, hold, fences
-    governor:v2:{N}:config    hash    the stored config (the policy's numbers included)
-    governor:v2:{N}:policy    hash    what the policy learnt (its own fields)
-    governor:v2:{N}:leases    zset    lease id -> expiry (ms); in-flight = live members
-    governor:v2:{N}:holders   hash    lease or waiter id -> holder record
-    governor:v2:{N}:queue     zset    waiter id -> ticket (FIFO order)
-    governor:v2:{N}:waiters   zset    waiter id -> deadline (ms) to refresh by
-    governor:v2:{N}:attempts  zset    "seq:outcome" -> time (ms): the window
-    governor:v2:{N}:limited   zset    the rate-limited subset of attempts
-    governor:v2:{N}:events    stream  the decision log (capped)
+    governor:v3:{N}:state     hash    admission state: capacity, pause, hold, fences
+    governor:v3:{N}:config    hash    the stored config (the policy's numbers included)
+    governor:v3:{N}:policy    hash    what the policy learnt (its own fields)
+    governor:v3:{N}:leases    zset    lease id -> expiry (ms); in-flight = live members
+    governor:v3:{N}:holders   hash    lease or waiter id -> holder record
+    governor:v3:{N}:queue     zset    waiter id -> ticket (FIFO order)
+    governor:v3:{N}:waiters   zset    waiter id -> deadline (ms) to refresh by
+    governor:v3:{N}:attempts  zset    "seq:outcome" -> time (ms): the window
+    governor:v3:{N}:limited   zset    the rate-limited subset of attempts
+    governor:v3:{N}:events    stream  the decision log (capped)
 
-Grants are announced on the pub/sub channel ``governor:v2:{N}:wake``.
+Grants are announced on the pub/sub channel ``governor:v3:{N}:wake``.
 """
 
 from __future__ import annotations
@@ -32,9 +32,12 @@ import enum
 import re
 from dataclasses import dataclass
 
+from .budgets import KINDS as BUDGET_KINDS
+from .budgets import SOURCES as BUDGET_SOURCES
+from .budgets import config_field
 from .errors import ConfigError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_PREFIX = "governor"
 
 # -- keys ----------------------------------------------------------------------------------
@@ -148,6 +151,30 @@ def ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+BUDGET_LEVEL = Kind("BUDGET_LEVEL", "num", -MAX_INT, MAX_INT)  #: a bucket's level (below 0: charged beyond)
+BUDGET_SOURCE = Kind("BUDGET_SOURCE", "str", values=("", *BUDGET_SOURCES))
+#: the active kinds: any of them, in KINDS order ('' none)
+BUDGET_LIST = Kind(
+    "BUDGET_LIST",
+    "str",
+    values=tuple(
+        ",".join(kind for i, kind in enumerate(BUDGET_KINDS) if mask >> i & 1) for mask in range(2 ** len(BUDGET_KINDS))
+    ),
+)
+
+
+def budget_fields(kind: str) -> dict[str, Kind]:
+    """A budget kind's fields in ``state`` (governor/budgets.py): its limit per
+    minute (0: not governed), burst, level at ``<kind>_at`` ms, and source."""
+    return {
+        f"{kind}_limit": COUNT,
+        f"{kind}_burst": COUNT,
+        f"{kind}_level": BUDGET_LEVEL,
+        f"{kind}_at": COUNT,
+        f"{kind}_source": BUDGET_SOURCE,
+    }
+
+
 #: the ``state`` hash: what admission reads and writes
 STATE: dict[str, Kind] = {
     "schema": Kind("VERSION", "int", 1, 1_000_000),
@@ -167,6 +194,8 @@ STATE: dict[str, Kind] = {
     "quota_at": COUNT,  #: ms of the last one
     "touch_due": COUNT,  #: ms: when every key's expiry is pushed back next
     "reclaim_due": COUNT,  #: ms: when expired leases and dead waiters are removed next
+    "budgets": BUDGET_LIST,  #: the active budget kinds, comma-separated in governor.budgets.KINDS order
+    **{name: kind for k in BUDGET_KINDS for name, kind in budget_fields(k).items()},
 }
 
 #: the ``config`` hash: the config a client stored (GovernorConfig.script_fields):
@@ -180,6 +209,8 @@ CONFIG: dict[str, Kind] = {
     "retry_after_cap_ms": DURATION,
     "idle_ms": Kind("IDLE", "int", 1000, 2_592_000_000),
     "log_length": Kind("LOG_LENGTH", "int", 1, 10_000_000),
+    #: each budget kind's configured ceiling per minute (0: none; governor/budgets.py)
+    **{config_field(k): COUNT for k in BUDGET_KINDS},
 }
 
 
@@ -223,28 +254,29 @@ SENTINEL = "~"
 
 @dataclass(frozen=True)
 class HolderRecord:
-    """``holders`` entry of a lease or waiter: ``fence|ttl_ms|since_ms|cost|holder``.
+    """``holders`` entry of a lease or waiter: ``fence|ttl_ms|since_ms|input|output|holder``.
 
-    ``fence`` is 0 for a waiter; ``cost`` is what the lease takes from the
-    concurrency budget (1)."""
+    ``fence`` is 0 for a waiter; ``input`` and ``output`` are the tokens the
+    lease reserved (governor.budgets.Tokens): what it takes from the budgets."""
 
     fence: int
     ttl_ms: int
     since_ms: int
-    cost: int
+    input: int
+    output: int
     holder: str
 
     @classmethod
     def parse(cls, raw: str | None) -> HolderRecord | None:
         if raw is None:
             return None
-        parts = raw.split("|", 4)
-        if len(parts) != 5 or not all(p.isdigit() for p in parts[:4]):
+        parts = raw.split("|", 5)
+        if len(parts) != 6 or not all(p.isdigit() for p in parts[:5]):
             return None
-        return cls(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), parts[4])
+        return cls(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]), parts[5])
 
     def format(self) -> str:
-        return f"{self.fence}|{self.ttl_ms}|{self.since_ms}|{self.cost}|{self.holder}"
+        return f"{self.fence}|{self.ttl_ms}|{self.since_ms}|{self.input}|{self.output}|{self.holder}"
 
 
 # -- outcomes, replies and wake messages ----------------------------------------------------
@@ -263,7 +295,7 @@ class Outcome(enum.Enum):
 #: every script's reply kinds (the second element of each reply)
 REPLIES: dict[str, tuple[str, ...]] = {
     "init": ("created", "exists"),
-    "acquire": ("granted", "queued", "denied", "missing"),
+    "acquire": ("granted", "queued", "denied", "refused", "missing"),
     "release": ("released", "missing"),
     "cancel": ("cancelled", "missing"),
     "renew": ("renewed", "missing"),
@@ -301,6 +333,7 @@ STATUS_FIELDS: tuple[str, ...] = (
     "quota_at",
     "created",
     "blocked",
+    "budgets",
 )
 
 #: wake message words after the epoch: "id:fence" grants, "@ms" ask again

@@ -14,10 +14,14 @@ ARGV
                         sent before); again: the same, for an id sent before
                         (answered 'granted' again if it was, its place
                         refreshed if queued); try: admitted now or denied
+  ARGV[8] tokens        "input,output" or ''  the tokens the lease reserves
+                        (governor.budgets.Tokens.arg): its cost in each budget
 Reply
   {2, 'granted', fence, remaining_ms, epoch}     remaining_ms: what the lease has left
   {2, 'queued', position, reason, hint_ms, epoch}   (wait, again)
   {2, 'denied', reason, hint_ms, epoch}             (try)
+  {2, 'refused', reason, epoch}   the cost is above a budget's whole limit:
+                                  it can never be admitted (any mode)
   {2, 'missing'}    no such governor: run init.lua, then call again
   position counts from 0; hint_ms > 0 is when asking again may pay off;
   reason is the admission rule's (blocked() of lib/admission.lua).
@@ -32,6 +36,7 @@ local mode = ARGV[7]
 if mode ~= 'wait' and mode ~= 'again' and mode ~= 'try' then
   fail('BADARG', 'mode must be wait, again or try, got ' .. tostring(mode))
 end
+local tokens = arg_tokens(8, 'tokens')
 clock()
 if not load(ADMIT) then return missing_reply() end
 keep_alive()
@@ -52,16 +57,28 @@ if mode == 'again' then
   in_queue = redis.call('ZSCORE', K.queue, id) ~= false
 end
 
+local impossible = never(tokens)
+if impossible then
+  if in_queue then
+    prepare()
+    guard(7, 5)  -- waiters, holders (queue was read by ZSCORE)
+    redis.call('ZREM', K.queue, id)
+    redis.call('ZREM', K.waiters, id)
+    redis.call('HDEL', K.holders, id)
+  end
+  return finish({SCHEMA, 'refused', impossible, S.epoch})
+end
+
 if in_queue then
   prepare()
   guard(7, 5, 4)  -- waiters, holders, leases: written after this write by grant()
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
 else
   local waiting = redis.call('ZCOUNT', K.waiters, LIVE, '+inf')  -- live waiters: dead ones never count
-  local reason, hint = blocked(1)
+  local reason, hint = blocked(tokens)
   if waiting == 0 and not reason then
     -- Nobody waits and the rule admits: at once (FIFO holds trivially).
-    return finish({SCHEMA, 'granted', add_lease(id, ttl, holder), ttl, S.epoch})
+    return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens), ttl, S.epoch})
   end
   if mode == 'try' then
     return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, S.epoch})
@@ -72,7 +89,7 @@ else
   set('state', 'ticket', S.ticket + 1)
   redis.call('ZADD', K.queue, S.ticket, id)
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
-  redis.call('HSET', K.holders, id, record_format(0, ttl, NOW, 1, holder))
+  redis.call('HSET', K.holders, id, record_format(0, ttl, NOW, tokens.input, tokens.output, holder))
   if waiting == 0 then created(K.queue) created(K.waiters) end
 end
 
@@ -80,6 +97,6 @@ local granted = grant(id)
 if granted[id] then
   return finish({SCHEMA, 'granted', granted[id], ttl, S.epoch})
 end
-local reason, hint = blocked(1)
+local reason, hint = blocked(tokens)
 return finish({SCHEMA, 'queued', redis.call('ZRANK', K.queue, id), reason or 'behind earlier waiters', hint,
   S.epoch})

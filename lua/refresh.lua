@@ -31,7 +31,7 @@ keep_alive()
 reclaim()
 recover()
 local granted = grant()
-local reason, hint = blocked(1)
+local reason, hint = blocked(NO_TOKENS)
 local reply = {SCHEMA, 'refreshed', S.epoch, reason or '', hint}
 local deadline = NOW + queue_ttl
 for i = 4, #ARGV do

@@ -18,6 +18,14 @@ ARGV
                           (also for a lease released before its report)
   ARGV[7] release         '1' | '0'     '1': also release the lease (one call
                           instead of report then release)
+  ARGV[8] usage           "input,output" or ''  the tokens the call used
+                          (governor.budgets.Tokens.arg): settles the live
+                          lease's reservation in every budget
+  ARGV[9..12] limits      "limit,remaining" or ''  per budget kind, in the
+                          order requests, tokens, input_tokens, output_tokens:
+                          the response's rate-limit figures (either may be
+                          empty; governor/headers.py reads them), which
+                          calibrate that budget (calibrate() of lib/admission.lua)
 Reply
   {2, 'reported'}  recorded (and the lease released if asked)
   {2, 'lost'}      the lease was not live: nothing recorded (any remains of
@@ -35,6 +43,20 @@ local lease, fence = nil, nil
 if ARGV[5] ~= '' then lease = arg_id(5, 'lease') end
 if ARGV[6] ~= '' then fence = arg_int(6, 'fence') end
 local release = lease ~= nil and ARGV[7] == '1'
+local usage = nil
+if ARGV[8] ~= nil and ARGV[8] ~= '' then usage = arg_tokens(8, 'usage') end
+local limits = {}  -- {kind, limit or nil, remaining or nil}
+for i, kind in ipairs(BUDGET_KINDS) do
+  local v = ARGV[8 + i]
+  if v ~= nil and v ~= '' then
+    local l, r = string.match(v, '^(%d*),(%d*)$')
+    local limit, remaining = tonumber(l), tonumber(r)
+    if not l or (l == '' and r == '') or (limit or 0) > MAX_INT or (remaining or 0) > MAX_INT then
+      fail('BADARG', kind .. ' limits must be "limit,remaining" integers (either empty), got ' .. tostring(v))
+    end
+    limits[#limits + 1] = {kind, limit, remaining}
+  end
+end
 clock()
 if not load(REPORT) then return missing_reply() end
 prepare()
@@ -42,12 +64,18 @@ local policy = the_policy()  -- its config and state: nothing is read after the 
 if outcome == 'q' then more('state', 'quota_exhausted') end
 if outcome == 'r' then more('state', 'fence') end  -- a cut remembers the fence it was made at
 if retry_after then more('config', 'retry_after_cap_ms') end
+for _, figures in ipairs(limits) do
+  more('state', budget_fields(figures[1]))
+  more('config', figures[1] .. '_per_minute')
+end
 keep_alive()
 -- Types: the hashes were read; the zsets are read below before any write
 -- (ZCARD queue, ZSCORE leases when a lease reports, ZCOUNT in window()),
 -- holders by HEXISTS; events, waiters and (with no lease) leases guarded.
 local waiting = redis.call('ZCARD', K.queue) > 0
-local known = release and redis.call('HEXISTS', K.holders, lease) == 1
+local held = nil  -- the lease's holder record, when its reservation is settled
+if lease and usage and #active_budgets() > 0 then held = record_parse(redis.call('HGET', K.holders, lease)) end
+local known = release and (held ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)
 
 local function give_back()
   if release and redis.call('ZREM', K.leases, lease) == 1 and known then
@@ -86,6 +114,8 @@ else
     end
   end
 end
+if held then settle(held.tokens, usage) end
+for _, figures in ipairs(limits) do calibrate(figures[1], figures[2], figures[3]) end
 give_back()
 if waiting then grant() end
 return finish({SCHEMA, 'reported'})

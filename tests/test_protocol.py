@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from governor import Governor, GovernorConfig, protocol
+from governor.budgets import Tokens
 from governor.core import Granted, Queued, new_id, text
 from governor.policies import REGISTRY
 from governor.protocol import (
@@ -164,8 +165,8 @@ def test_the_holder_record_format_is_the_protocols() -> None:
     assert parts[1::2] == ["'|'"] * (len(fields) - 1)
     assert [re.sub(r"^int\((\w+)\)$", r"\1", p) for p in parts[0::2]] == params_list
     (pattern,) = re.findall(r"string\.match\(raw, '([^']*)'\)", admission)
-    assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$"  # four numbers, then the holder (may hold '|')
-    (names,) = re.findall(r"local (fence, ttl, since, cost, holder) = string\.match", admission)
+    assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$"  # five numbers, then the holder (may hold '|')
+    (names,) = re.findall(r"local (fence, ttl, since, input, output, holder) = string\.match", admission)
     assert [n.strip() for n in names.split(",")] == params_list
 
 
@@ -175,22 +176,22 @@ def test_a_record_written_by_a_real_acquire_parses(make_gov: MakeGov, sync_clien
     core = gov._core
     label = "host-1/agent 7|with a pipe"
     lease_id, waiter_id = new_id(), new_id()
-    granted = gov._execute(core.acquire(lease_id, label, wait=False))
+    granted = gov._execute(core.acquire(lease_id, label, wait=False, tokens=Tokens(1200, 300)))
     assert isinstance(granted, Granted)
     raw = text(sync_client.hget(gov.keys.holders, lease_id))
     record = HolderRecord.parse(raw)
-    assert record == HolderRecord(granted.fence, 7500, ms(clock.now), 1, label)
+    assert record == HolderRecord(granted.fence, 7500, ms(clock.now), 1200, 300, label)
     assert record is not None and record.format() == raw
     clock.advance(1)
     queued = gov._execute(core.acquire(waiter_id, "waiter", wait=True))
     assert isinstance(queued, Queued)
     waiting = HolderRecord.parse(text(sync_client.hget(gov.keys.holders, waiter_id)))
-    assert waiting == HolderRecord(0, 7500, ms(clock.now), 1, "waiter")  # fence 0: not granted yet
+    assert waiting == HolderRecord(0, 7500, ms(clock.now), 0, 0, "waiter")  # fence 0: not granted yet
     clock.advance(1)
     assert gov._execute(core.release(lease_id)) is True  # grants the waiter
     promoted = HolderRecord.parse(text(sync_client.hget(gov.keys.holders, waiter_id)))
     assert promoted is not None and promoted.fence > granted.fence
-    assert (promoted.ttl_ms, promoted.since_ms, promoted.cost, promoted.holder) == (7500, ms(clock.now), 1, "waiter")
+    assert (promoted.ttl_ms, promoted.since_ms, promoted.input, promoted.holder) == (7500, ms(clock.now), 0, "waiter")
     # the sentinels: never a record, never live
     assert text(sync_client.hget(gov.keys.holders, SENTINEL)) == "" and HolderRecord.parse("") is None
     assert sync_client.zscore(gov.keys.leases, SENTINEL) == 0

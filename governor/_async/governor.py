@@ -17,7 +17,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
@@ -28,6 +28,7 @@ import redis.backoff
 import redis.exceptions
 
 from .. import events
+from ..budgets import Tokens
 from ..classify import Classifier
 from ..config import GovernorConfig, RetryPolicy
 from ..core import (
@@ -57,6 +58,7 @@ from ..errors import (
     map_errors,
     wrong_key_type,
 )
+from ..headers import parse as parse_headers
 from ..protocol import ms
 from ..scripts import MISSING_FUNCTION, function_name, library, library_name
 
@@ -65,6 +67,7 @@ from ._compat import AcquireContext, Semaphore, shielded
 from .background import _Background, _Waiter
 from .retry import retry_call, retry_decorator
 
+NO_TOKENS = Tokens()
 log = logging.getLogger("governor")
 T = TypeVar("T")
 
@@ -163,12 +166,14 @@ class AsyncLease:
         holder: str,
         deadline: float,
         local: bool = False,
+        tokens: Tokens = NO_TOKENS,
     ) -> None:
         self._governor = governor
         self.id = lease_id  #: unguessable lease id (also its key in Redis)
         self.fence = fence  #: monotonically increasing fencing token (0 for a local lease)
         self.epoch = epoch  #: the state incarnation the lease belongs to
         self.holder = holder  #: label shown to operators
+        self.tokens = tokens  #: what the lease reserved from the budgets (settled by its report)
         #: admitted by the local fallback limit while Redis was unreachable
         #: (``on_unavailable="local"``); registered in Redis once it answers again
         self.local = local
@@ -306,29 +311,35 @@ class AsyncGovernor:
 
     # -- admission ----------------------------------------------------------------
 
-    # sync: def acquire(self, timeout: float | None = None, holder: str | None = None) -> Lease:
-    def acquire(self, timeout: float | None = None, holder: str | None = None) -> AcquireContext[AsyncLease]:
+    def acquire(
+        self, timeout: float | None = None, holder: str | None = None, *, tokens: Tokens | int | None = None
+        # sync: ) -> Lease:
+    ) -> AcquireContext[AsyncLease]:
         """Wait in the fleet-wide FIFO queue for a lease.
 
         Use ``async with gov.acquire() as lease:`` to release on the way out,
         or ``lease = await gov.acquire()`` and ``lease.release()``. Raises AcquireTimeout
         after ``timeout`` seconds (None: wait as long as it takes); a caller
         cancelled at any point leaves no slot taken and none lost.
+        ``tokens`` (a Tokens, or an int of input tokens) is the call's
+        estimate, reserved from the budgets until the lease's report settles
+        it; a cost above a budget's whole limit raises CostTooLarge at once.
         """
-        # sync: return self._acquire(timeout, holder)
-        return AcquireContext(self._acquire(timeout, holder))
+        # sync: return self._acquire(timeout, holder, tokens)
+        return AcquireContext(self._acquire(timeout, holder, tokens))
 
-    async def _acquire(self, timeout: float | None, holder: str | None) -> AsyncLease:
+    async def _acquire(self, timeout: float | None, holder: str | None, tokens: Tokens | int | None) -> AsyncLease:
         self._check_open()
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise ConfigError(f"timeout must be None or seconds >= 0, got {timeout!r}")
         label = _holder_label(holder)
+        reserve = Tokens.of(tokens)
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         lease = None
         while lease is None:
             try:
-                lease = await self._acquire_shared(label, deadline, timeout)
+                lease = await self._acquire_shared(label, deadline, timeout, reserve)
             except GovernorUnavailable as error:
                 if self.config.on_unavailable != "local":
                     raise
@@ -341,13 +352,15 @@ class AsyncGovernor:
             raise
         return lease
 
-    async def _acquire_shared(self, label: str, deadline: float | None, timeout: float | None) -> AsyncLease:
+    async def _acquire_shared(
+        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens
+    ) -> AsyncLease:
         while True:
-            lease_id, granted, expires = await self._wait_for_grant(label, deadline, timeout)
+            lease_id, granted, expires = await self._wait_for_grant(label, deadline, timeout, tokens)
             try:
                 claimed = await self._claim(lease_id, granted, expires, label)
                 if claimed is not None:
-                    return self._hold(lease_id, *claimed, label=label)
+                    return self._hold(lease_id, *claimed, label=label, tokens=tokens)
             except NotReplicated:
                 await shielded(self._abandon(lease_id))  # Redis answers: give the grant back
                 raise
@@ -360,7 +373,7 @@ class AsyncGovernor:
             # past the TTL): queue again, under a new id.
 
     async def _wait_for_grant(
-        self, label: str, deadline: float | None, timeout: float | None
+        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens
     ) -> tuple[str, Granted, float]:
         """Queue (or be admitted at once); the grant and the local time by
         which it surely lives."""
@@ -369,13 +382,13 @@ class AsyncGovernor:
         try:
             await self._background.start(wait_listening=True, timeout=timeout)
             sent_at = self._core.local_now()
-            result = await self._execute(self._core.acquire(lease_id, label, wait=True))
+            result = await self._execute(self._core.acquire(lease_id, label, wait=True, tokens=tokens))
             waiter.enqueued, waiter.confirmed_at = True, sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             while not isinstance(result, Granted):
                 if isinstance(result, Queued):
                     waiter.reason, waiter.position = result.reason, result.position
-                result, expires = await self._wait_turn(waiter, deadline, timeout, label)
+                result, expires = await self._wait_turn(waiter, deadline, timeout, label, tokens)
             return lease_id, result, expires
         except NotReplicated:
             await shielded(self._abandon(lease_id))  # Redis answers: give the place or grant back
@@ -430,7 +443,7 @@ class AsyncGovernor:
         return lease
 
     async def _wait_turn(
-        self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str
+        self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str, tokens: Tokens
     ) -> tuple[Granted | Queued | Denied, float]:
         """Wait for the background worker's news: a grant (and the local time
         by which it surely lives), or the next step."""
@@ -451,7 +464,9 @@ class AsyncGovernor:
         if waiter.retry:
             waiter.retry = False
             sent_at = self._core.local_now()
-            result = await self._execute(self._core.acquire(waiter.lease_id, label, wait=True, fresh=False))
+            result = await self._execute(
+                self._core.acquire(waiter.lease_id, label, wait=True, fresh=False, tokens=tokens)
+            )
             waiter.confirmed_at = sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             return result, expires
@@ -469,14 +484,18 @@ class AsyncGovernor:
             )
             return "failed"
 
-    async def try_acquire(self, holder: str | None = None) -> AsyncLease | None:
-        """A lease if one is free right now and nobody is queued, else None."""
+    async def try_acquire(
+        self, holder: str | None = None, *, tokens: Tokens | int | None = None
+    ) -> AsyncLease | None:
+        """A lease if one is free right now (every budget with room for
+        ``tokens``) and nobody is queued, else None."""
         self._check_open()
         label = _holder_label(holder)
+        reserve = Tokens.of(tokens)
         lease_id = new_id()
         sent_at = self._core.local_now()
         try:
-            result = await self._execute(self._core.acquire(lease_id, label, wait=False))
+            result = await self._execute(self._core.acquire(lease_id, label, wait=False, tokens=reserve))
         except GovernorUnavailable as error:
             if isinstance(error, NotReplicated):
                 await shielded(self._abandon(lease_id))  # Redis answers: give the grant back
@@ -491,13 +510,22 @@ class AsyncGovernor:
             raise
         if not isinstance(result, Granted):
             return None
-        lease = self._hold(lease_id, result, sent_at + (result.remaining or 0.0), label=label)
+        lease = self._hold(lease_id, result, sent_at + (result.remaining or 0.0), label=label, tokens=reserve)
         await self._background.start(wait_listening=False)
         return lease
 
-    def _hold(self, lease_id: str, granted: Granted, deadline: float, *, label: str, local: bool = False) -> AsyncLease:
+    def _hold(
+        self,
+        lease_id: str,
+        granted: Granted,
+        deadline: float,
+        *,
+        label: str,
+        local: bool = False,
+        tokens: Tokens = NO_TOKENS,
+    ) -> AsyncLease:
         """The lease of a grant, renewed by the background worker from now on."""
-        lease = AsyncLease(self, lease_id, granted.fence, granted.epoch, label, deadline, local)
+        lease = AsyncLease(self, lease_id, granted.fence, granted.epoch, label, deadline, local, tokens)
         return self._background.add_lease(lease)
 
     async def _forget(self, lease: AsyncLease) -> bool:
@@ -532,13 +560,17 @@ class AsyncGovernor:
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         holder: str | None = None,
+        tokens: Tokens | int | None = None,
         **kwargs: Any,
     ) -> T:
-        """Run ``fn(*args, **kwargs)`` under the fleet limit: acquire a lease,
-        call, classify the outcome, report it, release, and retry throttled
-        calls with the provider's Retry-After or the backoff (SPEC §5).
-        Quota exhaustion raises QuotaExhausted at once; other errors propagate."""
-        return await retry_call(self, fn, args, kwargs, classify=classify, retry=retry, timeout=timeout, holder=holder)
+        """Run ``fn(*args, **kwargs)`` under the fleet limit: acquire a lease
+        (reserving ``tokens``), call, classify the outcome, report it (with
+        the usage an SDK result carries), release, and retry throttled calls
+        with the provider's Retry-After or the backoff (SPEC §5). Quota
+        exhaustion raises QuotaExhausted at once; other errors propagate."""
+        return await retry_call(
+            self, fn, args, kwargs, classify=classify, retry=retry, timeout=timeout, holder=holder, tokens=tokens
+        )
 
     def limit(
         self,
@@ -561,16 +593,25 @@ class AsyncGovernor:
         lease: AsyncLease | None = None,
         *,
         release: bool = False,
+        usage: Tokens | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        """Feed one provider outcome to the fleet's policy.
+        """Feed one provider outcome to the fleet's policy and budgets.
 
         ``retry_after`` (seconds, rate-limited only) holds the whole fleet
         until then, capped by ``config.retry_after_cap``. Pass the ``lease``
         the call ran under: the adaptive policy then knows which admission
         wave the outcome belongs to. A lease that has been lost is fenced off:
         nothing is recorded and LeaseLost is raised. ``release=True`` also
-        releases the lease, in the same round trip.
+        releases the lease, in the same round trip. ``usage`` (the tokens the
+        call used) settles the lease's reservation; ``headers`` (the
+        response's) calibrate the budgets from the provider's rate-limit
+        headers (governor/headers.py; unreadable ones change nothing and are
+        counted, never raised).
         """
+        if usage is not None and not isinstance(usage, Tokens):
+            raise ConfigError(f"usage must be a Tokens (input and output tokens) or None, got {usage!r}")
+        limits = self._limits(headers)
         if lease is not None and lease._governor is not self:
             raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
         if release and lease is None:
@@ -581,7 +622,7 @@ class AsyncGovernor:
             if not lease.released:  # a lease released before its report is not checked
                 lease_id = lease.id
         releasing = release and lease is not None and await self._forget(lease)
-        call = self._core.report(outcome, retry_after, lease_id, fence, release=releasing)
+        call = self._core.report(outcome, retry_after, lease_id, fence, release=releasing, usage=usage, limits=limits)
         try:
             # Shielded when it releases: a caller cancelled meanwhile must not leak the slot.
             recorded = await shielded(self._execute(call)) if releasing else await self._execute(call)
@@ -597,6 +638,15 @@ class AsyncGovernor:
                 "its outcome was not counted and its slot may be someone else's",
                 name=self.name,
             )
+
+    def _limits(self, headers: Mapping[str, str] | None) -> dict[str, tuple[int | None, int | None]] | None:
+        """A response's rate-limit headers as budget kind -> (limit, remaining)."""
+        if headers is None:
+            return None
+        read = parse_headers(headers)
+        if read.malformed:
+            events.emit(events.MalformedHeaders(self.name, read.malformed))
+        return {kind: (figures.limit, figures.remaining) for kind, figures in read.budgets.items()}
 
     async def probe(self) -> Status:
         """Time-driven recovery: reclaim expired leases, lift a drained pause,

@@ -10,7 +10,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
@@ -21,6 +21,7 @@ import redis.backoff
 import redis.exceptions
 
 from .. import events
+from ..budgets import Tokens
 from ..classify import Classifier
 from ..config import GovernorConfig, RetryPolicy
 from ..core import (
@@ -50,6 +51,7 @@ from ..errors import (
     map_errors,
     wrong_key_type,
 )
+from ..headers import parse as parse_headers
 from ..protocol import ms
 from ..scripts import MISSING_FUNCTION, function_name, library, library_name
 
@@ -57,6 +59,7 @@ from ._compat import Semaphore, shielded
 from .background import _Background, _Waiter
 from .retry import retry_call, retry_decorator
 
+NO_TOKENS = Tokens()
 log = logging.getLogger("governor")
 T = TypeVar("T")
 
@@ -155,12 +158,14 @@ class Lease:
         holder: str,
         deadline: float,
         local: bool = False,
+        tokens: Tokens = NO_TOKENS,
     ) -> None:
         self._governor = governor
         self.id = lease_id  #: unguessable lease id (also its key in Redis)
         self.fence = fence  #: monotonically increasing fencing token (0 for a local lease)
         self.epoch = epoch  #: the state incarnation the lease belongs to
         self.holder = holder  #: label shown to operators
+        self.tokens = tokens  #: what the lease reserved from the budgets (settled by its report)
         #: admitted by the local fallback limit while Redis was unreachable
         #: (``on_unavailable="local"``); registered in Redis once it answers again
         self.local = local
@@ -298,27 +303,33 @@ class Governor:
 
     # -- admission ----------------------------------------------------------------
 
-    def acquire(self, timeout: float | None = None, holder: str | None = None) -> Lease:
+    def acquire(
+        self, timeout: float | None = None, holder: str | None = None, *, tokens: Tokens | int | None = None
+        ) -> Lease:
         """Wait in the fleet-wide FIFO queue for a lease.
 
         Use ``with gov.acquire() as lease:`` to release on the way out,
         or ``lease = gov.acquire()`` and ``lease.release()``. Raises AcquireTimeout
         after ``timeout`` seconds (None: wait as long as it takes); a caller
         cancelled at any point leaves no slot taken and none lost.
+        ``tokens`` (a Tokens, or an int of input tokens) is the call's
+        estimate, reserved from the budgets until the lease's report settles
+        it; a cost above a budget's whole limit raises CostTooLarge at once.
         """
-        return self._acquire(timeout, holder)
+        return self._acquire(timeout, holder, tokens)
 
-    def _acquire(self, timeout: float | None, holder: str | None) -> Lease:
+    def _acquire(self, timeout: float | None, holder: str | None, tokens: Tokens | int | None) -> Lease:
         self._check_open()
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise ConfigError(f"timeout must be None or seconds >= 0, got {timeout!r}")
         label = _holder_label(holder)
+        reserve = Tokens.of(tokens)
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         lease = None
         while lease is None:
             try:
-                lease = self._acquire_shared(label, deadline, timeout)
+                lease = self._acquire_shared(label, deadline, timeout, reserve)
             except GovernorUnavailable as error:
                 if self.config.on_unavailable != "local":
                     raise
@@ -331,13 +342,15 @@ class Governor:
             raise
         return lease
 
-    def _acquire_shared(self, label: str, deadline: float | None, timeout: float | None) -> Lease:
+    def _acquire_shared(
+        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens
+    ) -> Lease:
         while True:
-            lease_id, granted, expires = self._wait_for_grant(label, deadline, timeout)
+            lease_id, granted, expires = self._wait_for_grant(label, deadline, timeout, tokens)
             try:
                 claimed = self._claim(lease_id, granted, expires, label)
                 if claimed is not None:
-                    return self._hold(lease_id, *claimed, label=label)
+                    return self._hold(lease_id, *claimed, label=label, tokens=tokens)
             except NotReplicated:
                 shielded(self._abandon(lease_id))  # Redis answers: give the grant back
                 raise
@@ -350,7 +363,7 @@ class Governor:
             # past the TTL): queue again, under a new id.
 
     def _wait_for_grant(
-        self, label: str, deadline: float | None, timeout: float | None
+        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens
     ) -> tuple[str, Granted, float]:
         """Queue (or be admitted at once); the grant and the local time by
         which it surely lives."""
@@ -359,13 +372,13 @@ class Governor:
         try:
             self._background.start(wait_listening=True, timeout=timeout)
             sent_at = self._core.local_now()
-            result = self._execute(self._core.acquire(lease_id, label, wait=True))
+            result = self._execute(self._core.acquire(lease_id, label, wait=True, tokens=tokens))
             waiter.enqueued, waiter.confirmed_at = True, sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             while not isinstance(result, Granted):
                 if isinstance(result, Queued):
                     waiter.reason, waiter.position = result.reason, result.position
-                result, expires = self._wait_turn(waiter, deadline, timeout, label)
+                result, expires = self._wait_turn(waiter, deadline, timeout, label, tokens)
             return lease_id, result, expires
         except NotReplicated:
             shielded(self._abandon(lease_id))  # Redis answers: give the place or grant back
@@ -420,7 +433,7 @@ class Governor:
         return lease
 
     def _wait_turn(
-        self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str
+        self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str, tokens: Tokens
     ) -> tuple[Granted | Queued | Denied, float]:
         """Wait for the background worker's news: a grant (and the local time
         by which it surely lives), or the next step."""
@@ -441,7 +454,9 @@ class Governor:
         if waiter.retry:
             waiter.retry = False
             sent_at = self._core.local_now()
-            result = self._execute(self._core.acquire(waiter.lease_id, label, wait=True, fresh=False))
+            result = self._execute(
+                self._core.acquire(waiter.lease_id, label, wait=True, fresh=False, tokens=tokens)
+            )
             waiter.confirmed_at = sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             return result, expires
@@ -459,14 +474,18 @@ class Governor:
             )
             return "failed"
 
-    def try_acquire(self, holder: str | None = None) -> Lease | None:
-        """A lease if one is free right now and nobody is queued, else None."""
+    def try_acquire(
+        self, holder: str | None = None, *, tokens: Tokens | int | None = None
+    ) -> Lease | None:
+        """A lease if one is free right now (every budget with room for
+        ``tokens``) and nobody is queued, else None."""
         self._check_open()
         label = _holder_label(holder)
+        reserve = Tokens.of(tokens)
         lease_id = new_id()
         sent_at = self._core.local_now()
         try:
-            result = self._execute(self._core.acquire(lease_id, label, wait=False))
+            result = self._execute(self._core.acquire(lease_id, label, wait=False, tokens=reserve))
         except GovernorUnavailable as error:
             if isinstance(error, NotReplicated):
                 shielded(self._abandon(lease_id))  # Redis answers: give the grant back
@@ -481,13 +500,22 @@ class Governor:
             raise
         if not isinstance(result, Granted):
             return None
-        lease = self._hold(lease_id, result, sent_at + (result.remaining or 0.0), label=label)
+        lease = self._hold(lease_id, result, sent_at + (result.remaining or 0.0), label=label, tokens=reserve)
         self._background.start(wait_listening=False)
         return lease
 
-    def _hold(self, lease_id: str, granted: Granted, deadline: float, *, label: str, local: bool = False) -> Lease:
+    def _hold(
+        self,
+        lease_id: str,
+        granted: Granted,
+        deadline: float,
+        *,
+        label: str,
+        local: bool = False,
+        tokens: Tokens = NO_TOKENS,
+    ) -> Lease:
         """The lease of a grant, renewed by the background worker from now on."""
-        lease = Lease(self, lease_id, granted.fence, granted.epoch, label, deadline, local)
+        lease = Lease(self, lease_id, granted.fence, granted.epoch, label, deadline, local, tokens)
         return self._background.add_lease(lease)
 
     def _forget(self, lease: Lease) -> bool:
@@ -521,13 +549,17 @@ class Governor:
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         holder: str | None = None,
+        tokens: Tokens | int | None = None,
         **kwargs: Any,
     ) -> T:
-        """Run ``fn(*args, **kwargs)`` under the fleet limit: acquire a lease,
-        call, classify the outcome, report it, release, and retry throttled
-        calls with the provider's Retry-After or the backoff (SPEC §5).
-        Quota exhaustion raises QuotaExhausted at once; other errors propagate."""
-        return retry_call(self, fn, args, kwargs, classify=classify, retry=retry, timeout=timeout, holder=holder)
+        """Run ``fn(*args, **kwargs)`` under the fleet limit: acquire a lease
+        (reserving ``tokens``), call, classify the outcome, report it (with
+        the usage an SDK result carries), release, and retry throttled calls
+        with the provider's Retry-After or the backoff (SPEC §5). Quota
+        exhaustion raises QuotaExhausted at once; other errors propagate."""
+        return retry_call(
+            self, fn, args, kwargs, classify=classify, retry=retry, timeout=timeout, holder=holder, tokens=tokens
+        )
 
     def limit(
         self,
@@ -549,16 +581,25 @@ class Governor:
         lease: Lease | None = None,
         *,
         release: bool = False,
+        usage: Tokens | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        """Feed one provider outcome to the fleet's policy.
+        """Feed one provider outcome to the fleet's policy and budgets.
 
         ``retry_after`` (seconds, rate-limited only) holds the whole fleet
         until then, capped by ``config.retry_after_cap``. Pass the ``lease``
         the call ran under: the adaptive policy then knows which admission
         wave the outcome belongs to. A lease that has been lost is fenced off:
         nothing is recorded and LeaseLost is raised. ``release=True`` also
-        releases the lease, in the same round trip.
+        releases the lease, in the same round trip. ``usage`` (the tokens the
+        call used) settles the lease's reservation; ``headers`` (the
+        response's) calibrate the budgets from the provider's rate-limit
+        headers (governor/headers.py; unreadable ones change nothing and are
+        counted, never raised).
         """
+        if usage is not None and not isinstance(usage, Tokens):
+            raise ConfigError(f"usage must be a Tokens (input and output tokens) or None, got {usage!r}")
+        limits = self._limits(headers)
         if lease is not None and lease._governor is not self:
             raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
         if release and lease is None:
@@ -569,7 +610,7 @@ class Governor:
             if not lease.released:  # a lease released before its report is not checked
                 lease_id = lease.id
         releasing = release and lease is not None and self._forget(lease)
-        call = self._core.report(outcome, retry_after, lease_id, fence, release=releasing)
+        call = self._core.report(outcome, retry_after, lease_id, fence, release=releasing, usage=usage, limits=limits)
         try:
             # Shielded when it releases: a caller cancelled meanwhile must not leak the slot.
             recorded = shielded(self._execute(call)) if releasing else self._execute(call)
@@ -585,6 +626,15 @@ class Governor:
                 "its outcome was not counted and its slot may be someone else's",
                 name=self.name,
             )
+
+    def _limits(self, headers: Mapping[str, str] | None) -> dict[str, tuple[int | None, int | None]] | None:
+        """A response's rate-limit headers as budget kind -> (limit, remaining)."""
+        if headers is None:
+            return None
+        read = parse_headers(headers)
+        if read.malformed:
+            events.emit(events.MalformedHeaders(self.name, read.malformed))
+        return {kind: (figures.limit, figures.remaining) for kind, figures in read.budgets.items()}
 
     def probe(self) -> Status:
         """Time-driven recovery: reclaim expired leases, lift a drained pause,

@@ -9,11 +9,12 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..backoff import retry_wait
-from ..classify import Classification, Classifier, default_classifier
+from ..budgets import Tokens
+from ..classify import Classification, Classifier, Verdict, default_classifier
 from ..config import RetryPolicy
 from ..core import Outcome
 from ..errors import AcquireTimeout, ConfigError, GovernorError, LeaseLost, QuotaExhausted
@@ -26,6 +27,9 @@ log = logging.getLogger("governor")
 T = TypeVar("T")
 Args = tuple[Any, ...]
 Kwargs = dict[str, Any]
+#: judges a call's result: a Verdict to report, or None when the result took
+#: the lease over (a stream that reports and releases when it ends)
+Judge = Callable[[Any, Any], Verdict | None]
 
 NEEDS = "a plain function (coroutine functions need the asyncio facade)"
 
@@ -45,31 +49,33 @@ def retry_call(
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
     holder: str | None = None,
+    tokens: Tokens | int | None = None,
+    judge: Judge | None = None,
 ) -> T:
     """``governor.call(fn, *args, **kwargs)``: see the module docstring."""
     if not callable(fn):
         raise ConfigError(f"call() needs a callable, got {fn!r}", name=governor.name)
     if classify is not None and not callable(classify):
         raise ConfigError(f"classify must be a callable or None, got {classify!r}", name=governor.name)
+    if judge is not None and not callable(judge):
+        raise ConfigError(f"judge must be a callable or None, got {judge!r}", name=governor.name)
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ConfigError(f"retry must be a RetryPolicy or None, got {retry!r}", name=governor.name)
+    reserve = Tokens.of(tokens)
     policy = retry if retry is not None else RetryPolicy()
     classifier = classify if classify is not None else default_classifier
+    judge_result = judge if judge is not None else default_judge
     deadline = None if policy.deadline is None else time.monotonic() + policy.deadline
-    last_error: Exception | None = None
+    last: _Last | None = None
     for attempt in range(1, policy.max_attempts + 1):
         wait_timeout, cut_by_deadline = _queue_timeout(timeout, deadline)
         try:
-            lease = governor.acquire(timeout=wait_timeout, holder=holder)
+            lease = governor.acquire(timeout=wait_timeout, holder=holder, tokens=reserve)
         except AcquireTimeout:
-            if last_error is None or not cut_by_deadline:
+            if last is None or not cut_by_deadline:
                 raise
-            out_of_time = True
-        else:
-            out_of_time = False
-        if out_of_time:  # the deadline ran out in the queue: the provider's last answer is the news
-            assert last_error is not None
-            raise last_error
+            return last.give()  # the deadline ran out in the queue: the provider's last answer is the news
+        handed_over = False
         try:
             try:
                 result = _invoke(governor, fn, args, kwargs)
@@ -78,46 +84,87 @@ def retry_call(
             except Exception as error:
                 verdict = _classify(governor, classifier, error)
                 if verdict.kind is Outcome.QUOTA_EXHAUSTED:
-                    _report(governor, lease, Outcome.QUOTA_EXHAUSTED, None)
+                    _report(governor, lease, Outcome.QUOTA_EXHAUSTED)
                     raise QuotaExhausted(
                         f"governor {governor.name!r}: the provider says the quota or spend limit is used up "
                         f"({verdict.description}); not retried, an operator must act",
                         name=governor.name,
                     ) from error
                 if verdict.kind is not Outcome.RATE_LIMITED:
-                    _report(governor, lease, Outcome.ERROR, None)
+                    _report(governor, lease, Outcome.ERROR)
                     raise
-                retry_after = _retry_after(verdict, policy)
+                retry_after = _retry_after(verdict.retry_after, policy)
                 _report(governor, lease, Outcome.RATE_LIMITED, retry_after)
-                last_error = error
+                last, description = _Last(error=error), verdict.description
             else:
-                _report(governor, lease, Outcome.SUCCESS, None)
-                return result
+                judged = _judge(governor, judge_result, result, lease)
+                if judged is None:  # the result took the lease over (a stream): it reports and releases
+                    handed_over = True
+                    return result
+                retry_after = _retry_after(judged.retry_after, policy)
+                _report(governor, lease, judged.outcome, retry_after, judged.usage, judged.headers)
+                if judged.outcome is not Outcome.RATE_LIMITED:
+                    return result
+                last, description = _Last(result=result, discard=judged.discard), judged.description
         finally:
-            shielded(_release(governor, lease))
+            if not handed_over:
+                shielded(_release(governor, lease))
         # Rate-limited: wait (holding no lease) and try again, within the bounds.
-        assert last_error is not None
+        assert last is not None
         if attempt == policy.max_attempts:
-            log.info("governor %r: %s; giving up after %d attempts", governor.name, verdict.description, attempt)
-            raise last_error
+            log.info("governor %r: %s; giving up after %d attempts", governor.name, description, attempt)
+            return last.give()
         wait = retry_wait(
             attempt, retry_after, base=policy.base, cap=policy.cap, max_retry_after=policy.max_retry_after
         )
         if deadline is not None and time.monotonic() + wait >= deadline:
-            log.info(
-                "governor %r: %s; the retry deadline comes before the next try", governor.name, verdict.description
-            )
-            raise last_error
+            log.info("governor %r: %s; the retry deadline comes before the next try", governor.name, description)
+            return last.give()
         log.info(
             "governor %r: %s; retry %d of %d in %.3f s",
             governor.name,
-            verdict.description,
+            description,
             attempt,
             policy.max_attempts - 1,
             wait,
         )
+        last.let_go()
         sleep(wait)
     raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
+
+
+class _Last:
+    """The last rate-limited attempt's answer: an error, re-raised when the
+    retrying ends, or a result (a 429 response), returned then."""
+
+    def __init__(self, error: Exception | None = None, result: Any = None, discard: Callable[[], Any] | None = None):
+        self.error, self.result, self.discard = error, result, discard
+
+    def give(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def let_go(self) -> None:
+        """Before a retry: the result is let go of (it may still be returned
+        if the retrying then ends, so a discard must leave it readable)."""
+        if self.discard is None:
+            return
+        try:
+            done = self.discard()
+            if inspect.isawaitable(done):
+                pass
+        except Exception as error:  # letting go of a refused answer never fails the call
+            log.warning("governor: discarding a refused result failed: %s", error)
+        self.discard = None
+
+
+def default_judge(result: Any, lease: Any) -> Verdict:
+    """call()'s judge: every result a success, with the usage an SDK result
+    (or its JSON) carries (governor/estimate.py usage_of)."""
+    from ..estimate import usage_of
+
+    return Verdict(Outcome.SUCCESS, usage=usage_of(result))
 
 
 def retry_decorator(
@@ -179,12 +226,21 @@ def _classify(governor: Governor, classifier: Classifier, error: Exception) -> C
     return verdict
 
 
-def _retry_after(verdict: Classification, policy: RetryPolicy) -> float | None:
+def _retry_after(retry_after: float | None, policy: RetryPolicy) -> float | None:
     """The provider's Retry-After, cut to the policy's maximum: what this
     caller waits and what the fleet is asked to hold for."""
-    if verdict.retry_after is None:
+    if retry_after is None:
         return None
-    return min(verdict.retry_after, policy.max_retry_after)
+    return min(retry_after, policy.max_retry_after)
+
+
+def _judge(governor: Governor, judge: Judge, result: Any, lease: Lease) -> Verdict | None:
+    verdict = judge(result, lease)
+    if verdict is not None and not isinstance(verdict, Verdict):
+        raise ConfigError(
+            f"governor {governor.name!r}: judge must return a Verdict or None, got {verdict!r}", name=governor.name
+        )
+    return verdict
 
 
 def _queue_timeout(timeout: float | None, deadline: float | None) -> tuple[float | None, bool]:
@@ -197,11 +253,18 @@ def _queue_timeout(timeout: float | None, deadline: float | None) -> tuple[float
     return timeout, False
 
 
-def _report(governor: Governor, lease: Lease, outcome: Outcome, retry_after: float | None) -> None:
+def _report(
+    governor: Governor,
+    lease: Lease,
+    outcome: Outcome,
+    retry_after: float | None = None,
+    usage: Tokens | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> None:
     """Report one attempt and release its lease in the same round trip; a
     failure to report is logged, never raised (the TTL frees the slot)."""
     try:
-        governor.report(outcome, retry_after=retry_after, lease=lease, release=True)
+        governor.report(outcome, retry_after=retry_after, lease=lease, release=True, usage=usage, headers=headers)
     except LeaseLost as error:
         log.warning("governor %r: %s outcome not counted: %s", governor.name, outcome.name.lower(), error)
     except GovernorError as error:

@@ -19,9 +19,40 @@ end
 
 -- Why a new caller would wait now ('' when it would be admitted).
 local function why_blocked()
-  local why = blocked(1)
+  local why = blocked(NO_TOKENS)
   if not why and redis.call('ZCOUNT', K.waiters, LIVE, '+inf') > 0 then why = 'earlier callers are queued' end
   return why or ''
+end
+
+-- Each active budget: kind, limit, capacity (its burst, else its limit),
+-- level now, reserved by the live leases (their holder records: O(leases),
+-- for status only), source.
+local function budget_section()
+  local out = {}
+  local kinds = active_budgets()
+  if #kinds == 0 then return out end
+  local reserved = {}
+  for _, kind in ipairs(kinds) do reserved[kind] = 0 end
+  local live = redis.call('ZRANGEBYSCORE', K.leases, LIVE, '+inf')
+  for i = 1, #live, 1000 do
+    local records = redis.call('HMGET', K.holders, unpack(live, i, math.min(i + 999, #live)))
+    for j = 1, #records do
+      local m = record_parse(records[j])
+      if m then
+        for _, kind in ipairs(kinds) do reserved[kind] = reserved[kind] + budget_cost(kind, m.tokens) end
+      end
+    end
+  end
+  for _, kind in ipairs(kinds) do
+    local level = budget_level(kind)
+    out[#out + 1] = kind
+    out[#out + 1] = S[kind .. '_limit']
+    out[#out + 1] = capacity_of(kind)
+    out[#out + 1] = string.format('%.3f', level)
+    out[#out + 1] = reserved[kind]
+    out[#out + 1] = S[kind .. '_source']
+  end
+  return out
 end
 
 local function status_reply()
@@ -37,5 +68,6 @@ local function status_reply()
     'window_ms', C.window_ms, 'streak', P.streak or 0, 'fence', S.fence,
     'ceiling', P.ceiling or 0, 'quota_exhausted', S.quota_exhausted,
     'quota_at', S.quota_at, 'created', S.created, 'blocked', why_blocked(),
+    'budgets', budget_section(),
   }
 end

@@ -2,29 +2,166 @@
 pauses and holds.
 
 Uses the names of lib/common.lua. Defines: record_parse, record_format,
-in_flight, PAUSE_FIELDS, prepare, reclaim, window, resume_level, pause, resume, recover, BUDGETS,
-blocked, add_lease, grant.
+NO_TOKENS, arg_tokens, in_flight, PAUSE_FIELDS, prepare, reclaim, window, resume_level, pause,
+resume, recover, BUDGET_KINDS, budget_fields, active_budgets, budget_level, settle, calibrate,
+BUDGETS, never, blocked, add_lease, grant.
 
-The rule (SPEC §3): a caller is admitted when the governor is not paused,
-no hold runs (not_before), every budget has room for the lease's cost, and
-nobody is queued ahead of it. blocked() is the rule, and the only place
-the reason a caller waits is worded; acquire, refresh and grant ask it.
+The rule (SPEC §3, §9): a caller is admitted when the governor is not
+paused, no hold runs (not_before), every budget has room for the lease's
+cost, and nobody is queued ahead of it. blocked() is the rule, and the
+only place the reason a caller waits is worded; acquire, refresh and grant
+ask it. never() tells a cost no budget can ever hold.
 ]]
 
--- holders entries: "fence|ttl_ms|since_ms|cost|holder" (governor.protocol.HolderRecord)
+-- holders entries: "fence|ttl_ms|since_ms|input|output|holder"
+-- (governor.protocol.HolderRecord): input and output are the tokens the
+-- lease reserved, {input = , output = } as a table ("tokens").
 local function record_parse(raw)
   if not raw then return nil end
-  local fence, ttl, since, cost, holder = string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  local fence, ttl, since, input, output, holder = string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
   if not fence then return nil end
-  return {fence = tonumber(fence), ttl = tonumber(ttl), since = tonumber(since), cost = tonumber(cost), holder = holder}
+  return {fence = tonumber(fence), ttl = tonumber(ttl), since = tonumber(since),
+    tokens = {input = tonumber(input), output = tonumber(output)}, holder = holder}
 end
 
-local function record_format(fence, ttl, since, cost, holder)
-  return int(fence) .. '|' .. int(ttl) .. '|' .. int(since) .. '|' .. cost .. '|' .. holder
+local function record_format(fence, ttl, since, input, output, holder)
+  return int(fence) .. '|' .. int(ttl) .. '|' .. int(since) .. '|' .. int(input) .. '|' .. int(output) .. '|' .. holder
+end
+
+local NO_TOKENS = {input = 0, output = 0}
+
+-- ARGV[i]: tokens as "input,output" (governor.budgets.Tokens.arg), '' for none.
+local function arg_tokens(i, what)
+  local v = ARGV[i]
+  if v == nil or v == '' then return NO_TOKENS end
+  local input, output = string.match(v, '^(%d+),(%d+)$')
+  local a, b = tonumber(input), tonumber(output)
+  if not a or a > MAX_INT or b > MAX_INT then
+    fail('BADARG', what .. ' must be "input,output" integer tokens in [0, 2^53], got ' .. tostring(v))
+  end
+  return {input = a, output = b}
 end
 
 local function in_flight()
   return redis.call('ZCOUNT', K.leases, LIVE, '+inf')
+end
+
+-- Budgets beside concurrency (governor/budgets.py): token buckets in the
+-- state hash, <kind>_limit per minute (the refill rate; 0: not governed),
+-- <kind>_burst (what the bucket holds at most; 0: no header seen yet, the
+-- limit), <kind>_level at <kind>_at ms, <kind>_source. S.budgets lists the
+-- active kinds; a call reads their fields once (active_budgets), only when
+-- some are active, so a governor without budgets pays one field.
+local BUDGET_KINDS = {'requests', 'tokens', 'input_tokens', 'output_tokens'}
+local KIND_OF = {}
+for i = 1, #BUDGET_KINDS do KIND_OF[BUDGET_KINDS[i]] = true end  -- (no ipairs at load time)
+
+local function budget_fields(kind)
+  return kind .. '_limit', kind .. '_burst', kind .. '_level', kind .. '_at', kind .. '_source'
+end
+
+-- What one lease of `tokens` takes from budget `kind`.
+local function budget_cost(kind, tokens)
+  if kind == 'requests' then return 1 end
+  if kind == 'tokens' then return tokens.input + tokens.output end
+  if kind == 'input_tokens' then return tokens.input end
+  return tokens.output
+end
+
+local active = nil  -- the active kinds, once read by this call
+RESETS[#RESETS + 1] = function() active = nil end
+
+-- The active kinds, their fields read (needs S.budgets: load it).
+local function active_budgets()
+  if active then return active end
+  active = {}
+  if S.budgets == '' then return active end
+  local names = {}
+  for kind in string.gmatch(S.budgets, '[^,]+') do
+    if not KIND_OF[kind] then fail('BADSTATE', 'field budgets holds ' .. string.format('%q', S.budgets)) end
+    active[#active + 1] = kind
+    local limit, burst, level, at, source = budget_fields(kind)
+    for _, f in ipairs({limit, burst, level, at, source}) do names[#names + 1] = f end
+  end
+  more('state', unpack(names))
+  return active
+end
+
+local function capacity_of(kind)
+  local burst = S[kind .. '_burst']
+  if burst > 0 then return burst end
+  return S[kind .. '_limit']
+end
+
+-- A bucket's level now: refilled at its limit per minute since <kind>_at,
+-- never above its capacity.
+local function budget_level(kind)
+  local limit = S[kind .. '_limit']
+  local level = S[kind .. '_level'] + math.max(0, NOW - S[kind .. '_at']) * limit / 60000
+  return math.min(level, capacity_of(kind))
+end
+
+local function set_level(kind, level)
+  set('state', kind .. '_level', level)
+  set('state', kind .. '_at', NOW)
+end
+
+-- A lease's report settles its reservation: what it did not use goes back,
+-- what it used beyond is charged (a level may go below 0).
+local function settle(reserved, used)
+  for _, kind in ipairs(active_budgets()) do
+    local delta = budget_cost(kind, reserved) - budget_cost(kind, used)
+    if delta ~= 0 then set_level(kind, math.min(budget_level(kind) + delta, capacity_of(kind))) end
+  end
+end
+
+-- A response's rate-limit figures for one kind (limit and remaining, nil
+-- when not announced): the provider's limit is taken (a configured ceiling
+-- below it wins), the burst is the highest remaining seen, and the level
+-- is clamped to the provider's remaining. Needs the kind's fields and
+-- config <kind>_per_minute read, and C.log_length (prepare).
+local function calibrate(kind, limit_h, remaining)
+  local f_limit, f_burst, f_level, f_at, f_source = budget_fields(kind)
+  local was_limit, was_burst, was_source = S[f_limit], S[f_burst], S[f_source]
+  local ceiling = C[kind .. '_per_minute']
+  local limit, source = was_limit, was_source
+  if limit_h and limit_h > 0 then
+    limit, source = limit_h, 'header'
+  elseif remaining and (source == '' or source == 'learned') then
+    limit, source = math.max(was_limit, remaining), 'learned'
+  end
+  if ceiling > 0 and (limit == 0 or ceiling < limit) then limit, source = ceiling, 'configured' end
+  if limit == 0 then return end
+  local burst = was_burst
+  if remaining then burst = math.max(burst, remaining) end
+  burst = math.min(burst, limit)
+  local level
+  if was_limit == 0 then
+    level = remaining or limit  -- new: what the provider says is left
+    set('state', 'budgets', (function()
+      local on = {}
+      for _, k in ipairs(BUDGET_KINDS) do
+        if k == kind or (S[k .. '_limit'] or 0) > 0 then on[#on + 1] = k end
+      end
+      return table.concat(on, ',')
+    end)())
+  else
+    level = budget_level(kind)
+    if remaining and remaining < level then level = remaining end
+  end
+  local before = (was_limit > 0) and budget_level(kind) or level
+  set('state', f_limit, limit)
+  set('state', f_burst, burst)
+  set('state', f_source, source)
+  level = math.min(level, capacity_of(kind))
+  local dropped = before - level
+  set_level(kind, level)
+  if was_limit == 0 then active = nil end  -- a new kind: the next active_budgets() lists it
+  if limit ~= was_limit or source ~= was_source or burst > was_burst * 1.1 or dropped >= capacity_of(kind) / 10 then
+    log('budget', 'budget', kind, 'limit', limit, 'burst', burst, 'level', math.floor(level), 'source', source,
+      'why', (limit ~= was_limit or source ~= was_source) and ('limit from ' .. source)
+        or (dropped > 0 and 'clamped to the provider\'s remaining' or 'burst from the provider\'s remaining'))
+  end
 end
 
 -- Remove what no longer counts: expired leases and waiters that stopped
@@ -67,9 +204,9 @@ end
 local PAUSE_FIELDS = {'paused', 'pause_kind', 'pause_reason', 'paused_until', 'saved_capacity'}
 -- What the operations load first (load): acquire's admission fields, and
 -- with reclaim's due time for those that reclaim.
-local ADMIT = {'epoch', 'capacity', 'not_before', 'touch_due'}
-local WRITE = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due'}
-local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'event_seq'}
+local ADMIT = {'epoch', 'capacity', 'not_before', 'touch_due', 'budgets'}
+local WRITE = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'budgets'}
+local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'event_seq', 'budgets'}
 
 -- Read every field reclaim, recover, blocked, grant, pause and log may use,
 -- before a script's first write (reads after a write could fail it
@@ -78,6 +215,7 @@ local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', '
 local function prepare()
   more('state', 'reclaim_due')
   more('config', 'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms')
+  active_budgets()
   if S.capacity == 0 then
     more('state', unpack(PAUSE_FIELDS))
     more('config', 'resume_fraction')
@@ -128,26 +266,68 @@ local function recover(rl)
   end
 end
 
--- The budgets a lease takes from, in order. Each kind answers room(cost):
--- nil when a lease of that cost fits, else why not and a hint (ms until
--- asking again may pay off, 0: no idea). Concurrency: the live leases
--- (each counted once, cost 1) against capacity; capacity is 0 while paused.
+-- The budgets a lease takes from, in order. Each kind answers room(tokens):
+-- nil when a lease of those tokens fits, else why not and a hint (ms until
+-- asking again may pay off, 0: no idea); take(tokens) takes its cost.
+-- Concurrency: the live leases (each counted once, cost 1) against
+-- capacity; capacity is 0 while paused. Each token bucket: room when its
+-- level holds the cost (or, for a cost above its burst, when it is full);
+-- never when the cost is above its limit (a minute's worth).
 local live_count = nil  -- in-flight, once read by this call
 RESETS[#RESETS + 1] = function() live_count = nil end
 local BUDGETS = {
-  {name = 'concurrency', room = function(cost)
-    if live_count == nil then live_count = in_flight() end
-    if live_count + cost > S.capacity then
-      return 'at capacity: ' .. live_count .. ' in flight of ' .. S.capacity, 0
-    end
-    return nil, 0
-  end},
+  {name = 'concurrency',
+    room = function(tokens)
+      if live_count == nil then live_count = in_flight() end
+      if live_count + 1 > S.capacity then
+        return 'at capacity: ' .. live_count .. ' in flight of ' .. S.capacity, 0
+      end
+      return nil, 0
+    end,
+    take = function(tokens) if live_count then live_count = live_count + 1 end end,
+    never = function(tokens) return nil end},
 }
+for i = 1, #BUDGET_KINDS do
+  local kind = BUDGET_KINDS[i]
+  local function on() for _, k in ipairs(active_budgets()) do if k == kind then return true end end return false end
+  BUDGETS[#BUDGETS + 1] = {name = kind,
+    room = function(tokens)
+      if not on() then return nil, 0 end
+      local cost = budget_cost(kind, tokens)
+      local level, capacity = budget_level(kind), capacity_of(kind)
+      if level >= math.min(cost, capacity) then return nil, 0 end
+      local need = math.min(cost, capacity) - level
+      return kind .. ' budget: ' .. cost .. ' wanted, ' .. math.floor(level) .. ' left of ' .. capacity,
+        math.max(1, math.ceil(need * 60000 / S[kind .. '_limit']))
+    end,
+    take = function(tokens)
+      if on() then set_level(kind, budget_level(kind) - budget_cost(kind, tokens)) end
+    end,
+    never = function(tokens)
+      if not on() then return nil end
+      local cost = budget_cost(kind, tokens)
+      if cost > S[kind .. '_limit'] then
+        return 'a cost of ' .. cost .. ' is above the ' .. kind .. ' budget\'s whole limit of '
+          .. S[kind .. '_limit'] .. ' per minute'
+      end
+      return nil
+    end}
+end
 
--- The admission rule: nil when a lease of `cost` may be admitted now (the
--- queue aside: the callers decide FIFO), else why not and a hint (ms).
--- Needs S.capacity and S.not_before (load them).
-local function blocked(cost)
+-- Why a lease of `tokens` can never be admitted (its cost is above a
+-- budget's limit), or nil.
+local function never(tokens)
+  for _, budget in ipairs(BUDGETS) do
+    local why = budget.never(tokens)
+    if why then return why end
+  end
+  return nil
+end
+
+-- The admission rule: nil when a lease of `tokens` may be admitted now
+-- (the queue aside: the callers decide FIFO), else why not and a hint
+-- (ms). Needs S.capacity, S.not_before and S.budgets (load them).
+local function blocked(tokens)
   if S.capacity == 0 then
     if S.paused == 1 then
       local hint = 0
@@ -159,25 +339,25 @@ local function blocked(cost)
     return 'holding until the provider\'s retry-after', S.not_before - NOW
   end
   for _, budget in ipairs(BUDGETS) do
-    local why, hint = budget.room(cost)
+    local why, hint = budget.room(tokens)
     if why then return why, hint end
   end
   return nil, 0
 end
 
 -- A new lease: the fence (HINCRBY, the first write), then its holder
--- record, then its expiry. A holders key of another type undoes the fence
--- and fails, so nothing is left written.
-local function add_lease(id, ttl, holder)
+-- record, then its expiry; it takes its cost from every budget. A holders
+-- key of another type undoes the fence and fails, so nothing is left written.
+local function add_lease(id, ttl, holder, tokens)
   local fence = redis.call('HINCRBY', K.state, 'fence', 1)
-  local ok = redis.pcall('HSET', K.holders, id, record_format(fence, ttl, NOW, 1, holder))
+  local ok = redis.pcall('HSET', K.holders, id, record_format(fence, ttl, NOW, tokens.input, tokens.output, holder))
   if type(ok) == 'table' and ok.err then
     redis.call('HINCRBY', K.state, 'fence', -1)
     fail('WRONGTYPE', K.holders .. ' is not a hash')
   end
   redis.call('ZADD', K.leases, NOW + ttl, id)
   S.fence = fence
-  if live_count then live_count = live_count + 1 end
+  for _, budget in ipairs(BUDGETS) do budget.take(tokens) end
   return fence
 end
 
@@ -196,17 +376,25 @@ local function grant(caller)
   while skipped <= BATCH and admitted < BATCH do
     local head = redis.call('ZRANGE', K.queue, 0, 0)[1]
     if not head then break end
-    local why, hint = blocked(1)
+    local m = record_parse(redis.call('HGET', K.holders, head))
+    local tokens = m and m.tokens or NO_TOKENS
+    local impossible = never(tokens)
+    local why, hint = nil, 0
+    if not impossible then why, hint = blocked(tokens) end
     if why then
       if hint > 0 and admitted == 0 then redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. int(hint)) end
       break
     end
     local deadline = tonumber(redis.call('ZSCORE', K.waiters, head))
-    local m = record_parse(redis.call('HGET', K.holders, head))
     redis.call('ZREM', K.queue, head)
     redis.call('ZREM', K.waiters, head)
-    if deadline and deadline > NOW and m then
-      granted[head] = add_lease(head, m.ttl, m.holder)
+    if impossible then
+      -- A budget's limit fell below its cost: its refresh is refused (acquire again).
+      redis.call('HDEL', K.holders, head)
+      redis.call('PUBLISH', CHANNEL, S.epoch .. ' @1')
+      skipped = skipped + 1
+    elseif deadline and deadline > NOW and m then
+      granted[head] = add_lease(head, m.ttl, m.holder, m.tokens)
       if head ~= caller then words[#words + 1] = head .. ':' .. int(granted[head]) end
       admitted = admitted + 1
     else

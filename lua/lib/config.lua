@@ -9,7 +9,7 @@ absurd value; a missing, unknown or other policy's field is refused.
 ]]
 
 local BASE_CONFIG = {'policy', 'max_capacity', 'window_ms', 'resume_fraction', 'retry_after_cap_ms', 'idle_ms',
-  'log_length'}
+  'log_length', 'requests_per_minute', 'tokens_per_minute', 'input_tokens_per_minute', 'output_tokens_per_minute'}
 
 -- Read name/value config pairs from ARGV[first..]: the values as numbers
 -- (strings for policy), and the exact strings the client sent. Returns
@@ -69,7 +69,9 @@ end
 
 -- Store a config (replacing the config hash: another policy's fields go)
 -- and a fresh learnt state: capacity at max, no pause, no hold, the
--- policy's state reset. Needs S.fence and NOW; every key's type checked.
+-- policy's state reset, each budget at its configured ceiling (full) or
+-- not governed until a header announces it. Needs S.fence and NOW; every
+-- key's type checked.
 local function apply_config(cfg, raw)
   redis.call('DEL', K.config, K.policy)
   created(K.config)
@@ -88,6 +90,19 @@ local function apply_config(cfg, raw)
   set('state', 'saved_capacity', 0)
   set('state', 'not_before', 0)
   set('state', 'capacity', cfg.max_capacity)
+  local on = {}
+  for _, kind in ipairs(BUDGET_KINDS) do
+    local ceiling = cfg[kind .. '_per_minute']
+    local f_limit, f_burst, f_level, f_at, f_source = budget_fields(kind)
+    set('state', f_limit, ceiling)
+    set('state', f_burst, 0)
+    set('state', f_level, ceiling)
+    set('state', f_at, NOW)
+    set('state', f_source, ceiling > 0 and 'configured' or '')
+    if ceiling > 0 then on[#on + 1] = kind end
+  end
+  set('state', 'budgets', table.concat(on, ','))
+  active = nil
   set('policy', 'streak', 0)
   POLICIES[cfg.policy].reset()
 end

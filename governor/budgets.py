@@ -1,0 +1,147 @@
+"""Budgets beside concurrency: requests and tokens per minute (SPEC §9).
+
+A provider account is limited in requests and tokens per minute (Anthropic:
+input and output tokens apart) as well as in what it serves at once. Each
+of these is a *budget kind*: a bucket in the ``state`` hash, refilled
+continuously at its limit per minute up to its burst, and checked by the
+one admission rule (lua/lib/admission.lua ``BUDGETS``) in the same atomic
+call as concurrency. A caller is admitted only when every active budget
+has room for its cost; the reason it waits names the budget.
+
+The kinds and what one lease costs in each::
+
+    requests       1
+    tokens         input + output
+    input_tokens   input
+    output_tokens  output
+
+A lease reserves its estimate (:class:`Tokens`) when it is granted: the
+cost is taken from every active bucket. Its report settles the actual
+usage (``report(..., usage=Tokens(...))``): the difference goes back to
+the buckets, or is charged (a bucket may go below zero: later callers wait
+until it refills). A lease released or expired without a usage keeps its
+reservation as spent: a call that crashed or was abandoned has probably
+reached the provider, which counted it.
+
+Where a budget's limit comes from (its ``source``)::
+
+    configured  a ceiling in the config (GovernorConfig.requests_per_minute, ...)
+    header      the provider's own limit, from a response's rate-limit headers
+    learned     a provider that announces only what remains (Azure): the
+                highest remaining seen
+
+A report carrying a response's headers (``report(..., headers=...)``, read
+by governor/headers.py) calibrates the buckets: the limit is the provider's
+(a configured ceiling below it still wins), the burst the highest remaining
+seen, and the fleet's level is clamped to the provider's remaining. Both
+sides count what is in flight: the fleet took each lease's reservation at
+its admission, and the provider counts a request's estimate (prompt plus
+``max_tokens``) when it arrives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigError
+
+#: the budget kinds, in the order the scripts take them
+KINDS: tuple[str, ...] = ("requests", "tokens", "input_tokens", "output_tokens")
+
+#: where a budget's limit came from
+SOURCES: tuple[str, ...] = ("configured", "header", "learned")
+
+#: a reservation or usage above this is refused (2^53 keeps Lua exact)
+MAX_TOKENS = 2**53
+
+
+def _count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer number of tokens, got {value!r}")
+    if value < 0 or value > MAX_TOKENS:
+        raise ConfigError(f"{name} must be in [0, 2^53] tokens, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A number of tokens in and out: a lease's estimate, or a call's actual usage."""
+
+    input: int = 0  #: prompt tokens (cached ones included)
+    output: int = 0  #: completion tokens
+
+    def __post_init__(self) -> None:
+        _count("Tokens.input", self.input)
+        _count("Tokens.output", self.output)
+
+    @property
+    def total(self) -> int:
+        return self.input + self.output
+
+    @classmethod
+    def of(cls, value: Tokens | int | None, what: str = "tokens") -> Tokens:
+        """``None``: none; an int: that many input tokens; a Tokens: itself."""
+        if value is None:
+            return cls()
+        if isinstance(value, Tokens):
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{what} must be a Tokens, an integer or None, got {value!r}")
+        return cls(input=_count(what, value))
+
+    def cost(self, kind: str) -> int:
+        """What a lease of these tokens takes from budget ``kind``."""
+        if kind == "requests":
+            return 1
+        if kind == "tokens":
+            return self.total
+        if kind == "input_tokens":
+            return self.input
+        if kind == "output_tokens":
+            return self.output
+        raise ConfigError(f"unknown budget kind {kind!r}: use one of {', '.join(KINDS)}")
+
+    def arg(self) -> str:
+        """The scripts' form: ``"input,output"``."""
+        return f"{self.input},{self.output}"
+
+
+def config_field(kind: str) -> str:
+    """The config field of a kind's ceiling: ``tokens`` -> ``tokens_per_minute``."""
+    return f"{kind}_per_minute"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One active budget as status reports it."""
+
+    kind: str  #: one of KINDS
+    limit: int  #: per minute: the refill rate, and the ceiling of the burst
+    burst: int  #: what the bucket holds at most
+    level: float  #: what it holds now (below zero: charged beyond a reservation)
+    reserved: int  #: taken by the leases in flight (their estimates, not yet settled)
+    source: str  #: one of SOURCES
+
+    @property
+    def per_second(self) -> float:
+        """The refill rate."""
+        return self.limit / 60.0
+
+    def seconds_until(self, cost: int) -> float:
+        """How long until the bucket holds ``cost`` (0 if it does)."""
+        if self.level >= cost:
+            return 0.0
+        return (cost - self.level) / self.per_second if self.limit else float("inf")
+
+
+def parse_budgets(flat: Any, text: Any) -> tuple[Budget, ...]:
+    """Status's budget section: ``kind, limit, burst, level, reserved, source`` per budget."""
+    items = list(flat or ())
+    if len(items) % 6:
+        raise ValueError(f"the budget section has {len(items)} items, not a multiple of 6")
+    out = []
+    for i in range(0, len(items), 6):
+        kind, limit, burst, level, reserved, source = (text(v) for v in items[i : i + 6])
+        out.append(Budget(kind, int(limit), int(burst), float(level), int(reserved), source))
+    return tuple(out)
