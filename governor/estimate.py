@@ -1,0 +1,435 @@
+"""What a model request will cost, and what it did cost (SPEC §9).
+
+A lease reserves an estimate of its tokens before the call and its report
+settles the actual usage after it. This module makes both from what is on
+the wire, for the request and response shapes of OpenAI (chat completions,
+the Responses API, legacy completions, embeddings) and Anthropic (messages):
+
+- :func:`estimate_request`: the estimate, from the request body.
+- :func:`usage_of`: the actual usage of a JSON response, or of an SDK
+  object (``ChatCompletion``, ``Response``, ``Message``, or their ``usage``).
+- :class:`StreamUsage`: the actual usage of a streamed response, fed its
+  server-sent events chunk by chunk as they pass, and any error event
+  inside it (an overload that starts mid-stream).
+
+The estimate is deliberately simple and stated here so it can be checked:
+
+- input: ``REQUEST_OVERHEAD`` + ``ceil(chars / CHARS_PER_TOKEN)`` +
+  ``MESSAGE_OVERHEAD`` per message + ``MEDIA_TOKENS`` per image, audio or
+  file part + one per token of a prompt sent as token ids. ``chars`` counts
+  the text of the messages (OpenAI ``messages``, Anthropic ``messages`` and
+  ``system``, the Responses API's ``input`` and ``instructions``, legacy
+  ``prompt``, embeddings ``input``) and the JSON of ``tools``,
+  ``functions``, ``response_format`` and the Responses API's ``text``
+  format (the provider puts those in the prompt too). Base64 media is never
+  counted as text.
+- output: ``max_completion_tokens``, else ``max_output_tokens``, else
+  ``max_tokens`` (the first that is a non-negative integer), times ``n``
+  choices (``best_of`` for legacy completions); when none is given:
+  ``DEFAULT_OUTPUT_TOKENS``, except legacy completions (the API's own
+  default, ``LEGACY_COMPLETIONS_DEFAULT``) and embeddings (no output).
+- a body that is not JSON (or not a JSON object): ``ceil(len(body) /
+  CHARS_PER_TOKEN)`` input tokens, ``DEFAULT_OUTPUT_TOKENS`` output. No
+  body at all estimates nothing.
+
+Four characters a token is the providers' own rule of thumb for English;
+code and other languages run denser, which the report's settlement corrects
+(and the provider's headers clamp). Usage is what the provider says it
+billed: OpenAI's ``prompt_tokens`` (cached ones included) and
+``completion_tokens``; Anthropic's ``input_tokens`` plus
+``cache_creation_input_tokens`` and ``cache_read_input_tokens`` (Anthropic
+counts them apart; they were all read as input), and ``output_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, TypeGuard
+
+from .budgets import MAX_TOKENS, Tokens
+from .classify import Classification, classify_http
+
+#: characters of text per token (the providers' rule of thumb for English)
+CHARS_PER_TOKEN = 4
+#: tokens a message costs besides its text (role, separators), as OpenAI's cookbook counts them
+MESSAGE_OVERHEAD = 4
+#: tokens every request costs besides its messages (the reply's priming)
+REQUEST_OVERHEAD = 3
+#: tokens one image, audio or file part is taken to cost
+MEDIA_TOKENS = 1000
+#: output tokens reserved when the request sets no maximum
+DEFAULT_OUTPUT_TOKENS = 1024
+#: legacy completions' own default max_tokens
+LEGACY_COMPLETIONS_DEFAULT = 16
+#: the fields read as a maximum of output tokens, in order of preference
+OUTPUT_FIELDS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
+#: request fields whose text is the prompt
+TEXT_FIELDS = ("messages", "system", "input", "instructions", "prompt")
+#: request fields sent as JSON inside the prompt (tool and output schemas)
+SCHEMA_FIELDS = ("tools", "functions", "response_format", "text")
+#: keys of a content part that hold media (an image, audio, a file), never counted as text
+MEDIA_KEYS = frozenset({"image_url", "input_audio", "file", "file_data", "file_id", "file_url", "source", "image"})
+#: keys whose values are no prompt text (their cost is in MESSAGE_OVERHEAD)
+UNCOUNTED_KEYS = frozenset({"role", "type", "cache_control"})
+#: the most choices multiplied in (a larger n is an error the provider answers)
+MAX_CHOICES = 128
+
+
+def estimate_request(body: bytes | str | Mapping[str, Any] | None, path: str = "") -> Tokens:
+    """The tokens a request will take: see the module docstring for the rule.
+
+    ``body`` is the request body as sent (bytes or text of JSON) or already
+    decoded; ``path`` the URL path, which tells legacy completions and
+    embeddings apart (``/v1/completions``, ``/v1/embeddings``).
+    """
+    if body is None:
+        return Tokens()
+    if isinstance(body, Mapping):
+        request: Any = body
+        size = None
+    else:
+        raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else bytes(body)
+        if not raw.strip():
+            return Tokens()
+        size = len(raw)
+        try:
+            request = json.loads(raw)
+        except (ValueError, RecursionError):
+            request = None
+    if not isinstance(request, Mapping):
+        return Tokens(_bounded(math.ceil((size or 0) / CHARS_PER_TOKEN)), DEFAULT_OUTPUT_TOKENS)
+    endpoint = _endpoint(path)
+    return Tokens(_bounded(_input_tokens(request)), _bounded(_output_tokens(request, endpoint)))
+
+
+def _endpoint(path: str) -> str:
+    path = path.rstrip("/")
+    if path.endswith("embeddings"):
+        return "embeddings"
+    if path.endswith("completions") and not path.endswith("chat/completions"):
+        return "legacy"
+    return "other"
+
+
+def _input_tokens(request: Mapping[str, Any]) -> int:
+    count = _Count()
+    for name in TEXT_FIELDS:
+        value = request.get(name)
+        if value is None:
+            continue
+        if name in ("messages", "input") and isinstance(value, list):
+            count.messages += sum(1 for item in value if isinstance(item, Mapping))
+        count.walk(value)
+    for name in SCHEMA_FIELDS:
+        value = request.get(name)
+        if value is None or (name == "text" and not isinstance(value, Mapping)):
+            continue
+        try:
+            count.chars += len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+        except (TypeError, ValueError, RecursionError):  # not JSON (a dict made by hand): its text
+            count.walk(value)
+    return (
+        REQUEST_OVERHEAD
+        + math.ceil(count.chars / CHARS_PER_TOKEN)
+        + MESSAGE_OVERHEAD * count.messages
+        + MEDIA_TOKENS * count.media
+        + count.token_ids
+    )
+
+
+def _output_tokens(request: Mapping[str, Any], endpoint: str) -> int:
+    if endpoint == "embeddings":
+        return 0
+    maximum = LEGACY_COMPLETIONS_DEFAULT if endpoint == "legacy" else DEFAULT_OUTPUT_TOKENS
+    for name in OUTPUT_FIELDS:
+        value = request.get(name)
+        if _is_count(value):
+            maximum = value
+            break
+    choices = 1
+    for name in ("best_of", "n") if endpoint == "legacy" else ("n",):
+        value = request.get(name)
+        if _is_count(value) and 1 <= value <= MAX_CHOICES:
+            choices = value
+            break
+    return maximum * choices
+
+
+class _Count:
+    """Characters of text, messages, media parts and token ids in a request."""
+
+    def __init__(self) -> None:
+        self.chars = 0
+        self.messages = 0
+        self.media = 0
+        self.token_ids = 0
+
+    def walk(self, value: Any, depth: int = 0) -> None:
+        if depth > 64:  # a body nested this deep is no model request; what was counted stands
+            return
+        if isinstance(value, str):
+            self.chars += len(value)
+        elif isinstance(value, Mapping):
+            if any(key in MEDIA_KEYS for key in value):
+                self.media += 1
+            for key, item in value.items():
+                if key not in MEDIA_KEYS and key not in UNCOUNTED_KEYS:
+                    self.walk(item, depth + 1)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, int) and not isinstance(item, bool):
+                    self.token_ids += 1  # a prompt sent as token ids
+                else:
+                    self.walk(item, depth + 1)
+
+
+def _is_count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _bounded(value: int) -> int:
+    return min(value, MAX_TOKENS)
+
+
+# -- usage ----------------------------------------------------------------------------
+
+
+def usage_of(obj: Any) -> Tokens | None:
+    """The tokens a response says it used; None when it does not say.
+
+    ``obj`` is a decoded JSON response (a dict), an SDK object (openai's
+    ``ChatCompletion``, ``Completion``, ``Response``,
+    ``CreateEmbeddingResponse``; anthropic's ``Message``), or the ``usage``
+    part of either. Figures that are not non-negative integers make the
+    usage unknown (None) rather than wrong.
+    """
+    if obj is None:
+        return None
+    usage = _field(obj, "usage")
+    if usage is None and (_field(obj, "prompt_tokens") is not None or _field(obj, "input_tokens") is not None):
+        usage = obj  # the usage object itself
+    if usage is None or isinstance(usage, (str, bytes, int, float)):
+        return None
+    prompt = _field(usage, "prompt_tokens")
+    if prompt is not None:  # OpenAI chat completions, legacy completions, embeddings
+        completion = _field(usage, "completion_tokens")
+        if completion is None:
+            completion = 0  # embeddings have no completion
+        return _tokens(prompt, completion)
+    if _field(usage, "input_tokens") is None:
+        return None
+    # Anthropic counts cache reads and writes apart from input_tokens; the Responses API
+    # has none of these two (its cached tokens are inside input_tokens).
+    parts = [_field(usage, name) for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
+    if any(part is not None and not _is_count(part) for part in parts):
+        return None
+    output = _field(usage, "output_tokens")
+    return _tokens(sum(part for part in parts if part is not None), 0 if output is None else output)
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # noqa: BLE001 - a property that raises is a field that is not there
+        return None
+
+
+def _tokens(input_tokens: Any, output_tokens: Any) -> Tokens | None:
+    if not (_is_count(input_tokens) and _is_count(output_tokens)):
+        return None
+    if input_tokens > MAX_TOKENS or output_tokens > MAX_TOKENS:
+        return None
+    return Tokens(int(input_tokens), int(output_tokens))
+
+
+# -- streams --------------------------------------------------------------------------
+
+#: an event whose data grows beyond this is dropped (counted in StreamUsage.dropped)
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+#: event names (or data "type"s) that carry usage or an error, in either provider's stream
+_USAGE_EVENTS = frozenset({"message_start", "message_delta", "response.completed", "response.incomplete"})
+
+
+class StreamUsage:
+    """Usage and errors read from a server-sent-events stream as it passes.
+
+    Feed it the raw bytes of the response body in whatever chunks they
+    arrive (:meth:`feed`); call :meth:`finish` when the stream ends, so a
+    last event without its closing blank line is read too. It reads:
+
+    - OpenAI chat and legacy completions: ``data: {...}`` chunks; the one
+      whose ``usage`` is set (the last, with ``stream_options:
+      {"include_usage": true}``) gives the usage; ``data: [DONE]`` ends it.
+    - the Responses API: ``response.completed`` / ``response.incomplete``
+      (``response.usage``); ``error`` and ``response.failed`` are errors.
+    - Anthropic messages: ``message_start`` (``message.usage``: input and
+      cache tokens, the first output count) and ``message_delta``
+      (``usage.output_tokens``, cumulative, and the input figures when it
+      carries them); ``message_stop`` ends it.
+    - an ``error`` event (Anthropic's ``{"type": "error", "error":
+      {"type": "overloaded_error", ...}}``) or a chunk with an ``error``
+      object: :attr:`error` is its :class:`~governor.classify.Classification`
+      (rate-limited for an overload or a throttle, as ``classify_http``
+      says), the first one seen.
+
+    Nothing here raises on bad input: an event that is not JSON is skipped.
+    """
+
+    def __init__(self, *, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.usage: Tokens | None = None  #: the usage the stream reported so far, if any
+        self.error: Classification | None = None  #: the first error event, classified
+        self.done = False  #: the stream said it was complete ([DONE], message_stop, response.completed)
+        self.events = 0  #: events dispatched
+        self.dropped = 0  #: events skipped for their size
+        self._max = max_event_bytes
+        self._buffer = b""  # an incomplete line
+        self._pending_cr = False  # the last chunk ended in CR: a LF that starts the next one belongs to it
+        self._event: str | None = None
+        self._data: list[bytes] = []
+        self._size = 0
+        self._oversized = False
+
+    def feed(self, chunk: bytes) -> None:
+        """Read the next piece of the stream (any split, even mid-line or mid-character)."""
+        if not chunk:
+            return
+        if self._pending_cr:
+            self._pending_cr = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        data = self._buffer + chunk if self._buffer else chunk
+        start, length = 0, len(data)
+        # The next CR and LF at or after start; -1 once there is none left (never searched again).
+        cr, lf = data.find(b"\r"), data.find(b"\n")
+        while start < length:
+            if cr != -1 and cr < start:
+                cr = data.find(b"\r", start)
+            if lf != -1 and lf < start:
+                lf = data.find(b"\n", start)
+            if cr == -1 and lf == -1:
+                break
+            if lf == -1 or (cr != -1 and cr < lf):
+                end, nxt = cr, cr + 1
+                if nxt == length:
+                    self._pending_cr = True
+                elif data[nxt : nxt + 1] == b"\n":
+                    nxt += 1
+            else:
+                end, nxt = lf, lf + 1
+            self._line(data[start:end])
+            start = nxt
+        rest = data[start:]
+        if len(rest) > self._max:  # a line that never ends: drop it, keep reading
+            self._oversized = True
+            rest = b""
+        self._buffer = rest
+
+    def finish(self) -> None:
+        """The stream ended: read what is left (a last line, an event not closed by a blank line)."""
+        if self._buffer:
+            self._line(self._buffer)
+            self._buffer = b""
+        self._dispatch()
+
+    def _line(self, line: bytes) -> None:
+        if not line:
+            self._dispatch()
+            return
+        if line[:1] == b":":  # a comment (keep-alive)
+            return
+        name, colon, value = line.partition(b":")
+        if colon and value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            self._size += len(value) + 1
+            if self._size > self._max:
+                self._oversized = True
+                self._data.clear()
+            elif not self._oversized:
+                self._data.append(value)
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+
+    def _dispatch(self) -> None:
+        event, data, oversized = self._event, self._data, self._oversized
+        self._event, self._data, self._size, self._oversized = None, [], 0, False
+        if oversized:
+            self.dropped += 1
+            return
+        if not data:
+            return
+        self.events += 1
+        text = b"\n".join(data)
+        if text.startswith(b"[DONE]"):
+            self.done = True
+            return
+        if event not in _USAGE_EVENTS and event != "error" and b'"usage"' not in text and b'"error"' not in text:
+            if event in ("message_stop",):
+                self.done = True
+            return  # a content chunk: nothing to read, and no need to decode it
+        try:
+            payload = json.loads(text)
+        except (ValueError, RecursionError):
+            return
+        if isinstance(payload, Mapping):
+            self._read(event, payload)
+
+    def _read(self, event: str | None, payload: Mapping[str, Any]) -> None:
+        kind = event if event is not None else payload.get("type")
+        if kind == "message_start":
+            message = payload.get("message")
+            found = usage_of(message.get("usage")) if isinstance(message, Mapping) else None
+            if found is not None:
+                self.usage = found
+        elif kind == "message_delta":
+            self._delta(payload.get("usage"))
+        elif isinstance(kind, str) and kind.startswith("response.") and isinstance(payload.get("response"), Mapping):
+            response = payload["response"]
+            found = usage_of(response.get("usage"))
+            if found is not None:
+                self.usage = found
+            if kind in ("response.completed", "response.incomplete"):
+                self.done = True
+            if kind == "response.failed":
+                self._error({"error": response.get("error")})
+        elif kind == "error" or isinstance(payload.get("error"), Mapping):
+            self._error(payload)
+        elif isinstance(payload.get("usage"), Mapping):  # an OpenAI chunk, the include_usage one
+            found = usage_of(payload["usage"])
+            if found is not None:
+                self.usage = found
+
+    def _delta(self, usage: Any) -> None:
+        """Anthropic's message_delta: cumulative counts, output always, input when it says."""
+        if not isinstance(usage, Mapping):
+            return
+        output = usage.get("output_tokens")
+        if not _is_count(output):
+            return
+        current = self.usage if self.usage is not None else Tokens()
+        if usage.get("input_tokens") is not None:
+            found = usage_of(usage)
+            if found is not None:
+                self.usage = found
+                return
+        self.usage = _tokens(current.input, output) or current
+
+    def _error(self, body: Mapping[str, Any]) -> None:
+        if self.error is None:
+            self.error = classify_http(200, None, dict(body))
+
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "DEFAULT_OUTPUT_TOKENS",
+    "MEDIA_TOKENS",
+    "MESSAGE_OVERHEAD",
+    "REQUEST_OVERHEAD",
+    "StreamUsage",
+    "estimate_request",
+    "usage_of",
+]
