@@ -896,15 +896,20 @@ class MockProvider:
             await response.write(events.start())
             await asyncio.sleep(base)
             while sent < completion:
-                if cut_at is not None and sent >= cut_at:
+                k = min(config.stream_chunk_tokens, completion - sent)
+                cut = cut_at is not None and sent + k > cut_at
+                if cut:
+                    assert cut_at is not None
+                    k = cut_at - sent
+                if k > 0:
+                    if config.per_token_latency > 0:
+                        await asyncio.sleep(config.per_token_latency * k)
+                    await response.write(events.delta(k, first=sent == 0))
+                    sent += k
+                if cut:
                     await response.write(events.overloaded())
                     kind = OVERLOADED
                     break
-                k = min(config.stream_chunk_tokens, completion - sent)
-                if sent > 0 and config.per_token_latency > 0:
-                    await asyncio.sleep(config.per_token_latency * k)
-                await response.write(events.delta(k, first=sent == 0))
-                sent += k
             else:
                 await response.write(events.end(completion, truncated))
                 kind = OK
