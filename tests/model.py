@@ -32,6 +32,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from governor.budgets import KINDS as BUDGET_KINDS
+from governor.budgets import Tokens
 from governor.protocol import CONFIG, SCHEMA_VERSION, SENTINEL, HolderRecord, all_fields
 
 SCHEMA = SCHEMA_VERSION
@@ -43,6 +45,15 @@ KINDS = all_fields()
 STRING_FIELDS = frozenset(name for name, kind in KINDS.items() if kind.type == "str")
 #: the lease's cost in the concurrency budget (every lease costs 1)
 COST = 1
+NO_TOKENS = Tokens()
+
+
+def parse_tokens(arg: str | None) -> Tokens:
+    """ARGV tokens: "input,output", '' (or absent) for none."""
+    if not arg:
+        return NO_TOKENS
+    a, b = arg.split(",")
+    return Tokens(int(a), int(b))
 
 
 class ModelViolation(AssertionError):
@@ -319,51 +330,136 @@ class Model:
         elif S["paused_until"] > 0 and self.now >= S["paused_until"]:
             self._resume(S["saved_capacity"] if S["saved_capacity"] > 0 else self._resume_level())
 
-    def blocked(self, cost: int = COST) -> tuple[str | None, int]:
-        """The admission rule (queue aside): why a lease of ``cost`` must wait
-        now, and in how many ms asking again may pay off (0: no idea)."""
+    def blocked(self, tokens: Tokens = NO_TOKENS) -> tuple[str | None, int]:
+        """The admission rule (queue aside): why a lease of ``tokens`` must
+        wait now, and in how many ms asking again may pay off (0: no idea)."""
         S = self.S
         if S["paused"] == 1:
             hint = S["paused_until"] - self.now if S["paused_until"] > 0 else 0
             return "paused: " + S["pause_reason"], hint
         if self.now < S["not_before"]:
             return "holding until the provider's retry-after", S["not_before"] - self.now
-        for budget in (self._concurrency,):
-            why = budget(cost)
+        why = self._concurrency()
+        if why is not None:
+            return why, 0
+        for kind in self.active():
+            why, hint = self._bucket_room(kind, tokens)
             if why is not None:
-                return why, 0
+                return why, hint
         return None, 0
 
-    def _concurrency(self, cost: int) -> str | None:
+    def _concurrency(self) -> str | None:
         live = self.in_flight()
-        if live + cost > self.S["capacity"]:
+        if live + COST > self.S["capacity"]:
             return f"at capacity: {live} in flight of {self.S['capacity']}"
         return None
+
+    # -- budgets (governor/budgets.py; the token buckets of lua/lib/admission.lua) --
+
+    def active(self) -> list[str]:
+        return [k for k in self.S["budgets"].split(",") if k]
+
+    def _capacity_of(self, kind: str) -> float:
+        burst = self.S[f"{kind}_burst"]
+        return burst if burst > 0 else self.S[f"{kind}_limit"]  # type: ignore[no-any-return]
+
+    def budget_level(self, kind: str) -> float:
+        """Refilled at the limit per minute since <kind>_at, never above capacity."""
+        S = self.S
+        level = S[f"{kind}_level"] + max(0, self.now - S[f"{kind}_at"]) * S[f"{kind}_limit"] / 60000
+        return min(level, self._capacity_of(kind))
+
+    def _set_level(self, kind: str, level: float) -> None:
+        self.S[f"{kind}_level"] = level
+        self.S[f"{kind}_at"] = self.now
+
+    def _bucket_room(self, kind: str, tokens: Tokens) -> tuple[str | None, int]:
+        cost = tokens.cost(kind)
+        level, capacity = self.budget_level(kind), self._capacity_of(kind)
+        need = min(cost, capacity)
+        if level >= need:
+            return None, 0
+        hint = max(1, math.ceil((need - level) * 60000 / self.S[f"{kind}_limit"]))
+        return f"{kind} budget: {cost} wanted, {_lua_int(level)} left of {_lua_num(capacity)}", hint
+
+    def never(self, tokens: Tokens) -> str | None:
+        """Why a lease of ``tokens`` can never be admitted: a cost above a budget's limit."""
+        for kind in self.active():
+            cost, limit = tokens.cost(kind), self.S[f"{kind}_limit"]
+            if cost > limit:
+                return f"a cost of {cost} is above the {kind} budget's whole limit of {limit} per minute"
+        return None
+
+    def _take(self, tokens: Tokens) -> None:
+        for kind in self.active():
+            self._set_level(kind, self.budget_level(kind) - tokens.cost(kind))
+
+    def _settle(self, reserved: Tokens, used: Tokens) -> None:
+        for kind in self.active():
+            delta = reserved.cost(kind) - used.cost(kind)
+            if delta != 0:
+                self._set_level(kind, min(self.budget_level(kind) + delta, self._capacity_of(kind)))
+
+    def _calibrate(self, kind: str, limit_h: int | None, remaining: int | None) -> None:
+        """A response's figures for one kind: the provider's limit (a lower
+        ceiling wins), the burst the highest remaining seen, the level
+        clamped to the provider's remaining."""
+        S = self.S
+        was_limit, was_burst, was_source = S[f"{kind}_limit"], S[f"{kind}_burst"], S[f"{kind}_source"]
+        ceiling = self.C[f"{kind}_per_minute"]
+        limit, source = was_limit, was_source
+        if limit_h is not None and limit_h > 0:
+            limit, source = limit_h, "header"
+        elif remaining is not None and source in ("", "learned"):
+            limit, source = max(was_limit, remaining), "learned"
+        if ceiling > 0 and (limit == 0 or ceiling < limit):
+            limit, source = ceiling, "configured"
+        if limit == 0:
+            return
+        burst = was_burst
+        if remaining is not None:
+            burst = max(burst, remaining)
+        burst = min(burst, limit)
+        if was_limit == 0:
+            level: float = remaining if remaining is not None else limit
+            on = [k for k in BUDGET_KINDS if k == kind or S[f"{k}_limit"] > 0]
+            S["budgets"] = ",".join(on)
+        else:
+            level = self.budget_level(kind)
+            if remaining is not None and remaining < level:
+                level = remaining
+        S[f"{kind}_limit"], S[f"{kind}_burst"], S[f"{kind}_source"] = limit, burst, source
+        self._set_level(kind, min(level, self._capacity_of(kind)))
 
     def _record(self, lease_id: str) -> HolderRecord | None:
         return HolderRecord.parse(self.holders.get(lease_id))
 
-    def _admit(self, lease_id: str, ttl: int, holder: str) -> int:
-        """One admission: check the rules of SPEC §3, take the next fence."""
+    def _admit(self, lease_id: str, ttl: int, holder: str, tokens: Tokens = NO_TOKENS) -> int:
+        """One admission: check the rules of SPEC §3 and §9, take the next fence."""
         S = self.S
         if S["paused"] == 1 or self.now < S["not_before"]:
             raise ModelViolation(f"{lease_id} admitted while paused or held")
         live = self.in_flight()
         if live + COST > S["capacity"]:
             raise ModelViolation(f"{lease_id} admitted with {live} in flight of capacity {S['capacity']}")
+        for kind in self.active():
+            cost, level = tokens.cost(kind), self.budget_level(kind)
+            if cost > S[f"{kind}_limit"] or level < min(cost, self._capacity_of(kind)):
+                raise ModelViolation(f"{lease_id} admitted with {cost} {kind} wanted and {level} left")
         if self.leases.get(lease_id, 0) > self.now:
             raise ModelViolation(f"lease {lease_id} granted while it is live")
-        fence = self._add_lease(lease_id, ttl, holder)
+        fence = self._add_lease(lease_id, ttl, holder, tokens)
         if self.grants and fence <= max(f for _, f in self.grants):
             raise ModelViolation("fence did not grow")
         self.grants.append((lease_id, fence))
         return fence
 
-    def _add_lease(self, lease_id: str, ttl: int, holder: str) -> int:
+    def _add_lease(self, lease_id: str, ttl: int, holder: str, tokens: Tokens = NO_TOKENS) -> int:
         S = self.S
         S["fence"] += 1
         self.leases[lease_id] = self.now + ttl
-        self.holders[lease_id] = HolderRecord(S["fence"], ttl, self.now, COST, holder).format()
+        self.holders[lease_id] = HolderRecord(S["fence"], ttl, self.now, tokens.input, tokens.output, holder).format()
+        self._take(tokens)
         return int(S["fence"])
 
     def _grant(self, caller: str | None = None) -> dict[str, int]:
@@ -375,20 +471,30 @@ class Model:
         while skipped <= BATCH and admitted < BATCH:  # at most BATCH grants per call
             if not self.queue:
                 break
-            why, hint = self.blocked()
+            head, ticket = _zsorted(self.queue)[0]
+            record = self._record(head)
+            tokens = Tokens(record.input, record.output) if record is not None else NO_TOKENS
+            why, hint = self.blocked()  # pause, hold, concurrency (and budgets at no cost)
+            impossible = None
+            if why is None and self.active():
+                impossible = self.never(tokens)
+                if impossible is None:
+                    why, hint = self.blocked(tokens)
             if why is not None:
                 if hint > 0 and admitted == 0:  # ask again when the time is up
                     self.published.append(f"{S['epoch']} @{hint}")
                 break
-            head, ticket = _zsorted(self.queue)[0]
             deadline = self.waiters.pop(head, None)
             del self.queue[head]
-            record = self._record(head)
-            if deadline is not None and deadline > self.now and record is not None:
+            if impossible:  # a budget's limit fell below its cost: its refresh is refused
+                self.holders.pop(head, None)
+                self.published.append(f"{S['epoch']} @1")
+                skipped += 1
+            elif deadline is not None and deadline > self.now and record is not None:
                 if ticket <= self.last_ticket:
                     raise ModelViolation(f"FIFO broken: ticket {ticket} granted after {self.last_ticket}")
                 self.last_ticket = ticket
-                granted[head] = self._admit(head, record.ttl_ms, record.holder)
+                granted[head] = self._admit(head, record.ttl_ms, record.holder, tokens)
                 if head != caller:
                     words.append(f"{head}:{granted[head]}")
                 admitted += 1
@@ -447,7 +553,23 @@ class Model:
         reply: list[Any] = [SCHEMA, "status"]
         for k, v in pairs.items():
             reply += [k, v if isinstance(v, str) else f"{v:.0f}"]
+        reply += ["budgets", self._budget_section()]
         return reply
+
+    def _budget_section(self) -> list[str]:
+        kinds = self.active()
+        reserved = dict.fromkeys(kinds, 0)
+        for lease_id, expiry in self.leases.items():
+            record = self._record(lease_id)
+            if expiry > self.now and record is not None:
+                for kind in kinds:
+                    reserved[kind] += Tokens(record.input, record.output).cost(kind)
+        out: list[str] = []
+        for kind in kinds:
+            level = self.budget_level(kind)
+            out += [kind, f"{self.S[f'{kind}_limit']:.0f}", f"{self._capacity_of(kind):.0f}", f"{level:.3f}"]
+            out += [str(reserved[kind]), self.S[f"{kind}_source"]]
+        return out
 
     def _parse_config(self, pairs: list[str]) -> dict[str, str]:
         """Config pairs as sent (lib/config.lua checks them; the core sends valid ones)."""
@@ -464,6 +586,12 @@ class Model:
         self.policy_state = {"streak": 0}
         S.update(paused=0, pause_kind="", pause_reason="", paused_until=0, saved_capacity=0, not_before=0)
         S["capacity"] = self.C["max_capacity"]
+        C = self.C
+        for kind in BUDGET_KINDS:
+            ceiling = C[f"{kind}_per_minute"]
+            S.update({f"{kind}_limit": ceiling, f"{kind}_burst": 0, f"{kind}_level": ceiling, f"{kind}_at": self.now})
+            S[f"{kind}_source"] = "configured" if ceiling > 0 else ""
+        S["budgets"] = ",".join(k for k in BUDGET_KINDS if C[f"{k}_per_minute"] > 0)
         self.policy.reset(self)
 
     # -- the scripts ----------------------------------------------------------
@@ -498,6 +626,7 @@ class Model:
 
     def _op_acquire(self, a: list[str]) -> list[Any]:
         lease_id, holder, ttl, queue_ttl, mode = a[0], a[1], int(a[2]), int(a[3]), a[4]
+        tokens = parse_tokens(a[5] if len(a) > 5 else None)
         if mode not in ("wait", "again", "try"):
             raise ValueError(f"mode {mode!r}")
         if self.state is None:
@@ -513,22 +642,29 @@ class Model:
                 record = self._record(lease_id)
                 return [SCHEMA, "granted", record.fence if record else 0, expiry - self.now, S["epoch"]]
             in_queue = lease_id in self.queue
+        impossible = self.never(tokens)
+        if impossible is not None:  # refused at once, whatever the mode; a queued id's place goes
+            if in_queue:
+                del self.queue[lease_id]
+                self.waiters.pop(lease_id, None)
+                self.holders.pop(lease_id, None)
+            return [SCHEMA, "refused", impossible, S["epoch"]]
         if in_queue:
             self.waiters[lease_id] = self.now + queue_ttl
         else:
-            reason, hint = self.blocked()
+            reason, hint = self.blocked(tokens)
             if self._queued() == 0 and reason is None:  # nobody waits and the rule admits: at once
-                return [SCHEMA, "granted", self._admit(lease_id, ttl, holder), ttl, S["epoch"]]
+                return [SCHEMA, "granted", self._admit(lease_id, ttl, holder, tokens), ttl, S["epoch"]]
             if mode == "try":
                 return [SCHEMA, "denied", reason or "earlier callers are queued", str(hint), S["epoch"]]
             S["ticket"] += 1
             self.queue[lease_id] = S["ticket"]
             self.waiters[lease_id] = self.now + queue_ttl
-            self.holders[lease_id] = HolderRecord(0, ttl, self.now, COST, holder).format()
+            self.holders[lease_id] = HolderRecord(0, ttl, self.now, tokens.input, tokens.output, holder).format()
         granted = self._grant(lease_id)
         if lease_id in granted:
             return [SCHEMA, "granted", granted[lease_id], ttl, S["epoch"]]
-        reason, hint = self.blocked()
+        reason, hint = self.blocked(tokens)
         return [SCHEMA, "queued", self._rank(lease_id), reason or "behind earlier waiters", str(hint), S["epoch"]]
 
     def _rank(self, lease_id: str) -> int:
@@ -628,11 +764,18 @@ class Model:
         retry_after = int(ra) if ra != "" else None
         fence = int(a[3]) if a[3] != "" else None
         release = lease_id != "" and a[4] == "1"
+        usage = parse_tokens(a[5]) if len(a) > 5 and a[5] else None
+        limits = []
+        for kind, figures in zip(BUDGET_KINDS, a[6:10], strict=False):
+            if figures:
+                limit, remaining = figures.split(",")
+                limits.append((kind, int(limit) if limit else None, int(remaining) if remaining else None))
         if self.state is None:
             return [SCHEMA, "missing"]
         S = self.S
         self._keep_alive()
         waiting = len(self.queue) > 0
+        held = self._record(lease_id) if lease_id and usage is not None and self.active() else None
         if lease_id != "":
             expiry = self.leases.get(lease_id)
             if expiry is None or expiry <= self.now:
@@ -649,6 +792,10 @@ class Model:
                 until = self.now + min(retry_after, self.C["retry_after_cap_ms"])
                 if until > S["not_before"]:
                     S["not_before"] = until
+        if held is not None and usage is not None:
+            self._settle(Tokens(held.input, held.output), usage)
+        for kind, limit, remaining in limits:
+            self._calibrate(kind, limit, remaining)
         if release:
             self._give_back(lease_id)
         if waiting:
@@ -747,6 +894,16 @@ class Model:
 
     def queue_order(self) -> list[str]:
         return [m for m, _ in _zsorted(self.queue)]
+
+
+def _lua_int(x: float) -> str:
+    """math.floor(x) as Lua writes it in a string."""
+    return str(math.floor(x))
+
+
+def _lua_num(x: float) -> str:
+    """A number as Lua 5.1's tostring writes it (%.14g)."""
+    return f"{x:.14g}"
 
 
 def init_call(core: Any, holds_leases: bool) -> Any:

@@ -563,7 +563,8 @@ def test_configure(run: Run, make: Callable[..., Governor], client: redis.Redis,
     data = as_json(run("configure", "--policy", "fixed", "--json"))
     assert data["config_changed"]["decrease_count"] == ["3", None]
     assert set(data["config"]) == {"policy", "max_capacity", "window_ms", "resume_fraction", "retry_after_cap_ms",
-                                   "idle_ms", "log_length"}  # fmt: skip
+                                   "idle_ms", "log_length", "requests_per_minute", "tokens_per_minute",
+                                   "input_tokens_per_minute", "output_tokens_per_minute"}  # fmt: skip
     assert [e.kind for e in gi.read_events(client, gov.keys, 4)] == ["reset"] * 4
 
 

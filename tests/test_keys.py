@@ -29,21 +29,21 @@ def test_keys_are_in_the_order_the_scripts_bind_them() -> None:
     assert len(set(keys.keys)) == 10
 
 
-def test_the_schema_version_is_two_and_in_every_key() -> None:
-    assert SCHEMA_VERSION == 2
+def test_the_schema_version_is_three_and_in_every_key() -> None:
+    assert SCHEMA_VERSION == 3
     keys = governor_keys("x")
-    assert all(k.startswith("governor:v2:{x}:") for k in (*keys.keys, keys.channel))
-    assert keys.channel == "governor:v2:{x}:wake"
+    assert all(k.startswith("governor:v3:{x}:") for k in (*keys.keys, keys.channel))
+    assert keys.channel == "governor:v3:{x}:wake"
 
 
 def test_prefix_is_configurable_and_state_keys_parse_back() -> None:
     keys = governor_keys("anthropic", prefix="team1")
-    assert keys.state == "team1:v2:{anthropic}:state"
-    assert keys.config == "team1:v2:{anthropic}:config" and keys.policy == "team1:v2:{anthropic}:policy"
+    assert keys.state == "team1:v3:{anthropic}:state"
+    assert keys.config == "team1:v3:{anthropic}:config" and keys.policy == "team1:v3:{anthropic}:policy"
     assert name_from_state_key(keys.state, prefix="team1") == "anthropic"
     assert name_from_state_key(governor_keys("a/b:c").state) == "a/b:c"
-    assert name_from_state_key("governor:v2:{anthropic}:leases") is None
-    assert name_from_state_key("governor:v2:{anthropic}:config") is None
+    assert name_from_state_key("governor:v3:{anthropic}:leases") is None
+    assert name_from_state_key("governor:v3:{anthropic}:config") is None
     assert name_from_state_key("governor:v1:{anthropic}:state") is None  # another schema's layout
 
 

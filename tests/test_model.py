@@ -38,7 +38,10 @@ from hypothesis.stateful import (
 )
 
 from governor import Governor, GovernorConfig, Outcome
+from governor.budgets import KINDS as BUDGET_KINDS
+from governor.budgets import Tokens
 from governor.core import Call
+from governor.errors import CostTooLarge
 from governor.policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
 from governor.protocol import SENTINEL, HolderRecord
 from governor.scripts import function_name, library
@@ -109,8 +112,18 @@ policies = st.one_of(
     ),
     st.just(FixedPolicy()),
 )
+#: budget ceilings per minute: none, or small enough that leases wait for refills
+ceilings = st.fixed_dictionaries(
+    {},
+    optional={
+        "requests_per_minute": st.sampled_from([3, 60]),
+        "tokens_per_minute": st.sampled_from([600, 6000]),
+        "input_tokens_per_minute": st.sampled_from([500, 5000]),
+        "output_tokens_per_minute": st.sampled_from([300, 3000]),
+    },
+)
 configs = st.builds(
-    lambda policy, cap, window, resume, ra_cap: GovernorConfig(
+    lambda policy, cap, window, resume, ra_cap, budgets: GovernorConfig(
         policy=policy,
         max_capacity=cap,
         window=window,
@@ -119,12 +132,27 @@ configs = st.builds(
         lease_ttl=10.0,
         poll=1.0,
         queue_ttl=3.0,
+        **budgets,
     ),
     policies,
     st.integers(1, 6),
     st.sampled_from([10.0, 20.0]),
     st.sampled_from([0.25, 0.5, 1.0]),
     st.sampled_from([0.0, 4.0, 60.0]),
+    ceilings,
+)
+#: a lease's estimate, and a call's usage: none, small, or above some limits
+token_counts = st.one_of(
+    st.none(),
+    st.builds(Tokens, st.sampled_from([0, 100, 450, 4000]), st.sampled_from([0, 50, 250, 2500])),
+)
+#: a response's rate-limit figures for one kind: (limit, remaining), either may be absent
+figures = st.tuples(
+    st.one_of(st.none(), st.sampled_from([0, 5, 700, 9000])), st.one_of(st.none(), st.sampled_from([0, 3, 400, 8000]))
+)
+limit_sets = st.one_of(
+    st.none(),
+    st.dictionaries(st.sampled_from(list(BUDGET_KINDS)), figures.filter(lambda f: f != (None, None)), max_size=3),
 )
 clock_steps = st.one_of(st.integers(1, 2500), st.sampled_from([3000, 10000, 10001, 20000, 61000]))
 
@@ -206,15 +234,22 @@ class GovernorMachine(RuleBasedStateMachine):
 
     # -- admission ------------------------------------------------------------
 
-    @rule(holder=st.sampled_from(["a", "host-2/agent-7", "x|y z"]))
-    def enqueue(self, holder: str) -> None:
-        lease_id = self.new_id()
-        self.note_grant(lease_id, self.run(self.g._core.acquire(lease_id, holder, wait=True)))
+    def acquire(self, call: Any) -> list[Any]:
+        """Run an acquire; a refused cost raises CostTooLarge when the core parses it."""
+        try:
+            return self.run(call)
+        except CostTooLarge:
+            return ["2", "refused"]
 
-    @rule()
-    def try_acquire(self) -> None:
+    @rule(holder=st.sampled_from(["a", "host-2/agent-7", "x|y z"]), tokens=token_counts)
+    def enqueue(self, holder: str, tokens: Tokens | None) -> None:
         lease_id = self.new_id()
-        self.note_grant(lease_id, self.run(self.g._core.acquire(lease_id, "try", wait=False)))
+        self.note_grant(lease_id, self.acquire(self.g._core.acquire(lease_id, holder, wait=True, tokens=tokens)))
+
+    @rule(tokens=token_counts)
+    def try_acquire(self, tokens: Tokens | None) -> None:
+        lease_id = self.new_id()
+        self.note_grant(lease_id, self.acquire(self.g._core.acquire(lease_id, "try", wait=False, tokens=tokens)))
 
     @precondition(lambda self: self.ids)
     @rule(data=st.data())
@@ -222,7 +257,7 @@ class GovernorMachine(RuleBasedStateMachine):
         """The same id again (mode 'again'): idempotent when granted, a refreshed
         place when queued, queued anew when gone."""
         lease_id = data.draw(st.sampled_from(self.ids))
-        self.note_grant(lease_id, self.run(self.g._core.acquire(lease_id, "again", wait=True, fresh=False)))
+        self.note_grant(lease_id, self.acquire(self.g._core.acquire(lease_id, "again", wait=True, fresh=False)))
 
     @precondition(lambda self: self.ids)
     @rule(data=st.data())
@@ -261,15 +296,25 @@ class GovernorMachine(RuleBasedStateMachine):
         retry_after=st.one_of(st.none(), st.sampled_from([0.0, 0.5, 2.0, 100.0])),
         with_lease=st.booleans(),
         release=st.booleans(),
+        usage=token_counts,
+        limits=limit_sets,
     )
     def report(
-        self, data: st.DataObject, outcome: Outcome, retry_after: float | None, with_lease: bool, release: bool
+        self,
+        data: st.DataObject,
+        outcome: Outcome,
+        retry_after: float | None,
+        with_lease: bool,
+        release: bool,
+        usage: Tokens | None,
+        limits: dict[str, tuple[int | None, int | None]] | None,
     ) -> None:
         lease_id = data.draw(st.sampled_from(self.ids)) if with_lease and self.ids else None
         fence = None
         if self.model.state is not None:  # the fence of a lease of this wave or of an older one
             fence = data.draw(st.one_of(st.none(), st.integers(self.model.S["fence"] - 3, self.model.S["fence"])))
-        self.run(self.g._core.report(outcome, retry_after, lease_id, fence, release=release))
+        call = self.g._core.report(outcome, retry_after, lease_id, fence, release=release, usage=usage, limits=limits)
+        self.run(call)
 
     @rule()
     def probe(self) -> None:
@@ -351,7 +396,7 @@ class GovernorMachine(RuleBasedStateMachine):
         records = [HolderRecord.parse(self.model.holders[m]) for m in live]
         fences = [r.fence for r in records if r is not None]
         assert len(fences) == len(live) and len(set(fences)) == len(fences)
-        assert all(r is not None and r.cost == 1 for r in records)
+        assert all(r is not None for r in records)
 
 
 @pytest.mark.parametrize("backend", ["redis", "fakeredis"])

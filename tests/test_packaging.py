@@ -79,7 +79,7 @@ def test_the_installed_wheel_loads_its_scripts_and_runs_them(wheel: Path, tmp_pa
         )
         assert result.returncode == 0, result.stderr
         schema, name = result.stdout.split()
-        assert schema == "2" and name == library_name()  # the wheel's Lua is this checkout's
+        assert schema == str(protocol.SCHEMA_VERSION) and name == library_name()  # the wheel's Lua is this checkout's
         assert client.function_list(library=library_name()), "the wheel's client did not load the library"
     finally:
         client.close()
@@ -189,6 +189,12 @@ def _lua_fields() -> dict[str, dict[str, set[str]]]:
         for name, body in re.findall(r"local (ADMIT|WRITE|REPORT|PAUSE_FIELDS|STATUS_LOAD) = \{([^}]*)\}", code):
             for field in _quoted(body):
                 add("state", field, f"{where} {name}")
+        # each budget kind's fields: budget_fields(kind) of lib/admission.lua, for every kind of BUDGET_KINDS
+        for kinds in re.findall(r"local BUDGET_KINDS = \{([^}]*)\}", code):
+            (names,) = re.findall(r"local function budget_fields\(kind\)\s*return ([^\n]*)", code)
+            for kind in _quoted(kinds):
+                for suffix in re.findall(r"kind \.\. '(_\w+)'", names):
+                    add("state", kind + suffix, f"{where} budget_fields")
         for body in re.findall(r"\bload\(\{([^}]*)\}", code):
             for field in _quoted(body):
                 add("state", field, where)

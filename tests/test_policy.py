@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from governor import Governor, GovernorConfig, LeaseLost, Outcome
+from governor import Governor, GovernorConfig, LeaseLost, Outcome, protocol
 from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
 
 S, R, E, Q = Outcome.SUCCESS, Outcome.RATE_LIMITED, Outcome.ERROR, Outcome.QUOTA_EXHAUSTED
@@ -523,7 +523,7 @@ def stored_config(client: object, gov: Governor) -> dict[str, str]:
     }
 
 
-BASE_CONFIG = {"policy", "max_capacity", "window_ms", "resume_fraction", "retry_after_cap_ms", "idle_ms", "log_length"}
+BASE_CONFIG = set(protocol.CONFIG)
 
 
 def test_a_policy_is_given_by_name_or_by_its_class() -> None:

@@ -123,11 +123,13 @@ def test_a_readme_example_runs_as_printed(
 
 
 def readme_fields(hash_name: str) -> list[str]:
-    """The first column of the README's table of the fields of ``hash_name``."""
+    """The first column of the README's table of the fields of ``hash_name``
+    (a row may name several fields: `a`, `b`)."""
     text = README.read_text(encoding="utf-8")
     start = text.index(f"The fields of the `{hash_name}` hash")
     table = text[start:].split("\n\n")[1]
-    return [m.group(1) for m in re.finditer(r"^\| `([a-z_]+)` \|", table, re.M)]
+    cells = [m.group(1) for m in re.finditer(r"^\| ((?:`[a-z_]+`(?:, )?)+) \|", table, re.M)]
+    return [name for cell in cells for name in re.findall(r"`([a-z_]+)`", cell)]
 
 
 def test_the_key_tables_list_every_field_of_the_three_hashes(redis_url: str, name: str) -> None:

@@ -6,7 +6,7 @@ clear error and change nothing.
 The worker ACL (also in the README, "Guarantees and failure modes"):
 
     ACL SETUSER <user> reset on ><password>
-        ~governor:v2:{<NAME>}:* &governor:v2:{<NAME>}:wake -@all
+        ~governor:v3:{<NAME>}:* &governor:v3:{<NAME>}:wake -@all
         +fcall +function|load +subscribe +unsubscribe +ping +type +wait
         +del +exists +hdel +hexists +hget +hgetall +hincrby +hmget +hset +hsetnx +info
         +pexpire +publish +time +xadd +zadd +zcard +zcount +zrange +zrangebyscore +zrank
@@ -264,8 +264,8 @@ def test_the_worker_reaches_nothing_outside_its_keys(acl_server: RedisServer, ad
             "get": ("return redis.call('GET', keys[1])", ["other:secret"]),  # a command it may not run
             "set": ("return redis.call('SET', 'other:secret', 'owned')", []),
             "hset": ("return redis.call('HSET', keys[1], 'f', 'v')", ["other:hash"]),  # its command, a foreign key
-            "zscore": ("return redis.call('ZSCORE', keys[1], 'm')", ["governor:v2:{someone-else}:leases"]),
-            "publish": ("return redis.call('PUBLISH', 'governor:v2:{someone-else}:wake', 'x')", []),
+            "zscore": ("return redis.call('ZSCORE', keys[1], 'm')", ["governor:v3:{someone-else}:leases"]),
+            "publish": ("return redis.call('PUBLISH', 'governor:v3:{someone-else}:wake', 'x')", []),
         }
         own = "#!lua name=worker_own_test\n" + "\n".join(
             f"redis.register_function('worker_own_{fn}', function(keys, args) {body} end)"
@@ -280,7 +280,7 @@ def test_the_worker_reaches_nothing_outside_its_keys(acl_server: RedisServer, ad
             admin.function_delete("worker_own_test")
         pubsub = worker.pubsub()  # type: ignore[no-untyped-call]
         with pytest.raises(redis.exceptions.NoPermissionError):  # the refusal comes as the reply
-            pubsub.subscribe("governor:v2:{someone-else}:wake")
+            pubsub.subscribe("governor:v3:{someone-else}:wake")
             pubsub.get_message(timeout=2)
         pubsub.close()
     finally:

@@ -312,7 +312,11 @@ class AsyncGovernor:
     # -- admission ----------------------------------------------------------------
 
     def acquire(
-        self, timeout: float | None = None, holder: str | None = None, *, tokens: Tokens | int | None = None
+        self,
+        timeout: float | None = None,
+        holder: str | None = None,
+        *,
+        tokens: Tokens | int | None = None,
         # sync: ) -> Lease:
     ) -> AcquireContext[AsyncLease]:
         """Wait in the fleet-wide FIFO queue for a lease.
@@ -484,9 +488,7 @@ class AsyncGovernor:
             )
             return "failed"
 
-    async def try_acquire(
-        self, holder: str | None = None, *, tokens: Tokens | int | None = None
-    ) -> AsyncLease | None:
+    async def try_acquire(self, holder: str | None = None, *, tokens: Tokens | int | None = None) -> AsyncLease | None:
         """A lease if one is free right now (every budget with room for
         ``tokens``) and nobody is queued, else None."""
         self._check_open()

@@ -13,6 +13,14 @@ any other error is reported and propagates unchanged. ``max_attempts`` and
 ``deadline`` bound the retrying; then the last provider error is re-raised
 as it was.
 
+A lease may reserve ``tokens`` (governor/budgets.py). A call's *result* is
+judged too (``judge``): call()'s judge takes every result as a success and
+reports the usage an SDK result carries, which settles the reservation; an
+HTTP transport's judge (governor/transport.py) reads a response, which may
+be a 429 that is retried like a raised one (when the retrying ends, the
+last response is returned, not raised), or a stream that takes the lease
+over and reports it when it ends. One loop, one backoff, for both.
+
 A report or release that fails (Redis unreachable, or the lease lost after
 a stall past its TTL) never hides the provider's answer: it is logged and
 the call goes on as if the report had been made. In particular a call that
@@ -30,7 +38,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ..backoff import retry_wait
 from ..budgets import Tokens
@@ -88,7 +96,7 @@ async def retry_call(
     classifier = classify if classify is not None else default_classifier
     judge_result = judge if judge is not None else default_judge
     deadline = None if policy.deadline is None else time.monotonic() + policy.deadline
-    last: _Last | None = None
+    last: _Last[T] | None = None
     for attempt in range(1, policy.max_attempts + 1):
         wait_timeout, cut_by_deadline = _queue_timeout(timeout, deadline)
         try:
@@ -155,17 +163,19 @@ async def retry_call(
     raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
 
-class _Last:
+class _Last(Generic[T]):
     """The last rate-limited attempt's answer: an error, re-raised when the
     retrying ends, or a result (a 429 response), returned then."""
 
-    def __init__(self, error: Exception | None = None, result: Any = None, discard: Callable[[], Any] | None = None):
+    def __init__(
+        self, error: Exception | None = None, result: T | None = None, discard: Callable[[], Any] | None = None
+    ) -> None:
         self.error, self.result, self.discard = error, result, discard
 
-    def give(self) -> Any:
+    def give(self) -> T:
         if self.error is not None:
             raise self.error
-        return self.result
+        return cast(T, self.result)
 
     async def let_go(self) -> None:
         """Before a retry: the result is let go of (it may still be returned
@@ -177,8 +187,8 @@ class _Last:
             if inspect.isawaitable(done):
                 # sync: pass
                 await done
-        except Exception as error:  # letting go of a refused answer never fails the call
-            log.warning("governor: discarding a refused result failed: %s", error)
+        except Exception:  # letting go of a refused answer never fails the call
+            log.warning("governor: discarding a refused result failed", exc_info=True)
         self.discard = None
 
 

@@ -304,7 +304,11 @@ class Governor:
     # -- admission ----------------------------------------------------------------
 
     def acquire(
-        self, timeout: float | None = None, holder: str | None = None, *, tokens: Tokens | int | None = None
+        self,
+        timeout: float | None = None,
+        holder: str | None = None,
+        *,
+        tokens: Tokens | int | None = None,
         ) -> Lease:
         """Wait in the fleet-wide FIFO queue for a lease.
 
@@ -474,9 +478,7 @@ class Governor:
             )
             return "failed"
 
-    def try_acquire(
-        self, holder: str | None = None, *, tokens: Tokens | int | None = None
-    ) -> Lease | None:
+    def try_acquire(self, holder: str | None = None, *, tokens: Tokens | int | None = None) -> Lease | None:
         """A lease if one is free right now (every budget with room for
         ``tokens``) and nobody is queued, else None."""
         self._check_open()

@@ -10,7 +10,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from ..backoff import retry_wait
 from ..budgets import Tokens
@@ -66,7 +66,7 @@ def retry_call(
     classifier = classify if classify is not None else default_classifier
     judge_result = judge if judge is not None else default_judge
     deadline = None if policy.deadline is None else time.monotonic() + policy.deadline
-    last: _Last | None = None
+    last: _Last[T] | None = None
     for attempt in range(1, policy.max_attempts + 1):
         wait_timeout, cut_by_deadline = _queue_timeout(timeout, deadline)
         try:
@@ -133,17 +133,19 @@ def retry_call(
     raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
 
-class _Last:
+class _Last(Generic[T]):
     """The last rate-limited attempt's answer: an error, re-raised when the
     retrying ends, or a result (a 429 response), returned then."""
 
-    def __init__(self, error: Exception | None = None, result: Any = None, discard: Callable[[], Any] | None = None):
+    def __init__(
+        self, error: Exception | None = None, result: T | None = None, discard: Callable[[], Any] | None = None
+    ) -> None:
         self.error, self.result, self.discard = error, result, discard
 
-    def give(self) -> Any:
+    def give(self) -> T:
         if self.error is not None:
             raise self.error
-        return self.result
+        return cast(T, self.result)
 
     def let_go(self) -> None:
         """Before a retry: the result is let go of (it may still be returned
@@ -154,8 +156,8 @@ class _Last:
             done = self.discard()
             if inspect.isawaitable(done):
                 pass
-        except Exception as error:  # letting go of a refused answer never fails the call
-            log.warning("governor: discarding a refused result failed: %s", error)
+        except Exception:  # letting go of a refused answer never fails the call
+            log.warning("governor: discarding a refused result failed", exc_info=True)
         self.discard = None
 
 

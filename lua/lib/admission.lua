@@ -376,11 +376,15 @@ local function grant(caller)
   while skipped <= BATCH and admitted < BATCH do
     local head = redis.call('ZRANGE', K.queue, 0, 0)[1]
     if not head then break end
-    local m = record_parse(redis.call('HGET', K.holders, head))
-    local tokens = m and m.tokens or NO_TOKENS
-    local impossible = never(tokens)
-    local why, hint = nil, 0
-    if not impossible then why, hint = blocked(tokens) end
+    local why, hint = blocked(NO_TOKENS)  -- pause, hold, concurrency: no record needed
+    local m, impossible = nil, nil
+    if not why then
+      m = record_parse(redis.call('HGET', K.holders, head))
+      if #active_budgets() > 0 then
+        impossible = never(m and m.tokens or NO_TOKENS)
+        if not impossible then why, hint = blocked(m and m.tokens or NO_TOKENS) end
+      end
+    end
     if why then
       if hint > 0 and admitted == 0 then redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. int(hint)) end
       break
@@ -391,7 +395,7 @@ local function grant(caller)
     if impossible then
       -- A budget's limit fell below its cost: its refresh is refused (acquire again).
       redis.call('HDEL', K.holders, head)
-      redis.call('PUBLISH', CHANNEL, S.epoch .. ' @1')
+      redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. 1)  -- ask again now
       skipped = skipped + 1
     elseif deadline and deadline > NOW and m then
       granted[head] = add_lease(head, m.ttl, m.holder, m.tokens)
