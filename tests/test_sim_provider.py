@@ -28,6 +28,7 @@ from governor.classify import default_classifier
 from governor.errors import ConfigError
 from governor.sim.provider import (
     ABANDONED,
+    CALL_TAG,
     INPUT,
     LIMITED,
     MESSAGE_TOKENS,
@@ -328,7 +329,8 @@ def test_schedule_text() -> None:
 
 
 def test_the_provider_command_serves_until_stopped() -> None:
-    command = [sys.executable, "-m", "governor.sim", "provider", "--port", "0", "--limit", "3"]
+    command = [sys.executable, "-m", "governor.sim", "provider", "--port", "0", "--limit", "3", "--tpm", "60000",
+               "--rpm", "600", "--rpm-bucket", "--burst", "0.5"]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None and process.stderr is not None
@@ -336,8 +338,13 @@ def test_the_provider_command_serves_until_stopped() -> None:
             assert "hidden limit 3" in line, process.stderr.read() if process.poll() is not None else line
             url = line.split()[3].removesuffix("/v1")
             with openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0) as client:
-                reply = client.chat.completions.create(model="sim-1", messages=[{"role": "user", "content": "hi"}])
-            assert reply.choices[0].finish_reason == "stop"
+                raw = client.chat.completions.with_raw_response.create(
+                    model="sim-1", messages=[{"role": "user", "content": "hi"}]
+                )
+            assert raw.parse().choices[0].finish_reason == "stop"
+            assert raw.headers["x-ratelimit-limit-tokens"] == "60000"
+            assert raw.headers["x-ratelimit-limit-requests"] == "600"
+            assert 298 <= int(raw.headers["x-ratelimit-remaining-requests"]) <= 300  # a bucket of half of 600
         finally:
             process.terminate()
             process.wait(10)
@@ -799,3 +806,24 @@ def test_the_config_names_its_rate_limits() -> None:
     assert config.refill_rate(TOTAL) == 1000.0 and config.refill_rate(INPUT) is None
     assert config.capacity(TOTAL) == 6000.0 and config.capacity(REQUESTS) == 12.0
     assert ProviderConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
+
+
+async def test_accepted_requests_carry_their_tag_into_the_record(http: aiohttp.ClientSession) -> None:
+    provider = await start(limit=1, latency_mean=0.2, latency_sigma=0.0, reject_latency=0.0)
+    try:
+        url = f"{provider.url}/v1/chat/completions"
+
+        async def tagged(tag: str) -> int:
+            async with http.post(url, json=BODY, headers={CALL_TAG: tag}) as response:
+                return response.status
+
+        first = asyncio.create_task(tagged("a/0/0"))
+        await poll(lambda: provider.served == 1)
+        assert await tagged("b/0/0") == 429  # refused: no arrival recorded for it
+        assert await first == 200
+        assert await tagged("b/0/0") == 200  # its retry, accepted
+    finally:
+        await provider.stop()
+    assert [tag for tag, _ in provider.record.tagged] == ["a/0/0", "b/0/0"]
+    arrivals = [t for _, t in provider.record.tagged]
+    assert 0 <= arrivals[0] < arrivals[1]

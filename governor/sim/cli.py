@@ -1,4 +1,4 @@
-"""Click commands of the simulator: ``demo``, ``bench``, ``swarm``, ``provider``, ``worker``.
+"""Click commands of the simulator: ``demo``, ``bench``, ``swarm``, ``provider``, ``worker``, ``budgets``.
 
 Each is a ``click.Command`` the main CLI registers with ``cli.add_command``;
 ``python -m governor.sim`` offers them too. This module imports only click
@@ -12,6 +12,7 @@ extra) are imported when a command runs.
     python -m governor.sim swarm --out docs/benchmarks   # the full benchmark
     python -m governor.sim provider --port 8000 --limit 40 --latency 0.2
     python -m governor.sim worker --redis-url redis://redis:6379/0
+    python -m governor.sim budgets --out docs/benchmarks   # requests and tokens per minute
 """
 
 from __future__ import annotations
@@ -103,10 +104,43 @@ def provider_options(
     return decorate
 
 
+def token_options(f: F) -> F:
+    """The mock provider's token limits and sizes (the ``provider`` command's; the
+    swarm benchmark leaves them at their defaults)."""
+    options = [
+        click.option("--rpm-bucket/--rpm-window", default=False, show_default=True,
+                     help="--rpm as a token bucket like the token limits, or a strict sliding window."),
+        click.option("--tpm", type=click.IntRange(min=1), default=None,
+                     help="Tokens (input + output) per --rate-period (default: no such limit)."),
+        click.option("--input-tpm", type=click.IntRange(min=1), default=None,
+                     help="Input tokens per --rate-period (Anthropic's ITPM)."),
+        click.option("--output-tpm", type=click.IntRange(min=1), default=None,
+                     help="Output tokens per --rate-period (Anthropic's OTPM)."),
+        click.option("--burst", type=click.FloatRange(min=0, max=1, min_open=True), default=0.25,
+                     show_default=True, help="Share of a period's worth a rate-limit bucket holds."),
+        click.option("--per-token-latency", type=click.FloatRange(min=0), default=0.0, show_default=True,
+                     help="Service time per completion token, seconds."),
+        click.option("--completion-mean", type=click.FloatRange(min=1), default=None,
+                     help="Mean lognormal completion size, tokens [default: 16 each]."),
+        click.option("--stream-error-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+                     help="Share of streams cut by an overload error."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
 def _provider_config(kw: dict[str, Any]) -> Any:
     from .provider import ProviderConfig, parse_retry_after, parse_schedule
 
+    tokens = {
+        name: kw[name]
+        for name in ("rpm_bucket", "tpm", "input_tpm", "output_tpm", "burst", "per_token_latency",
+                     "completion_mean", "stream_error_rate")
+        if name in kw
+    }  # fmt: skip
     return ProviderConfig(
+        **tokens,
         limit=kw["limit"],
         latency_mean=kw["latency"],
         latency_sigma=kw["sigma"],
@@ -366,12 +400,13 @@ def demo_command(**kw: Any) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free).")
 @provider_options(limit=40, latency=0.2, schedule="")
+@token_options
 def provider_command(host: str, port: int, **kw: Any) -> None:
-    """Serve the mock LLM provider (OpenAI chat-completions shape).
+    """Serve the mock LLM provider (OpenAI chat completions and Anthropic messages).
 
-    Clients use base URL http://HOST:PORT/v1 (any API key). A swarm driver
-    controls runs with GET /sim/config, POST /sim/reset, GET /sim/stats and
-    GET /sim/live.
+    OpenAI clients use base URL http://HOST:PORT/v1, Anthropic clients
+    http://HOST:PORT (any API key). A swarm driver controls runs with GET
+    /sim/config, POST /sim/reset, GET /sim/stats and GET /sim/live.
     """
     from .provider import serve
 
@@ -544,12 +579,157 @@ def bench_command(
         click.echo(f"\nresults: {out}")
 
 
+@click.command("budgets")
+@click.option(
+    "--redis-url",
+    envvar="GOVERNOR_REDIS_URL",
+    default=None,
+    help="Redis of the fleet's governors [default: a private redis-server]. Its command statistics are read "
+    "before and after each cell, never reset: commands of anyone else on it count too.",
+)
+@click.option(
+    "--scenarios",
+    "scenario_names",
+    default="tokens-bind,requests-bind,concurrency-bind,mixed,uncontended",
+    show_default=True,
+    help="Comma-separated scenarios, in order.",
+)
+@click.option(
+    "--strategies",
+    default=None,
+    help="Comma-separated strategies of none, fleet-concurrency, fleet-budgets [default: every one this version "
+    "can run].",
+)
+@click.option("--seconds", type=click.FloatRange(1, 600), default=20.0, show_default=True, help="Length of each cell.")
+@click.option(
+    "--settle",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Seconds at the start of each cell left out of steady state.",
+)
+@click.option("--hosts", type=click.IntRange(min=1), default=2, show_default=True, help="Host processes.")
+@click.option(
+    "--in-process", is_flag=True, help="Agents as asyncio tasks of this process instead (less faithful, quicker)."
+)
+@click.option(
+    "--sdk-retries", type=click.IntRange(min=0), default=2, show_default=True, help="The none strategy's SDK retries."
+)
+@click.option(
+    "--max-capacity", type=click.IntRange(min=1), default=64, show_default=True, help="The governors' ceiling."
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(min=0, min_open=True),
+    default=2.0,
+    show_default=True,
+    help="The governors' window, seconds.",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the sizes and latencies.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for budgets.json, budgets.md and budgets.png [default: a new temporary directory].",
+)
+@click.option(
+    "--update",
+    is_flag=True,
+    help="Keep the other scenarios of the budgets.json already in --out (to run the scenarios one at a time).",
+)
+def budgets_command(
+    redis_url: str | None,
+    scenario_names: str,
+    strategies: str | None,
+    seconds: float,
+    settle: float,
+    hosts: int,
+    in_process: bool,
+    sdk_retries: int,
+    max_capacity: int,
+    window: float,
+    seed: int | None,
+    out: Path | None,
+    update: bool,
+) -> None:
+    """Run the budgets benchmark: requests and tokens per minute, learnt from the provider's headers.
+
+    Each scenario (tokens-bind, requests-bind, concurrency-bind, mixed,
+    uncontended) with
+    each strategy in turn: none (the SDK's own retries), fleet-concurrency
+    (Governor.call around the SDK) and fleet-budgets (the SDK over the
+    governed transport, no limit configured). Prints a line per cell and
+    writes budgets.json, budgets.md (the tables) and budgets.png.
+    """
+    import json
+
+    from .budget_bench import (
+        STRATEGIES,
+        Settings,
+        markdown,
+        merge,
+        missing_strategy,
+        run_budgets,
+        scenarios,
+        table,
+        write_chart,
+    )
+    from .embedded import open_backend
+
+    known = scenarios(seed)
+    names = [s.strip() for s in scenario_names.split(",") if s.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise click.UsageError(f"unknown scenario(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(known)}")
+    if strategies is None:
+        chosen = [s for s in STRATEGIES if missing_strategy(s) is None]
+        for skipped in (s for s in STRATEGIES if s not in chosen):
+            click.echo(f"note: {skipped} skipped: {missing_strategy(skipped)}")
+    else:
+        chosen = [s.strip() for s in strategies.split(",") if s.strip()]
+        for strategy in chosen:
+            why = missing_strategy(strategy)
+            if why is not None:
+                raise click.UsageError(why)
+    try:
+        settings = Settings(seconds=seconds, settle=settle, hosts=hosts, in_process=in_process,
+                            sdk_retries=sdk_retries, max_capacity=max_capacity, window=window, seed=seed)  # fmt: skip
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from error
+    try:
+        backend = open_backend(redis_url, allow_fake=False)
+    except (ConnectionError, RuntimeError) as error:
+        raise _fail(error) from error
+    with backend:
+        click.echo(f"Redis: {backend.describe()}")
+        assert backend.url is not None
+        try:
+            result = asyncio.run(run_budgets([known[n] for n in names], chosen, settings, backend.url, click.echo))
+        except (ConfigError, TimeoutError, RuntimeError, ConnectionError, OSError) as error:
+            raise _fail(error) from error
+    command = _command_line()
+    result["commands"] = {name: command for name in names}
+    directory = out or Path(tempfile.mkdtemp(prefix="governor-budgets-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path = directory / "budgets.json"
+    if update and json_path.exists():
+        result = merge(json.loads(json_path.read_text(encoding="utf-8")), result)
+    json_path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    md_path, png_path = directory / "budgets.md", directory / "budgets.png"
+    md_path.write_text(markdown(result, list(dict.fromkeys(result["commands"].values()))), encoding="utf-8")
+    write_chart(result, png_path)
+    click.echo("")
+    click.echo(table(result))
+    click.echo(f"\nresults: {json_path}\nreport:  {md_path}\nchart:   {png_path}")
+
+
 @click.group("sim")
 def sim_group() -> None:
-    """The fleet-governor simulator: mock provider, swarm benchmark, demo, overhead benchmarks."""
+    """The fleet-governor simulator: mock provider, swarm benchmark, demo, overhead and budgets benchmarks."""
 
 
-for _command in (demo_command, bench_command, swarm_command, provider_command, worker_command):
+# `budgets` is offered by `python -m governor.sim`; COMMANDS are those the main CLI registers.
+for _command in (demo_command, bench_command, swarm_command, provider_command, worker_command, budgets_command):
     sim_group.add_command(_command)
 
 COMMANDS = (demo_command, bench_command, swarm_command, provider_command, worker_command)

@@ -96,6 +96,10 @@ REASONS = ("concurrency", *KINDS)
 #: the API shapes served
 OPENAI, ANTHROPIC = "openai", "anthropic"
 
+#: a request header a benchmark may set to an opaque tag of its own: the arrival of
+#: each accepted request so tagged is recorded (the admission wait of that call)
+CALL_TAG = "x-sim-call"
+
 #: the prompt-size rule (see :func:`prompt_tokens`)
 CHARS_PER_TOKEN = 4
 MESSAGE_TOKENS = 4
@@ -501,6 +505,8 @@ class RunRecord:
     served: list[tuple[float, int, int]] = field(default_factory=list)
     #: tokens of answers cut short (overload inside a stream, a client gone): spent, not served
     wasted_tokens: int = 0
+    #: one (tag, arrival) per accepted request that carried a ``x-sim-call`` tag
+    tagged: list[tuple[str, float]] = field(default_factory=list)
     #: the rate limits' buckets sampled: (t, level of each kind in ``level_kinds``)
     levels: list[tuple[float, ...]] = field(default_factory=list)
     level_kinds: tuple[str, ...] = ()
@@ -558,6 +564,7 @@ class RunRecord:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "wasted_tokens": self.wasted_tokens,
+            "tagged": [[tag, round(t, 5)] for tag, t in self.tagged],
             "levels": {
                 "columns": ["t", *self.level_kinds],
                 "rows": [[round(row[0], 4), *(round(x, 1) for x in row[1:])] for row in self.levels],
@@ -579,6 +586,7 @@ class RunRecord:
             refused={str(k): int(v) for k, v in (data.get("refused") or {}).items()},
             served=[(float(t), int(p), int(c)) for t, p, c in data.get("served", [])],
             wasted_tokens=int(data.get("wasted_tokens", 0)),
+            tagged=[(str(tag), float(t)) for tag, t in data.get("tagged", [])],
             levels=[tuple(float(x) for x in row) for row in levels["rows"]],
             level_kinds=tuple(levels["columns"][1:]),
         )
@@ -802,6 +810,9 @@ class MockProvider:
         if run is self._run:
             self.record.accepted += 1
             self.record.peak_served = max(self.record.peak_served, self._served)
+            tag = request.headers.get(CALL_TAG)
+            if tag is not None:
+                self.record.tagged.append((tag, arrival))
         end = now + base + config.per_token_latency * completion
         self._ends.append(end)
         try:
@@ -1409,6 +1420,7 @@ async def serve(config: ProviderConfig, host: str, port: int, on_ready: Callable
 __all__ = [
     "ABANDONED",
     "ANTHROPIC",
+    "CALL_TAG",
     "INPUT",
     "KINDS",
     "LIMITED",
