@@ -1,18 +1,40 @@
-"""Official provider SDK clients with their own retries off.
+"""Official provider SDK clients with their own retries off, governed or not.
 
 The ``openai`` and ``anthropic`` SDKs retry 429s and 5xx by themselves
-(twice by default, on their own backoff). Under ``Governor.call`` that
-stacks two retry loops: each SDK retry is an attempt the governor never
-sees (no report, no lease), so the fleet's capacity is not cut, the
-provider's Retry-After does not hold the other hosts, and every worker
-retries on the same schedule as its neighbours. Build the clients with
-``max_retries=0`` and let ``call()`` do the retrying, once, with the
-fleet's knowledge::
+(twice by default, on their own backoff). Under the governor that stacks
+two retry loops: each SDK retry is an attempt the governor never sees (no
+report, no lease), so the fleet's capacity is not cut, the provider's
+Retry-After does not hold the other hosts, and every worker retries on the
+same schedule as its neighbours. Every client built here has
+``max_retries=0``; the governor does the retrying, once, with the fleet's
+knowledge. Two ways to use them:
+
+With ``governor=``, every model request of the client is governed with no
+change at the call site (governor/transport.py): the client's HTTP client
+is the SDK's own default one (its timeout, connection limits and
+redirects) over a :class:`~governor.transport.GovernedTransport` (an
+:class:`~governor.transport.AsyncGovernedTransport` for the async
+clients), which acquires a lease with the request's token estimate,
+reports the response with its usage and rate-limit headers, and retries
+throttled requests::
 
     from governor import Governor
     from governor.providers import openai_client
 
     gov = Governor.from_url("redis://localhost:6379/0", "openai")
+    client = openai_client(governor=gov)
+    reply = client.chat.completions.create(model="gpt-4o-mini", messages=[...])
+
+``retry=`` (a :class:`~governor.config.RetryPolicy`) and ``holder=`` (the
+leases' label) go to the transport. Such a client builds its own HTTP
+client, so ``http_client=`` is refused with it (a ConfigError): to govern a
+client of your own make, wrap its transport yourself,
+``http_client=httpx2.Client(transport=GovernedTransport(gov, httpx2.HTTPTransport(...)))``
+(httpx for an SDK that still uses httpx; the transport works with both).
+
+Without ``governor=``, exactly the SDK's client with ``max_retries=0``, for
+use under ``Governor.call``::
+
     client = openai_client()  # OpenAI(max_retries=0), other options as usual
     reply = gov.call(client.chat.completions.create, model="gpt-4o-mini", messages=[...])
 
@@ -35,7 +57,14 @@ if TYPE_CHECKING:
     from anthropic import Anthropic, AsyncAnthropic
     from openai import AsyncOpenAI, OpenAI
 
+    from ._async.governor import AsyncGovernor
+    from ._sync.governor import Governor
+    from .config import RetryPolicy
+
 C = TypeVar("C")
+
+#: the HTTP libraries an SDK may be built on
+HTTP_LIBRARIES = ("httpx", "httpx2")
 
 
 def without_retries(client: C) -> C:
@@ -50,32 +79,67 @@ def without_retries(client: C) -> C:
     return copy
 
 
-def openai_client(**options: Any) -> OpenAI:
-    """``openai.OpenAI(**options)`` with ``max_retries=0``."""
-    return _build("openai", "OpenAI", options)  # type: ignore[no-any-return]
+def openai_client(
+    governor: Governor | None = None, *, retry: RetryPolicy | None = None, holder: str | None = None, **options: Any
+) -> OpenAI:
+    """``openai.OpenAI(**options)`` with ``max_retries=0``; with ``governor=``,
+    every model request governed (see the module docstring)."""
+    return _build("openai", "OpenAI", options, governor, False, retry, holder)  # type: ignore[no-any-return]
 
 
-def async_openai_client(**options: Any) -> AsyncOpenAI:
-    """``openai.AsyncOpenAI(**options)`` with ``max_retries=0``."""
-    return _build("openai", "AsyncOpenAI", options)  # type: ignore[no-any-return]
+def async_openai_client(
+    governor: AsyncGovernor | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    holder: str | None = None,
+    **options: Any,
+) -> AsyncOpenAI:
+    """``openai.AsyncOpenAI(**options)`` with ``max_retries=0``; with an
+    AsyncGovernor as ``governor=``, every model request governed."""
+    return _build("openai", "AsyncOpenAI", options, governor, True, retry, holder)  # type: ignore[no-any-return]
 
 
-def anthropic_client(**options: Any) -> Anthropic:
-    """``anthropic.Anthropic(**options)`` with ``max_retries=0``."""
-    return _build("anthropic", "Anthropic", options)  # type: ignore[no-any-return]
+def anthropic_client(
+    governor: Governor | None = None, *, retry: RetryPolicy | None = None, holder: str | None = None, **options: Any
+) -> Anthropic:
+    """``anthropic.Anthropic(**options)`` with ``max_retries=0``; with
+    ``governor=``, every model request governed."""
+    return _build("anthropic", "Anthropic", options, governor, False, retry, holder)  # type: ignore[no-any-return]
 
 
-def async_anthropic_client(**options: Any) -> AsyncAnthropic:
-    """``anthropic.AsyncAnthropic(**options)`` with ``max_retries=0``."""
-    return _build("anthropic", "AsyncAnthropic", options)  # type: ignore[no-any-return]
+def async_anthropic_client(
+    governor: AsyncGovernor | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    holder: str | None = None,
+    **options: Any,
+) -> AsyncAnthropic:
+    """``anthropic.AsyncAnthropic(**options)`` with ``max_retries=0``; with
+    an AsyncGovernor as ``governor=``, every model request governed."""
+    return _build("anthropic", "AsyncAnthropic", options, governor, True, retry, holder)  # type: ignore[no-any-return]
 
 
-def _build(module_name: str, class_name: str, options: dict[str, Any]) -> Any:
+def _build(
+    module_name: str,
+    class_name: str,
+    options: dict[str, Any],
+    governor: Any,
+    asynchronous: bool,
+    retry: RetryPolicy | None,
+    holder: str | None,
+) -> Any:
     retries = options.pop("max_retries", 0)
     if retries != 0:
         raise ConfigError(
-            f"max_retries={retries!r}: Governor.call does the retrying; SDK retries on top would be "
+            f"max_retries={retries!r}: the governor does the retrying; SDK retries on top would be "
             "attempts the governor never sees. Build the client yourself if you really want them."
+        )
+    if governor is None and (retry is not None or holder is not None):
+        raise ConfigError("retry= and holder= are options of the governed transport: pass governor= too")
+    if governor is not None and options.get("http_client") is not None:
+        raise ConfigError(
+            f"{class_name.lower()}_client(governor=...) builds its own http_client over the governed transport; "
+            "to govern an http_client of your own, give it transport=GovernedTransport(governor, <its transport>)"
         )
     try:
         module = importlib.import_module(module_name)
@@ -83,4 +147,35 @@ def _build(module_name: str, class_name: str, options: dict[str, Any]) -> Any:
         raise ImportError(
             f"the {module_name!r} package is not installed: pip install 'fleet-governor[providers]'"
         ) from error
+    if governor is not None:
+        options["http_client"] = _governed_http_client(module, governor, asynchronous, retry, holder)
     return getattr(module, class_name)(max_retries=0, **options)
+
+
+def _governed_http_client(
+    sdk: Any, governor: Any, asynchronous: bool, retry: RetryPolicy | None, holder: str | None
+) -> Any:
+    """The SDK's own default HTTP client (its timeout, limits, redirects) over
+    a governed transport of the HTTP library the SDK is built on."""
+    from .transport import AsyncGovernedTransport, GovernedTransport
+
+    client_class = sdk.DefaultAsyncHttpxClient if asynchronous else sdk.DefaultHttpxClient
+    library = importlib.import_module(_library_of(client_class))
+    limits = getattr(sdk, "DEFAULT_CONNECTION_LIMITS", None)
+    transport_options = {} if limits is None else {"limits": limits}
+    if asynchronous:
+        inner = library.AsyncHTTPTransport(**transport_options)
+        governed: Any = AsyncGovernedTransport(governor, inner, retry=retry, holder=holder)
+    else:
+        inner = library.HTTPTransport(**transport_options)
+        governed = GovernedTransport(governor, inner, retry=retry, holder=holder)
+    return client_class(transport=governed)
+
+
+def _library_of(client_class: type) -> str:
+    """httpx or httpx2: the library whose Client the SDK's default client is."""
+    for cls in client_class.__mro__:
+        root = cls.__module__.partition(".")[0]
+        if root in HTTP_LIBRARIES:
+            return root
+    raise ConfigError(f"{client_class!r} is no httpx or httpx2 client: this SDK version is not supported")
