@@ -295,7 +295,7 @@ class GovernorCore:
             self.stored_config = pairs
 
     def acquire(
-        self, lease_id: str, holder: str, wait: bool, fresh: bool = True, tokens: Tokens | None = None
+        self, lease_id: str, holder: str, wait: bool, fresh: bool = True, tokens: Tokens | int | None = None
     ) -> Call[Granted | Queued | Denied]:
         """Ask for a lease reserving ``tokens``; ``fresh`` when the id was
         never sent before. A try (``wait=False``) takes a new id: the script
@@ -304,10 +304,11 @@ class GovernorCore:
         if not wait and not fresh:
             raise ConfigError("a try_acquire takes a new lease id (fresh=True)")
         mode = ("wait" if fresh else "again") if wait else "try"
-        reserve = "" if tokens is None or tokens == Tokens() else tokens.arg()
+        reserve = Tokens.of(tokens)
+        reserve_arg = "" if reserve == Tokens() else reserve.arg()
         return self._call(
             "acquire",
-            (lease_id, holder, self._ttl_ms, self._queue_ttl_ms, mode, reserve),
+            (lease_id, holder, self._ttl_ms, self._queue_ttl_ms, mode, reserve_arg),
             self._parse_acquire,
             confirm=True,
         )

@@ -18,6 +18,7 @@ from ..classify import Classification, Classifier, Verdict, default_classifier
 from ..config import RetryPolicy
 from ..core import Outcome
 from ..errors import AcquireTimeout, ConfigError, GovernorError, LeaseLost, QuotaExhausted
+from ..estimate import usage_of
 from ._compat import shielded, sleep
 
 if TYPE_CHECKING:
@@ -164,8 +165,6 @@ class _Last(Generic[T]):
 def default_judge(result: Any, lease: Any) -> Verdict:
     """call()'s judge: every result a success, with the usage an SDK result
     (or its JSON) carries (governor/estimate.py usage_of)."""
-    from ..estimate import usage_of
-
     return Verdict(Outcome.SUCCESS, usage=usage_of(result))
 
 
