@@ -8,6 +8,10 @@ Two sources, because they live in different processes:
   :class:`governor.events.Admitted` events when this module is imported).
   A worker publishes it with its own ``prometheus_client`` endpoint, e.g.
   ``prometheus_client.start_http_server(8000)``.
+* Every client counts the rate-limit headers its reports could not read
+  in ``governor_malformed_headers_total{governor,header}`` (its
+  :class:`governor.events.MalformedHeaders` events; ``header`` is one of the
+  provider's known header names, a bounded set).
 * ``governor exporter`` serves :class:`GovernorCollector`, which reads each
   governor's state from Redis on every scrape (read-only: the ``status``
   script and the decision log), so what Prometheus sees is what the scripts
@@ -64,6 +68,32 @@ def _on_event(event: events.Event) -> None:
     """The client-side metrics' subscriber to the facades' events."""
     if isinstance(event, events.Admitted):
         observe_admission(event.name, event.waited_seconds)
+    elif isinstance(event, events.MalformedHeaders):
+        for header in event.headers:
+            count_malformed(event.name, header)
+
+
+_malformed: Any = None
+
+
+def count_malformed(name: str, header: str) -> None:
+    """Count one rate-limit header of governor ``name`` that could not be read
+    (nothing without prometheus_client)."""
+    global _malformed
+    with _lock:
+        if _malformed is None:
+            try:
+                import prometheus_client
+            except ImportError:
+                _malformed = _NOOP
+            else:
+                _malformed = prometheus_client.Counter(
+                    "governor_malformed_headers",
+                    "Rate-limit headers of provider responses that could not be read (they changed nothing)",
+                    ["governor", "header"],
+                )
+    if _malformed is not _NOOP:
+        _malformed.labels(name, header).inc()
 
 
 def _child(name: str) -> Any:
@@ -185,6 +215,23 @@ class GovernorCollector:
         decisions = CounterMetricFamily(
             "governor_decisions", "Decisions read from the decision log, by kind", labels=[*label, "kind"]
         )
+        budget_labels = [*label, "budget", "source"]
+        b = {
+            "limit": GaugeMetricFamily(
+                "governor_budget_limit", "A budget's limit per minute (its refill rate)", labels=budget_labels
+            ),
+            "burst": GaugeMetricFamily(
+                "governor_budget_burst", "What a budget's bucket holds at most", labels=budget_labels
+            ),
+            "level": GaugeMetricFamily(
+                "governor_budget_level",
+                "What a budget's bucket holds now (below 0: charged beyond)",
+                labels=budget_labels,
+            ),
+            "reserved": GaugeMetricFamily(
+                "governor_budget_reserved", "What the leases in flight reserved from a budget", labels=budget_labels
+            ),
+        }
         info = InfoMetricFamily(
             "governor", "Policy, pause and schema of each governor", labels=[*label, "policy", "pause_kind", "reason"]
         )
@@ -223,6 +270,10 @@ class GovernorCollector:
                 for key, value in values.items():
                     g[key].add_metric([name], value)
                 quota.add_metric([name], status.quota_exhausted)
+                for budget in status.budgets:
+                    labels = [name, budget.kind, budget.source]
+                    for key in b:
+                        b[key].add_metric(labels, getattr(budget, key))
                 for kind, count in sorted(tracked.decisions.items()):
                     decisions.add_metric([name, kind], count)
                 info.add_metric(
@@ -230,6 +281,7 @@ class GovernorCollector:
                 )
         yield up
         yield from g.values()
+        yield from b.values()
         yield quota
         yield decisions
         yield info

@@ -16,6 +16,7 @@ import redis
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from governor import Governor, GovernorConfig, Outcome, metrics
+from governor.budgets import Tokens
 from governor.errors import ConfigError
 from governor.events import Admitted, emit
 from governor.inspect import server_time_ms
@@ -114,6 +115,37 @@ def test_collector_reads_the_state(make_gov: MakeGov, sync_client: Any, name: st
     for lease in held:
         assert lease is not None
         lease.release()
+
+
+def test_collector_reads_each_budget(make_gov: MakeGov, sync_client: Any, name: str) -> None:
+    clock = FakeClock(server_time_ms(sync_client) / 1000 - 1)
+    gov = make_gov(GovernorConfig(max_capacity=8, tokens_per_minute=6000), clock=clock)
+    lease = gov.try_acquire(tokens=Tokens(1500, 500))
+    assert lease is not None
+    gov.report(Outcome.SUCCESS, headers={"x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": "90"})
+    got = collect(GovernorCollector(sync_client, [name]))
+    tokens = {"budget": "tokens", "source": "configured"}
+    requests = {"budget": "requests", "source": "header"}
+    assert got[key("governor_budget_limit", name, **tokens)] == 6000
+    assert got[key("governor_budget_reserved", name, **tokens)] == 2000
+    assert 4000 <= got[key("governor_budget_level", name, **tokens)] <= 4500  # refilled by the server clock, 1 s on
+    assert (
+        got[key("governor_budget_limit", name, **requests)],
+        got[key("governor_budget_burst", name, **requests)],
+    ) == (
+        100,
+        90,
+    )
+    lease.release()
+
+
+def test_unreadable_rate_limit_headers_are_counted(make_gov: MakeGov, name: str) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=2))
+    labels = {"governor": name, "header": "x-ratelimit-remaining-tokens"}
+    before = REGISTRY.get_sample_value("governor_malformed_headers_total", labels) or 0
+    gov.report(Outcome.SUCCESS, headers={"x-ratelimit-remaining-tokens": "n/a"})
+    gov.report(Outcome.SUCCESS, headers={"X-RateLimit-Remaining-Tokens": "1e3x"})
+    assert REGISTRY.get_sample_value("governor_malformed_headers_total", labels) == before + 2
 
 
 def test_decisions_are_counted_incrementally_and_in_bounded_pages(

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from .. import inspect as gi
+from ..budgets import Budget
 from ..core import Status
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -100,6 +101,14 @@ def state_line(status: Status) -> str:
     return f"OPEN: {max(0, status.capacity - status.in_flight)} free slot(s); new callers are admitted"
 
 
+def budget_line(budget: Budget) -> str:
+    """One budget: level of capacity, reserved in flight, refill, source."""
+    return (
+        f"{budget.level:,.0f} of {budget.burst:,} left, {budget.reserved:,} reserved in flight; "
+        f"refills {budget.limit:,}/min ({budget.source})"
+    )
+
+
 def render_status(status: Status) -> str:
     share = f"{status.rate_limited_share:.1%}" if status.window_attempts else "-"
     learnt = []
@@ -123,6 +132,7 @@ def render_status(status: Status) -> str:
             f"in the last {span(status.window)}",
         ),
         ("not_before", when(status.not_before) + (" (holding)" if status.holding else "")),
+        *((f"budget {b.kind}", budget_line(b)) for b in status.budgets),
         ("quota", quota),
         ("fence", str(status.fence)),
         ("epoch", f"{status.epoch} (created {when(status.created)})"),
