@@ -9,7 +9,7 @@ The model keeps the keys of one governor as plain containers: the three
 hashes apart (``state``, ``config`` as the exact stored strings,
 ``policy``), the leases and holders with their sentinel entries, the
 queue and waiters, the window. It follows the rules of ``lua/lib/`` one by
-one: the sliding window; the policies as units (:data:`POLICIES`, one entry
+one: the sliding window; the policies as units (:data:`POLICIES` of
 per policy as in the POLICIES table of ``lua/lib/policy.lua``: ``seed``
 halves, pauses, +1 per streak; ``adaptive`` cuts once per congestion
 episode below the pushback ceiling and probes above it; ``fixed`` never
@@ -30,16 +30,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from governor.budgets import KINDS as BUDGET_KINDS
 from governor.budgets import Tokens
 from governor.protocol import CONFIG, SCHEMA_VERSION, SENTINEL, HolderRecord, all_fields
 
+from .model_policies import POLICIES, Policy
+
 SCHEMA = SCHEMA_VERSION
 BATCH = 64
 RECLAIM_MS = 1000
-PAUSE_REASON = "waiting for provider rate-limit recovery"
 #: every stored field's kind (governor.protocol): which are strings, which integers
 KINDS = all_fields()
 STRING_FIELDS = frozenset(name for name, kind in KINDS.items() if kind.type == "str")
@@ -73,121 +74,6 @@ def _value(name: str, raw: str) -> Any:
     return int(raw) if kind.type == "int" else float(raw)
 
 
-# -- the policies: one unit each (POLICIES of lua/lib/policy.lua) ----------------------
-
-
-class Policy:
-    """A policy's entry: its config fields, its state fields, its reset and
-    its reactions to a rate-limited attempt and to a success (not paused)."""
-
-    name: ClassVar[str] = ""
-    config: ClassVar[tuple[str, ...]] = ()  #: its own fields of the config hash
-    state: ClassVar[tuple[str, ...]] = ()  #: its own fields of the policy hash (streak aside)
-
-    def reset(self, m: Model) -> None:
-        """A fresh learnt state into the policy hash (capacity is the caller's)."""
-
-    def limited(self, m: Model, rl: int, total: int, fence: int | None) -> None:
-        """A rate-limited attempt; rl and total count the window with it."""
-
-    def success(self, m: Model, rl: int, total: int) -> None:
-        """A success."""
-
-
-class Seed(Policy):
-    name = "seed"
-    config = (
-        "decrease_count",
-        "decrease_ratio",
-        "ratio_min_attempts",
-        "decrease_factor",
-        "pause_count",
-        "increase_successes",
-    )
-
-    def limited(self, m: Model, rl: int, total: int, fence: int | None) -> None:
-        S, C = m.S, m.C
-        if rl >= C["pause_count"]:
-            m.pause("policy", PAUSE_REASON, 0)
-        elif rl >= C["decrease_count"] or (total >= C["ratio_min_attempts"] and rl / total > C["decrease_ratio"]):
-            m.set_capacity(max(1, math.floor(S["capacity"] * C["decrease_factor"])))
-
-    def success(self, m: Model, rl: int, total: int) -> None:
-        S, C, P = m.S, m.C, m.P
-        P["streak"] += 1
-        if P["streak"] >= C["increase_successes"]:
-            P["streak"] = 0
-            m.set_capacity(S["capacity"] + 1)
-
-
-class Adaptive(Policy):
-    name = "adaptive"
-    config = ("pause_count", "pause_ratio", "increase_successes", "cut_factor", "probe_ms")
-    state = ("ceiling", "cut_fence", "probe_at", "probe_step", "probe_wait", "climbing")
-
-    def reset(self, m: Model) -> None:
-        m.P.update(ceiling=0, cut_fence=m.S["fence"], probe_at=m.now, probe_step=1, probe_wait=m.C["probe_ms"])
-        m.P["climbing"] = 0
-
-    def limited(self, m: Model, rl: int, total: int, fence: int | None) -> None:
-        S, C, P = m.S, m.C, m.P
-        if fence is not None and fence <= P["cut_fence"]:
-            if P["ceiling"] > 1:  # an older lease's 429: the level was one lower
-                P["ceiling"] -= 1
-                m.set_capacity(min(S["capacity"], P["ceiling"]))
-            return
-        live = m.in_flight()
-        level = max(1, min(live, S["capacity"])) if live > 0 else S["capacity"]
-        if level <= 1 and rl >= C["pause_count"] and rl >= C["pause_ratio"] * total:
-            P["cut_fence"] = S["fence"]
-            m.pause("policy", PAUSE_REASON, 0)
-            return
-        capacity = max(1, math.floor(level * C["cut_factor"]))
-        if P["climbing"] == 1:  # refused again before the next probe
-            ceiling, wait = capacity, C["probe_ms"]
-        else:
-            ceiling = level
-            if P["ceiling"] > 0 and level >= P["ceiling"]:
-                wait = min(P["probe_wait"] * 2, max(C["probe_ms"], C["window_ms"] // 2))  # ms: an integer
-            else:
-                wait = C["probe_ms"]
-        P.update(ceiling=ceiling, cut_fence=S["fence"], probe_step=1, probe_at=m.now, probe_wait=wait, climbing=1)
-        m.set_capacity(capacity)
-
-    def success(self, m: Model, rl: int, total: int) -> None:
-        S, C, P = m.S, m.C, m.P
-        P["streak"] += 1
-        if S["capacity"] >= C["max_capacity"]:
-            P["streak"] = 0
-            return
-        if P["ceiling"] == 0 or S["capacity"] + 1 < P["ceiling"]:
-            P["streak"] = 0
-            m.set_capacity(S["capacity"] + 1)
-        elif P["streak"] >= C["increase_successes"] and m.now - P["probe_at"] >= (
-            P["probe_wait"] if S["capacity"] < P["ceiling"] else C["probe_ms"]
-        ):
-            P["streak"] = 0
-            P["climbing"] = 0
-            if S["capacity"] >= P["ceiling"]:
-                P["probe_wait"] = C["probe_ms"]
-            P["probe_at"] = m.now
-            step = P["probe_step"]
-            P["probe_step"] = min(P["probe_step"] * 2, C["max_capacity"])
-            m.set_capacity(S["capacity"] + step)
-
-
-class Fixed(Policy):
-    """Capacity stays where the operator put it: nothing is learnt."""
-
-    name = "fixed"
-
-    def success(self, m: Model, rl: int, total: int) -> None:
-        m.P["streak"] += 1
-
-
-#: every policy's unit, by name
-POLICIES: dict[str, Policy] = {p.name: p for p in (Adaptive(), Seed(), Fixed())}
-#: the base fields of the config hash (governor.protocol.CONFIG)
 BASE_CONFIG = tuple(CONFIG)
 
 
