@@ -9,12 +9,10 @@ The model keeps the keys of one governor as plain containers: the three
 hashes apart (``state``, ``config`` as the exact stored strings,
 ``policy``), the leases and holders with their sentinel entries, the
 queue and waiters, the window. It follows the rules of ``lua/lib/`` one by
-one: the sliding window; the policies as units (:data:`POLICIES` of
-per policy as in the POLICIES table of ``lua/lib/policy.lua``: ``seed``
-halves, pauses, +1 per streak; ``adaptive`` cuts once per congestion
-episode below the pushback ceiling and probes above it; ``fixed`` never
-moves capacity); the one admission rule over budgets (:meth:`Model.blocked`:
-pause, hold, the concurrency budget); the Retry-After hold; operator
+one: the sliding window; the policies as units (:data:`POLICIES`, one
+entry per policy, in tests/model_policies.py); the one admission rule over
+budgets (:meth:`Model.blocked`: pause, hold, concurrency, then each active
+token bucket); reservations, settlement and header calibration; operator
 pause/resume/set_max/reset; TTL leases with lazy reclaim (at most
 ``BATCH`` per call, in the order Redis sorts a sorted set); the FIFO queue
 with waiter deadlines; grants on release/expiry/capacity change; fences.
