@@ -981,3 +981,112 @@ def test_headers_reported_are_the_ones_parsed() -> None:
     assert (limits.budgets["tokens"].limit, limits.budgets["tokens"].remaining) == (200000, 190000)
     limits = parse(ANTHROPIC_LIMITS)
     assert set(limits.budgets) == {"requests", "input_tokens", "output_tokens"}
+
+
+# -- against the mock provider (governor.sim.provider) -------------------------------------------
+
+#: a period of ten hours: the mock's buckets hardly refill during a test
+SLOW = {"rate_period": 36_000.0, "latency_mean": 0.01, "latency_sigma": 0.0, "completion_tokens": 20}
+
+
+def settled(previous: tuple[int, int, float, int, str], used: int, remaining: int) -> float:
+    """The level a report leaves on a frozen clock: the previous level less the usage
+    (the reservation given back), clamped to the provider's remaining and the burst."""
+    limit, burst, level, _, _ = previous
+    return min(level - used, remaining, min(max(burst, remaining), limit))
+
+
+async def test_mock_provider_openai_async(agov: AsyncGovernor) -> None:
+    from governor.sim.provider import MockProvider, ProviderConfig
+
+    async with MockProvider(ProviderConfig(rpm=100, tpm=100_000, **SLOW)) as mock:
+        async with async_openai_client(governor=agov, retry=FAST, base_url=f"{mock.url}/v1", api_key="t") as client:
+            await client.chat.completions.create(model="sim-1", messages=MESSAGES, max_tokens=64)
+            first = levels(await agov.status())
+            assert {kind: figures[0] for kind, figures in first.items()} == {"requests": 100, "tokens": 100_000}
+            assert {figures[4] for figures in first.values()} == {"header"}
+            raw = await client.chat.completions.with_raw_response.create(
+                model="sim-1", messages=MESSAGES, max_tokens=64
+            )
+            reply = raw.parse()
+            assert reply.usage is not None
+            second = levels(await agov.status())
+            remaining = int(raw.headers["x-ratelimit-remaining-tokens"])
+            assert second["tokens"][2] == settled(first["tokens"], reply.usage.total_tokens, remaining)
+            stream = await client.chat.completions.create(
+                model="sim-1", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+            )
+            assert (await agov.status()).in_flight == 1
+            remaining = int(stream.response.headers["x-ratelimit-remaining-tokens"])  # sent at the stream's start
+            chunks = [chunk async for chunk in stream]
+            usage = chunks[-1].usage
+            assert usage is not None and usage.completion_tokens == 20
+    status = await agov.status()
+    assert counts(status) == (3, 0, 0, 0)
+    assert levels(status)["tokens"][2] == settled(second["tokens"], usage.total_tokens, remaining)
+    assert mock.record.accepted == 3
+
+
+async def test_mock_provider_anthropic_sync_and_async(make_gov: MakeGov, agov: AsyncGovernor) -> None:
+    from governor.sim.provider import MockProvider, ProviderConfig
+
+    gov = make_gov(GovernorConfig(), clock=FakeClock())
+    async with MockProvider(ProviderConfig(rpm=100, input_tpm=100_000, output_tpm=20_000, **SLOW)) as mock:
+
+        def sync_calls() -> tuple[Any, Any]:
+            with anthropic_client(governor=gov, retry=FAST, base_url=mock.url, api_key="t") as client:
+                reply = client.messages.create(model="sim-1", max_tokens=8, messages=MESSAGES)
+                with client.messages.stream(model="sim-1", max_tokens=64, messages=MESSAGES) as stream:
+                    assert gov.status().in_flight == 1
+                    final = stream.get_final_message()
+            return reply, final
+
+        reply, final = await asyncio.to_thread(sync_calls)
+        assert (reply.usage.output_tokens, final.usage.output_tokens) == (8, 20)
+        status = gov.status()
+        assert counts(status) == (2, 0, 0, 0)
+        assert {b.kind: (b.limit, b.source) for b in status.budgets} == {
+            "requests": (100, "header"),
+            "tokens": (20_000, "header"),  # the most restrictive of the token limits, as Anthropic sends it
+            "input_tokens": (100_000, "header"),
+            "output_tokens": (20_000, "header"),
+        }
+        async with async_anthropic_client(governor=agov, retry=FAST, base_url=mock.url, api_key="t") as aclient:
+            await aclient.messages.create(model="sim-1", max_tokens=8, messages=MESSAGES)
+            async with aclient.messages.stream(model="sim-1", max_tokens=64, messages=MESSAGES) as astream:
+                assert (await agov.status()).in_flight == 1
+                afinal = await astream.get_final_message()
+        assert afinal.usage.output_tokens == 20
+    assert counts(await agov.status()) == (4, 0, 0, 0)  # one governor in Redis: the sync and the async calls
+    assert mock.record.accepted == 4
+
+
+async def test_mock_provider_overload_inside_a_stream(agov: AsyncGovernor) -> None:
+    from governor.sim.provider import MockProvider, ProviderConfig
+
+    async with MockProvider(ProviderConfig(stream_error_rate=1.0, seed=3, **{**SLOW, "completion_tokens": 40})) as mock:
+        async with async_anthropic_client(governor=agov, retry=FAST, base_url=mock.url, api_key="t") as client:
+            with pytest.raises(anthropic.APIStatusError, match="overloaded_error"):
+                async with client.messages.stream(model="sim-1", max_tokens=64, messages=MESSAGES) as stream:
+                    async for _ in stream.text_stream:
+                        pass
+    assert counts(await agov.status()) == (1, 1, 0, 0)
+
+
+async def test_mock_provider_throttle_is_retried(make_agov: MakeAGov) -> None:
+    """Two calls at once against a hidden concurrency limit of one: the one refused
+    is retried by the transport after the provider's Retry-After, and both succeed."""
+    from governor.sim.provider import MockProvider, ProviderConfig
+
+    agov = make_agov(GovernorConfig())  # the real clock: the provider's hold must pass
+    patient = RetryPolicy(max_attempts=10, deadline=20.0, base=0.005, cap=0.05, max_retry_after=2.0)
+    async with MockProvider(ProviderConfig(limit=1, latency_mean=0.5, latency_sigma=0.0)) as mock:
+        async with async_openai_client(governor=agov, retry=patient, base_url=f"{mock.url}/v1", api_key="t") as client:
+            replies = await asyncio.gather(
+                *(client.chat.completions.create(model="sim-1", messages=MESSAGES, max_tokens=8) for _ in range(2))
+            )
+    assert all(reply.choices[0].message.content for reply in replies)
+    assert mock.record.accepted == 2 and mock.record.refused.get("concurrency", 0) >= 1
+    status = await agov.status()
+    assert status.window_rate_limited == mock.record.refused["concurrency"]
+    assert (status.window_attempts, status.in_flight) == (2 + status.window_rate_limited, 0)
