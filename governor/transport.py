@@ -65,6 +65,7 @@ import json
 import logging
 import math
 import re
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from types import TracebackType
@@ -366,10 +367,15 @@ class _GovernedSyncStream:
         if settlement is None or not settlement.claim():
             return
         self._usage.finish()
+        if sys.is_finalizing():  # no threads to be had: the lease's TTL frees the slot
+            return
         thread = threading.Thread(
             target=settlement.report, args=(self._usage, self._failed), name="governor-stream-report", daemon=True
         )
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError:  # the interpreter is shutting down
+            pass
 
 
 # -- asyncio --------------------------------------------------------------------------
