@@ -494,6 +494,9 @@ def test_judge_response() -> None:
     overloaded = judge_response(529, {}, b'{"type": "error", "error": {"type": "overloaded_error"}}')
     assert overloaded.outcome is Outcome.RATE_LIMITED
     assert judge_response(503, {}, None).outcome is Outcome.RATE_LIMITED
+    azure = judge_response(429, {"x-ms-retry-after-ms": "1500"}, b'{"error": {"code": "429", "message": "slow"}}')
+    assert (azure.outcome, azure.retry_after) == (Outcome.RATE_LIMITED, 1.5)
+    assert judge_response(500, {"x-ms-retry-after-ms": "1500"}, None).retry_after is None
     assert judge_response(500, {}, b"oops").outcome is Outcome.ERROR
     assert judge_response(400, {}, None).usage == Tokens()
     ok = judge_response(200, {}, json.dumps(chat_ok().body).encode())
