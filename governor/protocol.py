@@ -254,29 +254,33 @@ SENTINEL = "~"
 
 @dataclass(frozen=True)
 class HolderRecord:
-    """``holders`` entry of a lease or waiter: ``fence|ttl_ms|since_ms|input|output|holder``.
+    """``holders`` entry of a lease or waiter: ``fence|ttl_ms|since_ms|input|output|level|holder``.
 
     ``fence`` is 0 for a waiter; ``input`` and ``output`` are the tokens the
-    lease reserved (governor.budgets.Tokens): what it takes from the budgets."""
+    lease reserved (governor.budgets.Tokens): what it takes from the budgets;
+    ``level`` the leases in flight when it was granted, itself included (0
+    for a waiter): the load the provider saw the call at."""
 
     fence: int
     ttl_ms: int
     since_ms: int
     input: int
     output: int
+    level: int
     holder: str
 
     @classmethod
     def parse(cls, raw: str | None) -> HolderRecord | None:
         if raw is None:
             return None
-        parts = raw.split("|", 5)
-        if len(parts) != 6 or not all(p.isdigit() for p in parts[:5]):
+        parts = raw.split("|", 6)
+        if len(parts) != 7 or not all(p.isdigit() for p in parts[:6]):
             return None
-        return cls(int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4]), parts[5])
+        numbers = [int(p) for p in parts[:6]]
+        return cls(*numbers, parts[6])
 
     def format(self) -> str:
-        return f"{self.fence}|{self.ttl_ms}|{self.since_ms}|{self.input}|{self.output}|{self.holder}"
+        return f"{self.fence}|{self.ttl_ms}|{self.since_ms}|{self.input}|{self.output}|{self.level}|{self.holder}"
 
 
 # -- outcomes, replies and wake messages ----------------------------------------------------

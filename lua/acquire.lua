@@ -89,7 +89,7 @@ else
   set('state', 'ticket', S.ticket + 1)
   redis.call('ZADD', K.queue, S.ticket, id)
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
-  redis.call('HSET', K.holders, id, record_format(0, ttl, NOW, tokens.input, tokens.output, holder))
+  redis.call('HSET', K.holders, id, record_format(0, ttl, NOW, tokens.input, tokens.output, 0, holder))
   if waiting == 0 then created(K.queue) created(K.waiters) end
 end
 

@@ -341,8 +341,10 @@ class Model:
     def _add_lease(self, lease_id: str, ttl: int, holder: str, tokens: Tokens = NO_TOKENS) -> int:
         S = self.S
         S["fence"] += 1
+        level = self.in_flight() + 1  # itself included
         self.leases[lease_id] = self.now + ttl
-        self.holders[lease_id] = HolderRecord(S["fence"], ttl, self.now, tokens.input, tokens.output, holder).format()
+        record = HolderRecord(S["fence"], ttl, self.now, tokens.input, tokens.output, level, holder)
+        self.holders[lease_id] = record.format()
         self._take(tokens)
         return int(S["fence"])
 
@@ -544,7 +546,7 @@ class Model:
             S["ticket"] += 1
             self.queue[lease_id] = S["ticket"]
             self.waiters[lease_id] = self.now + queue_ttl
-            self.holders[lease_id] = HolderRecord(0, ttl, self.now, tokens.input, tokens.output, holder).format()
+            self.holders[lease_id] = HolderRecord(0, ttl, self.now, tokens.input, tokens.output, 0, holder).format()
         granted = self._grant(lease_id)
         if lease_id in granted:
             return [SCHEMA, "granted", granted[lease_id], ttl, S["epoch"]]

@@ -156,7 +156,8 @@ def test_a_real_status_reply_has_the_status_fields_in_order(make_gov: MakeGov, s
 
 def test_the_holder_record_format_is_the_protocols() -> None:
     admission = code(LUA / "lib" / "admission.lua")
-    (params, body) = re.findall(r"local function record_format\(([^)]*)\)\s*return ([^\n]*)", admission)[0]
+    (params, body) = re.findall(r"local function record_format\(([^)]*)\)\s*return (.*?)\nend", admission, re.S)[0]
+    body = " ".join(body.split())
     params_list = [p.strip() for p in params.split(",")]
     fields = [f.name for f in HolderRecord.__dataclass_fields__.values()]
     assert [p + ("_ms" if p in ("ttl", "since") else "") for p in params_list] == fields
@@ -165,8 +166,8 @@ def test_the_holder_record_format_is_the_protocols() -> None:
     assert parts[1::2] == ["'|'"] * (len(fields) - 1)
     assert [re.sub(r"^int\((\w+)\)$", r"\1", p) for p in parts[0::2]] == params_list
     (pattern,) = re.findall(r"string\.match\(raw, '([^']*)'\)", admission)
-    assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$"  # five numbers, then the holder (may hold '|')
-    (names,) = re.findall(r"local (fence, ttl, since, input, output, holder) = string\.match", admission)
+    assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$"  # six numbers, then the holder (may hold '|')
+    (names,) = re.findall(r"local (fence, ttl, since, input, output, level, holder) =\s+string\.match", admission)
     assert [n.strip() for n in names.split(",")] == params_list
 
 
@@ -180,13 +181,13 @@ def test_a_record_written_by_a_real_acquire_parses(make_gov: MakeGov, sync_clien
     assert isinstance(granted, Granted)
     raw = text(sync_client.hget(gov.keys.holders, lease_id))
     record = HolderRecord.parse(raw)
-    assert record == HolderRecord(granted.fence, 7500, ms(clock.now), 1200, 300, label)
+    assert record == HolderRecord(granted.fence, 7500, ms(clock.now), 1200, 300, 1, label)
     assert record is not None and record.format() == raw
     clock.advance(1)
     queued = gov._execute(core.acquire(waiter_id, "waiter", wait=True))
     assert isinstance(queued, Queued)
     waiting = HolderRecord.parse(text(sync_client.hget(gov.keys.holders, waiter_id)))
-    assert waiting == HolderRecord(0, 7500, ms(clock.now), 0, 0, "waiter")  # fence 0: not granted yet
+    assert waiting == HolderRecord(0, 7500, ms(clock.now), 0, 0, 0, "waiter")  # fence 0: not granted yet
     clock.advance(1)
     assert gov._execute(core.release(lease_id)) is True  # grants the waiter
     promoted = HolderRecord.parse(text(sync_client.hget(gov.keys.holders, waiter_id)))

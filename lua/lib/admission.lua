@@ -13,19 +13,22 @@ only place the reason a caller waits is worded; acquire, refresh and grant
 ask it. never() tells a cost no budget can ever hold.
 ]]
 
--- holders entries: "fence|ttl_ms|since_ms|input|output|holder"
+-- holders entries: "fence|ttl_ms|since_ms|input|output|level|holder"
 -- (governor.protocol.HolderRecord): input and output are the tokens the
--- lease reserved, {input = , output = } as a table ("tokens").
+-- lease reserved, {input = , output = } as a table ("tokens"); level is
+-- the leases in flight when it was granted, itself included (0: a waiter).
 local function record_parse(raw)
   if not raw then return nil end
-  local fence, ttl, since, input, output, holder = string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  local fence, ttl, since, input, output, level, holder =
+    string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
   if not fence then return nil end
   return {fence = tonumber(fence), ttl = tonumber(ttl), since = tonumber(since),
-    tokens = {input = tonumber(input), output = tonumber(output)}, holder = holder}
+    tokens = {input = tonumber(input), output = tonumber(output)}, level = tonumber(level), holder = holder}
 end
 
-local function record_format(fence, ttl, since, input, output, holder)
-  return int(fence) .. '|' .. int(ttl) .. '|' .. int(since) .. '|' .. int(input) .. '|' .. int(output) .. '|' .. holder
+local function record_format(fence, ttl, since, input, output, level, holder)
+  return int(fence) .. '|' .. int(ttl) .. '|' .. int(since) .. '|' .. int(input) .. '|' .. int(output) .. '|'
+    .. int(level) .. '|' .. holder
 end
 
 local NO_TOKENS = {input = 0, output = 0}
@@ -349,8 +352,11 @@ end
 -- record, then its expiry; it takes its cost from every budget. A holders
 -- key of another type undoes the fence and fails, so nothing is left written.
 local function add_lease(id, ttl, holder, tokens)
+  if live_count == nil then live_count = in_flight() end
   local fence = redis.call('HINCRBY', K.state, 'fence', 1)
-  local ok = redis.pcall('HSET', K.holders, id, record_format(fence, ttl, NOW, tokens.input, tokens.output, holder))
+  local level = live_count + 1
+  local ok = redis.pcall('HSET', K.holders, id, record_format(fence, ttl, NOW, tokens.input, tokens.output, level,
+    holder))
   if type(ok) == 'table' and ok.err then
     redis.call('HINCRBY', K.state, 'fence', -1)
     fail('WRONGTYPE', K.holders .. ' is not a hash')
