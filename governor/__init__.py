@@ -1,4 +1,6 @@
-"""fleet-governor: one adaptive concurrency limit for a fleet of LLM agents, kept in Redis.
+"""fleet-governor: one adaptive limit for a fleet of LLM agents, kept in Redis.
+
+Concurrency, and the provider's requests and tokens per minute (budgets).
 
 from governor import Governor, GovernorConfig, Outcome
 
@@ -11,12 +13,14 @@ with gov.acquire(timeout=600, holder="host-3/agent-17") as lease:
 from . import metrics as metrics  # its import subscribes the admission histogram to the facades' events
 from ._async.governor import AsyncGovernor, AsyncLease
 from ._sync.governor import Governor, Lease
-from .classify import Classification, default_classifier
+from .budgets import Budget, Tokens
+from .classify import Classification, Verdict, default_classifier
 from .config import GovernorConfig, RetryPolicy
 from .core import Outcome, Status
 from .errors import (
     AcquireTimeout,
     ConfigError,
+    CostTooLarge,
     GovernorError,
     GovernorNotFound,
     GovernorUnavailable,
@@ -37,8 +41,10 @@ __all__ = [
     "AcquireTimeout",
     "AsyncGovernor",
     "AsyncLease",
+    "Budget",
     "Classification",
     "ConfigError",
+    "CostTooLarge",
     "Governor",
     "GovernorConfig",
     "GovernorError",
@@ -54,6 +60,8 @@ __all__ = [
     "RetryPolicy",
     "StateError",
     "Status",
+    "Tokens",
+    "Verdict",
     "WrongKeyType",
     "WrongNode",
     "default_classifier",
