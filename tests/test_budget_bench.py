@@ -26,6 +26,7 @@ from governor.sim.budget_bench import (
     HostResult,
     Settings,
     analyse_cell,
+    goals,
     markdown,
     merge,
     missing_strategy,
@@ -202,3 +203,26 @@ def test_budget_bench_is_documented_in_the_module() -> None:
     doc: Any = budget_bench.__doc__
     for name in (*scenarios(), *STRATEGIES):
         assert f"``{name}``" in doc
+
+
+def test_the_goals_are_judged_from_the_cells() -> None:
+    def cell(goodput: float, share: float, **extra: Any) -> dict[str, Any]:
+        return {"goodput": goodput, "steady_goodput": goodput, "share_429": share, "steady_share_429": share,
+                "learned_at": 0.5, "redis_per_request": 2.0, "classes": {}, **extra}  # fmt: skip
+
+    result: dict[str, Any] = {
+        "cells": {
+            "tokens-bind": {"none": cell(0.9, 0.5), "fleet-budgets": cell(0.97, 0.0)},
+            "requests-bind": {"none": cell(0.99, 0.5), "fleet-budgets": cell(0.97, 0.0)},
+            "mixed": {"fleet-budgets": cell(0.9, 0.0, classes={"small": {"worst_agent_p99_over_p50": 2.0},
+                                                               "huge": {"worst_agent_p99_over_p50": 3.5}})},
+            "uncontended": {"fleet-concurrency": cell(1, 0), "fleet-budgets": cell(1, 0, redis_per_request=3.5)},
+        }
+    }  # fmt: skip
+    verdicts = {goal.split(":")[0] + (" ahead" if "ahead" in goal else ""): met for goal, _, met in goals(result)}
+    assert verdicts == {
+        "tokens-bind": True, "tokens-bind ahead": True, "requests-bind": True,
+        "requests-bind ahead": False,  # none served more
+        "mixed": False,  # a huge agent waited 3.5x its class's median
+        "uncontended": False,  # 1.5 round trips more than call()
+    }  # fmt: skip

@@ -245,7 +245,7 @@ class Settings:
     """How a benchmark run is run (times in seconds)."""
 
     #: length of each cell
-    seconds: float = 20.0
+    seconds: float = 15.0
     #: seconds at the start left out of steady state
     settle: float = 5.0
     #: host processes (ignored with in_process)
@@ -780,7 +780,7 @@ def analyse_cell(
         "errors": sum(h.errors for h in hosts),
         "error_samples": [s for h in hosts for s in h.error_samples][:5],
         "throughput": series,
-        "budgets": [[round(t, 3), b] for t, b in samples[:: max(1, len(samples) // 100)]],
+        "budgets": [[round(t, 3), b] for t, b in samples[:: max(1, len(samples) // 30)]],
     }
 
 
@@ -822,20 +822,29 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
         "See `governor/sim/budget_bench.py` for the scenarios and how each figure is measured.",
         "",
         f"Each cell ran {settings['seconds']:g} s ({settings['settle']:g} s left out of steady state), "
-        f"agents on {env['hosts']}, the provider in the driver's process, a private redis-server "
-        f"{env.get('redis_version') or ''}; {env['cpus']} CPUs, Python {env['python']}, "
+        f"agents on {env['hosts']}, the provider in the driver's process, Redis "
+        f"{env.get('redis_version') or '?'}; {env['cpus']} CPUs, Python {env['python']}, "
         f"fleet-governor {env['fleet_governor']}.",
         "",
     ]
     if commands:
         lines += ["Reproduce:", "", "```", *commands, "```", ""]
+        if len(commands) > 1:
+            lines += ["(each scenario alone, with `--update`; all of them in one run: "
+                      "`python -m governor.sim budgets --out DIR`)", ""]  # fmt: skip
+    verdicts = goals(result)
+    if verdicts:
+        lines += ["## Goals", "", "| goal | measured | met |", "|---|---|---|"]
+        lines += [f"| {goal} | {measured} | {'-' if met is None else ('yes' if met else 'no')} |"
+                  for goal, measured, met in verdicts]  # fmt: skip
+        lines.append("")
     for name, cells in result["cells"].items():
         scenario = BudgetScenario.from_json(result["scenarios"][name])
         lines += [f"## {name}", "", scenario.description + ".", ""]
         names = [c.name for c in scenario.classes]
         head = ["strategy", f"goodput ({scenario.unit})", "steady", "429s", "steady 429s", "learned (s)"]
         for cls in names:
-            head += [f"{cls} wait p50 / p99 (ms)", f"{cls} worst p99 / p50"]
+            head += [f"{cls} calls", f"{cls} wait p50 / p99 (ms)", f"{cls} worst p99 / p50"]
         head += ["Redis round trips / request", "/ call served"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for strategy, cell in cells.items():
@@ -843,7 +852,7 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
                    _pct(cell["steady_share_429"]), _num(cell["learned_at"], 1)]  # fmt: skip
             for cls in names:
                 c = cell["classes"].get(cls, {})
-                row += [f"{_ms(c.get('wait_p50'))} / {_ms(c.get('wait_p99'))}",
+                row += [str(c.get("calls", "-")), f"{_ms(c.get('wait_p50'))} / {_ms(c.get('wait_p99'))}",
                         _num(c.get("worst_agent_p99_over_p50"), 1)]  # fmt: skip
             row += [_num(cell["redis_per_request"], 2), _num(cell["redis_per_call"], 2)]
             lines.append("| " + " | ".join(row) + " |")
@@ -863,6 +872,65 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def goals(result: Mapping[str, Any]) -> list[tuple[str, str, bool | None]]:
+    """The benchmark's goals, each with what was measured and whether it was met
+    (None: a cell it needs did not run)."""
+    cells: Mapping[str, Mapping[str, Any]] = result["cells"]
+    out: list[tuple[str, str, bool | None]] = []
+
+    def get(scenario: str, strategy: str) -> Mapping[str, Any] | None:
+        return cells.get(scenario, {}).get(strategy)
+
+    for scenario in ("tokens-bind", "requests-bind"):
+        cell = get(scenario, "fleet-budgets")
+        if cell is None:
+            continue
+        steady, share, learned = cell["steady_goodput"], cell["steady_share_429"], cell["learned_at"]
+        out.append((
+            f"{scenario}: fleet-budgets steady goodput >= 0.95, steady 429s <= 1 %, limit learnt within 2 s",
+            f"{_num(steady)}, {_pct(share)}, {_num(learned, 1)} s",
+            steady is not None and steady >= 0.95 and share is not None and share <= 0.01
+            and learned is not None and learned <= 2.0,
+        ))  # fmt: skip
+        others = {k: v for k, v in cells[scenario].items() if k != "fleet-budgets"}
+        if others:
+            ahead = all(
+                (cell["goodput"] or 0) > (o["goodput"] or 0) and (cell["share_429"] or 0) < (o["share_429"] or 0)
+                for o in others.values()
+            )
+            out.append((
+                f"{scenario}: fleet-budgets ahead of every other strategy on goodput and 429s, whole run",
+                ", ".join(f"{k} {_num(v['goodput'])} / {_pct(v['share_429'])}" for k, v in cells[scenario].items()),
+                ahead,
+            ))  # fmt: skip
+    budgets, today = get("concurrency-bind", "fleet-budgets"), get("concurrency-bind", "fleet-concurrency")
+    if budgets is not None and today is not None:
+        out.append((
+            "concurrency-bind: fleet-budgets no worse than fleet-concurrency (steady goodput within 2 %, 429s "
+            "no higher)",
+            f"{_num(budgets['steady_goodput'])} vs {_num(today['steady_goodput'])}, "
+            f"{_pct(budgets['share_429'])} vs {_pct(today['share_429'])}",
+            (budgets["steady_goodput"] or 0) >= 0.98 * (today["steady_goodput"] or 0)
+            and (budgets["share_429"] or 0) <= (today["share_429"] or 0),
+        ))  # fmt: skip
+    mixed = get("mixed", "fleet-budgets")
+    if mixed is not None:
+        worst = {k: v["worst_agent_p99_over_p50"] for k, v in mixed["classes"].items()}
+        out.append((
+            "mixed: fleet-budgets, every agent's p99 admission wait under 3x its size class's median",
+            ", ".join(f"{k} {_num(v, 1)}x" for k, v in worst.items()),
+            all(v is not None and v < 3 for v in worst.values()),
+        ))  # fmt: skip
+    budgets, today = get("uncontended", "fleet-budgets"), get("uncontended", "fleet-concurrency")
+    if budgets is not None and today is not None:
+        out.append((
+            "uncontended: the transport at most one Redis round trip per request beyond call()",
+            f"{_num(budgets['redis_per_request'], 2)} vs {_num(today['redis_per_request'], 2)}",
+            (budgets["redis_per_request"] or 0) <= (today["redis_per_request"] or 0) + 1,
+        ))  # fmt: skip
+    return out
 
 
 def table(result: Mapping[str, Any]) -> str:
@@ -930,6 +998,7 @@ __all__ = [
     "HostResult",
     "Settings",
     "analyse_cell",
+    "goals",
     "host_main",
     "markdown",
     "merge",

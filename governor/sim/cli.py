@@ -600,7 +600,7 @@ def bench_command(
     help="Comma-separated strategies of none, fleet-concurrency, fleet-budgets [default: every one this version "
     "can run].",
 )
-@click.option("--seconds", type=click.FloatRange(1, 600), default=20.0, show_default=True, help="Length of each cell.")
+@click.option("--seconds", type=click.FloatRange(1, 600), default=15.0, show_default=True, help="Length of each cell.")
 @click.option(
     "--settle",
     type=click.FloatRange(min=0),
@@ -666,6 +666,7 @@ def budgets_command(
     from .budget_bench import (
         STRATEGIES,
         Settings,
+        goals,
         markdown,
         merge,
         missing_strategy,
@@ -720,6 +721,8 @@ def budgets_command(
     write_chart(result, png_path)
     click.echo("")
     click.echo(table(result))
+    for goal, measured, met in goals(result):
+        click.echo(f"{'-' if met is None else ('met' if met else 'NOT met')}: {goal}: {measured}")
     click.echo(f"\nresults: {json_path}\nreport:  {md_path}\nchart:   {png_path}")
 
 

@@ -1155,6 +1155,8 @@ async def _json_object(request: web.Request) -> dict[str, Any] | str:
         body = await request.json(loads=json.loads)
     except ValueError:
         return "The request body is not valid JSON."
+    except ConnectionError:  # the client went away while sending (an agent cancelled): nobody reads the answer
+        return "The request body did not arrive whole."
     if not isinstance(body, dict):
         return "The request body must be a JSON object."
     return body
