@@ -276,8 +276,8 @@ class HolderRecord:
         parts = raw.split("|", 6)
         if len(parts) != 7 or not all(p.isdigit() for p in parts[:6]):
             return None
-        numbers = [int(p) for p in parts[:6]]
-        return cls(*numbers, parts[6])
+        fence, ttl_ms, since_ms, input_, output, level = (int(p) for p in parts[:6])
+        return cls(fence, ttl_ms, since_ms, input_, output, level, parts[6])
 
     def format(self) -> str:
         return f"{self.fence}|{self.ttl_ms}|{self.since_ms}|{self.input}|{self.output}|{self.level}|{self.holder}"
