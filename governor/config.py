@@ -154,7 +154,7 @@ class GovernorConfig:
             "idle_ms": str(max(1000, ms(self.idle_expiry))),
             "log_length": str(self.log_length),
             **{config_field(k): str(getattr(self, config_field(k)) or 0) for k in BUDGET_KINDS},
-            **self.policy.script_fields(),
+            **self.policy.script_fields(window=self.window),  # unset durations follow the window
         }
         return [part for pair in pairs.items() for part in pair]
 

@@ -7,9 +7,11 @@ reference model (``tests/model.py``). :data:`REGISTRY` is what the config,
 the protocol (the stored fields), the CLI and the tests read; adding a
 policy is one class here, one Lua entry, one model entry.
 
-- ``adaptive`` (the default): cut once per congestion episode to a share of
-  the in-flight level where the provider pushed back, climb straight back
-  below that level, probe carefully above it.
+- ``adaptive`` (the default): start low and climb while the provider
+  accepts (no blind burst of ``max_capacity``), learn the lowest in-flight
+  level the provider refused, hold just below it, probe it now and then,
+  cut by ``cut_factor`` only when refused below it (the limit fell).
+  Its time constants follow ``window`` unless set.
 - ``seed``: the seed governor's rules exactly: halve on 2 rate-limited
   attempts in the window (or a share over 30 %), pause on 4, +1 per 3
   successes.
@@ -19,6 +21,7 @@ policy is one class here, one Lua entry, one model entry.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
@@ -37,10 +40,14 @@ class Policy:
     stored: ClassVar[dict[str, tuple[str, Kind]]] = {}
     #: what the policy learns, in the ``policy`` hash (cleared by reset)
     state: ClassVar[dict[str, Kind]] = {}
+    #: durations that, left at None, are this share of the governor's window
+    follows_window: ClassVar[dict[str, float]] = {}
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if value is None and f.name in self.follows_window:
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ConfigError(f"{self.name} policy: {f.name} must be a finite number, got {value!r}")
             if f.type in ("int", int) and not isinstance(value, int):
@@ -50,11 +57,19 @@ class Policy:
     def validate(self) -> None:
         """Check the policy's own numbers (raise ConfigError)."""
 
-    def script_fields(self) -> dict[str, str]:
-        """The stored config fields of this policy, as the scripts expect them."""
+    def resolved(self, window: float) -> Policy:
+        """This policy with every duration left at None made its share of
+        ``window`` (seconds): the numbers a governor with that window runs."""
+        unset = {name: share * window for name, share in self.follows_window.items() if getattr(self, name) is None}
+        return dataclasses.replace(self, **unset) if unset else self
+
+    def script_fields(self, window: float = 60.0) -> dict[str, str]:
+        """The stored config fields of this policy, as the scripts expect them
+        (durations left at None follow ``window``, seconds)."""
         out = {}
+        policy = self.resolved(window)
         for attr, (field, kind) in self.stored.items():
-            value = getattr(self, attr)
+            value = getattr(policy, attr)
             if kind is DURATION:
                 value = ms(value)
             out[field] = repr(value) if isinstance(value, float) else str(value)
@@ -62,10 +77,16 @@ class Policy:
 
     @classmethod
     def from_stored(cls, stored: dict[str, str]) -> Policy:
-        """The policy config a stored config describes (the inverse of script_fields)."""
+        """The policy config a stored config describes (the inverse of
+        script_fields; a duration at its share of the stored window reads back
+        as None: it follows the window)."""
         kw: dict[str, Any] = {}
+        window_ms = int(stored.get("window_ms", 0))
         for attr, (field, kind) in cls.stored.items():
             raw = stored[field]
+            if attr in cls.follows_window and int(raw) == ms(cls.follows_window[attr] * window_ms / 1000):
+                kw[attr] = None  # its share of the window: it follows the window
+                continue
             kw[attr] = int(raw) / 1000 if kind is DURATION else (float(raw) if kind is SHARE else int(raw))
         return cls(**kw)
 
@@ -84,19 +105,43 @@ def _share(policy: str, name: str, value: float, open_interval: bool = False) ->
 
 @dataclass(frozen=True)
 class AdaptivePolicy(Policy):
-    """The default: one cut per congestion episode, probing above the pushback level."""
+    """The default: a slow start, then the provider's limit learnt from the
+    in-flight levels it refused at, held just below, probed now and then.
+
+    - Start (a new governor, a reset, a state re-created after a loss, a new
+      ``max_capacity``): capacity starts at the resume level
+      (``max(1, max_capacity * resume_fraction)``), never at ``max_capacity``,
+      and adds one per success while nothing was refused: it doubles per
+      call latency, the way TCP's slow start does, without a blind burst.
+    - A 429 of a lease granted after the last cut, at ``level`` leases in
+      flight: a probe refused (at or above the remembered ``ceiling``) puts
+      capacity back to ``level - 1`` (the next probe of the same level waits
+      twice as long, up to half a window); a first 429 below the ceiling (the
+      limit fell, or other traffic took a share) remembers ``ceiling = level``
+      and cuts to ``cut_factor * level``; refused again while climbing back
+      from that cut, the limit is lower still: cut by ``cut_factor`` again and
+      remember the cut as the ceiling. A 429 of a lease granted before the
+      last cut was counted in that cut and changes nothing.
+    - Successes: below ``ceiling - 1`` one step each (back to just below the
+      ceiling within about a latency); at ``ceiling - 1`` a probe after
+      ``probe_interval`` (backed off while refused); at or above the ceiling
+      (the limit rose) probes every half ``probe_interval``, the step doubling
+      while the provider accepts.
+    - Pause only in a storm: refused at one in flight with ``pause_count``
+      429s making ``pause_ratio`` of the window.
+    """
 
     name: ClassVar[str] = "adaptive"
     #: rate-limited attempts in the window that (with pause_ratio, at one in flight) pause
     pause_count: int = 4
     #: the rate-limited share that must also be reached to pause
     pause_ratio: float = 0.5
-    #: successes in a row per probe step above the pushback level
+    #: successes in a row before a probe
     increase_successes: int = 3
-    #: on a new congestion episode, cut to this share of the in-flight level
+    #: refused below the remembered ceiling (the limit fell): cut to this share of the in-flight level
     cut_factor: float = 0.9
-    #: time between probes above the level where the provider pushed back
-    probe_interval: float = 15.0
+    #: time between probes of the ceiling (None: a quarter of the window)
+    probe_interval: float | None = None
 
     stored: ClassVar[dict[str, tuple[str, Kind]]] = {
         "pause_count": ("pause_count", POSITIVE),
@@ -107,22 +152,23 @@ class AdaptivePolicy(Policy):
     }
     state: ClassVar[dict[str, Kind]] = {
         "streak": COUNT,  #: successes in a row since the last change
-        "ceiling": COUNT,  #: in-flight level of the last pushback (0: none)
+        "ceiling": COUNT,  #: lowest in-flight level refused since the limit was last seen to rise (0: none)
         "cut_fence": COUNT,  #: leases with a fence up to this were counted in the last cut
-        "probe_at": COUNT,  #: ms of the last probe
-        "probe_step": STEP,  #: the next probe's step
-        "probe_wait": COUNT,  #: ms between probes just below the ceiling
-        "climbing": FLAG,  #: cut since the last probe: the remembered level may be too high
+        "probe_at": COUNT,  #: ms of the last probe or cut
+        "probe_step": STEP,  #: the next probe's step (doubles while the provider accepts)
+        "probe_wait": COUNT,  #: ms between probes just below the ceiling (doubles while refused there)
+        "climbing": FLAG,  #: cut since the last probe: a 429 then means the limit is lower still
     }
+    follows_window: ClassVar[dict[str, float]] = {"probe_interval": 0.25}
 
     def validate(self) -> None:
         _at_least(self.name, "pause_count", self.pause_count, 1)
         _at_least(self.name, "increase_successes", self.increase_successes, 1)
         _share(self.name, "pause_ratio", self.pause_ratio)
         _share(self.name, "cut_factor", self.cut_factor, open_interval=True)
-        if not 0 <= self.probe_interval <= 86400:
+        if self.probe_interval is not None and not 0 <= self.probe_interval <= 86400:
             raise ConfigError(
-                f"adaptive policy: probe_interval must be 0 to 86400 seconds, got {self.probe_interval!r}"
+                f"adaptive policy: probe_interval must be 0 to 86400 seconds (or None), got {self.probe_interval!r}"
             )
 
 

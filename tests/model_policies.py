@@ -1,7 +1,7 @@
 """The reference model's policies (SPEC §4), one unit each, as in the
 POLICIES table of ``lua/lib/policy.lua``: ``seed`` halves, pauses, +1 per
-streak; ``adaptive`` cuts once per congestion episode below the pushback
-ceiling and probes above it; ``fixed`` never moves capacity. Each entry
+streak; ``adaptive`` starts low, learns the lowest refused in-flight level
+(ceiling), holds just below it and probes it; ``fixed`` never moves capacity. Each entry
 acts on a :class:`tests.model.Model` (its state, config and policy hashes).
 """
 
@@ -67,33 +67,34 @@ class Adaptive(Policy):
     state = ("ceiling", "cut_fence", "probe_at", "probe_step", "probe_wait", "climbing")
 
     def reset(self, m: Model) -> None:
+        fresh = "ceiling" not in m.P  # a config stored afresh (not a new max_capacity)
         m.P.update(ceiling=0, cut_fence=m.S["fence"], probe_at=m.now, probe_step=1, probe_wait=m.C["probe_ms"])
         m.P["climbing"] = 0
+        if fresh:  # slow start from the resume level: no blind burst
+            m.set_capacity(min(m.S["capacity"], m._resume_level()))
 
     def limited(self, m: Model, rl: int, total: int, fence: int | None) -> None:
         S, C, P = m.S, m.C, m.P
         if fence is not None and fence <= P["cut_fence"]:
-            if P["ceiling"] > 1:  # an older lease's 429: the level was one lower
-                P["ceiling"] -= 1
-                m.set_capacity(min(S["capacity"], P["ceiling"]))
-            return
+            return  # admitted before the last cut: counted in it
         live = m.in_flight()
         level = max(1, min(live, S["capacity"])) if live > 0 else S["capacity"]
         if level <= 1 and rl >= C["pause_count"] and rl >= C["pause_ratio"] * total:
             P["cut_fence"] = S["fence"]
             m.pause("policy", PAUSE_REASON, 0)
             return
-        capacity = max(1, math.floor(level * C["cut_factor"]))
-        if P["climbing"] == 1:  # refused again before the next probe
-            ceiling, wait = capacity, C["probe_ms"]
-        else:
-            ceiling = level
-            if P["ceiling"] > 0 and level >= P["ceiling"]:
+        wait = C["probe_ms"]
+        if P["ceiling"] > 0 and level >= P["ceiling"] and P["climbing"] == 0:  # a refused probe
+            capacity, ceiling = level - 1, level
+            if level == P["ceiling"]:
                 wait = min(P["probe_wait"] * 2, max(C["probe_ms"], C["window_ms"] // 2))  # ms: an integer
-            else:
-                wait = C["probe_ms"]
-        P.update(ceiling=ceiling, cut_fence=S["fence"], probe_step=1, probe_at=m.now, probe_wait=wait, climbing=1)
-        m.set_capacity(capacity)
+        elif P["climbing"] == 1 and P["ceiling"] > 0:  # refused again after a cut: lower still
+            capacity = math.floor(level * C["cut_factor"])
+            ceiling = capacity + 1
+        else:  # refused below the ceiling, or the first 429
+            capacity, ceiling = math.floor(level * C["cut_factor"]), level
+        P.update(ceiling=ceiling, cut_fence=S["fence"], probe_at=m.now, probe_step=1, probe_wait=wait, climbing=1)
+        m.set_capacity(max(1, capacity))
 
     def success(self, m: Model, rl: int, total: int) -> None:
         S, C, P = m.S, m.C, m.P
@@ -105,7 +106,7 @@ class Adaptive(Policy):
             P["streak"] = 0
             m.set_capacity(S["capacity"] + 1)
         elif P["streak"] >= C["increase_successes"] and m.now - P["probe_at"] >= (
-            P["probe_wait"] if S["capacity"] < P["ceiling"] else C["probe_ms"]
+            P["probe_wait"] if S["capacity"] < P["ceiling"] else C["probe_ms"] // 2
         ):
             P["streak"] = 0
             P["climbing"] = 0

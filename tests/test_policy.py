@@ -277,84 +277,148 @@ def hold(gov: Governor, n: int) -> list:  # type: ignore[type-arg]
     return leases
 
 
-def test_adaptive_cuts_once_per_episode_and_older_429s_lower_the_level(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
-    gov = make_gov(adaptive(), clock=clock)
+def warm(gov: Governor, capacity: int) -> None:
+    """Successes until the slow start has climbed to ``capacity``."""
+    for _ in range(capacity):
+        if gov.status().capacity >= capacity:
+            return
+        report(gov, S)
+    assert gov.status().capacity >= capacity
+
+
+def refuse_at(gov: Governor, n: int) -> None:
+    """n leases in flight, the last one refused, then all given back."""
+    leases = hold(gov, n)
+    gov.report(R, lease=leases[-1])
+    for lease in leases:
+        lease.release()
+
+
+def test_adaptive_probe_interval_follows_the_window_unless_set() -> None:
+    def probe_ms(config: GovernorConfig) -> str:
+        fields = config.script_fields()
+        return dict(zip(fields[::2], fields[1::2], strict=True))["probe_ms"]
+
+    assert AdaptivePolicy().probe_interval is None
+    assert probe_ms(GovernorConfig()) == "15000"  # a quarter of the default 60 s window
+    assert probe_ms(GovernorConfig(window=2)) == "500"
+    assert probe_ms(GovernorConfig(window=2, policy=AdaptivePolicy(probe_interval=3))) == "3000"
+    assert AdaptivePolicy().resolved(8).probe_interval == 2.0
+    assert GovernorConfig(window=8).policy == AdaptivePolicy()  # the config keeps "follow the window"
+
+
+def test_adaptive_probes_follow_a_short_window(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(GovernorConfig(max_capacity=40, window=2, policy=AdaptivePolicy(pause_count=100)), clock=clock)
+    warm(gov, 20)
+    refuse_at(gov, 20)  # ceiling 20, capacity 18
+    report(gov, S)  # 19: just below the ceiling
+    clock.advance(0.4)
+    report(gov, S, S, S)
+    assert gov.status().capacity == 19  # 0.4 s < 2 s / 4
+    clock.advance(0.1)
+    report(gov, S, S, S)
+    assert gov.status().capacity == 20  # probed after 0.5 s, not the old fixed 15 s
+
+
+def test_adaptive_starts_at_the_resume_level_and_climbs_one_per_success(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=64), clock=clock)
+    st = gov.status()
+    assert (st.capacity, st.ceiling) == (16, 0)  # no blind burst of 64: a quarter of it
+    leases = hold(gov, 16)
+    assert gov.try_acquire() is None
+    for lease in leases:  # each success one more: the level doubles per round of calls
+        gov.report(S, lease=lease, release=True)
+    assert gov.status().capacity == 32
+    report(gov, *[S] * 40)
+    assert gov.status().capacity == 64
+    assert gov.reset().capacity == 16  # a reset starts slow again
+    assert gov.set_max_capacity(48).capacity == 48  # a new max_capacity applies at once (SPEC 4)
+
+
+def test_adaptive_slow_start_after_a_state_loss(make_gov: MakeGov, sync_client, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=40, policy=PATIENT), clock=clock)
+    warm(gov, 40)
+    sync_client.delete(*gov.keys.keys)  # the state is lost (a flush, a failover)
+    st = gov.status()  # re-created from the client's config
+    assert st.capacity == 10 and st.ceiling == 0
+
+
+def test_adaptive_older_429s_change_nothing_and_a_refused_probe_goes_back_below_it(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=30, policy=PATIENT), clock=clock)
+    warm(gov, 20)
     leases = hold(gov, 20)
-    gov.report(R, lease=leases[0])  # pushback at 20 in flight: cut to 18, remember 20
+    gov.report(R, lease=leases[0])  # refused at 20 in flight: cut to 18, remember 20
     st = gov.status()
     assert (st.capacity, st.ceiling) == (18, 20)
-    for lease in leases[1:6]:  # admitted before the cut: no new cut, but the level was one lower each
+    for lease in leases[1:8]:  # admitted before the cut: counted in it, nothing more
         gov.report(R, lease=lease)
     st = gov.status()
-    assert (st.capacity, st.ceiling) == (15, 15)
+    assert (st.capacity, st.ceiling) == (18, 20)
     for lease in leases:
         lease.release()
-    fresh = hold(gov, 15)
-    gov.report(R, lease=fresh[0])  # admitted after the cut, refused before any probe: the level was too high
-    st = gov.status()
-    assert (st.capacity, st.ceiling) == (13, 13)
-    for lease in fresh:
-        lease.release()
-
-
-def test_adaptive_a_refused_probe_backs_off_the_next_one(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
-    gov = make_gov(adaptive(max_capacity=30, window=60, policy=PATIENT), clock=clock)
-    leases = hold(gov, 20)
-    gov.report(R, lease=leases[0])  # ceiling 20, capacity 18
-    for lease in leases:
-        lease.release()
-    report(gov, S)  # 19, just below the refused level
+    report(gov, S)  # straight back to just below the ceiling
+    assert gov.status().capacity == 19
     clock.advance(10)
-    report(gov, S, S, S)  # probe: 20
+    report(gov, S, S, S)  # probe the ceiling
     assert gov.status().capacity == 20
-    again = hold(gov, 20)
-    gov.report(R, lease=again[-1])  # the probe is refused at the same level: wait twice as long
-    for lease in again:
-        lease.release()
-    report(gov, S)  # back to 19
+    refuse_at(gov, 20)  # the probe refused: back to 19 at once, no cut to 18
+    st = gov.status()
+    assert (st.capacity, st.ceiling) == (19, 20)
     clock.advance(10)
     report(gov, S, S, S)
-    assert gov.status().capacity == 19  # 10 s is no longer enough
+    assert gov.status().capacity == 19  # refused at the same level: the next probe waits 20 s
     clock.advance(10)
     report(gov, S, S, S)
-    assert gov.status().capacity == 20  # 20 s is
+    assert gov.status().capacity == 20
 
 
-def test_adaptive_climbs_back_fast_then_probes_slowly(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
-    gov = make_gov(adaptive(policy=PATIENT), clock=clock)
-    leases = hold(gov, 20)
-    gov.report(R, lease=leases[0])  # ceiling 20, capacity 18
-    for lease in leases:
-        lease.release()
-    report(gov, S)  # below ceiling - 1: one success, one step
-    assert gov.status().capacity == 19
-    report(gov, S, S, S, S, S)  # at ceiling - 1: wait for the probe interval
-    assert gov.status().capacity == 19
-    clock.advance(10)
-    report(gov, S, S, S)
-    assert gov.status().capacity == 20  # probe step 1
-    clock.advance(5)
-    report(gov, S, S, S)
-    assert gov.status().capacity == 20  # interval not over
-    clock.advance(5)
-    report(gov, S, S, S)
-    assert gov.status().capacity == 20  # at max
+def test_adaptive_refused_again_while_climbing_back_cuts_again(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=40, policy=PATIENT), clock=clock)
+    warm(gov, 40)
+    refuse_at(gov, 40)  # the first 429: ceiling 40, capacity 36
+    assert (gov.status().capacity, gov.status().ceiling) == (36, 40)
+    refuse_at(gov, 36)  # refused again before any probe: the limit fell further
+    st = gov.status()
+    assert (st.capacity, st.ceiling) == (32, 33)  # cut again; the cut is the new ceiling
+    refuse_at(gov, 32)
+    st = gov.status()
+    assert (st.capacity, st.ceiling) == (28, 29)  # geometric: a halved limit is found in a few cuts
 
 
-def test_adaptive_probe_step_doubles_while_the_provider_accepts(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+def test_adaptive_above_the_ceiling_probes_double_every_half_interval(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
     gov = make_gov(adaptive(max_capacity=100, policy=PATIENT), clock=clock)
-    leases = hold(gov, 20)
-    gov.report(R, lease=leases[0])  # ceiling 20, capacity 18
-    for lease in leases:
-        lease.release()
+    warm(gov, 20)
+    refuse_at(gov, 20)  # ceiling 20, capacity 18
     report(gov, S)  # 19
     steps = []
-    for _ in range(4):
-        clock.advance(10)
+    for wait in (10, 5, 5, 5):  # the ceiling after probe_interval, then above it every half
+        clock.advance(wait)
         before = gov.status().capacity
         report(gov, S, S, S)
         steps.append(gov.status().capacity - before)
     assert steps == [1, 2, 4, 8]
+
+
+def test_adaptive_converges_on_a_stable_limit(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    """Waves of calls against a provider that serves ``limit`` at once: capacity
+    ends within one of the limit, probes above it are rare."""
+    limit = 23
+    gov = make_gov(adaptive(max_capacity=96, window=8, policy=AdaptivePolicy(pause_count=100)), clock=clock)
+    trace, refused = [], 0
+    for _ in range(400):
+        leases = []
+        while (lease := gov.try_acquire()) is not None:
+            leases.append(lease)
+        for lease in leases[limit:]:  # beyond the limit: refused, and quick to say so
+            gov.report(R, lease=lease, release=True)
+            refused += 1
+        for lease in leases[:limit]:
+            gov.report(S, lease=lease, release=True)
+        clock.advance(0.1)
+        trace.append(gov.status().capacity)
+    late = trace[200:]
+    assert all(limit - 1 <= c <= limit + 1 for c in late), sorted(set(late))
+    assert sum(1 for c in late if c > limit) <= len(late) // 10  # probes above it are rare
 
 
 def test_adaptive_pauses_only_on_a_storm(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
@@ -372,11 +436,13 @@ def test_adaptive_pauses_only_on_a_storm(make_gov: MakeGov, clock) -> None:  # t
 
 def test_adaptive_a_burst_of_429s_from_one_admission_wave_does_not_pause(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
     gov = make_gov(adaptive(max_capacity=20), clock=clock)
-    leases = hold(gov, 20)  # the t0 burst: everyone starts at once
+    warm(gov, 20)
+    clock.advance(61)  # the warm-up's successes leave the window
+    leases = hold(gov, 20)  # a wave: everyone starts at once
     for lease in leases[:8]:
         gov.report(R, lease=lease)  # 8 of 8 so far: the seed would pause here
     st = gov.status()
-    assert not st.paused and st.capacity == 13  # one cut to 18, then one lower per older 429
+    assert not st.paused and st.capacity == 18  # one cut; the older 429s were counted in it
     for lease in leases:
         lease.release()
 
@@ -428,6 +494,7 @@ def test_a_lost_lease_brings_no_hold_either(make_gov: MakeGov, clock) -> None:  
 
 def test_set_max_forgets_what_the_adaptive_policy_learnt(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
     gov = make_gov(adaptive(policy=PATIENT), clock=clock)
+    warm(gov, 20)
     leases = hold(gov, 20)
     gov.report(R, lease=leases[0])  # ceiling 20, capacity 18
     for lease in leases:
@@ -527,7 +594,7 @@ BASE_CONFIG = set(protocol.CONFIG)
 
 
 def test_a_policy_is_given_by_name_or_by_its_class() -> None:
-    assert GovernorConfig().policy == AdaptivePolicy()
+    assert GovernorConfig().policy == AdaptivePolicy()  # probe_interval None: a quarter of the window
     assert GovernorConfig(policy="seed").policy == SeedPolicy()
     assert GovernorConfig(policy="fixed").policy == FixedPolicy()
     assert GovernorConfig(policy=SeedPolicy(decrease_count=3)).policy == SeedPolicy(decrease_count=3)
@@ -561,6 +628,8 @@ def test_seed_factor_and_increase_successes_from_its_config(make_gov: MakeGov, c
 def test_adaptive_cut_factor_and_pause_from_its_config(make_gov: MakeGov, sync_client, clock) -> None:  # type: ignore[no-untyped-def]
     policy = AdaptivePolicy(cut_factor=0.5, pause_count=2, pause_ratio=1.0, probe_interval=7)
     gov = make_gov(adaptive(max_capacity=20, policy=policy), clock=clock)
+    warm(gov, 10)
+    clock.advance(61)  # the warm-up's successes leave the window
     leases = hold(gov, 10)
     gov.report(R, lease=leases[0])  # cut to half of 10 in flight
     st = gov.status()
@@ -580,6 +649,7 @@ def test_adaptive_cut_factor_and_pause_from_its_config(make_gov: MakeGov, sync_c
 
 def test_configure_replaces_the_stored_policy_and_its_fields(make_gov: MakeGov, sync_client, clock) -> None:  # type: ignore[no-untyped-def]
     gov = make_gov(adaptive(policy=PATIENT), clock=clock)
+    warm(gov, 20)
     leases = hold(gov, 20)
     gov.report(R, lease=leases[0])
     for lease in leases:

@@ -240,13 +240,15 @@ def test_each_strategy_gets_its_governors() -> None:
     per_host = governor_config(scenario, "per-host")
     assert per_host is not None and per_host.max_capacity == 4 and per_host.policy == SeedPolicy()
     adaptive_hosts = governor_config(Scenario(hosts=3, window=8.0, per_host_policy="adaptive"), "per-host")
-    assert adaptive_hosts is not None and adaptive_hosts.policy == AdaptivePolicy(probe_interval=2.0)
+    assert adaptive_hosts is not None and adaptive_hosts.policy == AdaptivePolicy()
+    assert adaptive_hosts.policy.resolved(adaptive_hosts.window).probe_interval == 2.0  # a quarter of the window
     seed = governor_config(scenario, "fleet-seed")
     assert seed is not None and seed.policy == SeedPolicy() and seed.max_capacity == 10
     fleet = governor_config(Scenario(window=8.0, fleet_options=(("cut_factor", 0.8), ("poll", 0.5))), "fleet")
     assert fleet is not None and isinstance(fleet.policy, AdaptivePolicy)
     assert fleet.policy.cut_factor == 0.8 and fleet.poll == 0.5
-    assert fleet.policy.probe_interval == 2.0  # a quarter of the window, as 15 s is of 60 s
+    assert fleet.policy.probe_interval is None  # follows the window: a quarter of it, as 15 s is of 60 s
+    assert fleet.policy.resolved(fleet.window).probe_interval == 2.0
     assert fleet.window == 8.0
     probing = governor_config(Scenario(window=8.0, probe_interval=1.0), "fleet")
     assert probing is not None and probing.policy == AdaptivePolicy(probe_interval=1.0)

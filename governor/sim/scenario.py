@@ -27,8 +27,8 @@ with ``AsyncGovernor.call`` (acquire, call, classify, report with the
 provider's Retry-After, release, retry), the path users run; ``fixed``
 uses the README's acquire / release pattern around SDK-style retries.
 
-Time scales are parameters: the window, the probe interval (a quarter of
-the window unless set, as 15 s is of the default 60 s), the poll, the
+Time scales are parameters: the window, the probe interval (the policy's
+own default unless set: a quarter of the window), the poll, the
 lease TTL and the backoff base, so one scenario runs in seconds in the test
 suite and in real time for a demo.
 """
@@ -69,7 +69,7 @@ class Scenario:
     per_host_policy: str = "seed"
     #: the governors' sliding window, seconds
     window: float = 3.0
-    #: probes above the last pushback level (None: window / 4)
+    #: probes of the adaptive policy's ceiling (None: the policy's default, a quarter of the window)
     probe_interval: float | None = None
     #: lease time to live and waiter poll, seconds
     lease_ttl: float = 30.0
@@ -177,7 +177,7 @@ def governor_config(scenario: Scenario, strategy: str) -> GovernorConfig | None:
         "idle_expiry": max(600.0, window, scenario.lease_ttl, 2 * scenario.poll),
         "restart_hold": False,  # every run's governors are new names: nobody held their leases before
     }
-    probe = window / 4 if scenario.probe_interval is None else scenario.probe_interval
+    probe = scenario.probe_interval  # None: the policy's own default, a quarter of the window
     if strategy == "fixed":
         return GovernorConfig(max_capacity=scenario.max_capacity, policy=FixedPolicy(), **common)
     if strategy == "per-host":
@@ -228,7 +228,7 @@ def parse_option(text: str) -> tuple[str, Any]:
     try:
         if kind == "int":
             return key, int(raw)
-        if kind == "float":
+        if kind in ("float", "float | None"):
             return key, float(raw)
     except ValueError:
         raise ConfigError(f"governor setting {key} needs a {kind}, got {raw!r}") from None

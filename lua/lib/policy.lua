@@ -11,7 +11,9 @@ in a row since the last change, is every policy's (pause and resume clear
 it). Each entry:
   config             the policy's own fields of the config hash (C)
   state              the policy's own fields of the policy hash (P)
-  reset(p)           a fresh learnt state into P (capacity is set by the caller)
+  reset()            a fresh learnt state into P (capacity is set by the caller;
+                     a policy may lower it when P holds none of its fields: a
+                     config stored afresh, not a new max_capacity)
   limited(rl, total, fence)   a rate-limited attempt, not paused
   success(rl, total)          a success, not paused
 rl and total are the window's counts with this attempt; fence is the
@@ -58,31 +60,29 @@ POLICIES.seed = {
   end,
 }
 
--- adaptive (the default): one cut per congestion episode, to a share of
--- the in-flight level the provider pushed back at; straight back up below
--- that level, careful probes above it.
+-- adaptive (the default): a slow start from the resume level; the lowest
+-- in-flight level the provider refused (ceiling) is learnt and capacity
+-- held just below it; probes step above it now and then; refused below it
+-- (the limit fell): one cut per congestion episode by cut_factor.
 POLICIES.adaptive = {
   config = {'pause_count', 'pause_ratio', 'increase_successes', 'cut_factor', 'probe_ms'},
   state = {'ceiling', 'cut_fence', 'probe_at', 'probe_step', 'probe_wait', 'climbing'},
   reset = function()
+    local fresh = P.ceiling == nil  -- a config stored afresh (not a new max_capacity)
     set('policy', 'ceiling', 0)
     set('policy', 'cut_fence', S.fence)
     set('policy', 'probe_at', NOW)
     set('policy', 'probe_step', 1)
     set('policy', 'probe_wait', C.probe_ms)
     set('policy', 'climbing', 0)
+    -- A new governor, a reset, a state re-created after a loss: no blind
+    -- burst of max_capacity; discover the limit from the resume level, one
+    -- more per success. A new max_capacity applies at once (SPEC §4).
+    if fresh then set_capacity(math.min(S.capacity, resume_level()), 'slow start from the resume level', '', '') end
   end,
   limited = function(rl, total, fence)
-    if fence ~= nil and fence <= P.cut_fence then
-      -- A lease admitted before the last cut was counted in that cut's level:
-      -- no new cut, but its 429 says the provider took one fewer than that.
-      if P.ceiling > 1 then
-        set('policy', 'ceiling', P.ceiling - 1)
-        set_capacity(math.min(S.capacity, P.ceiling), 'rate-limited lease admitted before the cut: level one lower',
-          rl, total, 'ceiling', P.ceiling)
-      end
-      return
-    end
+    -- A lease admitted before the last cut was counted in that cut.
+    if fence ~= nil and fence <= P.cut_fence then return end
     local live = in_flight()
     local level = S.capacity
     if live > 0 then level = math.max(1, math.min(live, S.capacity)) end
@@ -93,32 +93,32 @@ POLICIES.adaptive = {
         .. ' attempts at one in flight', rl, total)
       return
     end
-    local capacity = math.max(1, math.floor(level * C.cut_factor))
-    local ceiling, why
-    local wait = P.probe_wait
-    if P.climbing == 1 then
-      -- Refused again before the next probe: the remembered level was too
-      -- high, so do not climb back to it.
-      ceiling, wait = capacity, C.probe_ms
-      why = 'rate-limited at ' .. level .. ' before probing: remembered level too high, cut'
+    local capacity, ceiling, why
+    local wait = C.probe_ms
+    if P.ceiling > 0 and level >= P.ceiling and P.climbing == 0 then
+      -- A probe refused: back just below the level it was refused at; at
+      -- the level refused before, probe less often.
+      capacity, ceiling = level - 1, level
+      if level == P.ceiling then wait = math.min(P.probe_wait * 2, math.max(C.probe_ms, math.floor(C.window_ms / 2))) end
+      why = 'rate-limited at ' .. level .. ' in flight, a probe: back below it'
+    elseif P.climbing == 1 and P.ceiling > 0 then
+      -- Refused again climbing back after a cut: the limit is lower still.
+      capacity = math.floor(level * C.cut_factor)
+      ceiling = capacity + 1
+      why = 'rate-limited at ' .. level .. ' in flight again after a cut: cut'
     else
-      ceiling = level
-      if P.ceiling > 0 and level >= P.ceiling then
-        -- A probe refused at the level refused before: probe less often.
-        wait = math.min(wait * 2, math.max(C.probe_ms, math.floor(C.window_ms / 2)))
-      else
-        wait = C.probe_ms
-      end
+      -- Refused below the lowest level refused so far (or the first 429).
+      capacity, ceiling = math.floor(level * C.cut_factor), level
       why = 'rate-limited at ' .. level .. ' in flight: cut'
     end
     set('policy', 'ceiling', ceiling)
     set('policy', 'cut_fence', S.fence)
-    set('policy', 'probe_step', 1)
     set('policy', 'probe_at', NOW)
+    set('policy', 'probe_step', 1)
     set('policy', 'probe_wait', wait)
     set('policy', 'climbing', 1)
-    set_capacity(capacity, why, rl, total, 'level', level, 'ceiling', ceiling, 'lease_fence', fence or '',
-      'probe_wait', wait)
+    set_capacity(math.max(1, capacity), why, rl, total, 'level', level, 'ceiling', ceiling,
+      'lease_fence', fence or '', 'probe_wait', wait)
   end,
   success = function(rl, total)
     set('policy', 'streak', P.streak + 1)
@@ -127,23 +127,21 @@ POLICIES.adaptive = {
       return
     end
     if P.ceiling == 0 or S.capacity + 1 < P.ceiling then
-      -- Below the level of the last pushback: climb back at once.
+      -- Nothing refused yet (the slow start), or below the ceiling: one more.
       set('policy', 'streak', 0)
-      set_capacity(S.capacity + 1, 'success below the last pushback level: increase', rl, total, 'ceiling', P.ceiling)
+      set_capacity(S.capacity + 1, 'success below the ceiling: increase', rl, total, 'ceiling', P.ceiling)
     elseif P.streak >= C.increase_successes
-        and NOW - P.probe_at >= (S.capacity < P.ceiling and P.probe_wait or C.probe_ms) then
-      -- At or above it: probe carefully, a step per probe interval, the step
-      -- doubling while the provider keeps accepting. Just below the level of
-      -- the last refusal, probes wait probe_wait (backed off while refused);
-      -- at or above it the limit rose: discover it at the base interval.
+        and NOW - P.probe_at >= (S.capacity < P.ceiling and P.probe_wait or math.floor(C.probe_ms / 2)) then
+      -- Just below the ceiling: probe it after probe_wait (backed off while
+      -- refused). At or above it the limit rose: probe every half interval,
+      -- the step doubling while the provider keeps accepting.
       set('policy', 'streak', 0)
       set('policy', 'climbing', 0)
       if S.capacity >= P.ceiling then set('policy', 'probe_wait', C.probe_ms) end
       set('policy', 'probe_at', NOW)
       local step = P.probe_step
       set('policy', 'probe_step', math.min(P.probe_step * 2, C.max_capacity))
-      set_capacity(S.capacity + step, 'probe above the last pushback level', rl, total, 'ceiling', P.ceiling,
-        'step', step)
+      set_capacity(S.capacity + step, 'probe above the ceiling', rl, total, 'ceiling', P.ceiling, 'step', step)
     end
   end,
 }
