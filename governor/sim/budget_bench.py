@@ -966,7 +966,7 @@ def write_chart(result: Mapping[str, Any], path: Path) -> None:
                 ax.plot([i + 0.5 for i in range(len(series))], series, lw=1.2, label=strategy)
             rates = [c["ideal_rate"] for c in cells.values() if c["ideal_rate"]]
             if rates:
-                ax.axhline(statistics.fmean(rates), color="black", ls="--", lw=0.9, label="ideal (refill rate)")
+                ax.axhline(statistics.fmean(rates), color="black", ls="--", lw=0.9, label="ideal")
             ax.set_title(name, fontsize=10)
             ax.set_xlabel("seconds")
             ax.set_ylabel(f"{unit} served / s")
