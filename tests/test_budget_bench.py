@@ -168,6 +168,16 @@ async def test_a_short_run_computes_every_figure(redis_url: str) -> None:
     assert "small-tokens" in table(result)
 
 
+async def test_agents_on_host_processes(redis_url: str) -> None:
+    settings = Settings(seconds=2.0, settle=0.5, hosts=2, seed=9)
+    result = await run_budgets([SMALL], ["fleet-concurrency"], settings, redis_url)
+    cell = result["cells"]["small-tokens"]["fleet-concurrency"]
+    assert cell["errors"] == 0, cell["error_samples"]
+    assert cell["classes"]["small"]["calls"] > 0 and cell["classes"]["huge"]["calls"] >= 0
+    assert cell["redis_per_request"] >= 1  # counted in the host processes, sent back with their results
+    assert result["environment"]["hosts"] == "2 host processes on this machine"
+
+
 def test_the_budgets_command_writes_its_outputs(redis_url: str, tmp_path: Path) -> None:
     runner = CliRunner()
     args = ["--redis-url", redis_url, "--scenarios", "uncontended", "--strategies", "none,fleet-concurrency",
