@@ -17,6 +17,12 @@ if TYPE_CHECKING:
 PAUSE_REASON = "waiting for provider rate-limit recovery"
 
 
+def probe_cap(C: dict[str, int], total: int) -> int:
+    """The longest wait between probes refused at the same level (ms): half a
+    window, or the time of 100 attempts at the window's rate, at most two windows."""
+    return max(C["probe_ms"], C["window_ms"] // 2, min(2 * C["window_ms"], 100 * C["window_ms"] // total))
+
+
 class Policy:
     """A policy's entry: its config fields, its state fields, its reset and
     its reactions to a rate-limited attempt and to a success (not paused)."""
@@ -87,7 +93,7 @@ class Adaptive(Policy):
         if P["ceiling"] > 0 and level >= P["ceiling"] and P["climbing"] == 0:  # a refused probe
             capacity, ceiling = level - 1, level
             if level == P["ceiling"]:
-                wait = min(P["probe_wait"] * 2, max(C["probe_ms"], C["window_ms"] // 2))  # ms: an integer
+                wait = min(P["probe_wait"] * 2, probe_cap(C, total))
         elif P["climbing"] == 1 and P["ceiling"] > 0:  # refused again after a cut: lower still
             capacity = math.floor(level * C["cut_factor"])
             ceiling = capacity + 1

@@ -372,6 +372,26 @@ def test_adaptive_older_429s_change_nothing_and_a_refused_probe_goes_back_below_
     assert gov.status().capacity == 20
 
 
+def test_adaptive_probes_refused_at_one_level_back_off_to_one_percent_of_the_attempts(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=30, window=60, policy=PATIENT), clock=clock)
+    warm(gov, 20)
+    refuse_at(gov, 20)  # ceiling 20
+    waits = []
+    for _ in range(6):
+        report(gov, S)  # 19
+        waited = 0
+        while gov.status().capacity < 20:
+            clock.advance(10)
+            waited += 10
+            report(gov, S, S, S)
+            assert waited <= 300
+        waits.append(waited)
+        refuse_at(gov, 20)  # the probe refused at the same level again
+    # doubling past half a window: few attempts in the window, so a refused
+    # probe may cost at most 1 % of them; never more than two windows
+    assert waits == [10, 20, 40, 80, 120, 120]
+
+
 def test_adaptive_refused_again_while_climbing_back_cuts_again(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
     gov = make_gov(adaptive(max_capacity=40, policy=PATIENT), clock=clock)
     warm(gov, 40)

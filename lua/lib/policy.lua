@@ -38,6 +38,14 @@ end
 
 local POLICIES = {}
 
+-- The longest wait between probes refused at the same level: half a window,
+-- or longer when the window's attempts are few (a refused probe then costs
+-- at most 1 % of the attempts: the time of 100 at the window's rate), never
+-- more than two windows (a risen limit is still found within about two).
+local function probe_cap(total)
+  return math.max(C.probe_ms, math.floor(C.window_ms / 2), math.min(2 * C.window_ms, math.floor(100 * C.window_ms / total)))
+end
+
 -- seed: the seed governor's rules exactly.
 POLICIES.seed = {
   config = {'decrease_count', 'decrease_ratio', 'ratio_min_attempts', 'decrease_factor', 'pause_count',
@@ -99,7 +107,7 @@ POLICIES.adaptive = {
       -- A probe refused: back just below the level it was refused at; at
       -- the level refused before, probe less often.
       capacity, ceiling = level - 1, level
-      if level == P.ceiling then wait = math.min(P.probe_wait * 2, math.max(C.probe_ms, math.floor(C.window_ms / 2))) end
+      if level == P.ceiling then wait = math.min(P.probe_wait * 2, probe_cap(total)) end
       why = 'rate-limited at ' .. level .. ' in flight, a probe: back below it'
     elseif P.climbing == 1 and P.ceiling > 0 then
       -- Refused again climbing back after a cut: the limit is lower still.
