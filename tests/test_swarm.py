@@ -38,7 +38,15 @@ from governor.sim.embedded import Backend, open_backend
 from governor.sim.host import HostResult, config_from_json, config_to_json
 from governor.sim.provider import LIMITED, OK, ProviderConfig, RunRecord
 from governor.sim.report import draw_chart, legend, table, write_chart, write_json
-from governor.sim.scenario import Scenario, governor_config, governor_names, parse_option, strategy_reports
+from governor.sim.scenario import (
+    Scenario,
+    governor_config,
+    governor_names,
+    parse_option,
+    parse_ungoverned,
+    strategy_reports,
+    ungoverned_at,
+)
 from governor.sim.swarm import run_swarm
 
 from .conftest import FakeClock
@@ -556,3 +564,34 @@ def test_the_chart_tells_the_limit_from_the_ideal_and_ends_each_run_where_it_end
         assert [ax.get_xlim()[1] for ax in bottoms] == pytest.approx([12.0, 9.05])
     finally:
         plt.close(fig)
+
+
+def test_a_shared_account_counts_the_fleet_against_what_the_others_leave() -> None:
+    # Limit 10, latency 1 s, for 40 s. Ungoverned callers hold 4 slots all along
+    # (four 1 s calls a second) and get 10 429s; the fleet does 6/s: all of what is left.
+    config = ProviderConfig(limit=10, latency_mean=1.0)
+    theirs = [(i / 4, i / 4 + 1.0, OK) for i in range(156)] + [(t, t + 0.01, LIMITED) for t in range(10)]
+    fleet_ok = [i / 6 for i in range(240)]
+    provider_ok = sorted(fleet_ok + [b for _, b, _ in theirs[:156]])
+    provider_limited = [b for _, b, _ in theirs[156:]]
+    host = HostResult(host=0, strategy="fleet", agents=40, attempts=240, ok=240)
+    host.success_at = [1000.0 + t for t in fleet_ok]
+    host.finished_at = [1040.0] * 40
+    m = analysis.analyse(
+        "fleet", config, _record(provider_ok, provider_limited), [host], window=4.0, settle_windows=1.0,
+        workload=240, max_time=60, background=theirs,
+    )  # fmt: skip
+    assert (m.ok, m.limited, m.attempts) == (240, 0, 240)  # the others' answers are not the fleet's
+    assert m.steady_goodput == pytest.approx(1.0, abs=0.03)  # 6/s of the 6/s they leave
+    assert analysis.occupancy(theirs, 2.0, 10.0) == pytest.approx(4 * 8)  # four slots held for 8 s
+
+
+def test_ungoverned_callers_follow_their_schedule() -> None:
+    scenario = Scenario(ungoverned=parse_ungoverned("0:8, 10:16,20:4"))
+    assert scenario.ungoverned == ((0.0, 8), (10.0, 16), (20.0, 4))
+    assert [ungoverned_at(scenario, t) for t in (0, 9.9, 10, 25)] == [8, 8, 16, 4]
+    assert Scenario.from_json(scenario.to_json()) == scenario
+    with pytest.raises(ConfigError, match="SECONDS:CALLERS"):
+        parse_ungoverned("soon:8")
+    with pytest.raises(ConfigError, match="in time order"):
+        Scenario(ungoverned=((5.0, 1), (2.0, 3)))

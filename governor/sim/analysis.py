@@ -172,6 +172,19 @@ def jain(values: Sequence[float]) -> float | None:
     return total * total / (len(values) * squares)
 
 
+def _minus(times: list[float], theirs: list[float]) -> list[float]:
+    """``times`` without, for each of ``theirs``, the nearest time at or after it
+    (the provider's end of the same answer, seen a little after the caller's)."""
+    if not theirs:
+        return times
+    out = list(times)
+    for t in reversed(theirs):  # from the latest, so indices stay valid
+        i = bisect.bisect_left(out, t - 0.05)
+        if i < len(out):
+            out.pop(i)
+    return out
+
+
 def _count_between(sorted_times: Sequence[float], start: float, end: float) -> int:
     return bisect.bisect_left(sorted_times, end) - bisect.bisect_left(sorted_times, start)
 
@@ -194,6 +207,11 @@ def _intervals_minus(start: float, end: float, cuts: Iterable[tuple[float, float
 
 
 # -- the figures ---------------------------------------------------------------------------------
+
+
+def occupancy(calls: Sequence[tuple[float, float, str]], start: float, end: float) -> float:
+    """Slot-seconds that successful ``(start, end, kind)`` calls held within [start, end]."""
+    return sum(max(0.0, min(b, end) - max(a, start)) for a, b, kind in calls if kind == OK)
 
 
 def saturated_until(config: ProviderConfig, agents: int, finished: Sequence[float], run_end: float) -> float:
@@ -221,8 +239,10 @@ def analyse(
     max_time: float,
     decisions: Sequence[Mapping[str, Any]] = (),
     capacity: Sequence[tuple[float, int, int, int, bool]] = (),
+    background: Sequence[tuple[float, float, str]] = (),
 ) -> StrategyMetrics:
-    """The figures of one strategy's run."""
+    """The figures of one strategy's run; ``background``: the ungoverned
+    callers' calls (start, end, kind), seconds since the start."""
     t0 = record.started_wall
     total_agents = sum(h.agents for h in hosts)
     finished = [f - t0 for h in hosts for f in h.finished_at if f is not None]
@@ -231,12 +251,20 @@ def analyse(
     run_end = finish if finish is not None else max_time
     sat = saturated_until(config, total_agents, finished, run_end)
 
-    ok_times = sorted(end for _, end, kind in record.responses if kind == OK)
-    limited_times = sorted(end for _, end, kind in record.responses if kind in (LIMITED, RATE))
-    all_times = sorted(end for _, end, _ in record.responses)
+    theirs = [(a, b, kind) for a, b, kind in background]
+    ok_times = _minus(sorted(end for _, end, kind in record.responses if kind == OK),
+                      sorted(b for _, b, kind in theirs if kind == OK))  # fmt: skip
+    limited_times = _minus(sorted(end for _, end, kind in record.responses if kind in (LIMITED, RATE)),
+                           sorted(b for _, b, kind in theirs if kind in (LIMITED, RATE)))  # fmt: skip
+    all_times = _minus(sorted(end for _, end, _ in record.responses), sorted(b for _, b, _ in theirs))
     counts = record.counts()
-    limited = counts[LIMITED] + counts[RATE]
-    attempts = len(record.responses)
+    ok_total = counts[OK] - sum(1 for _, _, kind in theirs if kind == OK)
+    limited = counts[LIMITED] + counts[RATE] - sum(1 for _, _, kind in theirs if kind in (LIMITED, RATE))
+    attempts = len(record.responses) - len(theirs)
+
+    def ideal_calls(config: ProviderConfig, start: float, end: float) -> float:  # what the fleet could have had
+        left = limit_integral(config, start, end) - occupancy(theirs, start, end)
+        return max(0.0, left) / config.latency_mean
 
     ideal_sat = ideal_calls(config, 0.0, sat)
     ok_sat = _count_between(ok_times, 0.0, sat)
@@ -278,7 +306,7 @@ def analyse(
     samples = [s for h in hosts for s in h.error_samples][:5]
     return StrategyMetrics(
         strategy=strategy,
-        ok=counts[OK],
+        ok=ok_total,
         attempts=attempts,
         limited=limited,
         quota=sum(h.quota for h in hosts),

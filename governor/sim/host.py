@@ -15,6 +15,10 @@ the public API only:
   happened from its own side of that call: the attempts its function
   made, the verdicts of the classifier it passes (the default one), the
   admission waits from :mod:`governor.events`;
+- ``fleet-lease`` writes each call as the README's first example: ``async
+  with acquire() as lease``, the call, ``report(outcome, retry_after,
+  lease=lease)``; a 429 is retried after its Retry-After (else the backoff)
+  under a new lease;
 - ``fixed`` (a semaphore, which never hears of outcomes) takes a lease
   with ``acquire()`` around each attempt and releases it, with the
   retries of ``none``;
@@ -40,7 +44,7 @@ from .. import AsyncGovernor, GovernorConfig, Outcome, events
 from ..backoff import retry_wait
 from ..classify import Classification, default_classifier
 from ..config import RetryPolicy
-from ..errors import AcquireTimeout, GovernorError, QuotaExhausted
+from ..errors import AcquireTimeout, GovernorError, LeaseLost, QuotaExhausted
 from ..policies import REGISTRY, Policy
 
 #: error messages kept per host, so a failing run says why without a flood
@@ -88,6 +92,9 @@ class HostJob:
     config: dict[str, Any] | None = None
     #: calls go through AsyncGovernor.call (False: a bare semaphore, acquire and release)
     report: bool = True
+    #: with ``report``: "call" (AsyncGovernor.call) or "lease" (the README's pattern:
+    #: ``async with acquire() as lease``, the call, ``report(..., lease=lease)``)
+    pattern: str = "call"
     #: the provider's Retry-After reaches call() (False: the agents' classifier drops it)
     report_retry_after: bool = True
     backoff_base: float = 0.25
@@ -350,7 +357,9 @@ async def _agent(job: HostJob, index: int, governor: AsyncGovernor | None, call:
     holder = f"host-{job.host}/agent-{index}"
     for _ in range(job.calls):
         wanted = time.monotonic()
-        if governor is not None and job.report:
+        if governor is not None and job.report and job.pattern == "lease":
+            done = await _lease_call(job, holder, governor, call, tally)
+        elif governor is not None and job.report:
             done = await _governed_call(job, holder, governor, call, tally)
         else:
             done = await _sdk_call(job, holder, governor, call, tally)
@@ -420,6 +429,45 @@ async def _governed_call(job: HostJob, holder: str, governor: AsyncGovernor, cal
         # call() propagates an error that is no throttle: call again after the backoff
         errors += 1
         await _backoff(job, result, errors, None)
+
+
+async def _lease_call(job: HostJob, holder: str, governor: AsyncGovernor, call: _Caller, tally: _Tally) -> bool:
+    """One successful call as the README writes it: a lease per attempt, the
+    outcome reported with the lease (and the provider's Retry-After), a 429
+    retried after that Retry-After (else the backoff); False: the agent stops."""
+    result = tally.result
+    failures = 0
+    while True:
+        left = job.deadline - time.time()
+        if left <= 0:
+            return False
+        retry_after: float | None = None
+        try:
+            async with governor.acquire(timeout=left, holder=holder) as lease:
+                try:
+                    await _attempt(job, call, tally)
+                except _Stopped:
+                    raise
+                except Exception as error:  # noqa: BLE001 - the provider's error, classified as the README says
+                    verdict = default_classifier(error)
+                    tally.judged(verdict)
+                    retry_after = verdict.retry_after if job.report_retry_after else None
+                    started = time.monotonic()
+                    await governor.report(verdict.kind, retry_after=retry_after, lease=lease)
+                    result.phases["other"] += time.monotonic() - started
+                    if verdict.kind is Outcome.QUOTA_EXHAUSTED:
+                        return False  # billing, not a throttle: never retried
+                else:
+                    started = time.monotonic()
+                    await governor.report(Outcome.SUCCESS, lease=lease)
+                    result.phases["other"] += time.monotonic() - started
+                    return True
+        except (AcquireTimeout, _Stopped):
+            return False
+        except LeaseLost:
+            result.lost += 1  # the lease expired under a stall: its outcome was not counted
+        failures += 1
+        await _backoff(job, result, failures, retry_after)
 
 
 async def _sdk_call(job: HostJob, holder: str, governor: AsyncGovernor | None, call: _Caller, tally: _Tally) -> bool:

@@ -21,6 +21,11 @@ The strategies, run one after another against the same provider settings:
     The fleet governor with ``policy="seed"``.
 ``fleet``
     The fleet governor with the default (adaptive) policy.
+``fleet-lease``
+    The same governor, its agents written as the README's first example:
+    ``async with acquire() as lease``, the call, ``report(outcome,
+    retry_after, lease=lease)``, and a 429 retried after the provider's
+    Retry-After (else the backoff) with a new lease.
 
 The agents of ``per-host``, ``fleet-seed`` and ``fleet`` make each call
 with ``AsyncGovernor.call`` (acquire, call, classify, report with the
@@ -44,7 +49,10 @@ from ..config import GovernorConfig
 from ..errors import ConfigError
 from ..policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
 
+#: the strategies run by default
 STRATEGIES: tuple[str, ...] = ("none", "fixed", "per-host", "fleet-seed", "fleet")
+#: every strategy (``fleet-lease`` on request: the governor of ``fleet``, the README's pattern)
+ALL_STRATEGIES: tuple[str, ...] = (*STRATEGIES, "fleet-lease")
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,11 @@ class Scenario:
     lead: float = 1.0
     #: leave the governors' keys in Redis after each strategy (to inspect them with the CLI)
     keep_governors: bool = False
+    #: a shared account: ((seconds after the start, ungoverned callers), ...) — callers
+    #: outside the fleet that call the same provider one call after another (SDK-style
+    #: retries), started by the driver; the figures count the fleet alone against what
+    #: they leave of the limit
+    ungoverned: tuple[tuple[float, int], ...] = ()
     #: extra notes carried into the results (e.g. how hosts were run)
     notes: tuple[str, ...] = field(default=())
 
@@ -107,8 +120,8 @@ class Scenario:
         if not self.strategies:
             raise ConfigError("choose at least one strategy")
         for strategy in self.strategies:
-            if strategy not in STRATEGIES:
-                raise ConfigError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+            if strategy not in ALL_STRATEGIES:
+                raise ConfigError(f"unknown strategy {strategy!r}; choose from {', '.join(ALL_STRATEGIES)}")
         if len(set(self.strategies)) != len(self.strategies):
             raise ConfigError("each strategy may run once per swarm")
         if self.per_host_max is not None and (isinstance(self.per_host_max, bool) or self.per_host_max < 1):
@@ -125,6 +138,12 @@ class Scenario:
             raise ConfigError(f"probe_interval must be >= 0 seconds, got {self.probe_interval!r}")
         if self.client not in ("aiohttp", "openai"):
             raise ConfigError(f"client must be aiohttp or openai, got {self.client!r}")
+        last = -1.0
+        for entry in self.ungoverned:
+            at, count = entry
+            if not at > last or isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ConfigError(f"ungoverned must be (seconds, callers >= 0) pairs in time order, got {entry!r}")
+            last = at
         known = {f.name for f in fields(GovernorConfig)} | {f.name for f in fields(AdaptivePolicy)}
         for key, _ in self.fleet_options:
             if key not in known:
@@ -153,6 +172,7 @@ class Scenario:
         data["strategies"] = list(self.strategies)
         data["fleet_options"] = dict(self.fleet_options)
         data["notes"] = list(self.notes)
+        data["ungoverned"] = [list(entry) for entry in self.ungoverned]
         return data
 
     @classmethod
@@ -161,7 +181,31 @@ class Scenario:
         values["strategies"] = tuple(values["strategies"])
         values["fleet_options"] = tuple(dict(values.get("fleet_options", {})).items())
         values["notes"] = tuple(values.get("notes", ()))
+        values["ungoverned"] = tuple((float(at), int(n)) for at, n in values.get("ungoverned", ()))
         return cls(**values)
+
+
+def ungoverned_at(scenario: Scenario, t: float) -> int:
+    """Ungoverned callers ``t`` seconds after the start."""
+    count = 0
+    for at, n in scenario.ungoverned:
+        if at <= t:
+            count = n
+    return count
+
+
+def parse_ungoverned(text: str) -> tuple[tuple[float, int], ...]:
+    """``"0:8,10:16,20:4"`` -> ((0.0, 8), (10.0, 16), (20.0, 4)): callers from each time on."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        at, sep, count = part.partition(":")
+        try:
+            out.append((float(at), int(count)))
+        except ValueError:
+            raise ConfigError(f"ungoverned entry {part!r} is not SECONDS:CALLERS (e.g. 0:8,10:16)") from None
+        if not sep:
+            raise ConfigError(f"ungoverned entry {part!r} is not SECONDS:CALLERS (e.g. 0:8,10:16)")
+    return tuple(out)
 
 
 def governor_config(scenario: Scenario, strategy: str) -> GovernorConfig | None:
@@ -206,6 +250,13 @@ def governor_names(prefix: str, strategy: str, hosts: int) -> list[str]:
     if strategy == "per-host":
         return [f"{prefix}-per-host-{h}" for h in range(hosts)]
     return [f"{prefix}-{strategy}"] * hosts
+
+
+def strategy_pattern(strategy: str) -> str:
+    """How a strategy's agents use the governor: "call" (``AsyncGovernor.call``),
+    "lease" (acquire, call, report with the lease, release: the README's
+    pattern), "semaphore" (acquire and release, no report) or "none"."""
+    return {"none": "none", "fixed": "semaphore", "fleet-lease": "lease"}.get(strategy, "call")
 
 
 def strategy_reports(strategy: str) -> bool:

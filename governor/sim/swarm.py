@@ -32,7 +32,7 @@ from .analysis import StrategyMetrics, analyse, ideal_finish
 from .embedded import Backend
 from .host import HostJob, HostResult, config_to_json
 from .provider import MockProvider, ProviderConfig, RunRecord
-from .scenario import Scenario, governor_config, governor_names, strategy_reports
+from .scenario import Scenario, governor_config, governor_names, strategy_pattern, strategy_reports
 from .workers import DEFAULT_NAMESPACE, Hosts, QueueHosts, ThreadHosts
 
 #: extra seconds a strategy may take beyond max_time before the driver gives up on its hosts
@@ -288,6 +288,7 @@ async def _run_strategy(
             governor=names[h] if names else None,
             config=config_to_json(config) if config else None,
             report=strategy_reports(strategy),
+            pattern="lease" if strategy_pattern(strategy) == "lease" else "call",
             report_retry_after=scenario.report_retry_after,
             backoff_base=scenario.backoff_base,
             backoff_cap=scenario.backoff_cap,
@@ -297,6 +298,12 @@ async def _run_strategy(
         for h in range(scenario.hosts)
     ]
     running = asyncio.create_task(hosts.run(jobs, scenario.lead + scenario.max_time + GRACE))
+    stop_background = asyncio.Event()
+    background = (
+        asyncio.create_task(_ungoverned(scenario, provider_url, start_at, stop_background))
+        if scenario.ungoverned
+        else None
+    )
     capacity: list[tuple[float, int, int, int, bool]] = []
     fixed_capacity = config.max_capacity if strategy == "fixed" and config else None
     try:
@@ -321,6 +328,8 @@ async def _run_strategy(
     finally:
         if not running.done():
             running.cancel()
+        stop_background.set()
+        theirs = await background if background is not None else []
         decisions = await asyncio.to_thread(_decisions, backend, watched, start_at)
         if not scenario.keep_governors:
             await _forget(client, watched)
@@ -336,6 +345,7 @@ async def _run_strategy(
         max_time=scenario.max_time,
         decisions=decisions,
         capacity=capacity,
+        background=theirs,
     )
     if progress is not None:
         live = await provider.live()
@@ -346,6 +356,75 @@ async def _run_strategy(
             )
         )  # fmt: skip
     return StrategyRun(metrics, record, capacity, decisions, (load_before, os.getloadavg()[0]))
+
+
+async def _ungoverned(
+    scenario: Scenario, provider_url: str, start_at: float, stop: asyncio.Event
+) -> list[tuple[float, float, str]]:
+    """The shared account's other traffic: ``scenario.ungoverned`` callers, each
+    calling the provider one call after another with SDK-style retries (the
+    Retry-After, else the backoff), until ``stop``. Returns every answer as
+    (start, end, kind), seconds since ``start_at`` (kind: the provider's "ok",
+    "limited" or "error")."""
+    import aiohttp
+
+    from ..backoff import retry_wait
+    from .provider import LIMITED, OK
+
+    calls: list[tuple[float, float, str]] = []
+    url = provider_url.rstrip("/") + "/v1/chat/completions"
+    payload = {"model": scenario.model, "messages": [{"role": "user", "content": "Another team's call."}]}
+    wanted = 0  # callers the schedule asks for now
+
+    async def caller(index: int, session: Any) -> None:
+        failures = 0
+        while not stop.is_set() and index < wanted:
+            begun = time.time()
+            kind, retry_after = "error", None
+            try:
+                async with session.post(url, json=payload) as response:
+                    await response.read()
+                    if response.status == 200:
+                        kind = OK
+                    elif response.status == 429:
+                        kind = LIMITED
+                        ms = response.headers.get("retry-after-ms")
+                        retry_after = int(ms) / 1000 if ms and ms.isdigit() else None
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                pass
+            calls.append((begun - start_at, time.time() - start_at, kind))
+            if kind == OK:
+                failures = 0
+                continue
+            failures += 1
+            pause = retry_wait(failures, retry_after, base=scenario.backoff_base, cap=scenario.backoff_cap)
+            try:
+                await asyncio.wait_for(stop.wait(), pause)
+            except asyncio.TimeoutError:
+                pass
+
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=60.0)
+    ) as session:
+        tasks: dict[int, asyncio.Task[None]] = {}
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        for i, (at, count) in enumerate(scenario.ungoverned):
+            await asyncio.sleep(max(0.0, start_at + at - time.time()))
+            if stop.is_set():
+                break
+            wanted = count  # callers above it stop after their call
+            for index in range(count):
+                if index not in tasks or tasks[index].done():
+                    tasks[index] = asyncio.create_task(caller(index, session))
+            if i + 1 < len(scenario.ungoverned):
+                next_at = start_at + scenario.ungoverned[i + 1][0]
+                try:
+                    await asyncio.wait_for(stop.wait(), max(0.0, next_at - time.time()))
+                except asyncio.TimeoutError:
+                    pass
+        await stop.wait()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+    return sorted(calls)
 
 
 async def _configure(client: Any, names: list[str], config: GovernorConfig | None) -> list[AsyncGovernor]:
