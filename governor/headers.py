@@ -19,7 +19,8 @@ header                                                  budget kind         valu
 ``x-ratelimit-{limit,remaining,reset}-tokens``          ``tokens``          as above
 ``anthropic-ratelimit-requests-{limit,remaining}``      ``requests``        integer
 ``anthropic-ratelimit-requests-reset``                  ``requests``        RFC 3339 time (``2025-01-01T00:00:00Z``)
-``anthropic-ratelimit-tokens-*``                        ``tokens``          as above
+``anthropic-ratelimit-tokens-*``                        ``tokens``          as above, unless input or output
+                                                                            tokens are announced too (see below)
 ``anthropic-ratelimit-input-tokens-*``                  ``input_tokens``    as above
 ``anthropic-ratelimit-output-tokens-*``                 ``output_tokens``   as above
 ``retry-after-ms``, ``x-ms-retry-after-ms`` (Azure)     retry_after         milliseconds
@@ -30,8 +31,12 @@ A reset is read as milliseconds from now: a duration as it is, an RFC 3339
 time against ``now`` (Unix seconds, injectable; default this host's
 clock), a time in the past as 0. The "remaining" of Anthropic's token
 limits is rounded to the nearest thousand by the provider; it is taken as
-sent. When both families name the same figure (a gateway in front of both),
-Anthropic's is used.
+sent. Anthropic's ``tokens-*`` figures are the most restrictive of its
+input and output limits at the moment, not a limit on input plus output:
+when input or output figures come with them they are left out (the
+``input_tokens`` and ``output_tokens`` budgets govern), and only alone are
+they read as a ``tokens`` budget. When both families name the same figure
+(a gateway in front of both), Anthropic's is used.
 
 Never raises: a value that cannot be read is left out and its header's name
 is listed in :attr:`RateLimits.malformed` (the governor counts them), so a
@@ -185,6 +190,7 @@ def parse(headers: Mapping[str, str] | Iterable[tuple[Any, Any]] | None, *, now:
     clock = time.time() if now is None else now
     malformed: list[str] = []
     found: dict[str, dict[str, int]] = {}
+    named: dict[str, set[str]] = {}  # kind -> the headers it was read from
     for name in sorted(pairs, key=_anthropic_first):
         spec = FIGURES.get(name)
         if spec is None:
@@ -196,6 +202,11 @@ def parse(headers: Mapping[str, str] | Iterable[tuple[Any, Any]] | None, *, now:
             continue
         key = "reset_ms" if what == "reset" else what
         found.setdefault(kind, {}).setdefault(key, value)
+        named.setdefault(kind, set()).add(name)
+    if ("input_tokens" in found or "output_tokens" in found) and all(
+        name.startswith("anthropic-") for name in named.get("tokens", ())
+    ):
+        found.pop("tokens", None)  # Anthropic's tokens-* is the tighter of input and output, no budget of its own
     retry_after = None
     for name, unit in RETRY_AFTER_HEADERS:
         if name not in pairs:

@@ -80,17 +80,23 @@ def test_openai_headers() -> None:
 
 def test_anthropic_headers_measured_from_now() -> None:
     limits = parse(ANTHROPIC, now=NEW_YEAR)
-    assert dict(limits.budgets) == {
+    assert dict(limits.budgets) == {  # tokens-*, the tighter of input and output, is no budget of its own
         "requests": BudgetHeader(50, 49, 1000),
-        "tokens": BudgetHeader(100000, 98000, 2500),
         "input_tokens": BudgetHeader(80000, 79000, 0),
         "output_tokens": BudgetHeader(20000, 19000, 0),
     }
-    assert list(limits.budgets) == list(KINDS)  # in the governor's order
+    assert list(limits.budgets) == [k for k in KINDS if k != "tokens"]  # in the governor's order
     assert limits.malformed == ()
     later = parse(ANTHROPIC, now=NEW_YEAR - 10.25)
     assert later.budgets["requests"].reset_ms == 11250
     assert later.budgets["input_tokens"].reset_ms == 10250
+
+
+def test_anthropic_tokens_alone_are_a_tokens_budget() -> None:
+    alone = {k: v for k, v in ANTHROPIC.items() if "input-tokens" not in k and "output-tokens" not in k}
+    assert parse(alone, now=NEW_YEAR).budgets["tokens"] == BudgetHeader(100000, 98000, 2500)
+    both = {**OPENAI, **ANTHROPIC}  # a gateway: OpenAI's tokens figures are a tokens budget
+    assert parse(both, now=NEW_YEAR).budgets["tokens"].limit in (100000, 160000)
 
 
 def test_default_now_is_this_hosts_clock() -> None:
