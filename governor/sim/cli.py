@@ -735,7 +735,7 @@ def sim_group() -> None:
 for _command in (demo_command, bench_command, swarm_command, provider_command, worker_command, budgets_command):
     sim_group.add_command(_command)
 
-COMMANDS = (demo_command, bench_command, swarm_command, provider_command, worker_command)
+COMMANDS = (demo_command, bench_command, swarm_command, provider_command, worker_command, budgets_command)
 
 
 def main() -> None:
