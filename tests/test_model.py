@@ -49,8 +49,10 @@ from governor.scripts import function_name, library
 from .conftest import FakeClock
 from .model import Model, init_call, parse_hash
 
-#: operations run by every test of this module, for the report (-s prints them)
-OPERATIONS = {"count": 0, "checks": 0}
+#: operations run by every test of this module, for the report (-s prints them), and
+#: how often the random runs reached each budget path (the test fails if one never is)
+OPERATIONS = {"count": 0, "checks": 0, "budget_wait": 0, "refused": 0, "settled": 0, "calibrated": 0}
+BUDGET_PATHS = ("budget_wait", "refused", "settled", "calibrated")
 
 SETTINGS = settings(
     max_examples=80,
@@ -186,8 +188,22 @@ class GovernorMachine(RuleBasedStateMachine):
         assert comparable(call.script, real) == comparable(call.script, expected), (
             f"{call.script}{call.args[2:]}: Redis {real} != model {expected}"
         )
+        self._count_budget_paths(call, real)
         call.parse(self._raw(real))  # the core keeps its fence floor and last sighting
         return real
+
+    def _count_budget_paths(self, call: Call[Any], reply: list[Any]) -> None:
+        kind = reply[1] if len(reply) > 1 else ""
+        if kind == "refused":
+            OPERATIONS["refused"] += 1
+        elif kind in ("queued", "denied") and " budget: " in str(reply[3 if kind == "queued" else 2]):
+            OPERATIONS["budget_wait"] += 1
+        elif call.script == "report" and kind == "reported" and len(call.args) > 7:
+            usage, limits = call.args[7], call.args[8:]
+            if usage and self.model.state is not None and self.model.active():
+                OPERATIONS["settled"] += 1
+            if any(limits):
+                OPERATIONS["calibrated"] += 1
 
     @staticmethod
     def _raw(reply: list[str]) -> list[Any]:
@@ -250,6 +266,16 @@ class GovernorMachine(RuleBasedStateMachine):
     def try_acquire(self, tokens: Tokens | None) -> None:
         lease_id = self.new_id()
         self.note_grant(lease_id, self.acquire(self.g._core.acquire(lease_id, "try", wait=False, tokens=tokens)))
+
+    @rule(tokens=token_counts, usage=token_counts, calls=st.integers(2, 5))
+    def short_calls(self, tokens: Tokens | None, usage: Tokens | None, calls: int) -> None:
+        """Calls that come and go (try, then report and release at once), as a
+        busy fleet makes them: they drain the budgets that concurrency leaves room for."""
+        for _ in range(calls):
+            lease_id = self.new_id()
+            reply = self.acquire(self.g._core.acquire(lease_id, "short", wait=False, tokens=tokens))
+            if reply[1] == "granted":
+                self.run(self.g._core.report(Outcome.SUCCESS, None, lease_id, int(reply[2]), release=True, usage=usage))
 
     @precondition(lambda self: self.ids)
     @rule(data=st.data())
@@ -406,14 +432,17 @@ def test_the_scripts_agree_with_the_model(backend: str, redis_url: str, fake_ser
     else:
         client = fakeredis.FakeRedis(server=fake_server)
     machine = type("Machine", (GovernorMachine,), {"client": client})
-    calls, checks = OPERATIONS["count"], OPERATIONS["checks"]
+    before = dict(OPERATIONS)
     try:
         run_state_machine_as_test(machine, settings=SETTINGS)
     finally:
         client.close()
-    calls, checks = OPERATIONS["count"] - calls, OPERATIONS["checks"] - checks
+    ran = {key: OPERATIONS[key] - before[key] for key in OPERATIONS}
+    calls, checks = ran["count"], ran["checks"]
     print(f"\n{backend}: {calls - checks} operations, each followed by a full comparison ({calls} script calls)")
+    print(f"{backend}: budget paths reached: " + ", ".join(f"{key} {ran[key]}" for key in BUDGET_PATHS))
     assert calls - checks > 500
+    assert all(ran[key] > 0 for key in BUDGET_PATHS), f"a budget path was never reached: {ran}"
 
 
 def test_a_capacity_jump_admits_at_most_a_batch_per_call_like_the_model(redis_url: str) -> None:
