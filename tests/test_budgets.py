@@ -318,3 +318,16 @@ def test_many_threads_never_take_more_tokens_than_the_bucket_gives(redis_url: st
     assert worst <= 1.0, f"{worst:.2f} of what the bucket gives went in over some interval"
     total = sum(size for _, size in admitted)
     assert total >= 600 + 1000 * 1.0, f"only {total} tokens went in over 2 s: the bucket was not used"
+
+
+def test_a_lost_state_learns_its_budgets_again_from_the_next_headers(make_gov: MakeGov, clock: FakeClock) -> None:
+    """Redis restarted without persistence: the budgets a header taught are
+    gone with the state, a configured ceiling comes back with the stored
+    config, and the next report's headers teach the rest again."""
+    gov = make_gov(GovernorConfig(max_capacity=4, requests_per_minute=100, restart_hold=False), clock=clock)
+    gov.report(S, headers=openai_headers(tokens=(9000, 8000)))
+    assert [b.kind for b in gov.status().budgets] == ["requests", "tokens"]
+    gov.client.delete(*gov.keys.keys)
+    assert [(b.kind, b.source) for b in gov.status().budgets] == [("requests", "configured")]
+    gov.report(S, headers=openai_headers(tokens=(9000, 7000)))
+    assert (budget(gov).limit, budget(gov).level, budget(gov).source) == (9000, 7000, "header")
