@@ -81,42 +81,63 @@ def retry_wait(
     return min(retry_after, max_retry_after)
 
 
+#: the headers that say how long to wait, in the order they are preferred, and
+#: their unit (None: ``Retry-After``'s delay-seconds or HTTP date); Azure
+#: OpenAI sends ``x-ms-retry-after-ms``
+RETRY_AFTER_HEADERS: tuple[tuple[str, float | None], ...] = (
+    ("retry-after-ms", 0.001),
+    ("x-ms-retry-after-ms", 0.001),
+    ("retry-after", None),
+)
+
+
 def parse_retry_after(headers: Any, *, now: float | None = None) -> float | None:
     """Seconds the provider asks to wait, from response headers; None if it did not say.
 
-    ``retry-after-ms`` (milliseconds, OpenAI and Anthropic send it) is
-    preferred over ``Retry-After``, which may be delay-seconds or an HTTP
-    date. A date is measured against the response's own ``Date`` header when
-    there is one (the provider's clock against the provider's clock, so a
-    host's clock skew does not matter), else against ``now`` (Unix seconds,
-    default: this host's clock); a date in the past means 0.
-
-    Garbage never raises: a negative, non-numeric, NaN or infinite value is
-    ignored (the caller falls back to the backoff); a value beyond a day, or
-    too large for a float, reads as :data:`RETRY_AFTER_LIMIT`.
+    ``retry-after-ms`` (milliseconds, OpenAI and Anthropic send it), then
+    Azure's ``x-ms-retry-after-ms``, then ``Retry-After``, which may be
+    delay-seconds or an HTTP date (:data:`RETRY_AFTER_HEADERS`); the first
+    readable one wins (:func:`read_retry_after`).
     ``headers`` is any mapping (case-insensitive ones such as httpx's are
     looked up directly, a plain dict by scanning its keys) or a list of
     ``(name, value)`` pairs, with str or bytes.
     """
     if headers is None:
         return None
-    millis = _header(headers, "retry-after-ms")
-    if millis is not None:
-        value = _number(millis)
-        if value is not None:
-            return _bounded(value / 1000.0)
-    text = _header(headers, "retry-after")
-    if text is None:
-        return None
+    clock = time.time() if now is None else now
+    for name, unit in RETRY_AFTER_HEADERS:
+        text = _header(headers, name)
+        if text is not None:
+            seconds = read_retry_after(text, unit, _header(headers, "date"), clock)
+            if seconds is not None:
+                return seconds
+    return None
+
+
+def read_retry_after(text: str, unit: float | None, date: str | None, now: float) -> float | None:
+    """Seconds of one Retry-After-like header's value; None if unreadable.
+
+    A number (digits, with an optional fraction) times ``unit`` (seconds per
+    unit: 0.001 for the ``-ms`` headers); with ``unit`` None
+    (``Retry-After``) also an HTTP date, measured against the response's own
+    ``date`` header when there is one (the provider's clock against the
+    provider's clock, so a host's clock skew does not matter), else against
+    ``now`` (Unix seconds); a date in the past means 0. Garbage never
+    raises: a negative, non-numeric, NaN or infinite value is unreadable; a
+    value beyond a day, or too large for a float, reads as
+    :data:`RETRY_AFTER_LIMIT`.
+    """
     value = _number(text)
     if value is not None:
-        return _bounded(value)
+        return _bounded(value * (1.0 if unit is None else unit))
+    if unit is not None:
+        return None
     when = _http_date(text)
     if when is None:
         return None
-    reference = _http_date(_header(headers, "date"))
+    reference = _http_date(date)
     if reference is None:
-        reference = time.time() if now is None else now
+        reference = now
     return _bounded(max(0.0, when - reference))
 
 

@@ -24,7 +24,8 @@ header                                                  budget kind         valu
 ``anthropic-ratelimit-input-tokens-*``                  ``input_tokens``    as above
 ``anthropic-ratelimit-output-tokens-*``                 ``output_tokens``   as above
 ``retry-after-ms``, ``x-ms-retry-after-ms`` (Azure)     retry_after         milliseconds
-``retry-after``                                         retry_after         seconds, or an HTTP date
+``retry-after``                                         retry_after         seconds, or an HTTP date (both read by
+                                                                            governor.backoff.read_retry_after)
 ======================================================  ==================  =========================================
 
 A reset is read as milliseconds from now: a duration as it is, an RFC 3339
@@ -49,7 +50,6 @@ are ignored, not malformed. A negative figure (some Azure deployments send
 
 from __future__ import annotations
 
-import email.utils
 import math
 import re
 import time
@@ -59,14 +59,13 @@ from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any
 
+from .backoff import RETRY_AFTER_HEADERS, read_retry_after
 from .errors import ConfigError
 
 #: the budget kinds a header can speak of, in the governor's order
 KINDS = ("requests", "tokens", "input_tokens", "output_tokens")
 #: the largest figure taken: exact in a Lua number (a double), as the scripts need
 MAX_FIGURE = 2**53 - 1
-#: a Retry-After beyond this (or too large to represent) reads as this: one day, as governor.backoff
-RETRY_AFTER_LIMIT = 86400.0
 #: values longer than this are not parsed (no provider sends one)
 MAX_VALUE_LENGTH = 100
 
@@ -93,11 +92,6 @@ FIGURES: Mapping[str, tuple[str, str, str]] = MappingProxyType(
     }
 )
 #: the Retry-After family, in order of preference: (name, unit in seconds); None: seconds or HTTP date
-RETRY_AFTER_HEADERS: tuple[tuple[str, float | None], ...] = (
-    ("retry-after-ms", 0.001),
-    ("x-ms-retry-after-ms", 0.001),
-    ("retry-after", None),
-)
 
 _INTEGER = re.compile(r"\d+")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -211,7 +205,7 @@ def parse(headers: Mapping[str, str] | Iterable[tuple[Any, Any]] | None, *, now:
     for name, unit in RETRY_AFTER_HEADERS:
         if name not in pairs:
             continue
-        seconds = _read_retry_after(pairs[name], unit, pairs.get("date"), clock)
+        seconds = read_retry_after(pairs[name], unit, pairs.get("date"), clock)
         if seconds is None:
             malformed.append(name)
         elif retry_after is None:
@@ -304,40 +298,3 @@ def parse_rfc3339(text: str) -> float | None:
     except ValueError:  # month 13, hour 25, an offset of a day or more
         return None
     return moment.timestamp() + (float("0." + fraction) if fraction else 0.0)
-
-
-def _read_retry_after(text: str, unit: float | None, date: str | None, now: float) -> float | None:
-    """Seconds of one Retry-After-like header, bounded to a day; None if unreadable.
-
-    The same reading as :func:`governor.backoff.parse_retry_after`: digits
-    with an optional fraction; for ``retry-after`` also an HTTP date,
-    measured against the response's own ``Date`` when it has one.
-    """
-    text = text.strip()
-    if len(text) > MAX_VALUE_LENGTH:
-        return None
-    if _NUMBER.fullmatch(text):
-        seconds = float(text) * (1.0 if unit is None else unit)
-        return min(seconds, RETRY_AFTER_LIMIT)
-    if unit is not None:
-        return None
-    when = _http_date(text)
-    if when is None:
-        return None
-    reference = _http_date(date) if date is not None else None
-    if reference is None:
-        reference = now
-    return min(max(0.0, when - reference), RETRY_AFTER_LIMIT)
-
-
-def _http_date(text: str) -> float | None:
-    """An HTTP date (IMF-fixdate, or the obsolete forms) as Unix seconds."""
-    if len(text) > MAX_VALUE_LENGTH:
-        return None
-    try:
-        parsed = email.utils.parsedate_tz(text)
-        if parsed is None:
-            return None
-        return float(email.utils.mktime_tz(parsed))
-    except (TypeError, ValueError, OverflowError, OSError):
-        return None

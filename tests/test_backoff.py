@@ -227,3 +227,9 @@ def test_header_containers() -> None:
     assert parse_retry_after(42) is None
     assert parse_retry_after([("Retry-After",)]) is None
     assert parse_retry_after({"Retry-After": 5}) is None  # not a header string
+
+
+def test_azure_milliseconds_are_read_after_retry_after_ms_and_before_retry_after() -> None:
+    assert parse_retry_after({"x-ms-retry-after-ms": "1500", "Retry-After": "9"}) == 1.5
+    assert parse_retry_after({"retry-after-ms": "250", "x-ms-retry-after-ms": "1500"}) == 0.25
+    assert parse_retry_after({"x-ms-retry-after-ms": "soon", "Retry-After": "9"}) == 9.0  # garbage falls through
