@@ -81,7 +81,6 @@ from .config import RetryPolicy
 from .core import Outcome
 from .errors import ConfigError, GovernorError
 from .estimate import StreamUsage, estimate_request, usage_of
-from .headers import parse as parse_headers
 
 log = logging.getLogger("governor")
 
@@ -128,18 +127,15 @@ def is_stream(status: int, content_type: str, asked: bool) -> bool:
 def judge_response(status: int, headers: Any, body: bytes | None) -> Verdict:
     """The verdict on a response read whole (``body`` decoded bytes, or None).
 
-    4xx and 5xx: :func:`~governor.classify.classify_http`'s outcome with no
-    usage spent, and for a throttle the wait of any Retry-After-like header
-    :func:`governor.headers.parse` reads (Azure's ``x-ms-retry-after-ms``
-    included). 2xx: success with the JSON's usage (None when it has none).
+    4xx and 5xx: :func:`~governor.classify.classify_http`'s outcome (a
+    throttle with the provider's wait, Azure's ``x-ms-retry-after-ms``
+    included) with no usage spent. 2xx: success with the JSON's usage (None
+    when it has none).
     1xx and 3xx: success, nothing spent (a redirect is followed as a request
     of its own)."""
     if status >= 400:
         verdict = classify_http(status, headers, body)
-        retry_after = verdict.retry_after
-        if retry_after is None and verdict.kind is Outcome.RATE_LIMITED:
-            retry_after = parse_headers(headers).retry_after  # Azure's x-ms-retry-after-ms too
-        return Verdict(verdict.kind, retry_after, Tokens(), headers, verdict.description)
+        return Verdict(verdict.kind, verdict.retry_after, Tokens(), headers, verdict.description)
     if not 200 <= status < 300:
         return Verdict(Outcome.SUCCESS, usage=Tokens(), headers=headers, description=f"HTTP {status}")
     usage = None
