@@ -76,8 +76,10 @@ def _name(what: str) -> str:
 def _config(**overrides: Any) -> GovernorConfig:
     # Long TTLs: nothing expires while it is measured.
     # New names each time: nobody held their leases before a restart (no restart hold).
+    # The resume level at the ceiling: the adaptive policy's slow start begins at max_capacity.
     values: dict[str, Any] = {
         "max_capacity": 1_000, "lease_ttl": 3600.0, "poll": 1.0, "queue_ttl": 3600.0, "restart_hold": False,
+        "resume_fraction": 1.0,
     }  # fmt: skip
     values.update(overrides)
     return GovernorConfig(**values)

@@ -275,7 +275,8 @@ end
 -- Concurrency: the live leases (each counted once, cost 1) against
 -- capacity; capacity is 0 while paused. Each token bucket: room when its
 -- level holds the cost (or, for a cost above its burst, when it is full);
--- never when the cost is above its limit (a minute's worth).
+-- never when the cost is above its limit (a minute's worth). The buckets
+-- (bucket = true) are asked only while some budget is active.
 local live_count = nil  -- in-flight, once read by this call
 RESETS[#RESETS + 1] = function() live_count = nil end
 local BUDGETS = {
@@ -293,7 +294,7 @@ local BUDGETS = {
 for i = 1, #BUDGET_KINDS do
   local kind = BUDGET_KINDS[i]
   local function on() for _, k in ipairs(active_budgets()) do if k == kind then return true end end return false end
-  BUDGETS[#BUDGETS + 1] = {name = kind,
+  BUDGETS[#BUDGETS + 1] = {name = kind, bucket = true,
     room = function(tokens)
       if not on() then return nil, 0 end
       local cost = budget_cost(kind, tokens)
@@ -320,9 +321,12 @@ end
 -- Why a lease of `tokens` can never be admitted (its cost is above a
 -- budget's limit), or nil.
 local function never(tokens)
+  local buckets = S.budgets ~= ''
   for _, budget in ipairs(BUDGETS) do
-    local why = budget.never(tokens)
-    if why then return why end
+    if buckets or not budget.bucket then
+      local why = budget.never(tokens)
+      if why then return why end
+    end
   end
   return nil
 end
@@ -341,9 +345,12 @@ local function blocked(tokens)
   if NOW < S.not_before then
     return 'holding until the provider\'s retry-after', S.not_before - NOW
   end
+  local buckets = S.budgets ~= ''  -- none active: the token buckets are not asked
   for _, budget in ipairs(BUDGETS) do
-    local why, hint = budget.room(tokens)
-    if why then return why, hint end
+    if buckets or not budget.bucket then
+      local why, hint = budget.room(tokens)
+      if why then return why, hint end
+    end
   end
   return nil, 0
 end
@@ -363,7 +370,10 @@ local function add_lease(id, ttl, holder, tokens)
   end
   redis.call('ZADD', K.leases, NOW + ttl, id)
   S.fence = fence
-  for _, budget in ipairs(BUDGETS) do budget.take(tokens) end
+  local buckets = S.budgets ~= ''
+  for _, budget in ipairs(BUDGETS) do
+    if buckets or not budget.bucket then budget.take(tokens) end
+  end
   return fence
 end
 
