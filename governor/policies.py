@@ -120,8 +120,9 @@ class AdaptivePolicy(Policy):
       limit fell, or other traffic took a share) remembers ``ceiling = level``
       and cuts to ``cut_factor * level``; refused again while climbing back
       from that cut, the limit is lower still: cut by ``cut_factor`` again and
-      remember the cut as the ceiling. A 429 of a lease granted before the
-      last cut was counted in that cut and changes nothing.
+      remember the cut as the ceiling (after a refused probe a 429 is no such
+      news: the limit may sit between two levels). A 429 of a lease granted
+      before the last cut was counted in that cut and changes nothing.
     - Successes: below ``ceiling - 1`` one step each (back to just below the
       ceiling within about a latency); at ``ceiling - 1`` a probe after
       ``probe_interval`` (backed off while refused); at or above the ceiling
@@ -157,7 +158,7 @@ class AdaptivePolicy(Policy):
         "probe_at": COUNT,  #: ms of the last probe or cut
         "probe_step": STEP,  #: the next probe's step (doubles while the provider accepts)
         "probe_wait": COUNT,  #: ms between probes just below the ceiling (doubles while refused there)
-        "climbing": FLAG,  #: cut since the last probe: a 429 then means the limit is lower still
+        "climbing": FLAG,  #: cut (not a refused probe) since the last probe: a 429 then means lower still
     }
     follows_window: ClassVar[dict[str, float]] = {"probe_interval": 0.25}
 

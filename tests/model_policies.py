@@ -90,7 +90,8 @@ class Adaptive(Policy):
             m.pause("policy", PAUSE_REASON, 0)
             return
         wait = C["probe_ms"]
-        if P["ceiling"] > 0 and level >= P["ceiling"] and P["climbing"] == 0:  # a refused probe
+        probe = P["ceiling"] > 0 and level >= P["ceiling"] and P["climbing"] == 0
+        if probe:  # a refused probe
             capacity, ceiling = level - 1, level
             if level == P["ceiling"]:
                 wait = min(P["probe_wait"] * 2, probe_cap(C, total))
@@ -99,7 +100,9 @@ class Adaptive(Policy):
             ceiling = capacity + 1
         else:  # refused below the ceiling, or the first 429
             capacity, ceiling = math.floor(level * C["cut_factor"]), level
-        P.update(ceiling=ceiling, cut_fence=S["fence"], probe_at=m.now, probe_step=1, probe_wait=wait, climbing=1)
+        P.update(ceiling=ceiling, cut_fence=S["fence"], probe_at=m.now, probe_step=1, probe_wait=wait)
+        if not probe:  # after a cut a 429 before the next probe means lower still
+            P["climbing"] = 1
         m.set_capacity(max(1, capacity))
 
     def success(self, m: Model, rl: int, total: int) -> None:

@@ -370,6 +370,10 @@ def test_adaptive_older_429s_change_nothing_and_a_refused_probe_goes_back_below_
     clock.advance(10)
     report(gov, S, S, S)
     assert gov.status().capacity == 20
+    refuse_at(gov, 20)  # refused again: back to 19
+    refuse_at(gov, 19)  # then at 19: the first 429 below the ceiling, a cut (not the cut again of a climb)
+    st = gov.status()
+    assert (st.capacity, st.ceiling) == (17, 19)
 
 
 def test_adaptive_probes_refused_at_one_level_back_off_to_one_percent_of_the_attempts(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]

@@ -103,7 +103,8 @@ POLICIES.adaptive = {
     end
     local capacity, ceiling, why
     local wait = C.probe_ms
-    if P.ceiling > 0 and level >= P.ceiling and P.climbing == 0 then
+    local probe = P.ceiling > 0 and level >= P.ceiling and P.climbing == 0
+    if probe then
       -- A probe refused: back just below the level it was refused at; at
       -- the level refused before, probe less often.
       capacity, ceiling = level - 1, level
@@ -124,7 +125,9 @@ POLICIES.adaptive = {
     set('policy', 'probe_at', NOW)
     set('policy', 'probe_step', 1)
     set('policy', 'probe_wait', wait)
-    set('policy', 'climbing', 1)
+    -- After a cut, a 429 before the next probe means the limit is lower still;
+    -- after a refused probe it is only the next news.
+    if not probe then set('policy', 'climbing', 1) end
     set_capacity(math.max(1, capacity), why, rl, total, 'level', level, 'ceiling', ceiling,
       'lease_fence', fence or '', 'probe_wait', wait)
   end,
