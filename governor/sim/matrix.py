@@ -351,8 +351,8 @@ def write_outputs(results: Sequence[CellResult], out: Path, command: str) -> tup
     paths[0].write_text(json.dumps(data, indent=1) + "\n")
     text = (
         f"# Robustness matrix\n\n`{command}`\n\n```\n{worst_text(worst)}\n```\n\n{table(results)}\n\n"
-        "Cells marked machine-bound ask for more calls per second than this machine drives; they are left out of "
-        "the worst cases.\n"
+        "Cells marked machine-bound ask for more calls per second than this machine drives (`--machine-rps`); "
+        "they are left out of the worst cases, or not run at all with `--skip-machine-bound`.\n"
     )
     paths[1].write_text(text)
     write_chart(results, worst, paths[2])
@@ -385,6 +385,7 @@ def _list(kind: Any) -> Any:
               help="Windows of work per cell with a latency of a second or more.")  # fmt: skip
 @click.option("--machine-rps", type=click.FloatRange(min=1), default=400.0, show_default=True,
               help="Cells whose ideal rate is above this are marked machine-bound.")  # fmt: skip
+@click.option("--skip-machine-bound", is_flag=True, help="List the machine-bound cells but do not run them.")
 @click.option("--redis-url", envvar="GOVERNOR_REDIS_URL", default=None,
               help="Redis shared by the hosts; default: a private redis-server.")  # fmt: skip
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
@@ -397,6 +398,7 @@ def matrix_command(
     windows: float,
     slow_windows: float,
     machine_rps: float,
+    skip_machine_bound: bool,
     redis_url: str | None,
     out: Path,
 ) -> None:
@@ -411,7 +413,13 @@ def matrix_command(
         if mode not in ("free", "counted"):
             raise click.BadParameter(f"refusals are free or counted, got {mode!r}", param_hint="--refusals")
     cells = grid(limits, latencies, hosts, refusals, windows, slow_windows)
-    command = "python -m governor.sim matrix " + " ".join(sys.argv[1:][1:] if sys.argv[1:2] == ["matrix"] else [])
+    if skip_machine_bound:
+        skipped = [c for c in cells if c.ideal_rps > machine_rps]
+        cells = [c for c in cells if c.ideal_rps <= machine_rps]
+        for cell in skipped:
+            click.echo(f"skipped (machine-bound: {cell.ideal_rps:.0f} calls/s ideal): {cell.name}")
+    given = sys.argv[2:] if sys.argv[1:2] == ["matrix"] else sys.argv[1:]
+    command = " ".join(["python -m governor.sim matrix", *given])
     results: list[CellResult] = []
     with open_backend(redis_url, allow_fake=False) as backend:
         for i, cell in enumerate(cells, 1):
@@ -425,7 +433,7 @@ def matrix_command(
                 f" 429s, whole {_f(result.fleet('goodput'))} (none {_f(result.strategies['none']['goodput'])},"
                 f" fixed {_f(result.strategies['fixed']['goodput'])}) in {result.seconds:.0f} s"
             )
-    paths = write_outputs(results, out, command.strip())
+    paths = write_outputs(results, out, command)
     click.echo("")
     click.echo(worst_text(worst_cases(results)))
     click.echo(f"\nresults: {paths[0]}\ntable:   {paths[1]}\nchart:   {paths[2]}")
