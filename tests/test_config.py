@@ -47,7 +47,8 @@ def test_defaults_are_the_seeds() -> None:
     assert (seed.decrease_factor, seed.pause_count, seed.increase_successes) == (0.5, 4, 3)
     adaptive = AdaptivePolicy()
     assert (adaptive.pause_count, adaptive.pause_ratio, adaptive.increase_successes) == (4, 0.5, 3)
-    assert (adaptive.cut_factor, adaptive.probe_interval) == (0.9, 15.0)
+    assert (adaptive.cut_factor, adaptive.probe_interval) == (0.9, None)  # None: a quarter of the window
+    assert adaptive.resolved(60).probe_interval == 15.0
     assert GovernorConfig(policy="fixed").policy == FixedPolicy()
 
 

@@ -212,7 +212,7 @@ def test_read_keys(make_gov: MakeGov, sync_client: Any, clock: FakeClock) -> Non
 @pytest.mark.parametrize(
     "policy",
     [
-        AdaptivePolicy(cut_factor=0.8, probe_interval=7.5),
+        AdaptivePolicy(cut_factor=0.8, probe_interval=5),
         SeedPolicy(decrease_count=3, decrease_ratio=0.4),
         FixedPolicy(),
     ],
