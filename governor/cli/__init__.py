@@ -30,7 +30,7 @@ from ..protocol import DEFAULT_PREFIX
 from . import control, exporter, keys, listing, status
 from .app import DEFAULT_URL, App, Command, fail
 
-SIM_COMMANDS = ("bench", "budgets", "demo", "provider", "swarm", "worker")
+SIM_COMMANDS = ("bench", "budgets", "demo", "matrix", "provider", "swarm", "worker")
 
 
 def _sim_unavailable(name: str, error: ImportError | None) -> click.Command:
@@ -128,7 +128,7 @@ def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: f
     Read:   status, list, watch, leases, queue, events, keys
     Change: set-max, pause, resume, reset, configure
     Serve:  exporter (Prometheus /metrics)
-    Simulate (extra 'sim'): demo, provider, swarm, worker, bench, budgets
+    Simulate (extra 'sim'): demo, provider, swarm, worker, bench, budgets, matrix
 
     The options above may also follow the command (governor status -n NAME).
     Exit status: 0 done; 1 a runtime failure (Redis unreachable, no such

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import ConfigError
+from .matrix import matrix_command
 from .scenario import STRATEGIES, Scenario, parse_option
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -728,14 +729,21 @@ def budgets_command(
 
 @click.group("sim")
 def sim_group() -> None:
-    """The fleet-governor simulator: mock provider, swarm benchmark, demo, overhead and budgets benchmarks."""
+    """The fleet-governor simulator: mock provider, swarm benchmark, demo, overhead, budgets and matrix benchmarks."""
 
 
-# `budgets` is offered by `python -m governor.sim`; COMMANDS are those the main CLI registers.
-for _command in (demo_command, bench_command, swarm_command, provider_command, worker_command, budgets_command):
+# COMMANDS: those `python -m governor.sim` and the main CLI (governor.cli.SIM_COMMANDS) offer.
+COMMANDS = (
+    demo_command,
+    bench_command,
+    swarm_command,
+    provider_command,
+    worker_command,
+    budgets_command,
+    matrix_command,
+)
+for _command in COMMANDS:
     sim_group.add_command(_command)
-
-COMMANDS = (demo_command, bench_command, swarm_command, provider_command, worker_command, budgets_command)
 
 
 def main() -> None:
