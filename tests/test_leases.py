@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -57,6 +58,26 @@ def test_background_heartbeat_renews_in_real_time(make_gov: MakeGov) -> None:
         time.sleep(0.1)
     assert gov.status().in_flight == 1
     lease.release()
+
+
+def test_threads_starting_together_share_one_background_worker(make_gov: MakeGov) -> None:
+    """The first calls of 16 threads at once start the heartbeat once: a
+    worker per thread would hold a pub/sub connection and a script
+    connection each, and run the pool dry."""
+    gov = make_gov(GovernorConfig(max_capacity=16))
+    go = threading.Barrier(16)
+
+    def first_call() -> None:
+        go.wait()
+        gov.acquire(timeout=5).release()
+
+    threads = [threading.Thread(target=first_call) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    workers = [t for t in threading.enumerate() if t.name == f"governor:{gov.name}"]
+    assert len(workers) == 1, f"{len(workers)} background workers for one governor"
 
 
 def test_closed_governor_stops_renewing_and_the_slot_returns(make_gov: MakeGov) -> None:

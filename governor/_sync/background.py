@@ -126,10 +126,11 @@ class _Background:
         ``redis_timeout`` (or ``timeout``), and no longer than its first try
         takes to fail (a refused connection fails at once)."""
         self.check_fork()
-        if self._worker is None or not self._worker.alive():
-            self._listening.clear()
-            self._attempted.clear()
-            self._worker = Worker(self._run, name=f"governor:{self._gov.name}")
+        with self._lock:  # threads making their first calls at once start one worker
+            if self._worker is None or not self._worker.alive():
+                self._listening.clear()
+                self._attempted.clear()
+                self._worker = Worker(self._run, name=f"governor:{self._gov.name}")
         if wait_listening and not self._failing:
             limit = self._gov.config.redis_timeout
             self._attempted.wait(limit if timeout is None else max(0.0, min(limit, timeout)))
