@@ -25,7 +25,7 @@ from .budgets import KINDS as BUDGET_KINDS
 from .budgets import MAX_TOKENS, config_field
 from .errors import ConfigError, StateError
 from .policies import REGISTRY, Policy, policy_from
-from .protocol import DEFAULT_PREFIX, governor_keys, ms
+from .protocol import DEFAULT_PREFIX, MAX_CLASSES, MAX_WEIGHT, governor_keys, ms, validate_class, validate_tenant
 
 __all__ = ["ON_UNAVAILABLE", "GovernorConfig", "RetryPolicy", "ms"]
 
@@ -90,12 +90,25 @@ class GovernorConfig:
     tokens_per_minute: int | None = None
     input_tokens_per_minute: int | None = None
     output_tokens_per_minute: int | None = None
+    #: the priority classes, highest first: a waiter of a higher class is admitted first
+    priorities: tuple[str, ...] = ("interactive", "default", "batch")
+    #: the class of a caller that names none
+    default_priority: str = "default"
+    #: seconds after which a waiter of any class but the highest goes ahead of every
+    #: class (in arrival order among those aged), so nothing starves; None: never
+    aging: float | None = 30.0
+    #: each tenant's weight (1-1000): at capacity, grants go to the waiting tenants in
+    #: proportion to their weights (stored as (tenant, weight) pairs, sorted)
+    tenant_weights: Mapping[str, int] | tuple[tuple[str, int], ...] = ()
+    #: the weight of a tenant not in ``tenant_weights``
+    default_weight: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", policy_from(self.policy))
+        self._check_shares()
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "policy":
+            if f.name in ("policy", "aging"):
                 continue
             if f.type in ("int", int):
                 _check_int(f.name, value)
@@ -141,6 +154,49 @@ class GovernorConfig:
                 if not 1 <= ceiling <= MAX_TOKENS:
                     raise ConfigError(f"{config_field(kind)} must be None or in [1, 2^53], got {ceiling!r}")
 
+    def _check_shares(self) -> None:
+        """Validate the classes, the aging and the weights; normalise the weights."""
+        if isinstance(self.priorities, str) or not isinstance(self.priorities, (tuple, list)):
+            raise ConfigError(f"priorities must be a tuple of class names, got {self.priorities!r}")
+        object.__setattr__(self, "priorities", tuple(self.priorities))
+        for name in self.priorities:
+            validate_class(name)
+        if not 1 <= len(self.priorities) <= MAX_CLASSES or len(set(self.priorities)) != len(self.priorities):
+            raise ConfigError(f"priorities must be 1 to {MAX_CLASSES} distinct names, got {self.priorities!r}")
+        if self.default_priority not in self.priorities:
+            raise ConfigError(
+                f"default_priority {self.default_priority!r} is not one of the priorities {self.priorities!r}"
+            )
+        if self.aging is not None:
+            _check_float("aging", self.aging)
+            if not 0 < self.aging <= 86400:
+                raise ConfigError(f"aging must be None or between 0 and 86400 seconds, got {self.aging!r}")
+        weights = self.tenant_weights
+        pairs = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
+        normal: dict[str, int] = {}
+        for pair in pairs:
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise ConfigError(f"tenant_weights must map tenant names to weights, got {weights!r}")
+            tenant, weight = pair
+            validate_tenant(tenant)
+            _check_weight(f"the weight of tenant {tenant!r}", weight)
+            normal[tenant] = weight
+        object.__setattr__(self, "tenant_weights", tuple(sorted(normal.items())))
+        _check_weight("default_weight", self.default_weight)
+
+    def rank_of(self, priority: str | None) -> int:
+        """The rank of class ``priority`` (0: the highest; None: the default
+        class). ConfigError for a class the config does not name."""
+        name = self.default_priority if priority is None else priority
+        try:
+            return self.priorities.index(name)
+        except ValueError:
+            raise ConfigError(f"unknown priority {name!r}: the classes are {', '.join(self.priorities)}") from None
+
+    def weight_of(self, tenant: str) -> int:
+        """The weight of ``tenant`` (``default_weight`` when it is not listed)."""
+        return dict(self.tenant_weights).get(tenant, self.default_weight)  # type: ignore[arg-type]
+
     def script_fields(self) -> list[str]:
         """The stored config as ``name, value`` pairs (governor.protocol.CONFIG,
         then the policy's own fields), in the units the scripts expect."""
@@ -153,6 +209,11 @@ class GovernorConfig:
             "retry_after_cap_ms": str(ms(self.retry_after_cap)),
             "idle_ms": str(max(1000, ms(self.idle_expiry))),
             "log_length": str(self.log_length),
+            "priorities": ",".join(self.priorities),
+            "default_priority": self.default_priority,
+            "aging_ms": str(0 if self.aging is None else max(1, ms(self.aging))),
+            "tenant_weights": format_weights(self.tenant_weights),  # type: ignore[arg-type]
+            "default_weight": str(self.default_weight),
             **{config_field(k): str(getattr(self, config_field(k)) or 0) for k in BUDGET_KINDS},
             **self.policy.script_fields(window=self.window),  # unset durations follow the window
         }
@@ -174,9 +235,14 @@ class GovernorConfig:
                 "retry_after_cap": int(stored["retry_after_cap_ms"]) / 1000,
                 "idle_expiry": int(stored["idle_ms"]) / 1000,
                 "log_length": int(stored["log_length"]),
+                "priorities": tuple(stored["priorities"].split(",")),
+                "default_priority": stored["default_priority"],
+                "aging": int(stored["aging_ms"]) / 1000 or None,
+                "tenant_weights": parse_weights(stored["tenant_weights"]),
+                "default_weight": int(stored["default_weight"]),
                 **{config_field(k): int(stored[config_field(k)]) or None for k in BUDGET_KINDS},
             }
-        except (KeyError, ValueError) as error:
+        except (KeyError, ValueError, ConfigError) as error:
             raise StateError(
                 f"governor {name!r}: the stored config is incomplete or unreadable ({error!r})", name=name
             ) from error
@@ -186,6 +252,30 @@ class GovernorConfig:
     def renew_interval(self) -> float:
         """How often held leases are renewed."""
         return self.lease_ttl / 3
+
+
+def format_weights(weights: tuple[tuple[str, int], ...]) -> str:
+    """Tenant weights as stored: ``tenant=weight,...`` ('' for none)."""
+    return ",".join(f"{tenant}={weight}" for tenant, weight in weights)
+
+
+def parse_weights(stored: str) -> tuple[tuple[str, int], ...]:
+    """The inverse of :func:`format_weights`; ValueError when malformed."""
+    if not stored:
+        return ()
+    pairs = []
+    for item in stored.split(","):
+        tenant, sep, weight = item.partition("=")
+        if not sep or not weight.isdigit():
+            raise ValueError(f"tenant weights {stored!r} are not tenant=weight pairs")
+        pairs.append((tenant, int(weight)))
+    return tuple(pairs)
+
+
+def _check_weight(name: str, value: object) -> None:
+    _check_int(name, value)
+    if not 1 <= value <= MAX_WEIGHT:  # type: ignore[operator]
+        raise ConfigError(f"{name} must be an integer in [1, {MAX_WEIGHT}] (0 or below gets nothing), got {value!r}")
 
 
 def _check_int(name: str, value: object) -> None:

@@ -20,13 +20,33 @@ from .budgets import KINDS as BUDGET_KINDS
 from .budgets import Budget, Tokens, parse_budgets
 from .config import GovernorConfig
 from .errors import ConfigError, CostTooLarge, StateError
-from .protocol import SCHEMA_VERSION, GovernorKeys, Outcome, Wake, governor_keys, ms
+from .protocol import DEFAULT_TENANT, SCHEMA_VERSION, GovernorKeys, Outcome, Wake, governor_keys, ms, validate_tenant
 
 __all__ = ["Outcome", "Wake"]  # defined in governor.protocol, used through here too
 
 Clock = Callable[[], float]
 T = TypeVar("T")
 R = TypeVar("R", covariant=True)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a caller waits in the queue: its priority class (and the class's
+    rank, 0 the highest) and its tenant (and the tenant's weight), as the
+    fleet's stored config names them."""
+
+    priority: str
+    rank: int
+    tenant: str
+    weight: int
+
+    def args(self) -> tuple[str, str, str]:
+        """acquire.lua's ARGV[9..11]."""
+        return (str(self.rank), self.tenant, str(self.weight))
+
+
+#: the stored config fields a Place is resolved from
+_SHARE_FIELDS = ("priorities", "default_priority", "tenant_weights", "default_weight")
 
 
 @dataclass(frozen=True)
@@ -216,6 +236,7 @@ class GovernorCore:
         #: a lost state is re-created from it, not from this client's config,
         #: so the fleet keeps the config it had (an operator's set-max included)
         self.stored_config: dict[str, str] | None = None
+        self._shares: tuple[tuple[str, ...], GovernorConfig] | None = None
 
     # -- time -------------------------------------------------------------
 
@@ -294,8 +315,38 @@ class GovernorCore:
             GovernorConfig.from_stored(pairs, name=self.name)  # StateError when it cannot be used
             self.stored_config = pairs
 
+    def place(self, priority: str | None = None, tenant: str | None = None) -> Place:
+        """Where a caller of class ``priority`` (None: the default class) and
+        ``tenant`` (None: the default tenant) waits, by the fleet's stored
+        config once this client learnt it (its own until then).
+        ConfigError for an unknown class or an invalid tenant name."""
+        config = self._fleet_shares()
+        rank = config.rank_of(priority)
+        name = DEFAULT_TENANT if tenant is None else validate_tenant(tenant)
+        return Place(config.priorities[rank], rank, name, config.weight_of(name))
+
+    def _fleet_shares(self) -> GovernorConfig:
+        """The config whose classes and weights are in force: the stored one
+        when known (an operator may change the weights at run time)."""
+        stored = self.stored_config
+        if stored is None:
+            return self.config
+        key = tuple(stored.get(name, "") for name in _SHARE_FIELDS)
+        if self._shares is None or self._shares[0] != key:
+            try:
+                self._shares = (key, GovernorConfig.from_stored(stored, base=self.config, name=self.name))
+            except StateError:
+                return self.config  # init and learn_stored_config refuse an unusable stored config
+        return self._shares[1]
+
     def acquire(
-        self, lease_id: str, holder: str, wait: bool, fresh: bool = True, tokens: Tokens | int | None = None
+        self,
+        lease_id: str,
+        holder: str,
+        wait: bool,
+        fresh: bool = True,
+        tokens: Tokens | int | None = None,
+        place: Place | None = None,
     ) -> Call[Granted | Queued | Denied]:
         """Ask for a lease reserving ``tokens``; ``fresh`` when the id was
         never sent before. A try (``wait=False``) takes a new id: the script
@@ -306,9 +357,10 @@ class GovernorCore:
         mode = ("wait" if fresh else "again") if wait else "try"
         reserve = Tokens.of(tokens)
         reserve_arg = "" if reserve == Tokens() else reserve.arg()
+        where = place if place is not None else self.place()
         return self._call(
             "acquire",
-            (lease_id, holder, self._ttl_ms, self._queue_ttl_ms, mode, reserve_arg),
+            (lease_id, holder, self._ttl_ms, self._queue_ttl_ms, mode, reserve_arg, *where.args()),
             self._parse_acquire,
             confirm=True,
         )

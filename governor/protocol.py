@@ -17,11 +17,13 @@ this one)::
     governor:v3:{N}:policy    hash    what the policy learnt (its own fields)
     governor:v3:{N}:leases    zset    lease id -> expiry (ms); in-flight = live members
     governor:v3:{N}:holders   hash    lease or waiter id -> holder record
-    governor:v3:{N}:queue     zset    waiter id -> ticket (FIFO order)
+    governor:v3:{N}:queue     zset    waiter id -> band * 2^50 + tag (see QUEUE_BAND)
     governor:v3:{N}:waiters   zset    waiter id -> deadline (ms) to refresh by
     governor:v3:{N}:attempts  zset    "seq:outcome" -> time (ms): the window
     governor:v3:{N}:limited   zset    the rate-limited subset of attempts
     governor:v3:{N}:events    stream  the decision log (capped)
+    governor:v3:{N}:aging     zset    waiter id -> time (ms) it goes ahead of every class
+    governor:v3:{N}:shares    zset    tenant -> its finish tag (fair queueing)
 
 Grants are announced on the pub/sub channel ``governor:v3:{N}:wake``.
 """
@@ -54,10 +56,16 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("attempts", "zset"),
     ("limited", "zset"),
     ("events", "stream"),
+    ("aging", "zset"),
+    ("shares", "zset"),
 )
 KEY_NAMES: tuple[str, ...] = tuple(name for name, _ in KEYS)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-/@]{1,200}$")
+_TENANT = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+_CLASS = re.compile(r"^[a-z0-9_\-]{1,32}$")
+#: the tenant of a caller that names none
+DEFAULT_TENANT = "default"
 _PREFIX = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 
 
@@ -75,6 +83,20 @@ def validate_name(name: str) -> str:
     return name
 
 
+def validate_tenant(tenant: str) -> str:
+    """Return ``tenant`` if it can name a tenant, else raise :class:`ConfigError`."""
+    if not isinstance(tenant, str) or not _TENANT.match(tenant):
+        raise ConfigError(f"tenant {tenant!r} is invalid: use 1-64 characters of letters, digits and _ . : -")
+    return tenant
+
+
+def validate_class(name: str) -> str:
+    """Return ``name`` if it can name a priority class, else raise :class:`ConfigError`."""
+    if not isinstance(name, str) or not _CLASS.match(name):
+        raise ConfigError(f"priority class {name!r} is invalid: use 1-32 characters of a-z, 0-9, _ and -")
+    return name
+
+
 @dataclass(frozen=True)
 class GovernorKeys:
     """The Redis keys and pub/sub channel of one governor."""
@@ -85,11 +107,13 @@ class GovernorKeys:
     policy: str  #: hash: what the policy learnt (see POLICY_STATE and governor.policies)
     leases: str  #: zset: lease id -> expiry in ms
     holders: str  #: hash: lease or waiter id -> holder record (see HolderRecord)
-    queue: str  #: zset: waiter id -> ticket, FIFO order
+    queue: str  #: zset: waiter id -> band * QUEUE_BAND + tag (the head is admitted first)
     waiters: str  #: zset: waiter id -> deadline in ms
     attempts: str  #: zset: every attempt in the window -> time in ms
     limited: str  #: zset: rate-limited attempts in the window -> time in ms
     events: str  #: stream: the decision log
+    aging: str  #: zset: waiter id -> ms when it goes ahead of every class
+    shares: str  #: zset: tenant -> finish tag, the start of its next waiter's tag
     channel: str  #: pub/sub channel announcing grants (not a key)
 
     #: the Redis type of each key of :attr:`keys`, in the same order
@@ -146,6 +170,20 @@ STEP = Kind("STEP", "int", 1, MAX_INT)  #: a probe step
 KINDS: tuple[Kind, ...] = (COUNT, LEVEL, CEILING, POSITIVE, FLAG, SHARE, TEXT, DURATION, STEP)
 
 
+#: the queue's order (lua/lib/admission.lua): a waiter's score is ``band *
+#: QUEUE_BAND + tag``; band 0 holds the aged waiters (they waited
+#: GovernorConfig.aging), band r + 1 the class of rank r (0: the highest), so
+#: ``ZRANGE queue 0 0`` is the head: a higher class first, then the smaller
+#: tag. A tag is a start-time fair queueing virtual time: a waiter of tenant
+#: t of weight w starts at max(vtime, F_t) and moves F_t on by
+#: ceil(QUANTUM / w); tags grow by at most QUANTUM per grant, so 2^50 lasts
+#: 35 years at 1,000 grants a second. MAX_CLASSES keeps every score below 2^53.
+QUEUE_BAND = 2**50
+QUANTUM = 1000
+MAX_CLASSES = 7
+MAX_WEIGHT = 1000
+
+
 def ms(seconds: float) -> int:
     """Seconds to whole milliseconds, as the scripts count time."""
     return round(seconds * 1000)
@@ -188,7 +226,8 @@ STATE: dict[str, Kind] = {
     "saved_capacity": LEVEL,  #: capacity to return to after an operator pause
     "not_before": COUNT,  #: ms: the fleet-wide hold from a provider's Retry-After, or after a loss
     "fence": COUNT,  #: the last fence handed out (HINCRBY)
-    "ticket": COUNT,  #: the last queue ticket
+    "vtime": COUNT,  #: the fair queue's virtual time: the largest tag granted (see QUEUE_BAND)
+    "aging_due": COUNT,  #: ms: the earliest time a waiter goes ahead of every class (0: none waits to)
     "event_seq": COUNT,  #: the last window event's sequence number
     "quota_exhausted": COUNT,  #: quota-exhausted reports since creation
     "quota_at": COUNT,  #: ms of the last one
@@ -209,6 +248,11 @@ CONFIG: dict[str, Kind] = {
     "retry_after_cap_ms": DURATION,
     "idle_ms": Kind("IDLE", "int", 1000, 2_592_000_000),
     "log_length": Kind("LOG_LENGTH", "int", 1, 10_000_000),
+    "priorities": TEXT,  #: the priority classes, highest first, comma-separated
+    "default_priority": TEXT,  #: the class of a caller that names none
+    "aging_ms": DURATION,  #: a waiter of a lower class goes ahead of every class after this (0: never)
+    "tenant_weights": TEXT,  #: "tenant=weight,..." ('' none): each tenant's share of the queue
+    "default_weight": Kind("WEIGHT", "int", 1, MAX_WEIGHT),  #: the weight of a tenant not listed
     #: each budget kind's configured ceiling per minute (0: none; governor/budgets.py)
     **{config_field(k): COUNT for k in BUDGET_KINDS},
 }
@@ -254,12 +298,15 @@ SENTINEL = "~"
 
 @dataclass(frozen=True)
 class HolderRecord:
-    """``holders`` entry of a lease or waiter: ``fence|ttl_ms|since_ms|input|output|level|holder``.
+    """``holders`` entry of a lease or waiter:
+    ``fence|ttl_ms|since_ms|input|output|level|rank|tenant|holder``.
 
     ``fence`` is 0 for a waiter; ``input`` and ``output`` are the tokens the
     lease reserved (governor.budgets.Tokens): what it takes from the budgets;
     ``level`` the leases in flight when it was granted, itself included (0
-    for a waiter): the load the provider saw the call at."""
+    for a waiter): the load the provider saw the call at; ``rank`` its
+    priority class's rank (0: the highest), ``tenant`` whose share it
+    counts in (see QUEUE_BAND)."""
 
     fence: int
     ttl_ms: int
@@ -267,20 +314,25 @@ class HolderRecord:
     input: int
     output: int
     level: int
+    rank: int
+    tenant: str
     holder: str
 
     @classmethod
     def parse(cls, raw: str | None) -> HolderRecord | None:
         if raw is None:
             return None
-        parts = raw.split("|", 6)
-        if len(parts) != 7 or not all(p.isdigit() for p in parts[:6]):
+        parts = raw.split("|", 8)
+        if len(parts) != 9 or not all(p.isdigit() for p in parts[:7]) or not _TENANT.match(parts[7]):
             return None
-        fence, ttl_ms, since_ms, input_, output, level = (int(p) for p in parts[:6])
-        return cls(fence, ttl_ms, since_ms, input_, output, level, parts[6])
+        fence, ttl_ms, since_ms, input_, output, level, rank = (int(p) for p in parts[:7])
+        return cls(fence, ttl_ms, since_ms, input_, output, level, rank, parts[7], parts[8])
 
     def format(self) -> str:
-        return f"{self.fence}|{self.ttl_ms}|{self.since_ms}|{self.input}|{self.output}|{self.level}|{self.holder}"
+        return (
+            f"{self.fence}|{self.ttl_ms}|{self.since_ms}|{self.input}|{self.output}|{self.level}|{self.rank}|"
+            f"{self.tenant}|{self.holder}"
+        )
 
 
 # -- outcomes, replies and wake messages ----------------------------------------------------

@@ -1,4 +1,4 @@
---[[ acquire.lua: ask for a lease; join the FIFO queue when it must wait.
+--[[ acquire.lua: ask for a lease; join the queue when it must wait.
 
 Uses    lib/admission.lua (after lib/common.lua)
 KEYS    the governor's keys, see lib/common.lua
@@ -16,6 +16,9 @@ ARGV
                         refreshed if queued); try: admitted now or denied
   ARGV[8] tokens        "input,output" or ''  the tokens the lease reserves
                         (governor.budgets.Tokens.arg): its cost in each budget
+  ARGV[9] rank          int 0..6      the caller's priority class (0: the highest)
+  ARGV[10] tenant       string        whose share it counts in, 1-64 of [A-Za-z0-9-_.:]
+  ARGV[11] weight       int 1..1000   the tenant's weight (GovernorConfig.weight_of)
 Reply
   {2, 'granted', fence, remaining_ms, epoch}     remaining_ms: what the lease has left
   {2, 'queued', position, reason, hint_ms, epoch}   (wait, again)
@@ -25,7 +28,8 @@ Reply
   {2, 'missing'}    no such governor: run init.lua, then call again
   position counts from 0; hint_ms > 0 is when asking again may pay off;
   reason is the admission rule's (blocked() of lib/admission.lua).
-Nobody waiting and room: admitted at once.
+Nobody waiting and room: admitted at once. A waiter's place in the queue
+is its class's band and its fair-queueing tag (lib/admission.lua enqueue).
 ]]
 
 local id = arg_id(3, 'id')
@@ -37,6 +41,7 @@ if mode ~= 'wait' and mode ~= 'again' and mode ~= 'try' then
   fail('BADARG', 'mode must be wait, again or try, got ' .. tostring(mode))
 end
 local tokens = arg_tokens(8, 'tokens')
+local place = arg_place(9)
 clock()
 if not load(ADMIT) then return missing_reply() end
 keep_alive()
@@ -61,9 +66,10 @@ local impossible = never(tokens)
 if impossible then
   if in_queue then
     prepare()
-    guard(7, 5)  -- waiters, holders (queue was read by ZSCORE)
+    guard(7, 5, 11)  -- waiters, holders, aging (queue was read by ZSCORE)
     redis.call('ZREM', K.queue, id)
     redis.call('ZREM', K.waiters, id)
+    redis.call('ZREM', K.aging, id)
     redis.call('HDEL', K.holders, id)
   end
   return finish({SCHEMA, 'refused', impossible, S.epoch})
@@ -71,26 +77,26 @@ end
 
 if in_queue then
   prepare()
-  guard(7, 5, 4)  -- waiters, holders, leases: written after this write by grant()
+  guard(7, 5, 4, 11, 10)  -- waiters, holders, leases, aging, events: written after this write by grant()
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
 else
   local waiting = redis.call('ZCOUNT', K.waiters, LIVE, '+inf')  -- live waiters: dead ones never count
   local reason, hint = blocked(tokens)
   if waiting == 0 and not reason then
     -- Nobody waits and the rule admits: at once (FIFO holds trivially).
-    return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens), ttl, S.epoch})
+    return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens, place), ttl, S.epoch})
   end
   if mode == 'try' then
     return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, S.epoch})
   end
   prepare()
-  more('state', 'ticket')
-  guard(6, 5, 4)  -- queue, holders, leases (waiters was read by ZCOUNT)
-  set('state', 'ticket', S.ticket + 1)
-  redis.call('ZADD', K.queue, S.ticket, id)
+  guard(6, 5, 4, 11, 12, 10)  -- queue, holders, leases, aging, shares, events (waiters was read by ZCOUNT)
+  enqueue(id, place)
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
-  redis.call('HSET', K.holders, id, record_format(0, ttl, NOW, tokens.input, tokens.output, 0, holder))
-  if waiting == 0 then created(K.queue) created(K.waiters) end
+  redis.call('HSET', K.holders, id, record_format(0, ttl, NOW, tokens.input, tokens.output, 0, place.rank, place.tenant,
+    holder))
+  created(K.queue) created(K.waiters) created(K.shares)
+  if place.rank > 0 and C.aging_ms > 0 then created(K.aging) end
 end
 
 local granted = grant(id)

@@ -52,7 +52,7 @@ for i = 4, #ARGV, 3 do
     reply[#reply + 1] = 0
   elseif epoch ~= S.epoch then
     if live_count == nil then live_count = in_flight() end
-    local fence = add_lease(id, ttl, holder, NO_TOKENS)  -- its reservation was the lost state's
+    local fence = add_lease(id, ttl, holder, NO_TOKENS, ADOPTED)  -- its reservation and place were the lost state's
     log('adopt', 'lease', id, 'fence', fence, 'why', 'holder of a lease from a lost state renewed')
     reply[#reply + 1] = 'adopted'
     reply[#reply + 1] = fence

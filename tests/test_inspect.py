@@ -93,9 +93,9 @@ def test_read_leases_skips_unreadable_holder_entries(make_gov: MakeGov, sync_cli
     assert lease is not None
     sync_client.hset(gov.keys.holders, lease.id, "garbage")
     assert gi.read_leases(sync_client, gov.keys).items == ()
-    sync_client.hset(gov.keys.holders, lease.id, f"{lease.fence}|300000|1|0|0|a|b/c")  # no level
+    sync_client.hset(gov.keys.holders, lease.id, f"{lease.fence}|300000|1|0|0|1|a|b/c")  # no rank, no tenant
     assert gi.read_leases(sync_client, gov.keys).items == ()
-    sync_client.hset(gov.keys.holders, lease.id, f"{lease.fence}|300000|1|0|0|1|a|b/c")  # '|' in a label is kept
+    sync_client.hset(gov.keys.holders, lease.id, f"{lease.fence}|300000|1|0|0|1|0|t|a|b/c")  # '|' in a label is kept
     (info,) = gi.read_leases(sync_client, gov.keys).items
     assert (info.holder, info.fence, info.ttl, info.since) == ("a|b/c", lease.fence, 300, 0.001)
 

@@ -65,8 +65,8 @@ def test_the_lua_binds_the_keys_of_the_protocol_in_its_order() -> None:
     assert tuple(lua_list(COMMON, "KEY_NAMES")) == KEY_NAMES
     assert tuple(zip(lua_list(COMMON, "KEY_NAMES"), lua_list(COMMON, "TYPES"), strict=True)) == KEYS
     # every loop over the keys and check_types cover all of them
-    loops = re.findall(r"for i = 1, (\d+) do", COMMON)
-    assert loops and all(int(n) == len(KEYS) for n in loops), loops
+    loops = re.findall(r"for i = 1, ([^ ]+) do K\[|for i = 1, ([^ ]+) do redis\.call\('PEXPIRE'", COMMON)
+    assert len(loops) == 2 and all("#KEY_NAMES" in pair for pair in loops), loops
     (checked,) = re.findall(r"local function check_types\(\)\s*guard\(([^)]*)\)", COMMON)
     assert [int(i) for i in checked.split(",")] == list(range(1, len(KEYS) + 1))
 
@@ -166,8 +166,9 @@ def test_the_holder_record_format_is_the_protocols() -> None:
     assert parts[1::2] == ["'|'"] * (len(fields) - 1)
     assert [re.sub(r"^int\((\w+)\)$", r"\1", p) for p in parts[0::2]] == params_list
     (pattern,) = re.findall(r"string\.match\(raw, '([^']*)'\)", admission)
-    assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$"  # six numbers, then the holder (may hold '|')
-    (names,) = re.findall(r"local (fence, ttl, since, input, output, level, holder) =\s+string\.match", admission)
+    # seven numbers, the tenant (no '|'), then the holder (may hold '|')
+    assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$"
+    (names,) = re.findall(r"local (fence, ttl, since, input, output, level, rank, tenant, holder) =\s+string\.match", admission)
     assert [n.strip() for n in names.split(",")] == params_list
 
 
@@ -177,17 +178,17 @@ def test_a_record_written_by_a_real_acquire_parses(make_gov: MakeGov, sync_clien
     core = gov._core
     label = "host-1/agent 7|with a pipe"
     lease_id, waiter_id = new_id(), new_id()
-    granted = gov._execute(core.acquire(lease_id, label, wait=False, tokens=Tokens(1200, 300)))
+    granted = gov._execute(core.acquire(lease_id, label, wait=False, tokens=Tokens(1200, 300), place=core.place("batch", "team-a")))
     assert isinstance(granted, Granted)
     raw = text(sync_client.hget(gov.keys.holders, lease_id))
     record = HolderRecord.parse(raw)
-    assert record == HolderRecord(granted.fence, 7500, ms(clock.now), 1200, 300, 1, label)
+    assert record == HolderRecord(granted.fence, 7500, ms(clock.now), 1200, 300, 1, 2, "team-a", label)
     assert record is not None and record.format() == raw
     clock.advance(1)
     queued = gov._execute(core.acquire(waiter_id, "waiter", wait=True))
     assert isinstance(queued, Queued)
     waiting = HolderRecord.parse(text(sync_client.hget(gov.keys.holders, waiter_id)))
-    assert waiting == HolderRecord(0, 7500, ms(clock.now), 0, 0, 0, "waiter")  # fence 0: not granted yet
+    assert waiting == HolderRecord(0, 7500, ms(clock.now), 0, 0, 0, 1, "default", "waiter")  # fence 0: not granted yet
     clock.advance(1)
     assert gov._execute(core.release(lease_id)) is True  # grants the waiter
     promoted = HolderRecord.parse(text(sync_client.hget(gov.keys.holders, waiter_id)))

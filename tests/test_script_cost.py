@@ -57,7 +57,7 @@ def server_us(client: redis.Redis, run: Callable[[], Any]) -> int:
 
 def record(fence: int, since_ms: int) -> str:
     """A holders entry (governor.protocol.HolderRecord)."""
-    return HolderRecord(fence, TTL_MS, since_ms, 1000, 200, 1, "h").format()
+    return HolderRecord(fence, TTL_MS, since_ms, 1000, 200, 1, 1, "default", "h").format()
 
 
 def populate(client: redis.Redis, gov: Governor, now_ms: int, n: int, *, expired: bool = False) -> None:

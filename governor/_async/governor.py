@@ -39,6 +39,7 @@ from ..core import (
     GovernorCore,
     Granted,
     Outcome,
+    Place,
     Queued,
     Status,
     new_id,
@@ -167,6 +168,7 @@ class AsyncLease:
         deadline: float,
         local: bool = False,
         tokens: Tokens = NO_TOKENS,
+        place: Place | None = None,
     ) -> None:
         self._governor = governor
         self.id = lease_id  #: unguessable lease id (also its key in Redis)
@@ -174,6 +176,9 @@ class AsyncLease:
         self.epoch = epoch  #: the state incarnation the lease belongs to
         self.holder = holder  #: label shown to operators
         self.tokens = tokens  #: what the lease reserved from the budgets (settled by its report)
+        where = place if place is not None else governor._core.place()
+        self.priority = where.priority  #: the priority class it waited in
+        self.tenant = where.tenant  #: the tenant whose share it counts in
         #: admitted by the local fallback limit while Redis was unreachable
         #: (``on_unavailable="local"``); registered in Redis once it answers again
         self.local = local
@@ -317,9 +322,11 @@ class AsyncGovernor:
         holder: str | None = None,
         *,
         tokens: Tokens | int | None = None,
+        priority: str | None = None,
+        tenant: str | None = None,
         # sync: ) -> Lease:
     ) -> AcquireContext[AsyncLease]:
-        """Wait in the fleet-wide FIFO queue for a lease.
+        """Wait in the fleet-wide queue for a lease.
 
         Use ``async with gov.acquire() as lease:`` to release on the way out,
         or ``lease = await gov.acquire()`` and ``lease.release()``. Raises AcquireTimeout
@@ -328,27 +335,41 @@ class AsyncGovernor:
         ``tokens`` (a Tokens, or an int of input tokens) is the call's
         estimate, reserved from the budgets until the lease's report settles
         it; a cost above a budget's whole limit raises CostTooLarge at once.
+        ``priority`` names the caller's class (GovernorConfig.priorities; None:
+        the default class): a higher class is admitted first, FIFO within a
+        class, and a waiter of a lower class goes ahead of every class once
+        it waited ``aging``. ``tenant`` (None: the default tenant) names whose
+        share it counts in: at capacity, the waiting tenants are granted in
+        proportion to their weights (GovernorConfig.tenant_weights).
         """
-        # sync: return self._acquire(timeout, holder, tokens)
-        return AcquireContext(self._acquire(timeout, holder, tokens))
+        # sync: return self._acquire(timeout, holder, tokens, priority, tenant)
+        return AcquireContext(self._acquire(timeout, holder, tokens, priority, tenant))
 
-    async def _acquire(self, timeout: float | None, holder: str | None, tokens: Tokens | int | None) -> AsyncLease:
+    async def _acquire(
+        self,
+        timeout: float | None,
+        holder: str | None,
+        tokens: Tokens | int | None,
+        priority: str | None = None,
+        tenant: str | None = None,
+    ) -> AsyncLease:
         self._check_open()
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise ConfigError(f"timeout must be None or seconds >= 0, got {timeout!r}")
         label = _holder_label(holder)
         reserve = Tokens.of(tokens)
+        place = self._core.place(priority, tenant)
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         lease = None
         while lease is None:
             try:
-                lease = await self._acquire_shared(label, deadline, timeout, reserve)
+                lease = await self._acquire_shared(label, deadline, timeout, reserve, place)
             except GovernorUnavailable as error:
                 if self.config.on_unavailable != "local":
                     raise
                 # None: no local permit within a poll; Redis may answer again
-                lease = await self._acquire_local(label, deadline, error, slice_=self.config.poll)
+                lease = await self._acquire_local(label, deadline, error, slice_=self.config.poll, place=place)
         try:
             events.emit(events.Admitted(self.name, time.monotonic() - started, lease.local))
         except BaseException:  # interrupted here, the lease never reaches the caller: give it back
@@ -357,14 +378,14 @@ class AsyncGovernor:
         return lease
 
     async def _acquire_shared(
-        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens
+        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens, place: Place
     ) -> AsyncLease:
         while True:
-            lease_id, granted, expires = await self._wait_for_grant(label, deadline, timeout, tokens)
+            lease_id, granted, expires = await self._wait_for_grant(label, deadline, timeout, tokens, place)
             try:
                 claimed = await self._claim(lease_id, granted, expires, label)
                 if claimed is not None:
-                    return self._hold(lease_id, *claimed, label=label, tokens=tokens)
+                    return self._hold(lease_id, *claimed, label=label, tokens=tokens, place=place)
             except NotReplicated:
                 await shielded(self._abandon(lease_id))  # Redis answers: give the grant back
                 raise
@@ -377,7 +398,7 @@ class AsyncGovernor:
             # past the TTL): queue again, under a new id.
 
     async def _wait_for_grant(
-        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens
+        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens, place: Place
     ) -> tuple[str, Granted, float]:
         """Queue (or be admitted at once); the grant and the local time by
         which it surely lives."""
@@ -386,13 +407,13 @@ class AsyncGovernor:
         try:
             await self._background.start(wait_listening=True, timeout=timeout)
             sent_at = self._core.local_now()
-            result = await self._execute(self._core.acquire(lease_id, label, wait=True, tokens=tokens))
+            result = await self._execute(self._core.acquire(lease_id, label, wait=True, tokens=tokens, place=place))
             waiter.enqueued, waiter.confirmed_at = True, sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             while not isinstance(result, Granted):
                 if isinstance(result, Queued):
                     waiter.reason, waiter.position = result.reason, result.position
-                result, expires = await self._wait_turn(waiter, deadline, timeout, label, tokens)
+                result, expires = await self._wait_turn(waiter, deadline, timeout, label, tokens, place)
             return lease_id, result, expires
         except NotReplicated:
             await shielded(self._abandon(lease_id))  # Redis answers: give the place or grant back
@@ -423,7 +444,12 @@ class AsyncGovernor:
         return None
 
     async def _acquire_local(
-        self, label: str, deadline: float | None, error: GovernorUnavailable, slice_: float | None = None
+        self,
+        label: str,
+        deadline: float | None,
+        error: GovernorUnavailable,
+        slice_: float | None = None,
+        place: Place | None = None,
     ) -> AsyncLease | None:
         """The fallback while Redis is unreachable: a per-process limit of
         ``local_capacity``; the heartbeat registers these leases in Redis as
@@ -442,12 +468,12 @@ class AsyncGovernor:
                 name=self.name,
             ) from error
         log.warning("governor %r: Redis unreachable, admitting under the local limit: %s", self.name, error)
-        lease = self._hold(new_id(), Granted(0, LOCAL_EPOCH), math.inf, label=label, local=True)
+        lease = self._hold(new_id(), Granted(0, LOCAL_EPOCH), math.inf, label=label, local=True, place=place)
         await self._background.start(wait_listening=False)
         return lease
 
     async def _wait_turn(
-        self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str, tokens: Tokens
+        self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str, tokens: Tokens, place: Place
     ) -> tuple[Granted | Queued | Denied, float]:
         """Wait for the background worker's news: a grant (and the local time
         by which it surely lives), or the next step."""
@@ -469,7 +495,7 @@ class AsyncGovernor:
             waiter.retry = False
             sent_at = self._core.local_now()
             result = await self._execute(
-                self._core.acquire(waiter.lease_id, label, wait=True, fresh=False, tokens=tokens)
+                self._core.acquire(waiter.lease_id, label, wait=True, fresh=False, tokens=tokens, place=place)
             )
             waiter.confirmed_at = sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
@@ -488,23 +514,32 @@ class AsyncGovernor:
             )
             return "failed"
 
-    async def try_acquire(self, holder: str | None = None, *, tokens: Tokens | int | None = None) -> AsyncLease | None:
+    async def try_acquire(
+        self,
+        holder: str | None = None,
+        *,
+        tokens: Tokens | int | None = None,
+        priority: str | None = None,
+        tenant: str | None = None,
+    ) -> AsyncLease | None:
         """A lease if one is free right now (every budget with room for
-        ``tokens``) and nobody is queued, else None."""
+        ``tokens``) and nobody is queued, else None (``priority`` and
+        ``tenant`` as for :meth:`acquire`: the lease counts in them)."""
         self._check_open()
         label = _holder_label(holder)
         reserve = Tokens.of(tokens)
+        place = self._core.place(priority, tenant)
         lease_id = new_id()
         sent_at = self._core.local_now()
         try:
-            result = await self._execute(self._core.acquire(lease_id, label, wait=False, tokens=reserve))
+            result = await self._execute(self._core.acquire(lease_id, label, wait=False, tokens=reserve, place=place))
         except GovernorUnavailable as error:
             if isinstance(error, NotReplicated):
                 await shielded(self._abandon(lease_id))  # Redis answers: give the grant back
             if self.config.on_unavailable != "local":
                 raise
             try:
-                return await self._acquire_local(label, time.monotonic(), error)
+                return await self._acquire_local(label, time.monotonic(), error, place=place)
             except AcquireTimeout:
                 return None
         except BaseException:
@@ -512,7 +547,9 @@ class AsyncGovernor:
             raise
         if not isinstance(result, Granted):
             return None
-        lease = self._hold(lease_id, result, sent_at + (result.remaining or 0.0), label=label, tokens=reserve)
+        lease = self._hold(
+            lease_id, result, sent_at + (result.remaining or 0.0), label=label, tokens=reserve, place=place
+        )
         await self._background.start(wait_listening=False)
         return lease
 
@@ -525,9 +562,10 @@ class AsyncGovernor:
         label: str,
         local: bool = False,
         tokens: Tokens = NO_TOKENS,
+        place: Place | None = None,
     ) -> AsyncLease:
         """The lease of a grant, renewed by the background worker from now on."""
-        lease = AsyncLease(self, lease_id, granted.fence, granted.epoch, label, deadline, local, tokens)
+        lease = AsyncLease(self, lease_id, granted.fence, granted.epoch, label, deadline, local, tokens, place)
         return self._background.add_lease(lease)
 
     async def _forget(self, lease: AsyncLease) -> bool:
@@ -563,15 +601,28 @@ class AsyncGovernor:
         timeout: float | None = None,
         holder: str | None = None,
         tokens: Tokens | int | None = None,
+        priority: str | None = None,
+        tenant: str | None = None,
         **kwargs: Any,
     ) -> T:
         """Run ``fn(*args, **kwargs)`` under the fleet limit: acquire a lease
-        (reserving ``tokens``), call, classify the outcome, report it (with
-        the usage an SDK result carries), release, and retry throttled calls
-        with the provider's Retry-After or the backoff (SPEC §5). Quota
-        exhaustion raises QuotaExhausted at once; other errors propagate."""
+        (reserving ``tokens``, waiting in class ``priority`` for ``tenant``),
+        call, classify the outcome, report it (with the usage an SDK result
+        carries), release, and retry throttled calls with the provider's
+        Retry-After or the backoff (SPEC §5). Quota exhaustion raises
+        QuotaExhausted at once; other errors propagate."""
         return await retry_call(
-            self, fn, args, kwargs, classify=classify, retry=retry, timeout=timeout, holder=holder, tokens=tokens
+            self,
+            fn,
+            args,
+            kwargs,
+            classify=classify,
+            retry=retry,
+            timeout=timeout,
+            holder=holder,
+            tokens=tokens,
+            priority=priority,
+            tenant=tenant,
         )
 
     def limit(
@@ -581,10 +632,14 @@ class AsyncGovernor:
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         holder: str | None = None,
+        priority: str | None = None,
+        tenant: str | None = None,
         # sync: ) -> Callable[[Callable[..., T]], Callable[..., T]]:
     ) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
         """Decorator form of :meth:`call`: every call of the function goes through it."""
-        return retry_decorator(self, classify=classify, retry=retry, timeout=timeout, holder=holder)
+        return retry_decorator(
+            self, classify=classify, retry=retry, timeout=timeout, holder=holder, priority=priority, tenant=tenant
+        )
 
     # -- outcomes and policy ------------------------------------------------------------
 

@@ -82,6 +82,8 @@ async def retry_call(
     holder: str | None = None,
     tokens: Tokens | int | None = None,
     judge: Judge | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
 ) -> T:
     """``governor.call(fn, *args, **kwargs)``: see the module docstring."""
     if not callable(fn):
@@ -101,7 +103,9 @@ async def retry_call(
     for attempt in range(1, policy.max_attempts + 1):
         wait_timeout, cut_by_deadline = _queue_timeout(timeout, deadline)
         try:
-            lease = await governor.acquire(timeout=wait_timeout, holder=holder, tokens=reserve)
+            lease = await governor.acquire(
+                timeout=wait_timeout, holder=holder, tokens=reserve, priority=priority, tenant=tenant
+            )
         except AcquireTimeout:
             if last is None or not cut_by_deadline:
                 raise
@@ -206,6 +210,8 @@ def retry_decorator(
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
     holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
     # sync: ) -> Callable[[Callable[..., T]], Callable[..., T]]:
 ) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
     """``@governor.limit(...)``: every call of the decorated function goes
@@ -223,7 +229,16 @@ def retry_decorator(
         @functools.wraps(fn)
         async def limited(*args: Any, **kwargs: Any) -> T:
             return await retry_call(
-                governor, fn, args, kwargs, classify=classify, retry=retry, timeout=timeout, holder=holder
+                governor,
+                fn,
+                args,
+                kwargs,
+                classify=classify,
+                retry=retry,
+                timeout=timeout,
+                holder=holder,
+                priority=priority,
+                tenant=tenant,
             )
 
         return limited

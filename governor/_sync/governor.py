@@ -32,6 +32,7 @@ from ..core import (
     GovernorCore,
     Granted,
     Outcome,
+    Place,
     Queued,
     Status,
     new_id,
@@ -159,6 +160,7 @@ class Lease:
         deadline: float,
         local: bool = False,
         tokens: Tokens = NO_TOKENS,
+        place: Place | None = None,
     ) -> None:
         self._governor = governor
         self.id = lease_id  #: unguessable lease id (also its key in Redis)
@@ -166,6 +168,9 @@ class Lease:
         self.epoch = epoch  #: the state incarnation the lease belongs to
         self.holder = holder  #: label shown to operators
         self.tokens = tokens  #: what the lease reserved from the budgets (settled by its report)
+        where = place if place is not None else governor._core.place()
+        self.priority = where.priority  #: the priority class it waited in
+        self.tenant = where.tenant  #: the tenant whose share it counts in
         #: admitted by the local fallback limit while Redis was unreachable
         #: (``on_unavailable="local"``); registered in Redis once it answers again
         self.local = local
@@ -309,8 +314,10 @@ class Governor:
         holder: str | None = None,
         *,
         tokens: Tokens | int | None = None,
+        priority: str | None = None,
+        tenant: str | None = None,
         ) -> Lease:
-        """Wait in the fleet-wide FIFO queue for a lease.
+        """Wait in the fleet-wide queue for a lease.
 
         Use ``with gov.acquire() as lease:`` to release on the way out,
         or ``lease = gov.acquire()`` and ``lease.release()``. Raises AcquireTimeout
@@ -319,26 +326,40 @@ class Governor:
         ``tokens`` (a Tokens, or an int of input tokens) is the call's
         estimate, reserved from the budgets until the lease's report settles
         it; a cost above a budget's whole limit raises CostTooLarge at once.
+        ``priority`` names the caller's class (GovernorConfig.priorities; None:
+        the default class): a higher class is admitted first, FIFO within a
+        class, and a waiter of a lower class goes ahead of every class once
+        it waited ``aging``. ``tenant`` (None: the default tenant) names whose
+        share it counts in: at capacity, the waiting tenants are granted in
+        proportion to their weights (GovernorConfig.tenant_weights).
         """
-        return self._acquire(timeout, holder, tokens)
+        return self._acquire(timeout, holder, tokens, priority, tenant)
 
-    def _acquire(self, timeout: float | None, holder: str | None, tokens: Tokens | int | None) -> Lease:
+    def _acquire(
+        self,
+        timeout: float | None,
+        holder: str | None,
+        tokens: Tokens | int | None,
+        priority: str | None = None,
+        tenant: str | None = None,
+    ) -> Lease:
         self._check_open()
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise ConfigError(f"timeout must be None or seconds >= 0, got {timeout!r}")
         label = _holder_label(holder)
         reserve = Tokens.of(tokens)
+        place = self._core.place(priority, tenant)
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         lease = None
         while lease is None:
             try:
-                lease = self._acquire_shared(label, deadline, timeout, reserve)
+                lease = self._acquire_shared(label, deadline, timeout, reserve, place)
             except GovernorUnavailable as error:
                 if self.config.on_unavailable != "local":
                     raise
                 # None: no local permit within a poll; Redis may answer again
-                lease = self._acquire_local(label, deadline, error, slice_=self.config.poll)
+                lease = self._acquire_local(label, deadline, error, slice_=self.config.poll, place=place)
         try:
             events.emit(events.Admitted(self.name, time.monotonic() - started, lease.local))
         except BaseException:  # interrupted here, the lease never reaches the caller: give it back
@@ -347,14 +368,14 @@ class Governor:
         return lease
 
     def _acquire_shared(
-        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens
+        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens, place: Place
     ) -> Lease:
         while True:
-            lease_id, granted, expires = self._wait_for_grant(label, deadline, timeout, tokens)
+            lease_id, granted, expires = self._wait_for_grant(label, deadline, timeout, tokens, place)
             try:
                 claimed = self._claim(lease_id, granted, expires, label)
                 if claimed is not None:
-                    return self._hold(lease_id, *claimed, label=label, tokens=tokens)
+                    return self._hold(lease_id, *claimed, label=label, tokens=tokens, place=place)
             except NotReplicated:
                 shielded(self._abandon(lease_id))  # Redis answers: give the grant back
                 raise
@@ -367,7 +388,7 @@ class Governor:
             # past the TTL): queue again, under a new id.
 
     def _wait_for_grant(
-        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens
+        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens, place: Place
     ) -> tuple[str, Granted, float]:
         """Queue (or be admitted at once); the grant and the local time by
         which it surely lives."""
@@ -376,13 +397,13 @@ class Governor:
         try:
             self._background.start(wait_listening=True, timeout=timeout)
             sent_at = self._core.local_now()
-            result = self._execute(self._core.acquire(lease_id, label, wait=True, tokens=tokens))
+            result = self._execute(self._core.acquire(lease_id, label, wait=True, tokens=tokens, place=place))
             waiter.enqueued, waiter.confirmed_at = True, sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             while not isinstance(result, Granted):
                 if isinstance(result, Queued):
                     waiter.reason, waiter.position = result.reason, result.position
-                result, expires = self._wait_turn(waiter, deadline, timeout, label, tokens)
+                result, expires = self._wait_turn(waiter, deadline, timeout, label, tokens, place)
             return lease_id, result, expires
         except NotReplicated:
             shielded(self._abandon(lease_id))  # Redis answers: give the place or grant back
@@ -413,7 +434,12 @@ class Governor:
         return None
 
     def _acquire_local(
-        self, label: str, deadline: float | None, error: GovernorUnavailable, slice_: float | None = None
+        self,
+        label: str,
+        deadline: float | None,
+        error: GovernorUnavailable,
+        slice_: float | None = None,
+        place: Place | None = None,
     ) -> Lease | None:
         """The fallback while Redis is unreachable: a per-process limit of
         ``local_capacity``; the heartbeat registers these leases in Redis as
@@ -432,12 +458,12 @@ class Governor:
                 name=self.name,
             ) from error
         log.warning("governor %r: Redis unreachable, admitting under the local limit: %s", self.name, error)
-        lease = self._hold(new_id(), Granted(0, LOCAL_EPOCH), math.inf, label=label, local=True)
+        lease = self._hold(new_id(), Granted(0, LOCAL_EPOCH), math.inf, label=label, local=True, place=place)
         self._background.start(wait_listening=False)
         return lease
 
     def _wait_turn(
-        self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str, tokens: Tokens
+        self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str, tokens: Tokens, place: Place
     ) -> tuple[Granted | Queued | Denied, float]:
         """Wait for the background worker's news: a grant (and the local time
         by which it surely lives), or the next step."""
@@ -459,7 +485,7 @@ class Governor:
             waiter.retry = False
             sent_at = self._core.local_now()
             result = self._execute(
-                self._core.acquire(waiter.lease_id, label, wait=True, fresh=False, tokens=tokens)
+                self._core.acquire(waiter.lease_id, label, wait=True, fresh=False, tokens=tokens, place=place)
             )
             waiter.confirmed_at = sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
@@ -478,23 +504,32 @@ class Governor:
             )
             return "failed"
 
-    def try_acquire(self, holder: str | None = None, *, tokens: Tokens | int | None = None) -> Lease | None:
+    def try_acquire(
+        self,
+        holder: str | None = None,
+        *,
+        tokens: Tokens | int | None = None,
+        priority: str | None = None,
+        tenant: str | None = None,
+    ) -> Lease | None:
         """A lease if one is free right now (every budget with room for
-        ``tokens``) and nobody is queued, else None."""
+        ``tokens``) and nobody is queued, else None (``priority`` and
+        ``tenant`` as for :meth:`acquire`: the lease counts in them)."""
         self._check_open()
         label = _holder_label(holder)
         reserve = Tokens.of(tokens)
+        place = self._core.place(priority, tenant)
         lease_id = new_id()
         sent_at = self._core.local_now()
         try:
-            result = self._execute(self._core.acquire(lease_id, label, wait=False, tokens=reserve))
+            result = self._execute(self._core.acquire(lease_id, label, wait=False, tokens=reserve, place=place))
         except GovernorUnavailable as error:
             if isinstance(error, NotReplicated):
                 shielded(self._abandon(lease_id))  # Redis answers: give the grant back
             if self.config.on_unavailable != "local":
                 raise
             try:
-                return self._acquire_local(label, time.monotonic(), error)
+                return self._acquire_local(label, time.monotonic(), error, place=place)
             except AcquireTimeout:
                 return None
         except BaseException:
@@ -502,7 +537,9 @@ class Governor:
             raise
         if not isinstance(result, Granted):
             return None
-        lease = self._hold(lease_id, result, sent_at + (result.remaining or 0.0), label=label, tokens=reserve)
+        lease = self._hold(
+            lease_id, result, sent_at + (result.remaining or 0.0), label=label, tokens=reserve, place=place
+        )
         self._background.start(wait_listening=False)
         return lease
 
@@ -515,9 +552,10 @@ class Governor:
         label: str,
         local: bool = False,
         tokens: Tokens = NO_TOKENS,
+        place: Place | None = None,
     ) -> Lease:
         """The lease of a grant, renewed by the background worker from now on."""
-        lease = Lease(self, lease_id, granted.fence, granted.epoch, label, deadline, local, tokens)
+        lease = Lease(self, lease_id, granted.fence, granted.epoch, label, deadline, local, tokens, place)
         return self._background.add_lease(lease)
 
     def _forget(self, lease: Lease) -> bool:
@@ -552,15 +590,28 @@ class Governor:
         timeout: float | None = None,
         holder: str | None = None,
         tokens: Tokens | int | None = None,
+        priority: str | None = None,
+        tenant: str | None = None,
         **kwargs: Any,
     ) -> T:
         """Run ``fn(*args, **kwargs)`` under the fleet limit: acquire a lease
-        (reserving ``tokens``), call, classify the outcome, report it (with
-        the usage an SDK result carries), release, and retry throttled calls
-        with the provider's Retry-After or the backoff (SPEC §5). Quota
-        exhaustion raises QuotaExhausted at once; other errors propagate."""
+        (reserving ``tokens``, waiting in class ``priority`` for ``tenant``),
+        call, classify the outcome, report it (with the usage an SDK result
+        carries), release, and retry throttled calls with the provider's
+        Retry-After or the backoff (SPEC §5). Quota exhaustion raises
+        QuotaExhausted at once; other errors propagate."""
         return retry_call(
-            self, fn, args, kwargs, classify=classify, retry=retry, timeout=timeout, holder=holder, tokens=tokens
+            self,
+            fn,
+            args,
+            kwargs,
+            classify=classify,
+            retry=retry,
+            timeout=timeout,
+            holder=holder,
+            tokens=tokens,
+            priority=priority,
+            tenant=tenant,
         )
 
     def limit(
@@ -570,9 +621,13 @@ class Governor:
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         holder: str | None = None,
+        priority: str | None = None,
+        tenant: str | None = None,
         ) -> Callable[[Callable[..., T]], Callable[..., T]]:
         """Decorator form of :meth:`call`: every call of the function goes through it."""
-        return retry_decorator(self, classify=classify, retry=retry, timeout=timeout, holder=holder)
+        return retry_decorator(
+            self, classify=classify, retry=retry, timeout=timeout, holder=holder, priority=priority, tenant=tenant
+        )
 
     # -- outcomes and policy ------------------------------------------------------------
 

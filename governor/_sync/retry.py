@@ -52,6 +52,8 @@ def retry_call(
     holder: str | None = None,
     tokens: Tokens | int | None = None,
     judge: Judge | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
 ) -> T:
     """``governor.call(fn, *args, **kwargs)``: see the module docstring."""
     if not callable(fn):
@@ -71,7 +73,9 @@ def retry_call(
     for attempt in range(1, policy.max_attempts + 1):
         wait_timeout, cut_by_deadline = _queue_timeout(timeout, deadline)
         try:
-            lease = governor.acquire(timeout=wait_timeout, holder=holder, tokens=reserve)
+            lease = governor.acquire(
+                timeout=wait_timeout, holder=holder, tokens=reserve, priority=priority, tenant=tenant
+            )
         except AcquireTimeout:
             if last is None or not cut_by_deadline:
                 raise
@@ -175,6 +179,8 @@ def retry_decorator(
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
     holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
     ) -> Callable[[Callable[..., T]], Callable[..., T]]:
     """``@governor.limit(...)``: every call of the decorated function goes
     through :func:`retry_call` with these options."""
@@ -190,7 +196,16 @@ def retry_decorator(
         @functools.wraps(fn)
         def limited(*args: Any, **kwargs: Any) -> T:
             return retry_call(
-                governor, fn, args, kwargs, classify=classify, retry=retry, timeout=timeout, holder=holder
+                governor,
+                fn,
+                args,
+                kwargs,
+                classify=classify,
+                retry=retry,
+                timeout=timeout,
+                holder=holder,
+                priority=priority,
+                tenant=tenant,
             )
 
         return limited

@@ -1,4 +1,5 @@
-"""Click commands of the simulator: ``demo``, ``bench``, ``swarm``, ``provider``, ``worker``, ``budgets``.
+"""Click commands of the simulator: ``demo``, ``bench``, ``swarm``, ``provider``, ``worker``, ``budgets``,
+``matrix``, ``shares``.
 
 Each is a ``click.Command`` the main CLI registers with ``cli.add_command``;
 ``python -m governor.sim`` offers them too. This module imports only click
@@ -13,6 +14,7 @@ extra) are imported when a command runs.
     python -m governor.sim provider --port 8000 --limit 40 --latency 0.2
     python -m governor.sim worker --redis-url redis://redis:6379/0
     python -m governor.sim budgets --out docs/benchmarks   # requests and tokens per minute
+    python -m governor.sim shares --out docs/benchmarks    # priorities, tenants' shares, aging
 """
 
 from __future__ import annotations
@@ -727,9 +729,165 @@ def budgets_command(
     click.echo(f"\nresults: {json_path}\nreport:  {md_path}\nchart:   {png_path}")
 
 
+@click.command("shares")
+@click.option(
+    "--redis-url",
+    envvar="GOVERNOR_REDIS_URL",
+    default=None,
+    help="Redis of the scenarios' governors [default: a private redis-server].",
+)
+@click.option(
+    "--scenarios",
+    "scenario_names",
+    default="interactive,tenants,aging",
+    show_default=True,
+    help="Comma-separated scenarios, in order.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(0.5, 3600),
+    default=60.0,
+    show_default=True,
+    help="The measured part of each scenario (tenants: before tenant a stops).",
+)
+@click.option(
+    "--settle",
+    type=click.FloatRange(0, 600),
+    default=2.0,
+    show_default=True,
+    help="Seconds at the start of each scenario left out of the figures.",
+)
+@click.option("--agents", type=click.IntRange(min=2), default=128, show_default=True, help="Agents of each scenario.")
+@click.option(
+    "--capacity", type=click.IntRange(min=1), default=16, show_default=True, help="The fixed limit (max_capacity)."
+)
+@click.option(
+    "--hold",
+    type=click.FloatRange(0.001, 10),
+    default=0.05,
+    show_default=True,
+    help="Mean lease hold, seconds (lognormal).",
+)
+@click.option(
+    "--hold-sigma", type=click.FloatRange(0, 3), default=0.5, show_default=True, help="Shape of the lognormal hold."
+)
+@click.option("--hosts", type=click.IntRange(min=1), default=4, show_default=True, help="Host processes.")
+@click.option(
+    "--in-process",
+    is_flag=True,
+    help="Agents as asyncio tasks of this process instead, on --hosts governor objects (less faithful, quicker).",
+)
+@click.option(
+    "--share-interval",
+    type=click.FloatRange(0.1, 3600),
+    default=10.0,
+    show_default=True,
+    help="tenants: the intervals each share is judged over, seconds.",
+)
+@click.option(
+    "--after-stop",
+    type=click.FloatRange(0.1, 600),
+    default=3.0,
+    show_default=True,
+    help="tenants: seconds tenant b runs alone after a stops.",
+)
+@click.option(
+    "--aging",
+    type=click.FloatRange(0.01, 3600),
+    default=2.0,
+    show_default=True,
+    help="aging: the config's aging, seconds.",
+)
+@click.option(
+    "--flood", type=click.IntRange(min=1), default=8, show_default=True, help="aging: agents of the interactive class."
+)
+@click.option("--batch", type=click.IntRange(min=1), default=4, show_default=True, help="aging: agents of class batch.")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Seed of the holds.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for shares.json, shares.md and shares.png [default: a new temporary directory].",
+)
+@click.option(
+    "--keep-governors", is_flag=True, help="Leave each scenario's governor keys in Redis (see `governor events`)."
+)
+def shares_command(
+    redis_url: str | None,
+    scenario_names: str,
+    seconds: float,
+    settle: float,
+    agents: int,
+    capacity: int,
+    hold: float,
+    hold_sigma: float,
+    hosts: int,
+    in_process: bool,
+    share_interval: float,
+    after_stop: float,
+    aging: float,
+    flood: int,
+    batch: int,
+    seed: int | None,
+    out: Path | None,
+    keep_governors: bool,
+) -> None:
+    """Run the shares benchmark: priority classes, tenants' weighted shares and aging at a saturated limit.
+
+    Each scenario (interactive: 1 interactive agent among 127 sub-agents;
+    tenants: weights 3:1, then one tenant stops; aging: batch waiters under
+    a flood of higher classes) on a governor of its own with a fixed limit,
+    agents holding each lease for a lognormal time. Prints the waits per
+    group and the goals (MET / MISS), and writes shares.json, shares.md and
+    shares.png.
+    """
+    import json
+
+    from .embedded import open_backend
+    from .shares_bench import Settings, goals_table, markdown, run_shares, scenarios, table, write_chart
+
+    try:
+        settings = Settings(seconds=seconds, settle=settle, agents=agents, capacity=capacity, hold_mean=hold,
+                            hold_sigma=hold_sigma, hosts=hosts, in_process=in_process, share_interval=share_interval,
+                            after_stop=after_stop, aging=aging, flood=flood, batch=batch, seed=seed)  # fmt: skip
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from error
+    known = scenarios(settings)
+    names = [s.strip() for s in scenario_names.split(",") if s.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise click.UsageError(f"unknown scenario(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(known)}")
+    try:
+        backend = open_backend(redis_url, allow_fake=False)
+    except (ConnectionError, RuntimeError) as error:
+        raise _fail(error) from error
+    with backend:
+        click.echo(f"Redis: {backend.describe()}")
+        assert backend.url is not None
+        try:
+            result = asyncio.run(
+                run_shares([known[n] for n in names], settings, backend.url, click.echo, keep_governors)
+            )
+        except (ConfigError, TimeoutError, RuntimeError, ConnectionError, OSError) as error:
+            raise _fail(error) from error
+    result["command"] = _command_line()
+    directory = out or Path(tempfile.mkdtemp(prefix="governor-shares-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path, md_path, png_path = directory / "shares.json", directory / "shares.md", directory / "shares.png"
+    json_path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    md_path.write_text(markdown(result, [result["command"]]), encoding="utf-8")
+    write_chart(result, png_path)
+    click.echo("")
+    click.echo(table(result))
+    click.echo("")
+    click.echo(goals_table(result))
+    click.echo(f"\nresults: {json_path}\nreport:  {md_path}\nchart:   {png_path}")
+
+
 @click.group("sim")
 def sim_group() -> None:
-    """The fleet-governor simulator: mock provider, swarm benchmark, demo, overhead, budgets and matrix benchmarks."""
+    """The fleet-governor simulator: mock provider, swarm benchmark, demo, overhead, budgets, matrix and shares
+    benchmarks."""
 
 
 # COMMANDS: those `python -m governor.sim` and the main CLI (governor.cli.SIM_COMMANDS) offer.
@@ -741,6 +899,7 @@ COMMANDS = (
     worker_command,
     budgets_command,
     matrix_command,
+    shares_command,
 )
 for _command in COMMANDS:
     sim_group.add_command(_command)

@@ -1,34 +1,45 @@
---[[ lib/admission.lua: the one admission rule, leases, the FIFO queue, grants,
+--[[ lib/admission.lua: the one admission rule, leases, the queue, grants,
 pauses and holds.
 
 Uses the names of lib/common.lua. Defines: record_parse, record_format,
-NO_TOKENS, arg_tokens, in_flight, PAUSE_FIELDS, prepare, reclaim, window, resume_level, pause,
-resume, recover, BUDGET_KINDS, budget_fields, active_budgets, budget_level, settle, calibrate,
-BUDGETS, never, blocked, add_lease, grant.
+NO_TOKENS, arg_tokens, ADOPTED, arg_place, in_flight, PAUSE_FIELDS, prepare, reclaim, window,
+resume_level, pause, resume, recover, BUDGET_KINDS, budget_fields, active_budgets, budget_level,
+settle, calibrate, BUDGETS, never, blocked, add_lease, enqueue, grant.
 
 The rule (SPEC §3, §9): a caller is admitted when the governor is not
 paused, no hold runs (not_before), every budget has room for the lease's
 cost, and nobody is queued ahead of it. blocked() is the rule, and the
 only place the reason a caller waits is worded; acquire, refresh and grant
 ask it. never() tells a cost no budget can ever hold.
+
+The queue (governor.protocol.QUEUE_BAND): a waiter's score is band *
+QUEUE_BAND + tag, band 0 for the aged, rank + 1 for its class, so the head
+is the highest class's smallest tag. Tags are start-time fair queueing:
+a waiter of tenant t (weight w) starts at max(vtime, F_t), the shares zset
+moves F_t on by ceil(QUANTUM / w), and a grant moves vtime up to its tag:
+FIFO within a class and tenant, tenants granted in proportion to their
+weights, an idle tenant back at vtime (no credit hoarded). A waiter of a
+lower class that waited aging_ms goes to band 0 with its tag (age()).
 ]]
 
--- holders entries: "fence|ttl_ms|since_ms|input|output|level|holder"
+-- holders entries: "fence|ttl_ms|since_ms|input|output|level|rank|tenant|holder"
 -- (governor.protocol.HolderRecord): input and output are the tokens the
 -- lease reserved, {input = , output = } as a table ("tokens"); level is
--- the leases in flight when it was granted, itself included (0: a waiter).
+-- the leases in flight when it was granted, itself included (0: a waiter);
+-- rank and tenant its place ({rank = , tenant = }, arg_place).
 local function record_parse(raw)
   if not raw then return nil end
-  local fence, ttl, since, input, output, level, holder =
-    string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  local fence, ttl, since, input, output, level, rank, tenant, holder =
+    string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
   if not fence then return nil end
   return {fence = tonumber(fence), ttl = tonumber(ttl), since = tonumber(since),
-    tokens = {input = tonumber(input), output = tonumber(output)}, level = tonumber(level), holder = holder}
+    tokens = {input = tonumber(input), output = tonumber(output)}, level = tonumber(level),
+    rank = tonumber(rank), tenant = tenant, holder = holder}
 end
 
-local function record_format(fence, ttl, since, input, output, level, holder)
+local function record_format(fence, ttl, since, input, output, level, rank, tenant, holder)
   return int(fence) .. '|' .. int(ttl) .. '|' .. int(since) .. '|' .. int(input) .. '|' .. int(output) .. '|'
-    .. int(level) .. '|' .. holder
+    .. int(level) .. '|' .. int(rank) .. '|' .. tenant .. '|' .. holder
 end
 
 local NO_TOKENS = {input = 0, output = 0}
@@ -43,6 +54,26 @@ local function arg_tokens(i, what)
     fail('BADARG', what .. ' must be "input,output" integer tokens in [0, 2^53], got ' .. tostring(v))
   end
   return {input = a, output = b}
+end
+
+-- The place of a lease adopted from a lost state (its own was the lost state's).
+local ADOPTED = {rank = 0, tenant = DEFAULT_TENANT}
+
+-- ARGV[i], ARGV[i + 1], ARGV[i + 2]: a caller's class rank (0: the
+-- highest), tenant and the tenant's weight (GovernorConfig.weight_of).
+local function arg_place(i)
+  local rank, weight = tonumber(ARGV[i]), tonumber(ARGV[i + 2])
+  if rank == nil or rank ~= math.floor(rank) or rank < 0 or rank >= MAX_CLASSES then
+    fail('BADARG', 'rank must be an integer in [0, ' .. (MAX_CLASSES - 1) .. '], got ' .. tostring(ARGV[i]))
+  end
+  local tenant = ARGV[i + 1]
+  if tenant == nil or #tenant > 64 or not string.match(tenant, '^[%w%-_.:]+$') then
+    fail('BADARG', 'tenant must be 1-64 characters of [A-Za-z0-9-_.:], got ' .. tostring(tenant))
+  end
+  if weight == nil or weight ~= math.floor(weight) or weight < 1 or weight > MAX_WEIGHT then
+    fail('BADARG', 'weight must be an integer in [1, ' .. MAX_WEIGHT .. '], got ' .. tostring(ARGV[i + 2]))
+  end
+  return {rank = rank, tenant = tenant, weight = weight}
 end
 
 local function in_flight()
@@ -187,8 +218,12 @@ local function reclaim(force)
   if #dead > 0 then
     redis.call('ZREM', K.waiters, unpack(dead))
     redis.call('ZREM', K.queue, unpack(dead))
+    redis.call('ZREM', K.aging, unpack(dead))
     redis.call('HDEL', K.holders, unpack(dead))
   end
+  -- A tenant whose finish tag is behind vtime starts at vtime anyway: its
+  -- entry says nothing, so idle tenants leave no trace.
+  redis.call('ZREMRANGEBYSCORE', K.shares, '-inf', S.vtime)
   local horizon = '(' .. (NOW - C.window_ms)
   redis.call('ZREMRANGEBYSCORE', K.attempts, '-inf', horizon)
   redis.call('ZREMRANGEBYSCORE', K.limited, '-inf', horizon)
@@ -216,8 +251,8 @@ local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', '
 -- half-way). Capacity is 0 only while paused: the pause's own fields are
 -- read only then.
 local function prepare()
-  more('state', 'reclaim_due')
-  more('config', 'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms')
+  more('state', 'reclaim_due', 'vtime', 'aging_due')
+  more('config', 'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms', 'aging_ms')
   active_budgets()
   if S.capacity == 0 then
     more('state', unpack(PAUSE_FIELDS))
@@ -358,12 +393,12 @@ end
 -- A new lease: the fence (HINCRBY, the first write), then its holder
 -- record, then its expiry; it takes its cost from every budget. A holders
 -- key of another type undoes the fence and fails, so nothing is left written.
-local function add_lease(id, ttl, holder, tokens)
+local function add_lease(id, ttl, holder, tokens, place)
   if live_count == nil then live_count = in_flight() end
   local fence = redis.call('HINCRBY', K.state, 'fence', 1)
   local level = live_count + 1
   local ok = redis.pcall('HSET', K.holders, id, record_format(fence, ttl, NOW, tokens.input, tokens.output, level,
-    holder))
+    place.rank, place.tenant, holder))
   if type(ok) == 'table' and ok.err then
     redis.call('HINCRBY', K.state, 'fence', -1)
     fail('WRONGTYPE', K.holders .. ' is not a hash')
@@ -377,6 +412,46 @@ local function add_lease(id, ttl, holder, tokens)
   return fence
 end
 
+-- A new waiter joins the queue (the caller has guarded queue, aging and
+-- shares): its tag starts at max(vtime, its tenant's finish tag), which
+-- moves on by the tenant's quantum; a waiter of a lower class waits to age.
+local function enqueue(id, place)
+  local finish = tonumber(redis.call('ZSCORE', K.shares, place.tenant)) or 0
+  local start = math.max(S.vtime, finish)
+  redis.call('ZADD', K.shares, start + math.ceil(QUANTUM / place.weight), place.tenant)
+  redis.call('ZADD', K.queue, (place.rank + 1) * QUEUE_BAND + start, id)
+  if place.rank > 0 and C.aging_ms > 0 then
+    local due = NOW + C.aging_ms
+    redis.call('ZADD', K.aging, due, id)
+    if S.aging_due == 0 or due < S.aging_due then set('state', 'aging_due', due) end
+  end
+end
+
+-- Waiters that waited aging_ms go ahead of every class (band 0), keeping
+-- their tags, at most BATCH per call; one decision-log entry says so.
+-- Needs prepare().
+local function age()
+  if S.aging_due == 0 or NOW < S.aging_due then return end
+  local due = redis.call('ZRANGEBYSCORE', K.aging, '-inf', NOW, 'LIMIT', 0, BATCH)
+  local moved, first = 0, nil
+  for _, id in ipairs(due) do
+    local score = tonumber(redis.call('ZSCORE', K.queue, id))
+    if score and score >= QUEUE_BAND then
+      redis.call('ZADD', K.queue, score % QUEUE_BAND, id)
+      moved = moved + 1
+      first = first or id
+    end
+  end
+  if #due > 0 then redis.call('ZREM', K.aging, unpack(due)) end
+  local next_due = redis.call('ZRANGE', K.aging, 0, 0, 'WITHSCORES')[2]
+  set('state', 'aging_due', next_due and tonumber(next_due) or 0)
+  if moved > 0 then
+    local m = record_parse(redis.call('HGET', K.holders, first))
+    log('age', 'waiters', moved, 'holder', m and m.holder or '', 'after_ms', C.aging_ms,
+      'why', 'waited aging_ms: ahead of every class now')
+  end
+end
+
 -- Admit waiters from the head of the queue while the rule lets them in, at
 -- most BATCH per call (a capacity rise under a long queue is admitted over
 -- the next calls: every refresh, release and report grants), and announce
@@ -385,12 +460,15 @@ end
 -- Held back by a hold or a timed pause with callers queued, it announces
 -- "epoch @ms" instead: ask again in ms, when the time is up (nothing else
 -- may happen then to grant them: the holders may all be done by then).
+-- Needs prepare(); the caller has guarded waiters, holders, leases, aging.
 local function grant(caller)
+  age()
   local granted = {}
   local words = {}
   local skipped, admitted = 0, 0
   while skipped <= BATCH and admitted < BATCH do
-    local head = redis.call('ZRANGE', K.queue, 0, 0)[1]
+    local first = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
+    local head = first[1]
     if not head then break end
     local why, hint = blocked(NO_TOKENS)  -- pause, hold, concurrency: no record needed
     local m, impossible = nil, nil
@@ -405,16 +483,20 @@ local function grant(caller)
       if hint > 0 and admitted == 0 then redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. int(hint)) end
       break
     end
+    local score = tonumber(first[2])
     local deadline = tonumber(redis.call('ZSCORE', K.waiters, head))
     redis.call('ZREM', K.queue, head)
     redis.call('ZREM', K.waiters, head)
+    if score >= QUEUE_BAND and m and m.rank > 0 and C.aging_ms > 0 then redis.call('ZREM', K.aging, head) end
     if impossible then
       -- A budget's limit fell below its cost: its refresh is refused (acquire again).
       redis.call('HDEL', K.holders, head)
       redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. 1)  -- ask again now
       skipped = skipped + 1
     elseif deadline and deadline > NOW and m then
-      granted[head] = add_lease(head, m.ttl, m.holder, m.tokens)
+      granted[head] = add_lease(head, m.ttl, m.holder, m.tokens, m)
+      local tag = score % QUEUE_BAND
+      if tag > S.vtime then set('state', 'vtime', tag) end
       if head ~= caller then words[#words + 1] = head .. ':' .. int(granted[head]) end
       admitted = admitted + 1
     else

@@ -9,16 +9,18 @@ fragments it relies on). Redis runs the library's top level once, when it
 loads it; each call runs begin(keys, argv), then the operation.
 
 KEYS (every function receives all of them, in this order: governor.protocol.KEYS)
-  KEYS[1]  state     hash    admission state: capacity, pause, hold, fence, ticket
+  KEYS[1]  state     hash    admission state: capacity, pause, hold, fence, vtime
   KEYS[2]  config    hash    the stored config and its policy's numbers
   KEYS[3]  policy    hash    what the policy learnt (its own fields)
   KEYS[4]  leases    zset    lease id -> expiry, ms
-  KEYS[5]  holders   hash    lease or waiter id -> "fence|ttl_ms|since_ms|cost|holder"
-  KEYS[6]  queue     zset    waiter id -> ticket (arrival order, FIFO)
+  KEYS[5]  holders   hash    lease or waiter id -> holder record (lib/admission.lua)
+  KEYS[6]  queue     zset    waiter id -> band * QUEUE_BAND + tag (lib/admission.lua)
   KEYS[7]  waiters   zset    waiter id -> deadline, ms (dropped unless refreshed)
   KEYS[8]  attempts  zset    "seq:o" -> time, ms: every attempt in the window
   KEYS[9]  limited   zset    "seq:o" -> time, ms: rate-limited attempts in window
   KEYS[10] events    stream  decision log, capped at about config.log_length entries
+  KEYS[11] aging     zset    waiter id -> ms when it goes ahead of every class
+  KEYS[12] shares    zset    tenant -> finish tag: where its next waiter's tag starts
 
 ARGV (common to every script)
   ARGV[1] now       int ms or ''  injected clock, or '' for Redis TIME
@@ -81,12 +83,12 @@ local CREATED       -- keys the call may have created: they get their expiry at 
 -- expiry touch_all gave them: acquiring into an empty fleet sets none.
 local SENTINEL = '~'
 local KEY_NAMES = {'state', 'config', 'policy', 'leases', 'holders', 'queue', 'waiters', 'attempts', 'limited',
-  'events'}
-local TYPES = {'hash', 'hash', 'hash', 'zset', 'hash', 'zset', 'zset', 'zset', 'zset', 'stream'}
+  'events', 'aging', 'shares'}
+local TYPES = {'hash', 'hash', 'hash', 'zset', 'hash', 'zset', 'zset', 'zset', 'zset', 'stream', 'zset', 'zset'}
 
 local function begin(keys, argv)
   KEYS, ARGV = keys, argv
-  for i = 1, 10 do K[KEY_NAMES[i]] = keys[i] end
+  for i = 1, #KEY_NAMES do K[KEY_NAMES[i]] = keys[i] end
   NOW, LIVE, CHANNEL = nil, nil, argv[2]
   S, C, P, DIRTY, STORE, CREATED = nil, nil, nil, nil, nil, nil
   for i = 1, #RESETS do RESETS[i]() end
@@ -166,7 +168,7 @@ local function guard(...)
 end
 
 local function check_types()
-  guard(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+  guard(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 end
 
 -- A stored value as its field's kind (FIELDS, generated from
@@ -289,7 +291,7 @@ local function touch_all()
   check_all()
   redis.call('ZADD', K.leases, 'NX', 0, SENTINEL)
   redis.call('HSETNX', K.holders, SENTINEL, '')
-  for i = 1, 10 do redis.call('PEXPIRE', KEYS[i], C.idle_ms) end
+  for i = 1, #KEY_NAMES do redis.call('PEXPIRE', KEYS[i], C.idle_ms) end
   set('state', 'touch_due', NOW + math.floor(C.idle_ms / 8))
 end
 
