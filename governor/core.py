@@ -9,6 +9,7 @@ is given, else from Redis ``TIME`` inside the scripts.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 import time
@@ -27,6 +28,13 @@ __all__ = ["Outcome", "Wake"]  # defined in governor.protocol, used through here
 Clock = Callable[[], float]
 T = TypeVar("T")
 R = TypeVar("R", covariant=True)
+
+
+class _Unset:
+    """The type of UNSET: an argument not given (None has a meaning of its own)."""
+
+
+UNSET = _Unset()
 
 
 @dataclass(frozen=True)
@@ -531,6 +539,28 @@ class GovernorCore:
         if n > 1_000_000:
             raise ConfigError(f"max_capacity must be <= 1000000, got {n!r}")
         return self._call("set_max", (str(n),), self._parse_status, recreate=create)
+
+    def set_shares(
+        self,
+        tenant_weights: Mapping[str, int] | None = None,
+        default_weight: int | None = None,
+        aging: float | None | _Unset = UNSET,
+        create: bool = True,
+    ) -> Call[Status]:
+        """Store new tenant weights, default weight or aging (None: never),
+        each unchanged when not given; validated as GovernorConfig does."""
+        base = self._fleet_shares()
+        changes: dict[str, Any] = {}
+        if tenant_weights is not None:
+            changes["tenant_weights"] = tenant_weights
+        if default_weight is not None:
+            changes["default_weight"] = default_weight
+        if not isinstance(aging, _Unset):
+            changes["aging"] = aging
+        config = dataclasses.replace(base, **changes)
+        pairs = dict(zip(*[iter(config.script_fields())] * 2, strict=True))
+        args = (pairs["tenant_weights"], pairs["default_weight"], pairs["aging_ms"])
+        return self._call("set_shares", args, self._parse_status, recreate=create)
 
     def pause(self, reason: str, duration: float | None, create: bool = True) -> Call[Status]:
         if not isinstance(reason, str) or not reason.strip() or len(reason.encode()) > 500:

@@ -360,6 +360,7 @@ REPLIES: dict[str, tuple[str, ...]] = {
     "probe": ("status", "missing"),
     "status": ("status", "missing"),
     "set_max": ("status", "missing"),
+    "set_shares": ("status", "missing"),
     "pause": ("status", "missing"),
     "resume": ("status", "missing"),
     "reset": ("status", "missing"),

@@ -46,6 +46,7 @@ OPERATIONS: tuple[str, ...] = (
     "reset",
     "resume",
     "set_max",
+    "set_shares",
     "status",
 )
 #: operations that never write: Redis runs them when out of memory, and on replicas

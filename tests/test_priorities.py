@@ -258,3 +258,27 @@ def _until_queued(gov: Governor, n: int) -> None:
     from .servers import wait_until
 
     wait_until(lambda: gov.status().queued == n, 10, what=f"{n} queued")
+
+
+def test_weights_change_at_run_time_for_every_client(make_gov: MakeGov, clock: FakeClock, sync_client: Any) -> None:
+    slot = Slot(make_gov, clock, sync_client, tenant_weights={"a": 1})
+    other = make_gov(GovernorConfig(max_capacity=1, **SLOW), clock=clock)  # its own config names no weights
+    other.status()
+    status = other.set_shares(tenant_weights={"a": 3, "b": 2}, aging=None)
+    assert status.max_capacity == 1
+    assert other._core.place(tenant="a").weight == 3
+    slot.gov._learn_config()  # as the config wake makes every client do
+    assert slot.gov._core.place(tenant="b").weight == 2 and slot.gov._core.place(tenant="c").weight == 1
+    (changed,) = [e for e in read_events(sync_client, slot.gov.keys) if e.kind == "set_shares"]
+    assert (changed.fields["tenant_weights"], changed.fields["from_weights"]) == ("a=3,b=2", "a=1")
+    assert GovernorConfig.from_stored(slot.gov._core.stored_config or {}).aging is None
+    with pytest.raises(ConfigError, match="0 or below"):
+        other.set_shares(tenant_weights={"a": 0})
+
+
+def test_the_script_refuses_tampered_weights(make_gov: MakeGov, clock: FakeClock) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=1, **SLOW), clock=clock)
+    good = gov._core.set_shares(default_weight=2)
+    for bad in [("a=0", "1", "0"), ("a=3,,b=1", "1", "0"), ("a b=1", "1", "0"), ("", "1001", "0")]:
+        with pytest.raises(GovernorError, match="weight"):
+            gov._execute(type(good)(good.script, (*good.args[:2], *bad), good.parse))

@@ -32,9 +32,11 @@ from ..core import (
     GovernorCore,
     Granted,
     Outcome,
+    UNSET,
     Place,
     Queued,
     Status,
+    _Unset,
     new_id,
     text,
 )
@@ -707,6 +709,25 @@ class Governor:
     def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
         """Change the ceiling; applied at once unless paused (then on resume)."""
         return self._found(self._execute(self._core.set_max_capacity(n, create)))
+
+    def set_shares(
+        self,
+        *,
+        tenant_weights: Mapping[str, int] | None = None,
+        default_weight: int | None = None,
+        aging: float | None | _Unset = UNSET,
+        create: bool = True,
+    ) -> Status:
+        """Change the tenants' weights (the whole mapping), the default
+        weight, or the aging (None: never) fleet-wide at run time; what is
+        not given stays. Every client uses them for the callers it queues
+        from then on (the config wake); what the policy learnt is kept."""
+        if self._core.stored_config is None:
+            self._learn_config()  # changes are to the fleet's config, not this object's
+        call = self._core.set_shares(tenant_weights, default_weight, aging, create)
+        status = self._found(self._execute(call))
+        self._learn_config()  # this object's next callers use them at once
+        return status
 
     def pause(self, reason: str, duration: float | None = None, *, create: bool = True) -> Status:
         """Stop admissions fleet-wide (held leases keep running) until

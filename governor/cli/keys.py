@@ -32,12 +32,15 @@ KEY_MEANING = {
     "config": "the stored config: base fields and the policy's own",
     "policy": "what the policy learnt (its own fields)",
     "leases": f"lease id -> expiry (ms); in-flight = live entries ({SENTINEL!r} keeps the key, not counted)",
-    "holders": f"lease/waiter id -> fence|ttl_ms|since_ms|cost|holder ({SENTINEL!r} keeps the key, not counted)",
-    "queue": "waiter id -> ticket (FIFO order)",
+    "holders": f"lease/waiter id -> fence|ttl_ms|since_ms|input|output|level|rank|tenant|holder ({SENTINEL!r} keeps "
+    "the key, not counted)",
+    "queue": "waiter id -> band * 2^50 + tag: a higher class first (band 0: aged), then the fair-queueing tag",
     "waiters": "waiter id -> deadline (ms) to refresh by",
     "attempts": "seq:outcome -> time (ms): the window",
     "limited": "the rate-limited subset of attempts",
     "events": "the decision log (capped stream)",
+    "aging": "waiter id -> time (ms) it goes ahead of every class",
+    "shares": "tenant -> finish tag: where its next waiter's tag starts (behind vtime: pruned)",
     "channel": "pub/sub channel announcing grants (not a key)",
 }
 if set(KEY_MEANING) != {*KEY_NAMES, "channel"}:

@@ -487,7 +487,7 @@ local function grant(caller)
     local deadline = tonumber(redis.call('ZSCORE', K.waiters, head))
     redis.call('ZREM', K.queue, head)
     redis.call('ZREM', K.waiters, head)
-    if score >= QUEUE_BAND and m and m.rank > 0 and C.aging_ms > 0 then redis.call('ZREM', K.aging, head) end
+    if score >= QUEUE_BAND and m and m.rank > 0 and S.aging_due > 0 then redis.call('ZREM', K.aging, head) end
     if impossible then
       -- A budget's limit fell below its cost: its refresh is refused (acquire again).
       redis.call('HDEL', K.holders, head)
