@@ -14,13 +14,16 @@ entry per policy, in tests/model_policies.py); the one admission rule over
 budgets (:meth:`Model.blocked`: pause, hold, concurrency, then each active
 token bucket); reservations, settlement and header calibration; operator
 pause/resume/set_max/reset; TTL leases with lazy reclaim (at most
-``BATCH`` per call, in the order Redis sorts a sorted set); the FIFO queue
-with waiter deadlines; grants on release/expiry/capacity change; fences.
+``BATCH`` per call, in the order Redis sorts a sorted set); the queue of
+priority classes (band), aging and start-time fair queueing between
+weighted tenants (tag, vtime, the shares of idle tenants pruned), with
+waiter deadlines; grants on release/expiry/capacity change; fences.
 
 Besides answering, the model checks the rules SPEC §3 states as
 invariants, independently of how the scripts are written: every admission
 happens while not paused, not held, with room in every budget and with no
-earlier live waiter left behind; no lease id is granted twice; fences
+live waiter of a smaller score left behind; FIFO within a class and
+tenant (a tenant's tags only grow); no lease id is granted twice; fences
 only grow. A broken rule raises :class:`ModelViolation`.
 """
 
@@ -32,7 +35,16 @@ from typing import Any
 
 from governor.budgets import KINDS as BUDGET_KINDS
 from governor.budgets import Tokens
-from governor.protocol import CONFIG, SCHEMA_VERSION, SENTINEL, HolderRecord, all_fields
+from governor.protocol import (
+    CONFIG,
+    DEFAULT_TENANT,
+    QUANTUM,
+    QUEUE_BAND,
+    SCHEMA_VERSION,
+    SENTINEL,
+    HolderRecord,
+    all_fields,
+)
 
 from .model_policies import POLICIES, Policy
 
@@ -89,15 +101,17 @@ class Model:
     policy_state: dict[str, Any] = field(default_factory=dict)
     leases: dict[str, int] = field(default_factory=dict)  #: id -> expiry ms (and the sentinel, 0)
     holders: dict[str, str] = field(default_factory=dict)  #: id -> holder record (and the sentinel, '')
-    queue: dict[str, int] = field(default_factory=dict)  #: id -> ticket
+    queue: dict[str, int] = field(default_factory=dict)  #: id -> band * QUEUE_BAND + tag
+    aging: dict[str, int] = field(default_factory=dict)  #: id -> ms it goes ahead of every class
+    shares: dict[str, int] = field(default_factory=dict)  #: tenant -> finish tag
     waiters: dict[str, int] = field(default_factory=dict)  #: id -> deadline ms
     attempts: list[tuple[int, str]] = field(default_factory=list)  #: (time, "seq:o")
     published: list[str] = field(default_factory=list)  #: messages on the wake channel, in order
     #: every grant made (id, fence), in order; adoptions are not grants
     grants: list[tuple[str, int]] = field(default_factory=list)
     now: int = 0
-    #: ticket of the last waiter admitted from the queue (FIFO: only grows)
-    last_ticket: int = 0
+    #: (rank, tenant) -> the tag of its last waiter admitted from the queue (FIFO: only grows)
+    last_tag: dict[tuple[int, str], int] = field(default_factory=dict)
     #: clients subscribed to the wake channel (init holds when others listen)
     listeners: int = 0
 
@@ -170,7 +184,10 @@ class Model:
         for m in dead:
             del self.waiters[m]
             self.queue.pop(m, None)
+            self.aging.pop(m, None)
             self.holders.pop(m, None)
+        # finish tags behind vtime say nothing: idle tenants leave no trace
+        self.shares = {t: f for t, f in self.shares.items() if f > S["vtime"]}
         horizon = self.now - self.C["window_ms"]
         self.attempts = [(t, m) for t, m in self.attempts if t >= horizon]
 
@@ -318,7 +335,9 @@ class Model:
     def _record(self, lease_id: str) -> HolderRecord | None:
         return HolderRecord.parse(self.holders.get(lease_id))
 
-    def _admit(self, lease_id: str, ttl: int, holder: str, tokens: Tokens = NO_TOKENS) -> int:
+    def _admit(
+        self, lease_id: str, ttl: int, holder: str, tokens: Tokens = NO_TOKENS, place: tuple[int, str] = (0, "")
+    ) -> int:
         """One admission: check the rules of SPEC §3 and §9, take the next fence."""
         S = self.S
         if S["paused"] == 1 or self.now < S["not_before"]:
@@ -332,32 +351,64 @@ class Model:
                 raise ModelViolation(f"{lease_id} admitted with {cost} {kind} wanted and {level} left")
         if self.leases.get(lease_id, 0) > self.now:
             raise ModelViolation(f"lease {lease_id} granted while it is live")
-        fence = self._add_lease(lease_id, ttl, holder, tokens)
+        fence = self._add_lease(lease_id, ttl, holder, tokens, place)
         if self.grants and fence <= max(f for _, f in self.grants):
             raise ModelViolation("fence did not grow")
         self.grants.append((lease_id, fence))
         return fence
 
-    def _add_lease(self, lease_id: str, ttl: int, holder: str, tokens: Tokens = NO_TOKENS) -> int:
+    def _add_lease(
+        self, lease_id: str, ttl: int, holder: str, tokens: Tokens = NO_TOKENS, place: tuple[int, str] = (0, "")
+    ) -> int:
         S = self.S
         S["fence"] += 1
         level = self.in_flight() + 1  # itself included
         self.leases[lease_id] = self.now + ttl
-        record = HolderRecord(S["fence"], ttl, self.now, tokens.input, tokens.output, level, holder)
+        rank, tenant = place[0], place[1] or DEFAULT_TENANT
+        record = HolderRecord(S["fence"], ttl, self.now, tokens.input, tokens.output, level, rank, tenant, holder)
         self.holders[lease_id] = record.format()
         self._take(tokens)
         return int(S["fence"])
 
+    def _enqueue(self, lease_id: str, rank: int, tenant: str, weight: int) -> None:
+        """A new waiter's place: its tag starts at max(vtime, its tenant's
+        finish tag), which moves on by ceil(QUANTUM / weight)."""
+        S, C = self.S, self.C
+        start = max(S["vtime"], self.shares.get(tenant, 0))
+        self.shares[tenant] = start + -(-QUANTUM // weight)
+        self.queue[lease_id] = (rank + 1) * QUEUE_BAND + start
+        if rank > 0 and C["aging_ms"] > 0:
+            due = self.now + C["aging_ms"]
+            self.aging[lease_id] = due
+            if S["aging_due"] == 0 or due < S["aging_due"]:
+                S["aging_due"] = due
+
+    def _age(self) -> None:
+        """Waiters that waited aging_ms go to band 0 with their tags, at most BATCH."""
+        S = self.S
+        if S["aging_due"] == 0 or self.now < S["aging_due"]:
+            return
+        due = [m for m, t in _zsorted(self.aging) if t <= self.now][:BATCH]
+        moved = 0
+        for m in due:
+            score = self.queue.get(m)
+            if score is not None and score >= QUEUE_BAND:
+                self.queue[m] = score % QUEUE_BAND
+                moved += 1
+            del self.aging[m]
+        S["aging_due"] = _zsorted(self.aging)[0][1] if self.aging else 0
+
     def _grant(self, caller: str | None = None) -> dict[str, int]:
         """Admit from the head of the queue while the rule lets it in."""
         S = self.S
+        self._age()
         granted: dict[str, int] = {}
         words: list[str] = []
         skipped = admitted = 0
         while skipped <= BATCH and admitted < BATCH:  # at most BATCH grants per call
             if not self.queue:
                 break
-            head, ticket = _zsorted(self.queue)[0]
+            head, score = _zsorted(self.queue)[0]
             record = self._record(head)
             tokens = Tokens(record.input, record.output) if record is not None else NO_TOKENS
             why, hint = self.blocked()  # pause, hold, concurrency (and budgets at no cost)
@@ -372,15 +423,21 @@ class Model:
                 break
             deadline = self.waiters.pop(head, None)
             del self.queue[head]
+            if score >= QUEUE_BAND and record is not None and record.rank > 0 and S["aging_due"] > 0:
+                self.aging.pop(head, None)
             if impossible:  # a budget's limit fell below its cost: its refresh is refused
                 self.holders.pop(head, None)
                 self.published.append(f"{S['epoch']} @1")
                 skipped += 1
             elif deadline is not None and deadline > self.now and record is not None:
-                if ticket <= self.last_ticket:
-                    raise ModelViolation(f"FIFO broken: ticket {ticket} granted after {self.last_ticket}")
-                self.last_ticket = ticket
-                granted[head] = self._admit(head, record.ttl_ms, record.holder, tokens)
+                if any(s < score for m, s in self.queue.items() if self.waiters.get(m, 0) > self.now):
+                    raise ModelViolation(f"{head} granted ahead of a live waiter of a smaller score")
+                tag, place = score % QUEUE_BAND, (record.rank, record.tenant)
+                if tag <= self.last_tag.get(place, -1):
+                    raise ModelViolation(f"FIFO broken in class {record.rank} of tenant {record.tenant}")
+                self.last_tag[place] = max(tag, self.last_tag.get(place, -1))
+                granted[head] = self._admit(head, record.ttl_ms, record.holder, tokens, place)
+                S["vtime"] = max(S["vtime"], tag)
                 if head != caller:
                     words.append(f"{head}:{granted[head]}")
                 admitted += 1
@@ -491,7 +548,9 @@ class Model:
             return [SCHEMA, "exists", self.S["epoch"], *self._config_pairs()]
         # init deletes the state, config and policy hashes before it writes a new state
         self.state = {"schema": SCHEMA, "epoch": epoch, "created": self.now}
-        self.S.update(fence=max(fence_floor, self.now * 1000), ticket=0, event_seq=0, quota_exhausted=0, quota_at=0)
+        self.S.update(fence=max(fence_floor, self.now * 1000), vtime=0, aging_due=0, event_seq=0)
+        self.S.update(quota_exhausted=0, quota_at=0)
+        self.aging, self.shares = {}, {}  # tags start again at vtime 0
         self.S.update(touch_due=0, reclaim_due=0)
         self._apply_config(raw)
         self.published.append(epoch)  # the new state is announced: holders renew at once
@@ -512,7 +571,8 @@ class Model:
 
     def _op_acquire(self, a: list[str]) -> list[Any]:
         lease_id, holder, ttl, queue_ttl, mode = a[0], a[1], int(a[2]), int(a[3]), a[4]
-        tokens = parse_tokens(a[5] if len(a) > 5 else None)
+        tokens = parse_tokens(a[5])
+        rank, tenant, weight = int(a[6]), a[7], int(a[8])
         if mode not in ("wait", "again", "try"):
             raise ValueError(f"mode {mode!r}")
         if self.state is None:
@@ -533,6 +593,7 @@ class Model:
             if in_queue:
                 del self.queue[lease_id]
                 self.waiters.pop(lease_id, None)
+                self.aging.pop(lease_id, None)
                 self.holders.pop(lease_id, None)
             return [SCHEMA, "refused", impossible, S["epoch"]]
         if in_queue:
@@ -540,13 +601,13 @@ class Model:
         else:
             reason, hint = self.blocked(tokens)
             if self._queued() == 0 and reason is None:  # nobody waits and the rule admits: at once
-                return [SCHEMA, "granted", self._admit(lease_id, ttl, holder, tokens), ttl, S["epoch"]]
+                return [SCHEMA, "granted", self._admit(lease_id, ttl, holder, tokens, (rank, tenant)), ttl, S["epoch"]]
             if mode == "try":
                 return [SCHEMA, "denied", reason or "earlier callers are queued", str(hint), S["epoch"]]
-            S["ticket"] += 1
-            self.queue[lease_id] = S["ticket"]
+            self._enqueue(lease_id, rank, tenant, weight)
             self.waiters[lease_id] = self.now + queue_ttl
-            self.holders[lease_id] = HolderRecord(0, ttl, self.now, tokens.input, tokens.output, 0, holder).format()
+            record = HolderRecord(0, ttl, self.now, tokens.input, tokens.output, 0, rank, tenant, holder)
+            self.holders[lease_id] = record.format()
         granted = self._grant(lease_id)
         if lease_id in granted:
             return [SCHEMA, "granted", granted[lease_id], ttl, S["epoch"]]
@@ -592,6 +653,7 @@ class Model:
         if self.queue.pop(lease_id, None) is not None:
             was = "queued"
             self.waiters.pop(lease_id, None)
+            self.aging.pop(lease_id, None)
             self.holders.pop(lease_id, None)
         elif self.leases.pop(lease_id, None) is not None:
             was = "granted"
@@ -744,6 +806,17 @@ class Model:
         self._grant()
         return self._status_reply()
 
+    def _op_set_shares(self, a: list[str]) -> list[Any]:
+        weights, default_weight, aging = a[0], a[1], a[2]
+        if self.state is None:
+            return [SCHEMA, "missing"]
+        self._keep_alive()
+        self.raw_config.update(tenant_weights=weights, default_weight=default_weight, aging_ms=aging)
+        self.published.append(f"{self.S['epoch']} !config")  # clients learn the stored config anew
+        self._reclaim(force=True)
+        self._grant()
+        return self._status_reply()
+
     def _op_reset(self, a: list[str]) -> list[Any]:
         raw = self._parse_config(a) if a else None
         if self.state is None:
@@ -764,8 +837,9 @@ class Model:
         """Every key gone (Redis restarted without persistence, FLUSHDB)."""
         self.state = None
         self.raw_config, self.policy_state = {}, {}
-        self.last_ticket = 0
+        self.last_tag = {}
         self.leases, self.holders, self.queue, self.waiters, self.attempts = {}, {}, {}, {}, []
+        self.aging, self.shares = {}, {}
 
     def stored(self) -> dict[str, dict[str, Any]]:
         """The three hashes (strings as strings, numbers as floats: see :func:`parse_hash`);

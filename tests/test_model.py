@@ -43,7 +43,7 @@ from governor.budgets import Tokens
 from governor.core import Call
 from governor.errors import CostTooLarge
 from governor.policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
-from governor.protocol import SENTINEL, HolderRecord
+from governor.protocol import QUEUE_BAND, SENTINEL, HolderRecord
 from governor.scripts import function_name, library
 
 from .conftest import FakeClock
@@ -52,6 +52,9 @@ from .model import Model, init_call, parse_hash
 #: operations run by every test of this module, for the report (-s prints them), and
 #: how often the random runs reached each budget path (the test fails if one never is)
 OPERATIONS = {"count": 0, "checks": 0, "budget_wait": 0, "refused": 0, "settled": 0, "calibrated": 0}
+OPERATIONS.update({"rank0": 0, "rank1": 0, "rank2": 0, "aged": 0})
+#: the queue's paths: waiters of each class, and aged ones
+QUEUE_PATHS = ("rank0", "rank1", "rank2", "aged")
 BUDGET_PATHS = ("refused", "settled", "calibrated")  #: budget waits: also the directed replay below
 
 SETTINGS = settings(
@@ -124,8 +127,13 @@ ceilings = st.fixed_dictionaries(
         "output_tokens_per_minute": st.sampled_from([300, 3000]),
     },
 )
+#: the classes' aging (None: never; 0.5 s and 2 s: within a run's clock steps) and the tenants' weights
+shares = st.fixed_dictionaries(
+    {"aging": st.sampled_from([None, 0.5, 2.0, 30.0])},
+    optional={"tenant_weights": st.sampled_from([{"a": 3, "b": 1}, {"a": 1000}]), "default_weight": st.just(2)},
+)
 configs = st.builds(
-    lambda policy, cap, window, resume, ra_cap, budgets: GovernorConfig(
+    lambda policy, cap, window, resume, ra_cap, budgets, share: GovernorConfig(
         policy=policy,
         max_capacity=cap,
         window=window,
@@ -135,6 +143,7 @@ configs = st.builds(
         poll=1.0,
         queue_ttl=3.0,
         **budgets,
+        **share,
     ),
     policies,
     st.integers(1, 6),
@@ -142,7 +151,10 @@ configs = st.builds(
     st.sampled_from([0.25, 0.5, 1.0]),
     st.sampled_from([0.0, 4.0, 60.0]),
     ceilings,
+    shares,
 )
+#: where a caller waits: its class (None: the default) and tenant (None: the default)
+places = st.tuples(st.sampled_from([None, "interactive", "default", "batch"]), st.sampled_from([None, "a", "b", "c"]))
 #: a lease's estimate, and a call's usage: none, small, or above some limits
 token_counts = st.one_of(
     st.none(),
@@ -257,15 +269,21 @@ class GovernorMachine(RuleBasedStateMachine):
         except CostTooLarge:
             return ["2", "refused"]
 
-    @rule(holder=st.sampled_from(["a", "host-2/agent-7", "x|y z"]), tokens=token_counts)
-    def enqueue(self, holder: str, tokens: Tokens | None) -> None:
+    @rule(holder=st.sampled_from(["a", "host-2/agent-7", "x|y z"]), tokens=token_counts, where=places)
+    def enqueue(self, holder: str, tokens: Tokens | None, where: tuple[str | None, str | None]) -> None:
         lease_id = self.new_id()
-        self.note_grant(lease_id, self.acquire(self.g._core.acquire(lease_id, holder, wait=True, tokens=tokens)))
+        place = self.g._core.place(*where)
+        call = self.g._core.acquire(lease_id, holder, wait=True, tokens=tokens, place=place)
+        self.note_grant(lease_id, self.acquire(call))
+        OPERATIONS[f"rank{place.rank}"] += 1
 
-    @rule(tokens=token_counts)
-    def try_acquire(self, tokens: Tokens | None) -> None:
+    @rule(tokens=token_counts, where=places)
+    def try_acquire(self, tokens: Tokens | None, where: tuple[str | None, str | None]) -> None:
         lease_id = self.new_id()
-        self.note_grant(lease_id, self.acquire(self.g._core.acquire(lease_id, "try", wait=False, tokens=tokens)))
+        place = self.g._core.place(*where)
+        self.note_grant(
+            lease_id, self.acquire(self.g._core.acquire(lease_id, "try", wait=False, tokens=tokens, place=place))
+        )
 
     @rule(tokens=token_counts, usage=token_counts, calls=st.integers(2, 5))
     def short_calls(self, tokens: Tokens | None, usage: Tokens | None, calls: int) -> None:
@@ -363,6 +381,12 @@ class GovernorMachine(RuleBasedStateMachine):
     def resume(self) -> None:
         self.run(self.g._core.resume())
 
+    @rule(weights=st.sampled_from([{}, {"a": 1, "b": 5}, {"c": 7}]), aging=st.sampled_from([None, 1.0, 4.0]))
+    def set_shares(self, weights: dict[str, int], aging: float | None) -> None:
+        """An operator changes the weights and the aging: later waiters use them."""
+        self.run(self.g._core.set_shares(tenant_weights=weights, aging=aging))
+        self.g._core.stored_config = dict(self.model.raw_config)  # as the config wake has every client learn
+
     @rule(with_config=st.booleans())
     def reset(self, with_config: bool) -> None:
         """Without a config: the stored one applied afresh; with one: this client's."""
@@ -415,6 +439,9 @@ class GovernorMachine(RuleBasedStateMachine):
         assert [norm(m) for m in c.zrange(keys.queue, 0, -1)] == self.model.queue_order()
         assert as_zset(c.zrange(keys.queue, 0, -1, withscores=True)) == self.model.queue
         assert as_zset(c.zrange(keys.waiters, 0, -1, withscores=True)) == self.model.waiters
+        assert as_zset(c.zrange(keys.aging, 0, -1, withscores=True)) == self.model.aging
+        OPERATIONS["aged"] += sum(1 for score in self.model.queue.values() if score < QUEUE_BAND)
+        assert as_zset(c.zrange(keys.shares, 0, -1, withscores=True)) == self.model.shares
         OPERATIONS["checks"] += 1
         self.run(self.g._core.status())  # capacity, pause, max, not_before, counts, window
 
@@ -448,6 +475,10 @@ def test_the_scripts_agree_with_the_model(backend: str, redis_url: str, fake_ser
     print(f"{backend}: budget paths reached: " + ", ".join(f"{key} {ran[key]}" for key in BUDGET_PATHS))
     assert calls - checks > 500
     assert all(ran[key] > 0 for key in BUDGET_PATHS), f"a budget path was never reached: {ran}"
+    print(f"{backend}: queue paths reached: " + ", ".join(f"{key} {ran[key]}" for key in QUEUE_PATHS))
+    # aging is reached only sometimes (a lower class's waiter must outlive aging
+    # while the slots stay taken): the directed replay below walks it every time
+    assert all(ran[key] > 0 for key in QUEUE_PATHS if key != "aged"), f"a queue path was never reached: {ran}"
 
 
 def test_a_capacity_jump_admits_at_most_a_batch_per_call_like_the_model(redis_url: str) -> None:
@@ -587,3 +618,43 @@ def test_releasing_a_waiters_id_leaves_its_place_alone(replay_client: Any, give_
         ],
     )
     assert [lease for lease, _ in model.grants] == ["a", "b"]
+
+
+def test_classes_aging_and_tenant_shares_agree_with_the_model(replay_client: Any) -> None:
+    """The queue's paths step by step: three classes, two weighted tenants,
+    a batch waiter that ages ahead of every class, a cancel, a dead waiter,
+    a change of weights, and the pruning of finish tags behind vtime."""
+    config = GovernorConfig(
+        max_capacity=1, policy="fixed", aging=0.5, tenant_weights={"a": 3}, lease_ttl=10.0, poll=1.0, queue_ttl=3.0
+    )
+
+    def wait(lease_id: str, priority: str | None = None, tenant: str | None = None) -> Any:
+        return lambda core: core.acquire(lease_id, "h", wait=True, place=core.place(priority, tenant))
+
+    model = replay(
+        replay_client,
+        [
+            wait("holder"),
+            wait("b1", "batch", "b"),
+            0.2,
+            wait("i1", "interactive", "a"),
+            wait("i2", "interactive", "b"),
+            wait("d1", None, "a"),
+            wait("d2", None, "a"),
+            wait("gone", "batch"),
+            lambda core: core.cancel("gone"),
+            0.4,  # b1 has waited 0.6 s: it ages at the next grant
+            lambda core: core.release("holder"),
+            lambda core: core.refresh(["i1", "i2", "d1", "d2"]),
+            lambda core: core.release("b1"),
+            lambda core: core.set_shares(tenant_weights={"b": 5}, aging=None),
+            wait("late", "batch", "b"),
+            lambda core: core.release("i1"),
+            2.0,
+            lambda core: core.refresh(["late"]),  # i2, d1, d2 stopped refreshing: gone
+            lambda core: core.probe(),
+        ],
+        config,
+    )
+    assert [lease for lease, _ in model.grants] == ["holder", "b1", "i1", "i2"]
+    assert model.S["aging_due"] == 0 and not model.aging
