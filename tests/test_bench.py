@@ -147,6 +147,11 @@ def test_the_instructions_measurement_counts_every_phase(redis_url: str, tmp_pat
     scale = counted["rows"][0]
     assert scale["phase"] == "incr_decr" and scale["pair_ratio"] == pytest.approx(1.0)
     by_phase = {row["phase"]: row for row in counted["rows"]}
+    # the queue across tenants: 20 waiters taking turns among 20 tenants, against 10 of one tenant
+    assert counted["tenants"] == 20
+    for phase in ("join_queue", "grant_head", "hand_over"):
+        assert by_phase[f"{phase}_tenants"]["deep"] > 0 and by_phase[f"{phase}_tenants"]["shallow"] > 0
+    assert "across tenants" in markdown.read_text()
     # the floor: two empty calls cost less than two calls that do the work
     assert by_phase["empty_fcall"]["shallow"] < by_phase["acquire_release"]["shallow"]
     assert by_phase["empty_evalsha"]["shallow"] < by_phase["acquire_release"]["shallow"]

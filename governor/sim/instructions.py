@@ -32,7 +32,11 @@ to an ``INCR`` + ``DECR`` pair on the same client.
   callers that cost no client work: an ``acquire`` that joins the queue's
   tail, a ``release`` that grants the queue's head, and both (the
   hand-over a saturated fleet does at each completion), one ``FCALL`` of
-  the governor's library each.
+  the governor's library each;
+- *queue across tenants*: the same three, with the waiters (and newcomers)
+  taking turns among ``TENANTS`` (100) tenants of equal weight at the deep
+  state (the fair queue's tags and the ``shares`` zset at work), against 10
+  waiters of one tenant at the shallow one: the cost of fair shares at depth.
 
 Not isolated: the pub/sub wake-up and the waiters' refresh (the worker
 does them in the background, by time), and ``cancel`` (a waiter's timeout).
@@ -61,6 +65,7 @@ from .redis_server import RedisServer, callgrind, valgrind_missing
 
 SHALLOW = 10
 DEPTH_TARGET = 1.2  # an operation's cost with the deep state / its cost with the shallow one
+TENANTS = 100  # the tenants the deep state's waiters take turns among in the queue-across-tenants phases
 
 #: phase key -> what the report calls it
 PHASES = {
@@ -77,6 +82,9 @@ PHASES = {
     "join_queue": "acquire joining the queue's tail (core)",
     "grant_head": "release granting the queue's head (core)",
     "hand_over": "hand-over: release + a newcomer queued (core)",
+    "join_queue_tenants": "acquire joining the queue, waiters of 1 tenant vs across 100 tenants (core)",
+    "grant_head_tenants": "release granting the queue's head, waiters of 1 tenant vs across 100 tenants (core)",
+    "hand_over_tenants": "hand-over, waiters of 1 tenant vs across 100 tenants (core)",
 }
 
 
@@ -122,14 +130,25 @@ class _Callgrind:
         return out
 
 
-def _fill(driver: _Driver, leases: int, waiters: int) -> tuple[deque[str], deque[str]]:
-    """``leases`` live leases, then ``waiters`` queued callers, by pipelines of script calls."""
-    holders = deque(f"h{uuid.uuid4().hex}" for _ in range(leases))
-    queue = deque(f"w{uuid.uuid4().hex}" for _ in range(waiters))
+def _tenant(i: int) -> str:
+    return f"t{i:03d}"
+
+
+def _fill(driver: _Driver, leases: int, waiters: int, tenants: int = 0) -> tuple[deque[str], deque[str]]:
+    """``leases`` live leases, then ``waiters`` queued callers, by pipelines of
+    script calls: of the default tenant, or (``tenants`` > 0) taking turns
+    among that many tenants, with ids in the order they were sent (a tie of
+    the fair queue's tags goes to the lower id, so the queue stays in that order)."""
+    holders = deque(f"h{i:08d}{uuid.uuid4().hex[:16]}" if tenants else f"h{uuid.uuid4().hex}" for i in range(leases))
+    queue = deque(f"w{i:08d}{uuid.uuid4().hex[:16]}" if tenants else f"w{uuid.uuid4().hex}" for i in range(waiters))
+    places = [driver.core.place(tenant=_tenant(i)) for i in range(tenants)]
     for ids, wait, kind in ((list(holders), False, Granted), (list(queue), True, Queued)):
         for start in range(0, len(ids), 500):
             pipe = driver.client.pipeline(transaction=False)
-            calls = [driver.core.acquire(lease_id, "bench", wait=wait) for lease_id in ids[start : start + 500]]
+            calls = [
+                driver.core.acquire(lease_id, "bench", wait=wait, place=places[i % tenants] if tenants else None)
+                for i, lease_id in enumerate(ids[start : start + 500], start)
+            ]
             for call in calls:
                 driver.run(call, pipe)
             for call, reply in zip(calls, pipe.execute(), strict=True):
@@ -186,15 +205,33 @@ def _depth(counter: _Callgrind, client: redis.Redis, depth: int, calls: int) -> 
         gov.close()
         client.delete(*gov.keys.keys)
     # -- the queue: capacity full, as many waiters as leases, through the core ----------------
-    qname = f"bench-instrq{depth}-{tag}"
-    driver = _Driver(client, qname, _config(max_capacity=depth))
+    _queue(counter, client, depth, calls, f"bench-instrq{depth}-{tag}", 0, "")
+    # -- the same across tenants: one at the shallow state, TENANTS at the deep one ------------
+    tenants = 1 if depth <= SHALLOW else min(TENANTS, depth)
+    _queue(counter, client, depth, calls, f"bench-instrt{depth}-{tag}", tenants, "_tenants")
+
+
+def _queue(counter: _Callgrind, client: redis.Redis, depth: int, calls: int, name: str, tenants: int,
+           suffix: str) -> None:  # fmt: skip
+    """The queue phases on a governor of their own: capacity full with
+    ``depth`` leases, ``depth`` waiters behind them (of the default tenant, or
+    taking turns among ``tenants``, newcomers too), counted as
+    ``d<depth>:<phase><suffix>``."""
+    driver = _Driver(client, name, _config(max_capacity=depth))
     try:
         driver.run(driver.core.init(holds_leases=False))
-        holders, queue = _fill(driver, depth, depth)
+        holders, queue = _fill(driver, depth, depth, tenants)
+        places = [driver.core.place(tenant=_tenant(i)) for i in range(tenants)]
+        joined = len(queue)
 
         def join() -> None:
-            newcomer = f"w{uuid.uuid4().hex}"
-            if not isinstance(driver.run(driver.core.acquire(newcomer, "bench", wait=True)), Queued):
+            nonlocal joined
+            if tenants:
+                newcomer, place = f"w{joined:08d}{uuid.uuid4().hex[:16]}", places[joined % tenants]
+            else:
+                newcomer, place = f"w{uuid.uuid4().hex}", None
+            joined += 1
+            if not isinstance(driver.run(driver.core.acquire(newcomer, "bench", wait=True, place=place)), Queued):
                 raise RuntimeError(f"a newcomer behind {len(queue)} waiters was not queued")
             queue.append(newcomer)
 
@@ -207,9 +244,9 @@ def _depth(counter: _Callgrind, client: redis.Redis, depth: int, calls: int) -> 
             grant()
             join()
 
-        counter.count(f"d{depth}:join_queue", join, calls)
-        counter.count(f"d{depth}:grant_head", grant, calls)
-        counter.count(f"d{depth}:hand_over", hand_over, calls)
+        counter.count(f"d{depth}:join_queue{suffix}", join, calls)
+        counter.count(f"d{depth}:grant_head{suffix}", grant, calls)
+        counter.count(f"d{depth}:hand_over{suffix}", hand_over, calls)
         status = driver.run(driver.core.status())
         if status.in_flight != depth or status.queued != depth:
             raise RuntimeError(f"the queue state drifted: {status.in_flight} leases, {status.queued} queued")
@@ -261,7 +298,8 @@ def measure_instructions(calls: int = 200, deep: int = 10_000, shallow: int = SH
                 "depth_ratio": at_deep / at_shallow,
             }
         )
-    return {"redis_version": version, "calls": calls, "shallow": shallow, "deep": deep, "rows": rows}
+    return {"redis_version": version, "calls": calls, "shallow": shallow, "deep": deep,
+            "tenants": min(TENANTS, deep), "rows": rows}  # fmt: skip
 
 
 def format_instructions(result: dict[str, Any]) -> str:
@@ -280,6 +318,13 @@ def format_instructions(result: dict[str, Any]) -> str:
             f"| {row['label']} | {row['shallow']:,.0f} | {row['pair_ratio']:.1f}x | {row['deep']:,.0f} | "
             f"{row['pair_ratio_deep']:.1f}x | {row['depth_ratio']:.2f}x{met} |"
         )
+    if any(row["phase"].endswith("_tenants") for row in result["rows"]):
+        lines += [
+            "",
+            f"The rows *across tenants*: at {s}, {s} waiters of one tenant; at {d:,}, {d:,} waiters (and each "
+            f"newcomer) taking turns among {result.get('tenants', TENANTS)} tenants of equal weight: the fair "
+            "queue's tags and its `shares` zset at depth, against one tenant's queue.",
+        ]
     return "\n".join(lines)
 
 

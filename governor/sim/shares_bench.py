@@ -17,14 +17,18 @@ Scenarios (:func:`scenarios`):
 ``interactive``
     1 agent with ``priority="interactive"`` among ``agents - 1`` sub-agents
     of the default class. Goals: the interactive agent's p99 admission wait
-    at most 2 hand-overs; the fleet kept at the limit (utilisation >= 0.97).
+    at most 2 hand-overs, and so its p99 wait beyond the first slot freeing
+    after it asked (what the queue and the client add to an ideal queue's
+    wait); the fleet kept at the limit (utilisation >= 0.97).
 ``tenants``
     Two tenants, ``tenant_weights={"a": 3, "b": 1}``, half the agents each.
     Goal: over every ``share_interval`` (10 s), each tenant's share of the
     in-flight time within 5 points of 75 / 25. Then every agent of tenant a
     stops at once (its waiters leave the queue, its holders release):
     goal, tenant b holds the whole limit within one hand-over of a's last
-    lease ending (the time from the stop itself is printed beside it).
+    lease ending (the time from the stop itself is printed beside it, and
+    how many of a's agents ``acquire()`` handed a lease although their task
+    had just been cancelled: an agent also stops at its next request).
 ``aging``
     A flood of ``flood`` interactive agents and ``agents - flood - batch``
     default ones, with ``batch`` agents of the lowest class, ``batch``;
@@ -32,8 +36,10 @@ Scenarios (:func:`scenarios`):
     admitted; goal: no batch wait longer than the aging time plus one lease's
     (mean) hold.
 
-Figures (times from the agents' own clocks: the host processes run on one
-machine and share it):
+Each host makes one call of its governor object before the start (the
+library loaded, the grants' channel listened to), so no first wait counts
+an object's warm-up. Figures (times from the agents' own clocks: the host
+processes run on one machine and share it):
 
 - *hand-over*: the mean hold over the capacity, the mean time between two
   slots freeing at saturation; waits are given in ms and in hand-overs;
@@ -50,7 +56,9 @@ machine and share it):
   phases it is close to exponential, its p99 several hand-overs);
 - *utilisation*: the time leases spent in the agents' hands over capacity x
   time (a slot between its grant in Redis and its holder's wake-up counts as
-  idle); beside it Redis's own in-flight count, sampled by the driver;
+  idle), and the idle time per grant (from a release to the next holder's
+  wake-up, on average); beside it Redis's own in-flight count, sampled by
+  the driver;
 - *shares*: each tenant's in-flight time (leases in hand) over each
   interval, over all tenants';
 - *switch*: the time from tenant a's stop, and from a's last lease ending,
