@@ -544,7 +544,7 @@ class GovernorCore:
         self,
         tenant_weights: Mapping[str, int] | None = None,
         default_weight: int | None = None,
-        aging: float | None | _Unset = UNSET,
+        aging: float | _Unset | None = UNSET,
         create: bool = True,
     ) -> Call[Status]:
         """Store new tenant weights, default weight or aging (None: never),

@@ -80,11 +80,17 @@ def without_retries(client: C) -> C:
 
 
 def openai_client(
-    governor: Governor | None = None, *, retry: RetryPolicy | None = None, holder: str | None = None, **options: Any
+    governor: Governor | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
+    **options: Any,
 ) -> OpenAI:
     """``openai.OpenAI(**options)`` with ``max_retries=0``; with ``governor=``,
     every model request governed (see the module docstring)."""
-    return _build("openai", "OpenAI", options, governor, False, retry, holder)  # type: ignore[no-any-return]
+    return _build("openai", "OpenAI", options, governor, False, retry, holder, priority, tenant)  # type: ignore[no-any-return]
 
 
 def async_openai_client(
@@ -92,19 +98,27 @@ def async_openai_client(
     *,
     retry: RetryPolicy | None = None,
     holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
     **options: Any,
 ) -> AsyncOpenAI:
     """``openai.AsyncOpenAI(**options)`` with ``max_retries=0``; with an
     AsyncGovernor as ``governor=``, every model request governed."""
-    return _build("openai", "AsyncOpenAI", options, governor, True, retry, holder)  # type: ignore[no-any-return]
+    return _build("openai", "AsyncOpenAI", options, governor, True, retry, holder, priority, tenant)  # type: ignore[no-any-return]
 
 
 def anthropic_client(
-    governor: Governor | None = None, *, retry: RetryPolicy | None = None, holder: str | None = None, **options: Any
+    governor: Governor | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
+    **options: Any,
 ) -> Anthropic:
     """``anthropic.Anthropic(**options)`` with ``max_retries=0``; with
     ``governor=``, every model request governed."""
-    return _build("anthropic", "Anthropic", options, governor, False, retry, holder)  # type: ignore[no-any-return]
+    return _build("anthropic", "Anthropic", options, governor, False, retry, holder, priority, tenant)  # type: ignore[no-any-return]
 
 
 def async_anthropic_client(
@@ -112,11 +126,13 @@ def async_anthropic_client(
     *,
     retry: RetryPolicy | None = None,
     holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
     **options: Any,
 ) -> AsyncAnthropic:
     """``anthropic.AsyncAnthropic(**options)`` with ``max_retries=0``; with
     an AsyncGovernor as ``governor=``, every model request governed."""
-    return _build("anthropic", "AsyncAnthropic", options, governor, True, retry, holder)  # type: ignore[no-any-return]
+    return _build("anthropic", "AsyncAnthropic", options, governor, True, retry, holder, priority, tenant)  # type: ignore[no-any-return]
 
 
 def _build(
@@ -127,6 +143,8 @@ def _build(
     asynchronous: bool,
     retry: RetryPolicy | None,
     holder: str | None,
+    priority: str | None = None,
+    tenant: str | None = None,
 ) -> Any:
     retries = options.pop("max_retries", 0)
     if retries != 0:
@@ -134,8 +152,10 @@ def _build(
             f"max_retries={retries!r}: the governor does the retrying; SDK retries on top would be "
             "attempts the governor never sees. Build the client yourself if you really want them."
         )
-    if governor is None and (retry is not None or holder is not None):
-        raise ConfigError("retry= and holder= are options of the governed transport: pass governor= too")
+    if governor is None and any(v is not None for v in (retry, holder, priority, tenant)):
+        raise ConfigError(
+            "retry=, holder=, priority= and tenant= are options of the governed transport: pass governor= too"
+        )
     if governor is not None and options.get("http_client") is not None:
         raise ConfigError(
             f"{class_name.lower()}_client(governor=...) builds its own http_client over the governed transport; "
@@ -148,12 +168,13 @@ def _build(
             f"the {module_name!r} package is not installed: pip install 'fleet-governor[providers]'"
         ) from error
     if governor is not None:
-        options["http_client"] = _governed_http_client(module, governor, asynchronous, retry, holder)
+        place = {"priority": priority, "tenant": tenant}
+        options["http_client"] = _governed_http_client(module, governor, asynchronous, retry, holder, place)
     return getattr(module, class_name)(max_retries=0, **options)
 
 
 def _governed_http_client(
-    sdk: Any, governor: Any, asynchronous: bool, retry: RetryPolicy | None, holder: str | None
+    sdk: Any, governor: Any, asynchronous: bool, retry: RetryPolicy | None, holder: str | None, place: dict[str, Any]
 ) -> Any:
     """The SDK's own default HTTP client (its timeout, limits, redirects) over
     a governed transport of the HTTP library the SDK is built on."""
@@ -165,10 +186,10 @@ def _governed_http_client(
     transport_options = {} if limits is None else {"limits": limits}
     if asynchronous:
         inner = library.AsyncHTTPTransport(**transport_options)
-        governed: Any = AsyncGovernedTransport(governor, inner, retry=retry, holder=holder)
+        governed: Any = AsyncGovernedTransport(governor, inner, retry=retry, holder=holder, **place)
     else:
         inner = library.HTTPTransport(**transport_options)
-        governed = GovernedTransport(governor, inner, retry=retry, holder=holder)
+        governed = GovernedTransport(governor, inner, retry=retry, holder=holder, **place)
     return client_class(transport=governed)
 
 

@@ -48,6 +48,11 @@ as spent, governor/budgets.py).
 Anything else (GETs such as ``/models``, file uploads, batch endpoints)
 passes through ungoverned.
 
+The leases wait in the transport's ``priority`` class for its ``tenant``
+(``Governor.acquire``); one request may name others in the headers
+``X-Governor-Priority`` and ``X-Governor-Tenant`` (the SDKs'
+``extra_headers``), which are taken off before it is sent.
+
 httpx and httpx2: the transport serves clients of either library (the
 SDKs moved to httpx2, which refuses httpx objects), so it derives from
 neither's ``BaseTransport``; it has their methods. The wrapped transport
@@ -187,13 +192,39 @@ def _check_library(request: Any, transport: Any) -> None:
         )
 
 
+#: request headers that name a request's own priority class and tenant (taken off before sending)
+PRIORITY_HEADER = "x-governor-priority"
+TENANT_HEADER = "x-governor-tenant"
+
+
+def _place(request: Any, priority: str | None, tenant: str | None) -> tuple[str | None, str | None]:
+    """The request's class and tenant: its headers', else the transport's;
+    the headers are taken off the request (the provider never sees them)."""
+    headers = request.headers
+    named = headers.get(PRIORITY_HEADER), headers.get(TENANT_HEADER)
+    for name in (PRIORITY_HEADER, TENANT_HEADER):
+        if name in headers:
+            del headers[name]
+    return named[0] or priority, named[1] or tenant
+
+
 def _check(
-    governor: Any, kind: type, transport: Any, method: str, retry: Any, holder: Any, timeout: Any, estimate: Any
+    governor: Any,
+    kind: type,
+    transport: Any,
+    method: str,
+    retry: Any,
+    holder: Any,
+    timeout: Any,
+    estimate: Any,
+    priority: Any = None,
+    tenant: Any = None,
 ) -> None:
     if not isinstance(governor, kind):
         raise ConfigError(
             f"{kind.__name__.replace('Governor', '')}GovernedTransport needs a {kind.__name__}, got {governor!r}"
         )
+    governor._core.place(priority, tenant)  # type: ignore[attr-defined]  # ConfigError: an unknown class, a bad tenant
     if transport is not None and not callable(getattr(transport, method, None)):
         raise ConfigError(f"transport must have {method}() (an httpx or httpx2 transport), got {transport!r}")
     if retry is not None and not isinstance(retry, RetryPolicy):
@@ -220,7 +251,9 @@ class GovernedTransport:
     ``timeout``: seconds a request may wait in the queue for its lease
     (None: as long as it takes), as ``call(timeout=)``. ``estimate``: the
     token estimate of a request body, ``(body, path) -> Tokens`` (default
-    :func:`~governor.estimate.estimate_request`).
+    :func:`~governor.estimate.estimate_request`). ``priority`` and
+    ``tenant``: where the leases wait (``Governor.acquire``; a request's
+    ``X-Governor-Priority`` and ``X-Governor-Tenant`` headers win).
     """
 
     def __init__(
@@ -232,14 +265,17 @@ class GovernedTransport:
         holder: str | None = None,
         timeout: float | None = None,
         estimate: Estimator = estimate_request,
+        priority: str | None = None,
+        tenant: str | None = None,
     ) -> None:
-        _check(governor, Governor, transport, "handle_request", retry, holder, timeout, estimate)
+        _check(governor, Governor, transport, "handle_request", retry, holder, timeout, estimate, priority, tenant)
         self.governor = governor
         self._transport = transport
         self._retry = retry
         self._holder = holder
         self._timeout = timeout
         self._estimate = estimate
+        self._priority, self._tenant = priority, tenant
         self._lock = threading.Lock()
 
     def _inner(self, request: Any) -> Any:
@@ -254,6 +290,7 @@ class GovernedTransport:
         inner = self._inner(request)
         if not is_model_request(request.method, request.url.path):
             return inner.handle_request(request)
+        priority, tenant = _place(request, self._priority, self._tenant)
         body = request.read()
         tokens = self._estimate(body, request.url.path)
         asked = asks_for_stream(body)
@@ -287,6 +324,8 @@ class GovernedTransport:
             holder=self._holder,
             tokens=tokens,
             judge=judge,
+            priority=priority,
+            tenant=tenant,
         )
 
     def close(self) -> None:
@@ -396,14 +435,28 @@ class AsyncGovernedTransport:
         holder: str | None = None,
         timeout: float | None = None,
         estimate: Estimator = estimate_request,
+        priority: str | None = None,
+        tenant: str | None = None,
     ) -> None:
-        _check(governor, AsyncGovernor, transport, "handle_async_request", retry, holder, timeout, estimate)
+        _check(
+            governor,
+            AsyncGovernor,
+            transport,
+            "handle_async_request",
+            retry,
+            holder,
+            timeout,
+            estimate,
+            priority,
+            tenant,
+        )
         self.governor = governor
         self._transport = transport
         self._retry = retry
         self._holder = holder
         self._timeout = timeout
         self._estimate = estimate
+        self._priority, self._tenant = priority, tenant
 
     def _inner(self, request: Any) -> Any:
         if self._transport is None:
@@ -415,6 +468,7 @@ class AsyncGovernedTransport:
         inner = self._inner(request)
         if not is_model_request(request.method, request.url.path):
             return await inner.handle_async_request(request)
+        priority, tenant = _place(request, self._priority, self._tenant)
         body = await request.aread()
         tokens = self._estimate(body, request.url.path)
         asked = asks_for_stream(body)
@@ -449,6 +503,8 @@ class AsyncGovernedTransport:
             holder=self._holder,
             tokens=tokens,
             judge=judge,
+            priority=priority,
+            tenant=tenant,
         )
 
     async def aclose(self) -> None:

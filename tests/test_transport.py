@@ -1092,3 +1092,34 @@ async def test_mock_provider_throttle_is_retried(make_agov: MakeAGov) -> None:
     status = await agov.status()
     assert status.window_rate_limited == mock.record.refused["concurrency"]
     assert (status.window_attempts, status.in_flight) == (2 + status.window_rate_limited, 0)
+
+
+def test_the_transport_queues_in_its_class_and_a_request_may_name_its_own(
+    gov: Governor, provider: Provider, sync_client: Any, name: str
+) -> None:
+    """The client's leases wait in its class for its tenant; a request's
+    X-Governor-* headers name others, and never reach the provider."""
+    provider.script(chat_stream(usage=(3, 2)), chat_stream(usage=(3, 2)))
+    base = f"{provider.url}/v1"
+    with openai_client(governor=gov, retry=FAST, base_url=base, api_key="test", priority="interactive",
+                       tenant="team-a") as client:  # fmt: skip
+        stream = client.chat.completions.create(model="gpt-test", messages=MESSAGES, stream=True)
+        next(iter(stream))
+        [record] = holders(sync_client, name)
+        assert (record.rank, record.tenant) == (0, "team-a")
+        stream.close()
+        stream = client.chat.completions.create(
+            model="gpt-test",
+            messages=MESSAGES,
+            stream=True,
+            extra_headers={"X-Governor-Priority": "batch", "X-Governor-Tenant": "nightly"},
+        )
+        next(iter(stream))
+        [record] = holders(sync_client, name)
+        assert (record.rank, record.tenant) == (2, "nightly")
+        stream.close()
+    assert not any(h.lower().startswith("x-governor") for seen in provider.requests for h in seen.headers)
+    with pytest.raises(ConfigError, match="unknown priority"):
+        openai_client(governor=gov, base_url=base, api_key="test", priority="urgent")
+    with pytest.raises(ConfigError, match="tenant"):
+        GovernedTransport(gov, tenant="a b")

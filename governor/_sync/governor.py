@@ -26,13 +26,13 @@ from ..classify import Classifier
 from ..config import GovernorConfig, RetryPolicy
 from ..core import (
     MISSING,
+    UNSET,
     Call,
     Clock,
     Denied,
     GovernorCore,
     Granted,
     Outcome,
-    UNSET,
     Place,
     Queued,
     Status,
@@ -715,7 +715,7 @@ class Governor:
         *,
         tenant_weights: Mapping[str, int] | None = None,
         default_weight: int | None = None,
-        aging: float | None | _Unset = UNSET,
+        aging: float | _Unset | None = UNSET,
         create: bool = True,
     ) -> Status:
         """Change the tenants' weights (the whole mapping), the default
