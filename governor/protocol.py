@@ -23,7 +23,7 @@ this one)::
     governor:v3:{N}:limited   zset    the rate-limited subset of attempts
     governor:v3:{N}:events    stream  the decision log (capped)
     governor:v3:{N}:aging     zset    waiter id -> time (ms) it goes ahead of every class
-    governor:v3:{N}:shares    zset    tenant -> its finish tag (fair queueing)
+    governor:v3:{N}:shares    zset    "rank:tenant" -> its finish tag (fair queueing)
 
 Grants are announced on the pub/sub channel ``governor:v3:{N}:wake``.
 """
@@ -113,7 +113,7 @@ class GovernorKeys:
     limited: str  #: zset: rate-limited attempts in the window -> time in ms
     events: str  #: stream: the decision log
     aging: str  #: zset: waiter id -> ms when it goes ahead of every class
-    shares: str  #: zset: tenant -> finish tag, the start of its next waiter's tag
+    shares: str  #: zset: "rank:tenant" -> finish tag, the start of its next waiter's tag in that class
     channel: str  #: pub/sub channel announcing grants (not a key)
 
     #: the Redis type of each key of :attr:`keys`, in the same order
@@ -174,10 +174,11 @@ KINDS: tuple[Kind, ...] = (COUNT, LEVEL, CEILING, POSITIVE, FLAG, SHARE, TEXT, D
 #: QUEUE_BAND + tag``; band 0 holds the aged waiters (they waited
 #: GovernorConfig.aging), band r + 1 the class of rank r (0: the highest), so
 #: ``ZRANGE queue 0 0`` is the head: a higher class first, then the smaller
-#: tag. A tag is a start-time fair queueing virtual time: a waiter of tenant
-#: t of weight w starts at max(vtime, F_t) and moves F_t on by
-#: ceil(QUANTUM / w); tags grow by at most QUANTUM per grant, so 2^50 lasts
-#: 35 years at 1,000 grants a second. MAX_CLASSES keeps every score below 2^53.
+#: tag. A tag is a start-time fair queueing virtual time, within each class:
+#: a waiter of tenant t of weight w in class r starts at max(vtime, F), F the
+#: finish tag of "r:t" in ``shares``, and moves F on by ceil(QUANTUM / w);
+#: tags grow by at most QUANTUM per grant, so 2^50 lasts 35 years at 1,000
+#: grants a second. MAX_CLASSES keeps every score below 2^53.
 QUEUE_BAND = 2**50
 QUANTUM = 1000
 MAX_CLASSES = 7

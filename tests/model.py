@@ -103,7 +103,7 @@ class Model:
     holders: dict[str, str] = field(default_factory=dict)  #: id -> holder record (and the sentinel, '')
     queue: dict[str, int] = field(default_factory=dict)  #: id -> band * QUEUE_BAND + tag
     aging: dict[str, int] = field(default_factory=dict)  #: id -> ms it goes ahead of every class
-    shares: dict[str, int] = field(default_factory=dict)  #: tenant -> finish tag
+    shares: dict[str, int] = field(default_factory=dict)  #: "rank:tenant" -> finish tag
     waiters: dict[str, int] = field(default_factory=dict)  #: id -> deadline ms
     attempts: list[tuple[int, str]] = field(default_factory=list)  #: (time, "seq:o")
     published: list[str] = field(default_factory=list)  #: messages on the wake channel, in order
@@ -371,11 +371,12 @@ class Model:
         return int(S["fence"])
 
     def _enqueue(self, lease_id: str, rank: int, tenant: str, weight: int) -> None:
-        """A new waiter's place: its tag starts at max(vtime, its tenant's
-        finish tag), which moves on by ceil(QUANTUM / weight)."""
+        """A new waiter's place: its tag starts at max(vtime, the finish tag
+        of its tenant in its class), which moves on by ceil(QUANTUM / weight)."""
         S, C = self.S, self.C
-        start = max(S["vtime"], self.shares.get(tenant, 0))
-        self.shares[tenant] = start + -(-QUANTUM // weight)
+        share = f"{rank}:{tenant}"  # fair within a class
+        start = max(S["vtime"], self.shares.get(share, 0))
+        self.shares[share] = start + -(-QUANTUM // weight)
         self.queue[lease_id] = (rank + 1) * QUEUE_BAND + start
         if rank > 0 and C["aging_ms"] > 0:
             due = self.now + C["aging_ms"]

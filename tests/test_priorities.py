@@ -147,9 +147,7 @@ def test_cancel_and_a_dead_waiter_leave_no_aging_entry(make_gov: MakeGov, clock:
     assert sync_client.zcard(gov.keys.aging) == 0 and sync_client.zcard(gov.keys.queue) == 0
 
 
-def test_thousands_of_tenants_leave_no_trace_once_served(
-    make_gov: MakeGov, clock: FakeClock, sync_client: Any
-) -> None:
+def test_thousands_of_tenants_leave_no_trace_once_served(make_gov: MakeGov, clock: FakeClock, sync_client: Any) -> None:
     """A tenant's finish tag behind the virtual time says nothing: reclaim
     drops it, so distinct tenants do not grow Redis without bound."""
     slot = Slot(make_gov, clock, sync_client)
@@ -162,7 +160,7 @@ def test_thousands_of_tenants_leave_no_trace_once_served(
     slot.hand_over(1)
     clock.advance(2)  # reclaim runs at most once a second
     gov._execute(gov._core.refresh([]))
-    assert [text(m) for m in sync_client.zrange(gov.keys.shares, 0, -1)] == ["tenant-0"]
+    assert [text(m) for m in sync_client.zrange(gov.keys.shares, 0, -1)] == ["1:tenant-0"]  # class 1, default
 
 
 def test_a_bad_class_or_tenant_is_a_config_error_before_redis(make_gov: MakeGov, clock: FakeClock) -> None:
@@ -282,3 +280,45 @@ def test_the_script_refuses_tampered_weights(make_gov: MakeGov, clock: FakeClock
     for bad in [("a=0", "1", "0"), ("a=3,,b=1", "1", "0"), ("a b=1", "1", "0"), ("", "1001", "0")]:
         with pytest.raises(GovernorError, match="weight"):
             gov._execute(type(good)(good.script, (*good.args[:2], *bad), good.parse))
+
+
+def test_threads_of_every_class_and_two_tenants_never_exceed_capacity_and_share_by_weight(redis_url: str) -> None:
+    """Threads of tenants a and b (weighted 3:1), 6 each in the default
+    class and 2 each in the others, hammer a capacity of 3 for 2 s. The
+    witness is the test's own: a counter of holders under its own lock, and
+    the default class's grants per tenant (both always have waiters there).
+    Never more than 3 at once, and a took about 3 in 4 of its class's."""
+    name = f"test-{new_id()[:12]}"
+    config = GovernorConfig(max_capacity=3, policy="fixed", tenant_weights={"a": 3, "b": 1}, restart_hold=False)
+    gov = Governor.from_url(redis_url, name, config)
+    lock = threading.Lock()
+    holding, worst = 0, 0
+    grants = {(t, p): 0 for t in "ab" for p in ("interactive", "default", "batch")}
+    stop = threading.Event()
+
+    def worker(tenant: str, priority: str) -> None:
+        nonlocal holding, worst
+        while not stop.is_set():
+            with gov.acquire(timeout=10, priority=priority, tenant=tenant):
+                with lock:
+                    holding += 1
+                    worst = max(worst, holding)
+                    grants[tenant, priority] += 1
+                stop.wait(0.002)
+                with lock:
+                    holding -= 1
+
+    mix = ["default"] * 6 + ["interactive", "batch"]
+    threads = [threading.Thread(target=worker, args=(t, p)) for t in "ab" for p in mix]
+    for thread in threads:
+        thread.start()
+    stop.wait(2.0)
+    stop.set()
+    for thread in threads:
+        thread.join(15)
+    gov.client.delete(*gov.keys.keys)
+    gov.close()
+    assert worst <= 3, f"{worst} held at once under a capacity of 3"
+    default = grants["a", "default"] + grants["b", "default"]
+    assert default > 30, f"only {default} grants of the default class in 2 s: {grants}"
+    assert 0.6 <= grants["a", "default"] / default <= 0.9, grants

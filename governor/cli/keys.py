@@ -40,7 +40,7 @@ KEY_MEANING = {
     "limited": "the rate-limited subset of attempts",
     "events": "the decision log (capped stream)",
     "aging": "waiter id -> time (ms) it goes ahead of every class",
-    "shares": "tenant -> finish tag: where its next waiter's tag starts (behind vtime: pruned)",
+    "shares": "rank:tenant -> finish tag: where its next waiter's tag in that class starts (behind vtime: pruned)",
     "channel": "pub/sub channel announcing grants (not a key)",
 }
 if set(KEY_MEANING) != {*KEY_NAMES, "channel"}:

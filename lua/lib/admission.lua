@@ -14,11 +14,12 @@ ask it. never() tells a cost no budget can ever hold.
 
 The queue (governor.protocol.QUEUE_BAND): a waiter's score is band *
 QUEUE_BAND + tag, band 0 for the aged, rank + 1 for its class, so the head
-is the highest class's smallest tag. Tags are start-time fair queueing:
-a waiter of tenant t (weight w) starts at max(vtime, F_t), the shares zset
-moves F_t on by ceil(QUANTUM / w), and a grant moves vtime up to its tag:
-FIFO within a class and tenant, tenants granted in proportion to their
-weights, an idle tenant back at vtime (no credit hoarded). A waiter of a
+is the highest class's smallest tag. Tags are start-time fair queueing
+within each class: a waiter of tenant t (weight w) in class r starts at
+max(vtime, F), F the finish tag of "r:t" in the shares zset, which moves
+on by ceil(QUANTUM / w), and a grant moves vtime up to its tag: FIFO
+within a class and tenant, tenants granted in proportion to their weights,
+an idle tenant back at vtime (no credit hoarded). A waiter of a
 lower class that waited aging_ms goes to band 0 with its tag (age()).
 ]]
 
@@ -413,12 +414,14 @@ local function add_lease(id, ttl, holder, tokens, place)
 end
 
 -- A new waiter joins the queue (the caller has guarded queue, aging and
--- shares): its tag starts at max(vtime, its tenant's finish tag), which
--- moves on by the tenant's quantum; a waiter of a lower class waits to age.
+-- shares): its tag starts at max(vtime, the finish tag of its tenant in
+-- its class), which moves on by the tenant's quantum; a waiter of a lower
+-- class waits to age.
 local function enqueue(id, place)
-  local finish = tonumber(redis.call('ZSCORE', K.shares, place.tenant)) or 0
+  local share = place.rank .. ':' .. place.tenant  -- fair within a class: a class's backlog is its own
+  local finish = tonumber(redis.call('ZSCORE', K.shares, share)) or 0
   local start = math.max(S.vtime, finish)
-  redis.call('ZADD', K.shares, start + math.ceil(QUANTUM / place.weight), place.tenant)
+  redis.call('ZADD', K.shares, start + math.ceil(QUANTUM / place.weight), share)
   redis.call('ZADD', K.queue, (place.rank + 1) * QUEUE_BAND + start, id)
   if place.rank > 0 and C.aging_ms > 0 then
     local due = NOW + C.aging_ms

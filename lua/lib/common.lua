@@ -20,7 +20,7 @@ KEYS (every function receives all of them, in this order: governor.protocol.KEYS
   KEYS[9]  limited   zset    "seq:o" -> time, ms: rate-limited attempts in window
   KEYS[10] events    stream  decision log, capped at about config.log_length entries
   KEYS[11] aging     zset    waiter id -> ms when it goes ahead of every class
-  KEYS[12] shares    zset    tenant -> finish tag: where its next waiter's tag starts
+  KEYS[12] shares    zset    "rank:tenant" -> finish tag: where its next waiter's tag starts
 
 ARGV (common to every script)
   ARGV[1] now       int ms or ''  injected clock, or '' for Redis TIME
