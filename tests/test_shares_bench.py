@@ -36,6 +36,7 @@ from governor.sim.shares_bench import (
     ideal_waits,
     markdown,
     occupancy,
+    redis_switch,
     run_shares,
     scenarios,
     shares_per_interval,
@@ -132,15 +133,28 @@ def test_the_figures_of_the_tenants_scenario_from_known_leases() -> None:
     late = _lease("a", 3, 3.9, 4.05, 4.1, 5)  # granted after its host stopped a: a lost cancellation
     b += [_lease("b", n, 3.9, 4.1 + n / 100, 5.0, 6 + n) for n in range(1, 4)]
     host = HostResult(host=0, leases=[*a, *b, late], stopped_at=1004.0)
-    r = analyse(scenario, settings, [host], 1000.0)
+    polls = [(3.9, {"a": 3, "b": 1}), (4.05, {"a": 1, "b": 3}), (4.1, {"b": 3}), (4.12, {"b": 4}), (4.2, {"b": 4})]
+    r = analyse(scenario, settings, [host], 1000.0, polls=polls)
     assert [p["shares"]["a"] for p in r["intervals"]] == [pytest.approx(0.75), pytest.approx(0.75)]
     assert r["worst_share_off"] == pytest.approx(0.0)
     assert r["stop_at"] == pytest.approx(4.0) and r["a_gone_at"] == pytest.approx(4.1)
     assert r["b_full_at"] == pytest.approx(4.13)  # b's fourth lease in hand
     assert r["cancellations_ignored"] == 1
     unit = r["hand_over"]
-    assert r["switch_from_a_gone_handovers"] == pytest.approx(0.03 / unit)
-    assert r["switch_from_stop_handovers"] == pytest.approx(0.13 / unit)
+    assert r["in_hand_switch_handovers"] == pytest.approx(0.03 / unit)
+    # in Redis: a's last lease gone by the poll at 4.1, b holding all four at 4.12
+    assert (r["redis_a_gone_at"], r["redis_b_full_at"]) == (4.1, 4.12)
+    assert r["switch_from_a_gone_handovers"] == pytest.approx(0.02 / unit)
+    assert r["switch_from_stop_handovers"] == pytest.approx(0.12 / unit)
+    assert r["poll_interval"] == pytest.approx(0.15 / 3)  # the polls from the stop on: 4.05 to 4.2
+
+
+def test_redis_switch_from_polls() -> None:
+    polls = [(0.9, {"a": 2}), (1.0, {"a": 1, "b": 1}), (1.1, {"b": 1}), (1.2, {"b": 2, "c": 0})]
+    assert redis_switch(polls, 1.0, "a", 2) == (1.1, 1.2)
+    assert redis_switch(polls, 1.0, "a", 3) == (1.1, None)
+    assert redis_switch(polls[:2], 0.0, "a", 2) == (None, None)
+    assert redis_switch([], 0.0, "a", 1) == (None, None)
 
 
 def test_the_figures_of_the_aging_scenario_from_known_leases() -> None:
@@ -173,7 +187,7 @@ def test_the_goals_are_judged_from_the_figures() -> None:
                             "first_free_p99_handovers": 1.0, "beyond_first_free_p99_handovers": 2.5,
                             "utilisation": 0.98, "idle_per_grant": 0.001, "redis_in_flight_mean": 1.0},
             "tenants": {"worst_share_off": 0.06, "intervals": [{}], "switch_from_a_gone_handovers": 0.5,
-                        "switch_from_stop_handovers": 3.0, "cancellations_ignored": 0},
+                        "switch_from_stop_handovers": 3.0, "cancellations_ignored": 0, "poll_interval": 0.001},
             "aging": {"groups": {"batch": group(wait_max=2.04)}, "bound": 2.05, "aged": 3},
         }
     }  # fmt: skip
@@ -232,7 +246,8 @@ async def test_a_short_run_of_every_scenario_computes_every_figure(redis_url: st
     assert interactive["first_free_p50_handovers"] is not None
     tenants = result["results"]["tenants"]
     assert tenants["stop_at"] == pytest.approx(TINY.settle + TINY.seconds, abs=0.2)
-    assert len(tenants["intervals"]) == 2 and tenants["b_full_at"] is not None
+    assert len(tenants["intervals"]) == 2 and tenants["redis_b_full_at"] is not None
+    assert tenants["poll_interval"] is not None and tenants["switch_from_a_gone_handovers"] is not None
     aging = result["results"]["aging"]
     assert aging["groups"]["batch"]["calls"] > 0 and aging["aged"] > 0  # the decision log says who aged
     assert len(goals(result)) == 6

@@ -61,8 +61,11 @@ processes run on one machine and share it):
   the driver;
 - *shares*: each tenant's in-flight time (leases in hand) over each
   interval, over all tenants';
-- *switch*: the time from tenant a's stop, and from a's last lease ending,
-  until tenant b's leases in hand reach the capacity;
+- *switch*: the time from tenant a's stop, and from a's last lease leaving
+  Redis, until tenant b holds every lease in Redis (the driver polls the
+  leases and their holder records around the stop, as often as Redis
+  answers); beside it, when b's leases in the agents' hands first reach the
+  capacity after a's last release;
 - *batch waits*: max and p50, against the aging time plus the mean hold;
   and how many waiters the decision log says were aged (``age`` entries).
 """
@@ -499,8 +502,10 @@ async def run_shares(
             await hosts.start(settings.hosts)
         for scenario in chosen:
             say(f"{scenario.name}: {scenario.agents} agents, {scenario.length(settings):g} s ...")
+            load = os.getloadavg()[0]
             figures = await _run_scenario(scenario, settings, hosts, redis_url, client, sync_client,
                                           f"shares-{run_id}", keep_governors)  # fmt: skip
+            figures["load"] = [round(load, 2), round(os.getloadavg()[0], 2)]
             results[scenario.name] = figures
             say(f"  {summary(scenario.name, figures)}")
     finally:
@@ -559,6 +564,11 @@ async def _run_scenario(
     else:
         running = asyncio.ensure_future(hosts.run(jobs, scenario.length(settings) + 90.0))
     samples: list[tuple[float, int]] = []
+    polls: list[tuple[float, dict[str, int]]] = []
+    poller = None
+    if stop_at is not None:
+        poller = asyncio.ensure_future(_poll_tenants(client, watched.keys, start_at, stop_at - 0.05,
+                                                     stop_at + min(1.0, settings.after_stop), polls))  # fmt: skip
     try:
         while not running.done():
             await asyncio.wait([running], timeout=settings.sample_interval)
@@ -574,17 +584,65 @@ async def _run_scenario(
     finally:
         if not running.done():
             running.cancel()
+        if poller is not None:
+            await poller
     aged = [(round(e.at - start_at, 3), int(e.get("waiters", "1") or 1))
             for e in read_events(sync_client, watched.keys, 1_000_000, ("age",))]  # fmt: skip
     await watched.aclose()
     if not keep:
         await client.delete(*watched.keys.keys)
-    figures = analyse(scenario, settings, host_results, start_at, samples, sorted(aged))
+    figures = analyse(scenario, settings, host_results, start_at, samples, sorted(aged), polls)
     figures["governor"], figures["started_at"] = name, start_at
     return figures
 
 
+#: every lease's holder record in one atomic read: KEYS leases, holders
+_LEASE_RECORDS = """
+local ids = redis.call('ZRANGE', KEYS[1], 0, -1)
+if #ids == 0 then return {} end
+return redis.call('HMGET', KEYS[2], unpack(ids))
+"""
+
+
+async def _poll_tenants(
+    client: Any, keys: Any, start_at: float, begin: float, end: float, out: list[tuple[float, dict[str, int]]]
+) -> None:
+    """From ``begin`` to ``end`` (wall clock), as often as Redis answers: the
+    leases in Redis per tenant (seconds from ``start_at``, counts), into ``out``."""
+    from ..protocol import HolderRecord
+
+    await asyncio.sleep(max(0.0, begin - time.time()))
+    while time.time() < end:
+        raws = await client.eval(_LEASE_RECORDS, 2, keys.leases, keys.holders)
+        t = time.time() - start_at
+        counts: dict[str, int] = {}
+        for raw in raws:
+            record = HolderRecord.parse(None if raw is None else raw.decode())
+            if record is not None:
+                counts[record.tenant] = counts.get(record.tenant, 0) + 1
+        out.append((round(t, 5), counts))
+        await asyncio.sleep(0.0005)
+
+
 # -- the figures ----------------------------------------------------------------------------------
+
+
+def redis_switch(
+    polls: Sequence[tuple[float, Mapping[str, int]]], stop: float, gone: str, capacity: int
+) -> tuple[float | None, float | None]:
+    """From polls of the leases in Redis (time, leases per tenant): the first
+    poll at or after ``stop`` with no lease of tenant ``gone``, and the first
+    at or after that in which the other tenants hold ``capacity`` (None: not seen)."""
+    left = full = None
+    for t, counts in polls:
+        if t < stop:
+            continue
+        if left is None and not counts.get(gone):
+            left = t
+        if left is not None and sum(n for tenant, n in counts.items() if tenant != gone) >= capacity:
+            full = t
+            break
+    return left, full
 
 
 def hand_over(mean_hold: float | None, capacity: int) -> float | None:
@@ -693,10 +751,12 @@ def analyse(
     start_at: float,
     samples: Sequence[tuple[float, int]] = (),
     aged: Sequence[tuple[float, int]] = (),
+    polls: Sequence[tuple[float, Mapping[str, int]]] = (),
 ) -> dict[str, Any]:
     """The figures of one scenario from the hosts' leases (absolute times),
     the driver's in-flight samples and the decision log's ``age`` entries
-    (seconds from the start; waiters aged)."""
+    (seconds from the start; waiters aged) and the polls of the leases in
+    Redis per tenant around a stop."""
     cap = settings.capacity
     leases: list[Lease] = [
         (g, n, w - start_at, a - start_at, r - start_at, f, b, s)
@@ -781,16 +841,19 @@ def analyse(
         a_spans = by_tenant.get("a", [])
         b_spans = by_tenant.get("b", [])
         if stop is not None:
-            a_gone = max((r for _, r in a_spans), default=stop)
-            out["a_gone_at"] = a_gone
-            full = first_full(b_spans, max(stop, a_gone), cap)
-            out["b_full_at"] = full
-            gone = max(stop, a_gone)
-            out["switch_from_stop_handovers"] = None if full is None or not unit else (full - stop) / unit
-            out["switch_from_a_gone_handovers"] = None if full is None or not unit else (full - gone) / unit
-            alone = (max(stop, a_gone), end)
-            out["b_alone_utilisation"] = (occupancy(b_spans, *alone) / (cap * (alone[1] - alone[0]))
-                                          if alone[1] > alone[0] else None)  # fmt: skip
+            gone = max(stop, max((r for _, r in a_spans), default=stop))  # a's last lease out of its agent's hand
+            full = first_full(b_spans, gone, cap)
+            out["a_gone_at"], out["b_full_at"] = gone, full
+            out["in_hand_switch_handovers"] = None if full is None or not unit else (full - gone) / unit
+            left, redis_full = redis_switch(polls, stop, "a", cap)
+            out["redis_a_gone_at"], out["redis_b_full_at"] = left, redis_full
+            after = [t for t, _ in polls if t >= stop]
+            out["poll_interval"] = (after[-1] - after[0]) / (len(after) - 1) if len(after) > 1 else None
+            out["switch_from_stop_handovers"] = out["switch_from_a_gone_handovers"] = None
+            if redis_full is not None and left is not None and unit:
+                out["switch_from_stop_handovers"] = (redis_full - stop) / unit
+                out["switch_from_a_gone_handovers"] = (redis_full - left) / unit
+            out["b_alone_utilisation"] = occupancy(b_spans, gone, end) / (cap * (end - gone)) if end > gone else None
     elif scenario.name == "aging":
         bound = settings.aging + (mean_hold or 0.0)
         batch = out["groups"].get("batch", {})
@@ -819,6 +882,11 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _load(r: Mapping[str, Any]) -> str:
+    load = r.get("load")
+    return "-" if not load else f"{load[0]:.2f} before, {load[1]:.2f} after"
+
+
 def summary(name: str, r: Mapping[str, Any]) -> str:
     """One line of a scenario's main figures."""
     head = f"hand-over {_ms(r['hand_over'])} ms, utilisation {_pct(r['utilisation'])}"
@@ -829,7 +897,7 @@ def summary(name: str, r: Mapping[str, Any]) -> str:
             f"{_num(g['wait_p99_handovers'])} hand-overs, grants to others p99 {_num(g['passed_p99'], 0)}"
         )
     if name == "tenants":
-        return (f"{head}; worst share off {_pct(r['worst_share_off'])}, b full "
+        return (f"{head}; worst share off {_pct(r['worst_share_off'])}, b holding every lease in Redis "
                 f"{_num(r.get('switch_from_a_gone_handovers'))} hand-overs after a's last lease")  # fmt: skip
     if name == "aging":
         g = r["groups"].get("batch", {})
@@ -880,8 +948,9 @@ def goals(result: Mapping[str, Any]) -> list[tuple[str, str, bool | None]]:
         switch = r.get("switch_from_a_gone_handovers")
         out.append((
             f"tenants: once a stops, b holds the whole limit within {SWITCH_HANDOVERS:g} hand-over of a's last "
-            "lease ending",
-            f"{_num(switch)} hand-overs ({_num(r.get('switch_from_stop_handovers'))} from the stop itself; "
+            "lease ending (the leases in Redis)",
+            f"{_num(switch)} hand-overs, polls every {_ms(r.get('poll_interval'))} ms "
+            f"({_num(r.get('switch_from_stop_handovers'))} from the stop itself; "
             f"{r.get('cancellations_ignored', 0)} of a's cancelled agents handed a lease anyway)",
             verdict(switch, SWITCH_HANDOVERS),
         ))  # fmt: skip
@@ -933,7 +1002,10 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
         "",
         f"Each scenario ran {s['settle']:g} s to settle, then {s['seconds']:g} s measured; agents on "
         f"{env['hosts']}, Redis {env.get('redis_version') or '?'}; {env['cpus']} CPUs, Python {env['python']}, "
-        f"fleet-governor {env['fleet_governor']}.",
+        f"fleet-governor {env['fleet_governor']}. Waits are wall-clock times on a machine whose CPUs also run "
+        "Redis, every host and the driver: a wait's share that is the wake-up after a grant (a release to the "
+        "next holder's lease in hand) is this machine's as much as the governor's, so each scenario gives its "
+        "load average.",
         "",
     ]
     if commands:
@@ -951,7 +1023,8 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
             f"A hand-over (mean hold {_ms(r['mean_hold'])} ms / {r['capacity']}): {_ms(r['hand_over'])} ms. "
             f"Leases in hand: {_pct(r['utilisation'])} of capacity x time ({_ms(r['idle_per_grant'])} ms idle per "
             f"grant: from a release to the next holder's wake-up); Redis in-flight, sampled: mean "
-            f"{_pct(r['redis_in_flight_mean'])}, min {_pct(r['redis_in_flight_min'])}.",
+            f"{_pct(r['redis_in_flight_mean'])}, min {_pct(r['redis_in_flight_min'])}. Load average (1 min) "
+            f"{_load(r)}.",
             "",
             "| group | class | tenant | calls | wait p50 / p99 / max (ms) | p50 / p99 (hand-overs) | "
             "grants to others p50 / p99 / max |",
@@ -988,11 +1061,13 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
             if r.get("stop_at") is not None:
                 lines += [
                     "",
-                    f"a stopped at {r['stop_at']:.2f} s, its last lease ended at {r['a_gone_at']:.3f} s; b held "
-                    f"the whole limit at {_num(r['b_full_at'], 3)} s: "
-                    f"{_num(r['switch_from_a_gone_handovers'])} hand-overs after a's last lease, "
-                    f"{_num(r['switch_from_stop_handovers'])} after the stop; b alone then kept "
-                    f"{_pct(r['b_alone_utilisation'])} of the limit in hand.",
+                    f"a stopped at {r['stop_at']:.3f} s. In Redis (polled every {_ms(r['poll_interval'])} ms): a's "
+                    f"last lease gone at {_num(r['redis_a_gone_at'], 3)} s, b holding the whole limit at "
+                    f"{_num(r['redis_b_full_at'], 3)} s: {_num(r['switch_from_a_gone_handovers'])} hand-overs after "
+                    f"a's last lease, {_num(r['switch_from_stop_handovers'])} after the stop. In the agents' hands: "
+                    f"a's last lease released at {r['a_gone_at']:.3f} s, b's leases in hand first at the capacity "
+                    f"{_num(r['in_hand_switch_handovers'])} hand-overs later (each grant's wake-up leaves a slot "
+                    f"idle for a while); b alone then kept {_pct(r['b_alone_utilisation'])} of the limit in hand.",
                 ]
                 if r.get("cancellations_ignored"):
                     lines += [
@@ -1092,6 +1167,7 @@ __all__ = [
     "ideal_waits",
     "markdown",
     "occupancy",
+    "redis_switch",
     "run_host",
     "run_shares",
     "scenarios",
