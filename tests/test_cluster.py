@@ -10,6 +10,7 @@ waiters through pub/sub, which a cluster forwards to every node.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 import uuid
@@ -22,9 +23,11 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from governor import AsyncGovernor, Governor, GovernorConfig, Outcome
+from governor.core import new_id
 from governor.protocol import governor_keys
 
 from .cluster import RedisCluster
+from .conftest import FakeClock
 from .servers import wait_until
 
 pytestmark = pytest.mark.slow
@@ -197,3 +200,31 @@ async def test_a_node_that_lost_the_library_has_it_loaded_again(cluster: RedisCl
         serving.close()
     finally:
         probe.close()
+
+
+def test_classes_and_tenants_order_the_queue_on_a_cluster(client: redis.cluster.RedisCluster) -> None:
+    """The queue's order (a higher class first, an aged waiter ahead of
+    every class, weighted tenants) on a cluster node, and set_shares."""
+    clock = FakeClock()
+    config = dataclasses.replace(CONFIG, lease_ttl=600.0, policy="fixed", aging=8.0, tenant_weights={"a": 3})
+    gov = Governor(client, f"cluster-{uuid.uuid4().hex[:8]}", config, clock=clock)
+    core = gov._core
+    try:
+        holder = new_id()
+        gov._execute(core.acquire(holder, "holder", wait=False))
+        ids = {}
+        for label, priority, tenant in [("old", "batch", None), ("d", None, "a"), ("i", "interactive", "b")]:
+            ids[label] = new_id()
+            gov._execute(core.acquire(ids[label], label, wait=True, place=core.place(priority, tenant)))
+            clock.advance(3)  # by the first hand-over the batch waiter has waited 9 s: aged; d 6 s: not yet
+        order = []
+        for _ in range(3):
+            gov._execute(core.release(holder))
+            (holder,) = [i for i in ids.values() if client.zscore(gov.keys.leases, i) is not None and i not in order]
+            order.append(holder)
+        assert order == [ids["old"], ids["i"], ids["d"]]
+        gov.set_shares(tenant_weights={"a": 5})
+        assert core.place(tenant="a").weight == 5
+    finally:
+        client.delete(*gov.keys.keys)
+        gov.close()
