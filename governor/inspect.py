@@ -7,9 +7,13 @@ decision log and the keys themselves. Times are the Redis server's
 scripts will decide. Writes go through :class:`governor.Governor`.
 
 The ``holders`` hash keeps a :class:`governor.protocol.HolderRecord`
-(``"fence|ttl_ms|since_ms|cost|holder"``) for every lease and waiter id;
-``since`` is when the lease was granted or the waiter joined the queue, and
-a waiter's fence is 0 until it is granted. ``leases`` and ``holders`` each
+(``"fence|ttl_ms|since_ms|input|output|level|rank|tenant|holder"``) for
+every lease and waiter id; ``since`` is when the lease was granted or the
+waiter joined the queue, and a waiter's fence is 0 until it is granted. A
+record's ``rank`` is named with the stored config's ``priorities``; the
+queue's score is ``band * QUEUE_BAND + tag`` (band 0: aged). Counts per
+class and tenant (:func:`count_shares`) are made here, from the listings:
+the scripts keep no such counts. ``leases`` and ``holders`` each
 keep the entry :data:`governor.protocol.SENTINEL`, which is never a lease:
 every listing and count here leaves it out.
 
@@ -19,7 +23,7 @@ by the admission rule in lua/lib/admission.lua); nothing here re-derives it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +31,7 @@ from .core import Status, text
 from .errors import GovernorError, map_errors
 from .protocol import (
     KEYS,
+    QUEUE_BAND,
     SCHEMA_VERSION,
     SENTINEL,
     GovernorKeys,
@@ -40,6 +45,11 @@ SCAN_COUNT = 1000
 
 #: the fields every decision-log entry carries (see ``log()`` in lua/common.lua)
 COMMON_EVENT_FIELDS = ("kind", "at", "capacity", "paused")
+#: the tenants beyond the top ones, in bounded views (never a tenant's name: a
+#: tenant name has no parentheses)
+OTHER = "(other)"
+#: at most this many leases and waiters are read to count them per class and tenant
+COUNT_LIMIT = 10_000
 
 
 # -- result types -------------------------------------------------------------
@@ -51,6 +61,8 @@ class LeaseInfo:
 
     id: str  #: the lease id (member of the ``leases`` zset)
     holder: str  #: the label the holder gave, e.g. "host-3/agent-17"
+    priority: str  #: the class it waited in (see :func:`class_name`)
+    tenant: str  #: the tenant whose share it counts in
     fence: int  #: fencing token handed out with the grant
     since: float  #: when the lease was granted (or adopted)
     expires: float  #: when it expires unless renewed
@@ -78,12 +90,15 @@ class LeaseInfo:
 
 @dataclass(frozen=True)
 class WaiterInfo:
-    """One caller waiting in the FIFO queue. Times are Unix seconds on the Redis clock."""
+    """One caller waiting in the queue. Times are Unix seconds on the Redis clock."""
 
     id: str  #: the waiter id (it becomes the lease id when granted)
     position: int  #: waiters ahead of it, 0 = next (what the waiter is told)
     holder: str  #: the label the caller gave
-    ticket: int  #: arrival number
+    priority: str  #: the class it waits in (see :func:`class_name`)
+    tenant: str  #: the tenant whose share it counts in
+    aged: bool  #: it waited ``aging`` and went ahead of every class (band 0)
+    tag: int  #: its fair-queueing tag: the order within its band
     since: float  #: when it joined the queue
     deadline: float  #: it is dropped unless it refreshes its place by then
     now: float  #: the server time of this reading
@@ -115,6 +130,58 @@ class Listing:
     now: float  #: server time, Unix seconds
     total: int  #: entries in the zset (live or not)
     items: tuple[Any, ...]  #: LeaseInfo or WaiterInfo, at most the requested limit
+
+
+@dataclass(frozen=True)
+class Count:
+    """Live leases and live waiters of one class, one tenant, or one of each."""
+
+    in_flight: int = 0
+    queued: int = 0
+    aged: int = 0  #: of the queued, those that went ahead of every class
+
+    @property
+    def load(self) -> int:
+        """In flight and queued: what a tenant asks of the governor now."""
+        return self.in_flight + self.queued
+
+    def __add__(self, other: Count) -> Count:
+        return Count(self.in_flight + other.in_flight, self.queued + other.queued, self.aged + other.aged)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Live leases and waiters counted per class and per tenant (:func:`count_shares`)."""
+
+    priorities: tuple[str, ...]  #: the stored classes, highest first
+    #: every class of ``priorities`` (zero counts too), highest first, then any other name met
+    by_class: Mapping[str, Count]
+    #: every tenant met, the most loaded (in flight + queued) first, then by name
+    by_tenant: Mapping[str, Count]
+    #: (class, tenant) -> its count, in the order of by_class then by_tenant
+    by_pair: Mapping[tuple[str, str], Count]
+    #: False when a listing was cut at its limit: the counts miss what was not read
+    complete: bool = True
+
+    def top_tenants(self, n: int) -> dict[str, Count]:
+        """The ``n`` most loaded tenants, and the others summed under :data:`OTHER`
+        (present only when there are others): a bounded set of names."""
+        tenants = list(self.by_tenant.items())
+        top = dict(tenants[: max(0, n)])
+        rest = tenants[max(0, n) :]
+        if rest:
+            top[OTHER] = sum((c for _, c in rest), Count())
+        return top
+
+    def top_pairs(self, n: int) -> dict[tuple[str, str], Count]:
+        """``by_pair`` with the tenants beyond the ``n`` most loaded summed under
+        :data:`OTHER` in each class."""
+        top = set(list(self.by_tenant)[: max(0, n)])
+        out: dict[tuple[str, str], Count] = {}
+        for (priority, tenant), count in self.by_pair.items():
+            pair = (priority, tenant if tenant in top else OTHER)
+            out[pair] = out.get(pair, Count()) + count
+        return out
 
 
 @dataclass(frozen=True)
@@ -185,6 +252,20 @@ def eviction_risk(client: Any) -> str:
     return ""
 
 
+def class_name(priorities: Sequence[str], rank: int) -> str:
+    """The name of the class of ``rank`` (0: the highest) among the stored
+    ``priorities``; ``rank-N`` for a rank they do not name (a config changed
+    or missing)."""
+    return priorities[rank] if 0 <= rank < len(priorities) else f"rank-{rank}"
+
+
+def read_priorities(client: Any, keys: GovernorKeys) -> tuple[str, ...]:
+    """The stored config's classes, highest first (() when missing)."""
+    with map_errors(keys.name):
+        raw = client.hget(keys.config, "priorities")
+    return tuple(text(raw).split(",")) if raw else ()
+
+
 def _record(raw: Any) -> HolderRecord | None:
     """A ``holders`` entry, or None if missing or unreadable."""
     return HolderRecord.parse(None if raw is None else text(raw))
@@ -232,12 +313,14 @@ def _head(client: Any, key: str, limit: int) -> tuple[int, list[tuple[Any, float
     return int(replies[0]) - (replies[1] is not None), entries
 
 
-def read_leases(client: Any, keys: GovernorKeys, limit: int = 1000) -> Listing:
+def read_leases(client: Any, keys: GovernorKeys, limit: int = 1000, priorities: Sequence[str] | None = None) -> Listing:
     """The holders of the leases, lowest fence (oldest grant) first, at most ``limit``.
 
     Expired leases that no script has reclaimed yet are included with
     ``live`` False; the status's ``in_flight`` counts only live ones.
+    Classes are named with ``priorities`` (default: the stored config's).
     """
+    names = read_priorities(client, keys) if priorities is None else tuple(priorities)
     with map_errors(keys.name):
         now_ms = server_time_ms(client)
         total, entries = _head(client, keys.leases, limit)
@@ -251,6 +334,8 @@ def read_leases(client: Any, keys: GovernorKeys, limit: int = 1000) -> Listing:
             LeaseInfo(
                 text(member),
                 record.holder,
+                class_name(names, record.rank),
+                record.tenant,
                 record.fence,
                 record.since_ms / 1000,
                 float(expiry) / 1000,
@@ -262,12 +347,16 @@ def read_leases(client: Any, keys: GovernorKeys, limit: int = 1000) -> Listing:
     return Listing(now_ms / 1000, total, tuple(items))
 
 
-def read_queue(client: Any, keys: GovernorKeys, limit: int = 1000) -> Listing:
-    """The waiters in FIFO order, at most ``limit``.
+def read_queue(client: Any, keys: GovernorKeys, limit: int = 1000, priorities: Sequence[str] | None = None) -> Listing:
+    """The waiters in the order they will be admitted, at most ``limit``: the
+    aged first, then a higher class first, then by tag (FIFO within a class
+    and tenant; the tenants' shares interleave by their weights).
 
     Waiters that stopped refreshing (their process died) and that no script
-    has dropped yet are included with ``live`` False.
+    has dropped yet are included with ``live`` False. Classes are named
+    with ``priorities`` (default: the stored config's).
     """
+    names = read_priorities(client, keys) if priorities is None else tuple(priorities)
     with map_errors(keys.name):
         now_ms = server_time_ms(client)
         total, entries = _head(client, keys.queue, limit)
@@ -281,22 +370,69 @@ def read_queue(client: Any, keys: GovernorKeys, limit: int = 1000) -> Listing:
             pipe.hmget(keys.holders, ids)
             *deadlines, raws = pipe.execute()
     items: list[WaiterInfo] = []
-    for position, ((member, ticket), deadline, raw) in enumerate(zip(entries, deadlines, raws, strict=True)):
+    for position, ((member, score), deadline, raw) in enumerate(zip(entries, deadlines, raws, strict=True)):
         record = _record(raw)
         if record is None or deadline is None:  # granted or cancelled between the reads
             continue
+        band, tag = divmod(int(score), QUEUE_BAND)
         items.append(
             WaiterInfo(
                 text(member),
                 position,
                 record.holder,
-                int(ticket),
+                class_name(names, record.rank),
+                record.tenant,
+                band == 0,
+                tag,
                 record.since_ms / 1000,
                 float(deadline) / 1000,
                 now_ms / 1000,
             )
         )
     return Listing(now_ms / 1000, total, tuple(items))
+
+
+def count_shares(
+    leases: Iterable[LeaseInfo], waiters: Iterable[WaiterInfo], priorities: Sequence[str] = (), complete: bool = True
+) -> Breakdown:
+    """The live leases and live waiters of two listings counted per class, per
+    tenant and per (class, tenant), as the status counts them (an expired
+    lease or a dead waiter not yet reclaimed is not counted)."""
+    counts: dict[tuple[str, str], list[int]] = {}
+    for lease in leases:
+        if lease.live:
+            counts.setdefault((lease.priority, lease.tenant), [0, 0, 0])[0] += 1
+    for waiter in waiters:
+        if waiter.live:
+            entry = counts.setdefault((waiter.priority, waiter.tenant), [0, 0, 0])
+            entry[1] += 1
+            entry[2] += waiter.aged
+    by_class: dict[str, Count] = {name: Count() for name in priorities}
+    by_tenant: dict[str, Count] = {}
+    for (priority, tenant), (in_flight, queued, aged) in counts.items():
+        count = Count(in_flight, queued, aged)
+        by_class[priority] = by_class.get(priority, Count()) + count
+        by_tenant[tenant] = by_tenant.get(tenant, Count()) + count
+    known = {name: i for i, name in enumerate(priorities)}
+    by_class = dict(sorted(by_class.items(), key=lambda kv: (known.get(kv[0], len(known)), kv[0])))
+    by_tenant = dict(sorted(by_tenant.items(), key=lambda kv: (-kv[1].load, kv[0])))
+    class_order = {name: i for i, name in enumerate(by_class)}
+    tenant_order = {name: i for i, name in enumerate(by_tenant)}
+    pairs = sorted(counts.items(), key=lambda kv: (class_order[kv[0][0]], tenant_order[kv[0][1]]))
+    by_pair = {pair: Count(*values) for pair, values in pairs}
+    return Breakdown(tuple(priorities), by_class, by_tenant, by_pair, complete)
+
+
+def read_breakdown(client: Any, keys: GovernorKeys, limit: int | None = None) -> Breakdown:
+    """The live leases and waiters of a governor counted per class and tenant,
+    from at most ``limit`` (default :data:`COUNT_LIMIT`) of each; ``complete``
+    says whether that was all of them."""
+    limit = COUNT_LIMIT if limit is None else limit
+    priorities = read_priorities(client, keys)
+    leases = read_leases(client, keys, limit, priorities)
+    queue = read_queue(client, keys, limit, priorities)
+    complete = leases.total <= limit and queue.total <= limit
+    return count_shares(leases.items, queue.items, priorities, complete)
 
 
 def _event(entry_id: Any, values: Mapping[Any, Any]) -> DecisionEvent:

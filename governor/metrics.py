@@ -14,8 +14,12 @@ Two sources, because they live in different processes:
   provider's known header names, a bounded set).
 * ``governor exporter`` serves :class:`GovernorCollector`, which reads each
   governor's state from Redis on every scrape (read-only: the ``status``
-  script and the decision log), so what Prometheus sees is what the scripts
-  decide on, whichever host changed it.
+  script, the decision log, the leases and the queue), so what Prometheus
+  sees is what the scripts decide on, whichever host changed it. In flight
+  and queued per priority class and per tenant are counted from the leases
+  and the queue (at most :data:`governor.inspect.COUNT_LIMIT` of each); the
+  tenant label is bounded: the ``top_tenants`` most loaded by name, the
+  others summed as ``tenant="(other)"``.
 
 ``prometheus_client`` is optional (the ``metrics`` extra): without it
 :func:`observe_admission` does nothing, and the exporter refuses to start
@@ -38,6 +42,8 @@ ADMISSION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30
 #: at most this many decision-log entries are read per governor per scrape
 EVENTS_PER_SCRAPE = 20_000
 _PAGE = 1000
+#: tenants exported by name per governor (the most loaded: in flight + queued); the others are one series
+TOP_TENANTS = 10
 
 
 class _NoOp:
@@ -131,6 +137,7 @@ class _Tracked:
     governor: Any  #: a governor.Governor on the collector's client
     last_id: str = "0"  #: newest decision-log entry already counted
     decisions: dict[str, int] = field(default_factory=dict)  #: kind -> count since the exporter started
+    aged: int = 0  #: waiters the ``age`` decisions moved ahead of every class
 
 
 class GovernorCollector:
@@ -144,12 +151,27 @@ class GovernorCollector:
     Decisions are counted from the decision log: the first scrape counts
     what the log holds, later scrapes what was appended since. A burst that
     overflows the capped log between two scrapes is not counted whole.
+
+    ``top_tenants`` bounds the tenant label: the tenants with the most in
+    flight and queued are exported by name, the others summed as
+    ``tenant="(other)"`` (a name no tenant can have).
     """
 
-    def __init__(self, client: Any, names: Sequence[str] | None = None, *, prefix: str = "governor") -> None:
+    def __init__(
+        self,
+        client: Any,
+        names: Sequence[str] | None = None,
+        *,
+        prefix: str = "governor",
+        top_tenants: int = TOP_TENANTS,
+    ) -> None:
         from .config import GovernorConfig
+        from .errors import ConfigError
         from .protocol import validate_name
 
+        if isinstance(top_tenants, bool) or not isinstance(top_tenants, int) or not 0 <= top_tenants <= 1000:
+            raise ConfigError(f"top_tenants must be an integer from 0 to 1000, got {top_tenants!r}")
+        self._top = top_tenants
         self._client = client
         self._names = None if names is None else [validate_name(n) for n in dict.fromkeys(names)]
         self._config = GovernorConfig(key_prefix=prefix)
@@ -173,6 +195,9 @@ class GovernorCollector:
             events = read_events_after(self._client, keys, tracked.last_id, _PAGE)
             for event in events:
                 tracked.decisions[event.kind] = tracked.decisions.get(event.kind, 0) + 1
+                if event.kind == "age":
+                    moved = event.get("waiters", "0")
+                    tracked.aged += int(moved) if moved.isdigit() else 0
             if events:
                 tracked.last_id = events[-1].id
             if len(events) < _PAGE:
@@ -181,7 +206,8 @@ class GovernorCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
-        from .inspect import list_governors, log_length
+        from .config import parse_weights
+        from .inspect import OTHER, list_governors, log_length, read_breakdown, read_config
 
         started = time.monotonic()
         label = ["governor"]
@@ -232,6 +258,48 @@ class GovernorCollector:
                 "governor_budget_reserved", "What the leases in flight reserved from a budget", labels=budget_labels
             ),
         }
+        priority_labels = [*label, "priority"]
+        p = {
+            "in_flight": GaugeMetricFamily(
+                "governor_priority_in_flight", "Live leases of each priority class", labels=priority_labels
+            ),
+            "queued": GaugeMetricFamily(
+                "governor_priority_queued",
+                "Live waiters of each priority class (the aged ones too, in the class they joined)",
+                labels=priority_labels,
+            ),
+            "aged": GaugeMetricFamily(
+                "governor_priority_aged",
+                "Waiters of each class that waited the aging time and went ahead of every class",
+                labels=priority_labels,
+            ),
+        }
+        tenant_labels = [*label, "tenant"]
+        t = {
+            "in_flight": GaugeMetricFamily(
+                "governor_tenant_in_flight",
+                f"Live leases of each tenant (the most loaded by name, the rest as tenant={OTHER!r})",
+                labels=tenant_labels,
+            ),
+            "queued": GaugeMetricFamily(
+                "governor_tenant_queued",
+                f"Live waiters of each tenant (the most loaded by name, the rest as tenant={OTHER!r})",
+                labels=tenant_labels,
+            ),
+        }
+        weight = GaugeMetricFamily(
+            "governor_tenant_weight", "The weight of each tenant exported by name (its share at capacity)",
+            labels=tenant_labels,
+        )  # fmt: skip
+        complete = gauge(
+            "governor_counts_complete",
+            "1 if the counts per class and tenant read every lease and waiter, 0 if they were cut at the limit",
+        )
+        aged = CounterMetricFamily(
+            "governor_aged_waiters",
+            "Waiters that went ahead of every class after the aging time (decision log: age), since the exporter began",
+            labels=label,
+        )
         info = InfoMetricFamily(
             "governor", "Policy, pause and schema of each governor", labels=[*label, "policy", "pause_kind", "reason"]
         )
@@ -248,6 +316,8 @@ class GovernorCollector:
                     status = tracked.governor.status(create=False)
                     entries = log_length(self._client, tracked.governor.keys)
                     self._count_decisions(tracked)
+                    breakdown = read_breakdown(self._client, tracked.governor.keys)
+                    stored = read_config(self._client, tracked.governor.keys)
                 except GovernorError:  # missing (GovernorNotFound), unreachable or unreadable
                     up.add_metric([name], 0)
                     continue
@@ -276,14 +346,35 @@ class GovernorCollector:
                         b[key].add_metric(labels, getattr(budget, key))
                 for kind, count in sorted(tracked.decisions.items()):
                     decisions.add_metric([name, kind], count)
+                aged.add_metric([name], tracked.aged)
+                for priority, counted in breakdown.by_class.items():
+                    for key in p:
+                        p[key].add_metric([name, priority], getattr(counted, key))
+                try:
+                    weights = dict(parse_weights(stored.get("tenant_weights", "")))
+                except ValueError:
+                    weights = {}
+                default = stored.get("default_weight", "")
+                for tenant, counted in breakdown.top_tenants(self._top).items():
+                    for key in t:
+                        t[key].add_metric([name, tenant], getattr(counted, key))
+                    share = weights.get(tenant) or (int(default) if default.isdigit() else 0)
+                    if tenant != OTHER and share:
+                        weight.add_metric([name, tenant], share)
+                complete.add_metric([name], int(breakdown.complete))
                 info.add_metric(
                     [name, status.policy, status.pause_kind, status.pause_reason], {"schema": str(status.schema)}
                 )
         yield up
         yield from g.values()
         yield from b.values()
+        yield from p.values()
+        yield from t.values()
+        yield weight
+        yield complete
         yield quota
         yield decisions
+        yield aged
         yield info
         duration = GaugeMetricFamily("governor_exporter_scrape_duration_seconds", "Time this scrape took to read Redis")
         duration.add_metric([], time.monotonic() - started)
@@ -297,6 +388,7 @@ def start_exporter(
     port: int = 9733,
     addr: str = "0.0.0.0",
     prefix: str = "governor",
+    top_tenants: int = TOP_TENANTS,
 ) -> tuple[Any, threading.Thread]:
     """Serve ``/metrics`` for ``names`` (None: every governor) on a daemon thread.
 
@@ -306,6 +398,6 @@ def start_exporter(
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(GovernorCollector(client, names, prefix=prefix))
+    registry.register(GovernorCollector(client, names, prefix=prefix, top_tenants=top_tenants))
     server, thread = start_http_server(port, addr=addr, registry=registry)
     return server, thread

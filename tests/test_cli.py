@@ -32,6 +32,7 @@ from governor.cli import main, render
 from governor.cli.app import safe_url
 from governor.cli.control import COMPARED, compared
 from governor.cli.keys import redis_cli_base
+from governor.core import Granted, Queued, new_id
 from governor.protocol import KEY_NAMES, SCHEMA_VERSION, STATUS_FIELDS, governor_keys
 
 from .conftest import FakeClock, governors, scrape
@@ -95,6 +96,41 @@ def refused(result: Result, *phrases: str, code: int = 1) -> str:
     return result.stderr
 
 
+#: long TTLs: the injected clock moves by whole seconds and nobody refreshes
+SLOW = {"lease_ttl": 600.0, "queue_ttl": 600.0, "poll": 1.0, "restart_hold": False}
+
+
+def take(gov: Governor, label: str, priority: str | None = None, tenant: str | None = None) -> None:
+    """A lease granted at once, of this class and tenant."""
+    place = gov._core.place(priority, tenant)
+    assert isinstance(gov._execute(gov._core.acquire(new_id(), label, wait=False, place=place)), Granted)
+
+
+def enqueue(gov: Governor, label: str, priority: str | None = None, tenant: str | None = None) -> None:
+    """A waiter queued, of this class and tenant (nobody refreshes it: the TTLs are long)."""
+    place = gov._core.place(priority, tenant)
+    assert isinstance(gov._execute(gov._core.acquire(new_id(), label, wait=True, place=place)), Queued)
+
+
+def shares_state(make: Callable[..., Governor], clock: FakeClock) -> Governor:
+    """3 in flight of 3 (interactive team-a, default team-a, batch team-b), 4
+    queued: a batch waiter of team-b that aged, then interactive default,
+    then two default of team-a (FIFO within a class and tenant)."""
+    config = GovernorConfig(
+        max_capacity=3, policy="fixed", aging=5.0, tenant_weights={"team-a": 3, "team-b": 1}, **SLOW
+    )
+    gov = make(config, clock=clock)
+    take(gov, "orchestrator/main", "interactive", "team-a")
+    take(gov, "host-1/agent-1", None, "team-a")
+    take(gov, "host-2/agent-2", "batch", "team-b")
+    enqueue(gov, "host-2/agent-7", "batch", "team-b")
+    clock.advance(6)  # it waited past the aging: the next script moves it ahead of every class
+    enqueue(gov, "host-3/agent-9", "interactive")
+    enqueue(gov, "host-1/agent-3", None, "team-a")
+    enqueue(gov, "host-1/agent-4", None, "team-a")
+    return gov
+
+
 def known_state(make: Callable[..., Governor], clock: FakeClock) -> Governor:
     """capacity 4 of 8 (seed: two 429s halve), 2 of 3 window attempts rate-limited, 3 in flight."""
     gov = make(GovernorConfig(policy="seed", max_capacity=8, lease_ttl=300), clock=clock)
@@ -131,6 +167,63 @@ def test_status_human_and_json(run: Run, make: Callable[..., Governor], behind: 
     )
     assert data["pause_reason"] == "" and "reason" not in data
     assert data["rate_limited_share"] == pytest.approx(2 / 3, abs=1e-3)
+    # the classes, the aging and the weights, and who is in flight: the defaults
+    assert "classes     interactive, default, batch  (highest first; a caller naming none: default)" in out
+    assert "aging       30.0s: a waiter of a lower class then goes ahead of every class" in out
+    assert "weights     any other tenant 1" in out
+    assert (data["priorities"], data["default_priority"], data["aging"]) == (
+        ["interactive", "default", "batch"],
+        "default",
+        30.0,
+    )
+    assert (data["tenant_weights"], data["default_weight"], data["tenants"]) == ({}, 1, 1)
+    assert data["by_class"]["default"] == {"in_flight": 3, "queued": 0, "aged": 0}
+    assert data["by_tenant"] == {"default": {"in_flight": 3, "queued": 0, "aged": 0}}
+    assert data["counts_complete"] is True
+
+
+def table_rows(out: str, header: str) -> list[list[str]]:
+    """The rows of the table whose header starts with ``header``, each split on whitespace."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip() or (line.startswith("(") and not line.startswith(gi.OTHER)):  # a note after it
+            break
+        rows.append(line.split())
+    return rows
+
+
+def test_status_per_class_and_tenant(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
+    shares_state(make, behind)
+    out = ok(run("status"))
+    assert "weights     team-a=3, team-b=1; any other tenant 1" in out
+    assert table_rows(out, "CLASS") == [
+        ["interactive", "1", "1", "0"],
+        ["default", "1", "2", "0"],
+        ["batch", "1", "1", "1"],
+    ]
+    assert table_rows(out, "TENANT") == [  # the most loaded first
+        ["team-a", "3", "2", "2", "0"],
+        ["team-b", "1", "1", "1", "1"],
+        ["default", "1", "0", "1", "0"],
+    ]
+    data = as_json(run("status", "--json"))
+    assert data["tenant_weights"] == {"team-a": 3, "team-b": 1} and data["aging"] == 5.0
+    assert data["by_class"]["batch"] == {"in_flight": 1, "queued": 1, "aged": 1}
+    assert set(data["by_tenant"]) == {"team-a", "team-b", "default"}  # (JSON keys are sorted)
+    # bounded: the most loaded by name, the others summed
+    out = ok(run("status", "--top", "1"))
+    assert table_rows(out, "TENANT") == [
+        ["team-a", "3", "2", "2", "0"],
+        [gi.OTHER, "-", "1", "2", "1", "(2", "tenants)"],
+    ]
+    data = as_json(run("status", "--json", "--top", "1"))
+    assert data["by_tenant"] == {
+        "team-a": {"in_flight": 2, "queued": 2, "aged": 0},
+        gi.OTHER: {"in_flight": 1, "queued": 2, "aged": 1},
+    }
+    assert data["tenants"] == 3
 
 
 def test_status_shows_why_callers_wait(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
@@ -188,7 +281,14 @@ def test_status_warns_when_redis_may_evict_the_governor(run: Run, private_redis:
 def test_unknown_governor_is_refused_and_not_created(run: Run, client: redis.Redis, name: str) -> None:
     for command in (["status"], ["leases"], ["queue"], ["events"], ["watch", "--count", "1"]):
         refused(run(*command), f"no governor named {name!r}", "governor list")
-    for command in (["set-max", "3"], ["pause"], ["resume"], ["reset"], ["configure", "--policy", "seed"]):
+    for command in (
+        ["set-max", "3"],
+        ["pause"],
+        ["resume"],
+        ["reset"],
+        ["configure", "--policy", "seed"],
+        ["set-shares", "--weight", "a=2"],
+    ):
         refused(run(*command), f"no governor named {name!r}")
     assert gi.list_governors(client).count(name) == 0
     assert client.exists(*governor_keys(name).keys) == 0
@@ -267,6 +367,7 @@ OPERATOR_COMMANDS: dict[str, tuple[list[str], list[str], bool, bool]] = {
     "resume": ([], ["--bogus"], True, True),
     "reset": ([], ["--bogus"], True, True),
     "configure": (["--policy", "seed"], ["--policy", "bogus"], True, True),
+    "set-shares": (["--aging", "off"], ["--weight", "a"], True, True),
     "exporter": (["--port", "0"], ["--port", "-1"], False, False),
 }
 
@@ -353,12 +454,15 @@ def test_leases(run: Run, make: Callable[..., Governor], behind: FakeClock) -> N
     known_state(make, behind)
     out = ok(run("leases"))
     header, *rows = out.split("\n\n")[0].splitlines()
-    assert header.split() == ["LEASE", "ID", "HOLDER", "HOST", "AGE", "TTL", "LEFT", "FENCE"]
+    assert header.split() == ["LEASE", "ID", "HOLDER", "HOST", "CLASS", "TENANT", "AGE", "TTL", "LEFT", "FENCE"]
     assert [row.split()[1] for row in rows] == ["host-0/agent-0", "host-1/agent-1", "host-0/agent-2"]
+    assert [row.split()[3:5] for row in rows] == [["default", "default"]] * 3
     assert "3 live lease(s) on 2 host(s): host-0 2, host-1 1" in out
+    assert "  by class:  interactive 0, default 3, batch 0" in out and "  by tenant: default 3" in out
     data = as_json(run("leases", "--json"))
     assert data["total"] == 3
     assert [x["host"] for x in data["leases"]] == ["host-0", "host-1", "host-0"]
+    assert {(x["priority"], x["tenant"]) for x in data["leases"]} == {("default", "default")}
     for lease in data["leases"]:
         assert BEHIND <= lease["age"] < BEHIND + 10 and 300 - BEHIND - 10 < lease["ttl_left"] <= 300 - BEHIND
         assert lease["live"] is True and lease["ttl"] == 300
@@ -392,12 +496,12 @@ def test_queue(run: Run, make: Callable[..., Governor], client: redis.Redis) -> 
     try:
         out = ok(run("queue"))
         assert "blocked: at capacity: 1 in flight of 1" in out  # the scripts' words
-        rows = out.splitlines()[3:]
-        assert [row.split()[:4][2:] for row in rows] == [
-            ["worker-0/agent-0", "worker-0"],
-            ["worker-1/agent-1", "worker-1"],
+        rows = table_rows(out, "POS")
+        assert [row[2:7] for row in rows] == [
+            ["worker-0/agent-0", "worker-0", "default", "default", "-"],
+            ["worker-1/agent-1", "worker-1", "default", "default", "-"],
         ]
-        assert [row.split()[0] for row in rows] == ["1", "2"]  # counted from 1: the first is next
+        assert [row[0] for row in rows] == ["1", "2"]  # counted from 1: the first is next
         data = as_json(run("queue", "--json"))
         assert [(w["place"], w["position"]) for w in data["waiters"]] == [(1, 0), (2, 1)]
         assert data["blocked"] == "at capacity: 1 in flight of 1" and data["total"] == 2
@@ -408,6 +512,55 @@ def test_queue(run: Run, make: Callable[..., Governor], client: redis.Redis) -> 
         for thread in threads:
             thread.join(10)
     assert done == ["worker-0/agent-0", "worker-1/agent-1"]
+
+
+def test_queue_by_class_and_tenant(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
+    shares_state(make, behind)
+    out = ok(run("queue"))
+    rows = table_rows(out, "POS")
+    assert [row[2] for row in rows] == ["host-2/agent-7", "host-3/agent-9", "host-1/agent-3", "host-1/agent-4"]
+    assert [row[4:7] for row in rows] == [  # the aged batch waiter first, then a higher class first
+        ["batch", "team-b", "yes"],
+        ["interactive", "default", "-"],
+        ["default", "team-a", "-"],
+        ["default", "team-a", "-"],
+    ]
+    assert "4 live waiter(s)" in out
+    assert "  by class:  interactive 1, default 2, batch 1 (1 aged)" in out
+    assert "  by tenant: team-a 2, default 1, team-b 1 (1 aged)" in out
+    assert table_rows(out, "CLASS") == [
+        ["interactive", "default", "1", "0"],
+        ["default", "team-a", "2", "0"],
+        ["batch", "team-b", "1", "1"],
+    ]
+    data = as_json(run("queue", "--json"))
+    first = data["waiters"][0]
+    assert (first["priority"], first["tenant"], first["aged"], first["holder"]) == (
+        "batch",
+        "team-b",
+        True,
+        "host-2/agent-7",
+    )
+    assert "ticket" not in first and all(isinstance(w["tag"], int) for w in data["waiters"])
+    summary = data["summary"]
+    assert summary["by_class"]["batch"] == {"in_flight": 0, "queued": 1, "aged": 1}
+    assert summary["by_tenant"]["team-b"] == {"in_flight": 0, "queued": 1, "aged": 1}
+    assert {"priority": "batch", "tenant": "team-b", "in_flight": 0, "queued": 1, "aged": 1} in summary[
+        "by_class_and_tenant"
+    ]
+    assert (summary["tenants"], summary["counts_complete"]) == (3, True)
+    # the summary counts every waiter, not only those shown; bounded by --top
+    out = ok(run("queue", "--limit", "1", "--top", "1"))
+    assert len(table_rows(out, "POS")) == 1 and "showing 1 of 4" in out
+    assert f"  by tenant: team-a 2, {gi.OTHER} 2 (1 aged)" in out
+    assert table_rows(out, "CLASS") == [
+        ["interactive", gi.OTHER, "1", "0"],
+        ["default", "team-a", "2", "0"],
+        ["batch", gi.OTHER, "1", "1"],
+    ]
+    leases = ok(run("leases"))
+    assert "  by class:  interactive 1, default 1, batch 1" in leases
+    assert "  by tenant: team-a 2, team-b 1" in leases
 
 
 # -- events -----------------------------------------------------------------------------
@@ -431,6 +584,15 @@ def test_events(run: Run, make: Callable[..., Governor], behind: FakeClock) -> N
     assert (data[0]["capacity"], data[0]["paused"]) == (0, True)
     only = ok(run("events", "--kind", "capacity", "--kind", "create")).splitlines()
     assert [line.split()[1] for line in only] == ["capacity", "create"]
+
+
+def test_events_of_aging_and_shares(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
+    gov = shares_state(make, behind)
+    (line,) = ok(run("events", "--kind", "age")).splitlines()
+    assert "1 waiter(s) aged after 5.0s, first host-2/agent-7: waited aging_ms" in line
+    gov.set_shares(tenant_weights={"team-a": 2}, aging=None)
+    (line,) = ok(run("events", "--kind", "set_shares")).splitlines()
+    assert "tenant weights team-a=3,team-b=1 -> team-a=2, default weight 1, aging 5.0s -> off: operator" in line
 
 
 def test_events_follow_from_an_id(
@@ -562,10 +724,62 @@ def test_configure(run: Run, make: Callable[..., Governor], client: redis.Redis,
     assert (data["config"]["decrease_count"], data["config"]["decrease_ratio"]) == ("3", "0.3")
     data = as_json(run("configure", "--policy", "fixed", "--json"))
     assert data["config_changed"]["decrease_count"] == ["3", None]
+    assert [e.kind for e in gi.read_events(client, gov.keys, 4)] == ["reset"] * 4
     assert set(data["config"]) == {"policy", "max_capacity", "window_ms", "resume_fraction", "retry_after_cap_ms",
                                    "idle_ms", "log_length", "requests_per_minute", "tokens_per_minute",
-                                   "input_tokens_per_minute", "output_tokens_per_minute"}  # fmt: skip
-    assert [e.kind for e in gi.read_events(client, gov.keys, 4)] == ["reset"] * 4
+                                   "input_tokens_per_minute", "output_tokens_per_minute", "priorities",
+                                   "default_priority", "aging_ms", "tenant_weights", "default_weight"}  # fmt: skip
+
+
+def test_set_shares(run: Run, make: Callable[..., Governor], client: redis.Redis, behind: FakeClock, name: str) -> None:
+    gov = shares_state(make, behind)  # team-a=3, team-b=1, aging 5 s
+    out = ok(run("set-shares", "--weight", "team-c=5", "--weight", "team-a=2", "--aging", "1m"))
+    assert f"governor {name!r}: shares set: weights team-a=2, team-b=1, team-c=5; any other tenant 1" in out
+    changes = [line.split() for line in out.splitlines()]
+    assert ["tenant_weights", "team-a=3,team-b=1", "->", "team-a=2,team-b=1,team-c=5"] in changes  # the rest kept
+    assert ["aging_ms", "5000", "->", "60000"] in changes
+    assert "now: FULL: 3 in flight of 3, 4 queued" in out
+    stored = gi.read_config(client, gov.keys)
+    assert (stored["tenant_weights"], stored["aging_ms"], stored["default_weight"]) == (
+        "team-a=2,team-b=1,team-c=5",
+        "60000",
+        "1",
+    )
+    data = as_json(run("set-shares", "--unset", "team-b", "--default-weight", "2", "--aging", "off", "--json"))
+    assert data["config_changed"] == {
+        "aging_ms": ["60000", "0"],
+        "default_weight": ["1", "2"],
+        "tenant_weights": ["team-a=2,team-b=1,team-c=5", "team-a=2,team-c=5"],
+    }
+    assert data["changed"] == {} and data["after"]["queued"] == 4  # the queue and the policy are kept
+    assert data["config"]["tenant_weights"] == "team-a=2,team-c=5"
+    assert "weights     team-a=2, team-c=5; any other tenant 2" in ok(run("status"))
+    assert "aging       off: a lower class waits as long as a higher one is queued" in ok(run("status"))
+    data = as_json(run("set-shares", "--clear", "--weight", "solo=7", "--aging", "45", "--json"))
+    assert (data["config"]["tenant_weights"], data["config"]["aging_ms"]) == ("solo=7", "45000")
+    assert "nothing changed" in ok(run("set-shares", "--weight", "solo=7"))
+    assert ok(run("set-shares", "--clear")) and gi.read_config(client, gov.keys)["tenant_weights"] == ""
+    assert [e.kind for e in gi.read_events(client, gov.keys, 5)] == ["set_shares"] * 5
+    assert gov.status().queued == 4  # nobody lost a place
+
+
+def test_set_shares_bad_input(run: Run, make: Callable[..., Governor], client: redis.Redis, behind: FakeClock) -> None:
+    gov = make(GovernorConfig(max_capacity=4, tenant_weights={"a": 2}), clock=behind)
+    gov.status()
+    refused(run("set-shares"), "nothing to change", code=2)
+    refused(run("set-shares", "--weight", "a"), "'a' is not TENANT=WEIGHT", code=2)
+    refused(run("set-shares", "--weight", "a=x"), "is not TENANT=WEIGHT", code=2)
+    refused(run("set-shares", "--weight", "a=0"), "must be an integer in [1, 1000]", code=2)
+    refused(run("set-shares", "--weight", "a=1001"), "must be an integer in [1, 1000]", code=2)
+    refused(run("set-shares", "--weight", "bad name=3"), "tenant 'bad name' is invalid", code=2)
+    refused(run("set-shares", "--unset", "bad name"), "tenant 'bad name' is invalid", code=2)
+    refused(run("set-shares", "--default-weight", "0"), "0 is not in the range", code=2)
+    refused(run("set-shares", "--aging", "soon"), "is not a duration nor 'off'", code=2)
+    refused(run("set-shares", "--aging", "0"), "must be longer than 0 seconds", code=2)
+    refused(run("set-shares", "--aging", "2d"), "aging must be None or between 0 and 86400 seconds", code=2)
+    stored = gi.read_config(client, gov.keys)
+    assert (stored["tenant_weights"], stored["aging_ms"]) == ("a=2", "30000")  # nothing was written
+    assert [e.kind for e in gi.read_events(client, gov.keys, 1)] == ["create"]
 
 
 def test_change_never_recreates_a_governor_that_vanished_underneath(
@@ -656,7 +870,7 @@ def test_redis_cli_base() -> None:
 def test_help_lists_every_command(run: Run) -> None:
     out = ok(run("--help", gov=None))
     for command in ("status", "list", "watch", "leases", "queue", "events", "set-max", "pause", "resume", "reset",
-                    "configure"):  # fmt: skip
+                    "configure", "set-shares"):  # fmt: skip
         assert command in out
     for command in ("keys", "exporter", *cli_module.SIM_COMMANDS):
         assert command in out
@@ -699,7 +913,8 @@ def test_exporter_serves_metrics_and_stops_on_sigterm(
     known_state(make, behind)
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = ["--url", redis_url, "exporter", "--name", name, "--name", f"{name}-x", "--port", str(port)]
+    command = ["--url", redis_url, "exporter", "--name", name, "--name", f"{name}-x", "--port", str(port),
+               "--top-tenants", "3"]  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "governor.cli", *command, "--addr", "127.0.0.1"],
         cwd=ROOT,
@@ -727,6 +942,8 @@ def test_exporter_serves_metrics_and_stops_on_sigterm(
         assert metrics[("governor_window_rate_limited", g)] == 2
         assert metrics[("governor_window_attempts", g)] == 3
         assert metrics[("governor_decisions_total", (("governor", name), ("kind", "capacity")))] == 1
+        assert metrics[("governor_priority_in_flight", (("governor", name), ("priority", "default")))] == 3
+        assert metrics[("governor_tenant_in_flight", (("governor", name), ("tenant", "default")))] == 3
         assert metrics[("governor_up", (("governor", f"{name}-x"),))] == 0  # named but missing: not created
         process.send_signal(signal.SIGTERM)
         assert process.wait(10) == 0
@@ -745,6 +962,7 @@ def test_exporter_bad_input(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     refused(run("exporter", "--all", "--name", "a", gov=None), "not both", code=2)
     refused(run("exporter", "--name", "bad name", gov=None), "is invalid", code=2)
     refused(run("--json", "exporter", "--all", gov=None), "no --json", code=2)
+    refused(run("exporter", "--all", "--top-tenants", "-1", gov=None), "--top-tenants", code=2)
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     refused(run("exporter", "--all", gov=None), "pip install 'fleet-governor[metrics]'")
 

@@ -18,9 +18,10 @@ import pytest
 
 from governor import Governor, GovernorConfig, Lease, Outcome
 from governor import inspect as gi
+from governor.core import Granted, Queued, new_id
 from governor.errors import StateError
 from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
-from governor.protocol import KEY_NAMES, KEYS, SCHEMA_VERSION, SENTINEL, governor_keys
+from governor.protocol import KEY_NAMES, KEYS, QUEUE_BAND, SCHEMA_VERSION, SENTINEL, governor_keys
 
 from .conftest import FakeClock
 from .servers import wait_until
@@ -71,6 +72,7 @@ def test_read_leases(make_gov: MakeGov, sync_client: Any, past: FakeClock) -> No
         assert lease is not None
         info = by_id[lease.id]
         assert (info.holder, info.fence, info.ttl) == (lease.holder, lease.fence, 300)
+        assert (info.priority, info.tenant) == ("default", "default")  # a caller naming none
         assert info.host == lease.holder.split("/")[0]
         assert info.live
         assert BEHIND <= info.age < BEHIND + 10
@@ -98,6 +100,9 @@ def test_read_leases_skips_unreadable_holder_entries(make_gov: MakeGov, sync_cli
     sync_client.hset(gov.keys.holders, lease.id, f"{lease.fence}|300000|1|0|0|1|0|t|a|b/c")  # '|' in a label is kept
     (info,) = gi.read_leases(sync_client, gov.keys).items
     assert (info.holder, info.fence, info.ttl, info.since) == ("a|b/c", lease.fence, 300, 0.001)
+    assert (info.priority, info.tenant) == ("interactive", "t")  # rank 0 of the stored classes
+    sync_client.hset(gov.keys.holders, lease.id, f"{lease.fence}|300000|1|0|0|1|6|t|a")  # a rank with no name
+    assert gi.read_leases(sync_client, gov.keys).items[0].priority == "rank-6"
 
 
 @dataclasses.dataclass
@@ -150,13 +155,141 @@ def test_read_queue_in_fifo_order(make_gov: MakeGov, sync_client: Any) -> None:
         assert [w.holder for w in listing.items] == labels
         assert [w.position for w in listing.items] == [0, 1, 2]  # waiters ahead, as the waiter is told
         assert [w.place for w in listing.items] == [1, 2, 3]  # as people count
-        assert [w.ticket for w in listing.items] == sorted(w.ticket for w in listing.items)
+        assert [w.tag for w in listing.items] == sorted(w.tag for w in listing.items)  # one tenant: FIFO
         for waiter in listing.items:
+            assert (waiter.priority, waiter.tenant, waiter.aged) == ("default", "default", False)
             assert waiter.live and waiter.host == "waiter"
             assert 0 <= waiter.waited < 30
             assert 90 < waiter.deadline - waiter.now <= 120
         assert [w.holder for w in gi.read_queue(sync_client, gov.keys, limit=2).items] == labels[:2]
         lease.release()
+
+
+#: long TTLs: the injected clock moves by whole seconds and nobody refreshes
+SLOW = {"lease_ttl": 600.0, "queue_ttl": 600.0, "poll": 1.0, "restart_hold": False}
+
+
+def take(gov: Governor, label: str, priority: str | None = None, tenant: str | None = None) -> str:
+    """A lease granted at once (the governor has room), of this class and tenant."""
+    lease = new_id()
+    place = gov._core.place(priority, tenant)
+    assert isinstance(gov._execute(gov._core.acquire(lease, label, wait=False, place=place)), Granted)
+    return lease
+
+
+def enqueue(gov: Governor, label: str, priority: str | None = None, tenant: str | None = None) -> str:
+    """A waiter queued (the governor is full), of this class and tenant; nobody refreshes it."""
+    waiter = new_id()
+    place = gov._core.place(priority, tenant)
+    assert isinstance(gov._execute(gov._core.acquire(waiter, label, wait=True, place=place)), Queued)
+    return waiter
+
+
+def test_read_queue_names_the_class_tenant_band_and_tag(make_gov: MakeGov, sync_client: Any) -> None:
+    clock = FakeClock(gi.server_time_ms(sync_client) / 1000)
+    config = GovernorConfig(max_capacity=2, policy="fixed", aging=5.0, tenant_weights={"a": 3}, **SLOW)
+    gov = make_gov(config, clock=clock)
+    take(gov, "h/interactive", "interactive", "a")
+    take(gov, "h/batch", "batch", "b")
+    enqueue(gov, "w/old-batch", "batch", "b")
+    clock.advance(1)
+    enqueue(gov, "w/default-a", None, "a")
+    enqueue(gov, "w/interactive", "interactive")
+    queue = gi.read_queue(sync_client, gov.keys)
+    assert [(w.holder, w.priority, w.tenant, w.aged) for w in queue.items] == [
+        ("w/interactive", "interactive", "default", False),
+        ("w/default-a", "default", "a", False),
+        ("w/old-batch", "batch", "b", False),
+    ]
+    clock.advance(4.5)  # the batch waiter has waited 5.5 s: the next script moves it ahead of every class
+    enqueue(gov, "w/late", "interactive")  # the same tenant: after w/interactive (FIFO within a tenant)
+    queue = gi.read_queue(sync_client, gov.keys)
+    assert [(w.holder, w.aged) for w in queue.items] == [
+        ("w/old-batch", True),  # aged: ahead of every class, its tag kept
+        ("w/interactive", False),
+        ("w/late", False),
+        ("w/default-a", False),
+    ]
+    for waiter in queue.items:  # the listing's tag and band are the queue's score
+        score = sync_client.zscore(gov.keys.queue, waiter.id)
+        assert waiter.tag == int(score) % QUEUE_BAND and waiter.aged == (int(score) < QUEUE_BAND)
+    leases = gi.read_leases(sync_client, gov.keys)
+    assert sorted((x.holder, x.priority, x.tenant) for x in leases.items) == [
+        ("h/batch", "batch", "b"),
+        ("h/interactive", "interactive", "a"),
+    ]
+    named = gi.read_queue(sync_client, gov.keys, priorities=("hi", "mid", "lo"))  # names given, not read
+    assert [w.priority for w in named.items] == ["lo", "hi", "hi", "mid"]
+    assert gi.read_priorities(sync_client, gov.keys) == ("interactive", "default", "batch")
+    assert gi.read_priorities(sync_client, governor_keys(f"{gov.name}-none")) == ()
+
+
+def test_class_name() -> None:
+    classes = ("interactive", "default", "batch")
+    assert [gi.class_name(classes, r) for r in (0, 1, 2)] == list(classes)
+    assert gi.class_name(classes, 3) == "rank-3" and gi.class_name((), 0) == "rank-0"
+
+
+def _lease(priority: str, tenant: str, live: bool = True) -> gi.LeaseInfo:
+    return gi.LeaseInfo("id", "h/1", priority, tenant, 1, 0.0, 100.0 if live else 5.0, 60.0, 10.0)
+
+
+def _waiter(priority: str, tenant: str, aged: bool = False, live: bool = True) -> gi.WaiterInfo:
+    return gi.WaiterInfo("id", 0, "h/1", priority, tenant, aged, 0, 0.0, 100.0 if live else 5.0, 10.0)
+
+
+def test_count_shares_per_class_and_tenant() -> None:
+    classes = ("interactive", "default", "batch")
+    leases = [_lease("interactive", "a"), _lease("default", "a"), _lease("default", "b"), _lease("batch", "z", False)]
+    waiters = [
+        _waiter("batch", "b", aged=True),
+        _waiter("batch", "b"),
+        _waiter("default", "c"),
+        _waiter("default", "c", live=False),  # dead, not yet dropped: not counted, as the status does not
+        _waiter("rank-5", "c"),
+    ]
+    counted = gi.count_shares(leases, waiters, classes)
+    assert list(counted.by_class) == ["interactive", "default", "batch", "rank-5"]  # every class, in rank order
+    assert counted.by_class["interactive"] == gi.Count(1, 0, 0)
+    assert counted.by_class["default"] == gi.Count(2, 1, 0)
+    assert counted.by_class["batch"] == gi.Count(0, 2, 1)  # the expired lease is not counted
+    assert list(counted.by_tenant) == ["b", "a", "c"]  # the most loaded first, then by name
+    assert (counted.by_tenant["b"], counted.by_tenant["a"]) == (gi.Count(1, 2, 1), gi.Count(2, 0, 0))
+    assert counted.by_tenant["c"].load == 2 and "z" not in counted.by_tenant
+    assert counted.by_pair[("batch", "b")] == gi.Count(0, 2, 1)
+    assert next(iter(counted.by_pair)) == ("interactive", "a")
+    assert sum((c for c in counted.by_pair.values()), gi.Count()) == gi.Count(3, 4, 1)
+    assert counted.complete
+    top = counted.top_tenants(1)
+    assert top == {"b": gi.Count(1, 2, 1), gi.OTHER: gi.Count(2, 2, 0)}  # the rest summed under one name
+    assert counted.top_tenants(3) == counted.by_tenant  # nobody left over: no other
+    assert counted.top_tenants(0) == {gi.OTHER: gi.Count(3, 4, 1)}
+    pairs = counted.top_pairs(1)
+    assert pairs[("default", "b")] == gi.Count(1, 0, 0) and pairs[("default", gi.OTHER)] == gi.Count(1, 1, 0)
+    assert sum((c for c in pairs.values()), gi.Count()) == gi.Count(3, 4, 1)
+    empty = gi.count_shares((), (), classes)
+    assert list(empty.by_class) == list(classes) and not empty.by_tenant and empty.top_tenants(10) == {}
+
+
+def test_read_breakdown_counts_every_lease_and_waiter_up_to_a_limit(make_gov: MakeGov, sync_client: Any) -> None:
+    clock = FakeClock(gi.server_time_ms(sync_client) / 1000)  # live by the server's clock, which the listings use
+    gov = make_gov(GovernorConfig(max_capacity=3, policy="fixed", **SLOW), clock=clock)
+    for i in range(3):
+        take(gov, f"h/{i}", "batch" if i else None, f"t{i % 2}")
+    for i in range(4):
+        enqueue(gov, f"w/{i}", "interactive", f"t{i % 2}")
+    counted = gi.read_breakdown(sync_client, gov.keys)
+    assert counted.complete and counted.priorities == ("interactive", "default", "batch")
+    assert counted.by_class == {
+        "interactive": gi.Count(0, 4, 0),
+        "default": gi.Count(1, 0, 0),
+        "batch": gi.Count(2, 0, 0),
+    }
+    assert counted.by_tenant == {"t0": gi.Count(2, 2, 0), "t1": gi.Count(1, 2, 0)}
+    cut = gi.read_breakdown(sync_client, gov.keys, limit=2)
+    assert not cut.complete and sum(c.load for c in cut.by_class.values()) == 4  # 2 leases, 2 waiters
+    none = gi.read_breakdown(sync_client, governor_keys(f"{gov.name}-none"))
+    assert none.complete and none.priorities == () and not none.by_class and not none.by_tenant
 
 
 def test_read_events_and_wait_events(make_gov: MakeGov, sync_client: Any, clock: FakeClock) -> None:

@@ -16,7 +16,9 @@ import redis
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from governor import Governor, GovernorConfig, Outcome, metrics
+from governor import inspect as gi
 from governor.budgets import Tokens
+from governor.core import Granted, Queued, new_id
 from governor.errors import ConfigError
 from governor.events import Admitted, emit
 from governor.inspect import server_time_ms
@@ -191,6 +193,93 @@ def test_all_mode_follows_governors_as_they_come_and_go(make_gov: MakeGov, sync_
 def test_invalid_names_are_refused(sync_client: Any) -> None:
     with pytest.raises(ConfigError):
         GovernorCollector(sync_client, ["no spaces allowed"])
+    for top in (-1, 1001, 2.5, True):
+        with pytest.raises(ConfigError, match="top_tenants"):
+            GovernorCollector(sync_client, ["ok"], top_tenants=top)  # type: ignore[arg-type]
+
+
+#: long TTLs: the injected clock moves by whole seconds and nobody refreshes
+SLOW = {"lease_ttl": 600.0, "queue_ttl": 600.0, "poll": 1.0, "restart_hold": False}
+
+
+def join(gov: Governor, priority: str | None, tenant: str | None, wait: bool) -> None:
+    """A caller of this class and tenant: granted at once (``wait`` False) or queued."""
+    place = gov._core.place(priority, tenant)
+    reply = gov._execute(gov._core.acquire(new_id(), "h/1", wait=wait, place=place))
+    assert isinstance(reply, Queued if wait else Granted)
+
+
+def test_collector_counts_per_class_and_tenant_with_a_bounded_tenant_label(
+    make_gov: MakeGov, sync_client: Any, name: str
+) -> None:
+    clock = FakeClock(server_time_ms(sync_client) / 1000 - 1)  # live by the server's clock
+    config = GovernorConfig(max_capacity=4, policy="fixed", aging=5.0, tenant_weights={"t0": 5}, **SLOW)
+    gov = make_gov(config, clock=clock)
+    # in flight: t0 interactive, t0 default, t1 batch, t2 batch; queued: t3 batch (aged), t0, t4, t5 default
+    for priority, tenant in (("interactive", "t0"), (None, "t0"), ("batch", "t1"), ("batch", "t2")):
+        join(gov, priority, tenant, wait=False)
+    join(gov, "batch", "t3", wait=True)
+    clock.advance(6)
+    for tenant in ("t0", "t4", "t5"):
+        join(gov, None, tenant, wait=True)
+    got = collect(GovernorCollector(sync_client, [name], top_tenants=2))
+    for priority, (in_flight, queued, aged) in {
+        "interactive": (1, 0, 0),
+        "default": (1, 3, 0),
+        "batch": (2, 1, 1),
+    }.items():
+        assert got[key("governor_priority_in_flight", name, priority=priority)] == in_flight, priority
+        assert got[key("governor_priority_queued", name, priority=priority)] == queued, priority
+        assert got[key("governor_priority_aged", name, priority=priority)] == aged, priority
+    tenants = {k[1] for k in got if k[0] == "governor_tenant_in_flight"}
+    assert tenants == {key("", name, tenant=t)[1] for t in ("t0", "t1", gi.OTHER)}  # the 2 most loaded, then the rest
+    assert (
+        got[key("governor_tenant_in_flight", name, tenant="t0")],
+        got[key("governor_tenant_queued", name, tenant="t0")],
+    ) == (2, 1)
+    assert got[key("governor_tenant_in_flight", name, tenant="t1")] == 1  # load 1, named before t2..t5 by name
+    assert got[key("governor_tenant_in_flight", name, tenant=gi.OTHER)] == 1
+    assert got[key("governor_tenant_queued", name, tenant=gi.OTHER)] == 3
+    assert got[key("governor_tenant_weight", name, tenant="t0")] == 5
+    assert got[key("governor_tenant_weight", name, tenant="t1")] == 1  # the default weight
+    assert key("governor_tenant_weight", name, tenant=gi.OTHER) not in got
+    # the sums of the bounded series are the governor's totals
+    for metric, total in (("in_flight", "governor_in_flight"), ("queued", "governor_queued")):
+        series = [v for k, v in got.items() if k[0] == f"governor_tenant_{metric}"]
+        assert sum(series) == got[key(total, name)]
+        series = [v for k, v in got.items() if k[0] == f"governor_priority_{metric}"]
+        assert sum(series) == got[key(total, name)]
+    assert got[key("governor_counts_complete", name)] == 1
+    assert got[key("governor_decisions_total", name, kind="age")] == 1
+    assert got[key("governor_aged_waiters_total", name)] == 1
+    every = collect(GovernorCollector(sync_client, [name]))  # the default: 10 tenants by name
+    assert {dict(k[1])["tenant"] for k in every if k[0] == "governor_tenant_queued"} == {f"t{i}" for i in range(6)}
+
+
+def test_the_aged_counter_adds_every_age_decision_and_counts_are_cut_at_a_limit(
+    make_gov: MakeGov, sync_client: Any, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock(server_time_ms(sync_client) / 1000 - 1)
+    gov = make_gov(GovernorConfig(max_capacity=1, policy="fixed", aging=2.0, **SLOW), clock=clock)
+    join(gov, None, None, wait=False)
+    collector = GovernorCollector(sync_client, [name])
+    for i in range(3):
+        join(gov, "batch", f"b{i}", wait=True)
+    clock.advance(3)
+    join(gov, "interactive", None, wait=True)  # the three batch waiters age in one decision
+    assert collect(collector)[key("governor_aged_waiters_total", name)] == 3
+    join(gov, "default", None, wait=True)
+    clock.advance(3)
+    join(gov, "batch", None, wait=True)  # the default waiter ages
+    got = collect(collector)
+    assert got[key("governor_aged_waiters_total", name)] == 4
+    assert got[key("governor_decisions_total", name, kind="age")] == 2
+    assert got[key("governor_priority_aged", name, priority="batch")] == 3
+    monkeypatch.setattr(gi, "COUNT_LIMIT", 2)
+    cut = collect(collector)
+    assert cut[key("governor_counts_complete", name)] == 0
+    assert sum(v for k, v in cut.items() if k[0] == "governor_priority_queued") == 2  # of 6 queued
+    assert cut[key("governor_queued", name)] == 6
 
 
 # -- over HTTP ---------------------------------------------------------------------------
@@ -202,10 +291,10 @@ def serve(redis_url: str) -> Iterator[Callable[..., int]]:
     servers: list[Any] = []
     clients: list[Any] = []
 
-    def serve(names: list[str] | None, url: str = redis_url) -> int:
+    def serve(names: list[str] | None, url: str = redis_url, top_tenants: int = 10) -> int:
         client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
         clients.append(client)
-        server, _ = start_exporter(client, names, port=free_port(), addr="127.0.0.1")
+        server, _ = start_exporter(client, names, port=free_port(), addr="127.0.0.1", top_tenants=top_tenants)
         servers.append(server)
         return int(server.server_port)
 
@@ -235,6 +324,25 @@ def test_exporter_over_http(serve: Callable[..., int], redis_url: str, name: str
         assert got[key("governor_decisions_total", name, kind="resume")] == 1
         every = scrape(serve(None))
         assert every[key("governor_max_capacity", name)] == 5
+    finally:
+        gov.close()
+        client.close()
+
+
+def test_exporter_over_http_per_class_and_tenant(serve: Callable[..., int], redis_url: str, name: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    gov = Governor(client, name, GovernorConfig(max_capacity=5))  # the server's clock: its leases are live
+    try:
+        with gov.acquire(timeout=5, priority="batch", tenant="team-x"), gov.acquire(timeout=5, tenant="team-y"):
+            got = scrape(serve([name]))
+            assert got[key("governor_priority_in_flight", name, priority="batch")] == 1
+            assert got[key("governor_priority_in_flight", name, priority="default")] == 1
+            assert got[key("governor_priority_queued", name, priority="interactive")] == 0
+            assert got[key("governor_tenant_in_flight", name, tenant="team-x")] == 1
+            assert got[key("governor_tenant_weight", name, tenant="team-y")] == 1
+            bounded = scrape(serve([name], top_tenants=0))
+            assert bounded[key("governor_tenant_in_flight", name, tenant=gi.OTHER)] == 2  # no tenant by name
+            assert not [k for k in bounded if k[0] == "governor_tenant_weight"]
     finally:
         gov.close()
         client.close()

@@ -9,13 +9,14 @@ from ``GOVERNOR_REDIS_URL`` and ``GOVERNOR_NAME``.
 
 The commands, by family: :mod:`.status` (status, list, watch),
 :mod:`.listing` (leases, queue, events), :mod:`.keys` (keys),
-:mod:`.control` (set-max, pause, resume, reset, configure) and
+:mod:`.control` (set-max, pause, resume, reset, configure, set-shares) and
 :mod:`.exporter`; :mod:`.app` holds what they share (the App, the global
 options, the error handling), :mod:`.render` the formatting.
 
 The simulation commands (``demo``, ``bench``, ``provider``, ``swarm``,
-``worker``) live in :mod:`governor.sim.cli` and are imported only when one
-of them runs, so the operator commands work without the ``sim`` extra.
+``worker``, ``budgets``, ``matrix``, ``shares``) live in :mod:`governor.sim.cli`
+and are imported only when one of them runs, so the operator commands work
+without the ``sim`` extra.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..protocol import DEFAULT_PREFIX
 from . import control, exporter, keys, listing, status
 from .app import DEFAULT_URL, App, Command, fail
 
-SIM_COMMANDS = ("bench", "budgets", "demo", "matrix", "provider", "swarm", "worker")
+SIM_COMMANDS = ("bench", "budgets", "demo", "matrix", "provider", "shares", "swarm", "worker")
 
 
 def _sim_unavailable(name: str, error: ImportError | None) -> click.Command:
@@ -126,9 +127,9 @@ def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: f
 
     \b
     Read:   status, list, watch, leases, queue, events, keys
-    Change: set-max, pause, resume, reset, configure
+    Change: set-max, pause, resume, reset, configure, set-shares
     Serve:  exporter (Prometheus /metrics)
-    Simulate (extra 'sim'): demo, provider, swarm, worker, bench, budgets, matrix
+    Simulate (extra 'sim'): demo, provider, swarm, worker, bench, budgets, matrix, shares
 
     The options above may also follow the command (governor status -n NAME).
     Exit status: 0 done; 1 a runtime failure (Redis unreachable, no such

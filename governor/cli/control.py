@@ -1,5 +1,5 @@
-"""``set-max``, ``pause``, ``resume``, ``reset`` and ``configure``: the operator's
-levers. Each is one call of the Governor API on an existing governor (never
+"""``set-max``, ``pause``, ``resume``, ``reset``, ``configure`` and
+``set-shares``: the operator's levers. Each is one call of the Governor API on an existing governor (never
 creating one), then a before -> after account of what it changed."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any
 import click
 
 from .. import inspect as gi
-from ..config import GovernorConfig
+from ..config import GovernorConfig, parse_weights
 from ..core import Status
 from ..errors import ConfigError
 from ..policies import POLICY_NAMES, REGISTRY, Policy
-from ..protocol import STATUS_FIELDS, ms
+from ..protocol import MAX_WEIGHT, STATUS_FIELDS, ms, validate_tenant
 from .app import App, F, command, fail, global_options, json_option, pass_app
-from .render import emit_json, shown, span, state_line, status_dict, when
+from .render import SharesSettings, aging_line, emit_json, shown, span, state_line, status_dict, weights_line, when
 
 #: status reply fields that traffic moves between any two reads: not compared
 MOVING = ("now", "epoch", "created", "fence", "in_flight", "queued", "quota_exhausted", "quota_at")
@@ -237,4 +237,104 @@ def configure(app: App, /, policy: str | None, as_json: bool, **settings: Any) -
     )
 
 
-COMMANDS = (set_max, pause, resume, reset, configure)
+# -- set-shares: the tenants' weights and the aging, at run time -------------------------
+
+#: what ``--aging`` takes to turn aging off
+AGING_OFF = ("off", "never", "none")
+
+
+def parse_weight(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, int]:
+    """``TENANT=WEIGHT`` pairs (the tenant's name and the weight's range are
+    checked by GovernorConfig: a bad one is a usage error too)."""
+    out: dict[str, int] = {}
+    for value in values:
+        tenant, sep, weight = value.partition("=")
+        if not sep or not tenant or not weight.strip().isdigit():
+            raise click.BadParameter(f"{value!r} is not TENANT=WEIGHT (e.g. team-a=3)", ctx, param)
+        out[tenant.strip()] = int(weight)
+    return out
+
+
+def parse_aging(ctx: click.Context, param: click.Parameter, value: str | None) -> float | str | None:
+    """A duration (90, 30s, 2m), or 'off': never; None when not given."""
+    if value is None:
+        return None
+    if value.strip().lower() in AGING_OFF:
+        return "off"
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", value)
+    if match is None:
+        raise click.BadParameter(f"{value!r} is not a duration nor 'off' (use e.g. 30, 30s, 2m or off)", ctx, param)
+    return parse_duration(ctx, param, value)
+
+
+@command("set-shares")
+@click.option(
+    "--weight",
+    "weights",
+    multiple=True,
+    metavar="TENANT=W",
+    callback=parse_weight,
+    help=f"A tenant's weight, 1-{MAX_WEIGHT} (repeatable); the other stored weights are kept.",
+)
+@click.option(
+    "--unset", "unset", multiple=True, metavar="TENANT", help="A tenant back to the default weight (repeatable)."
+)
+@click.option("--clear", is_flag=True, help="Drop every stored weight first (--weight then adds to none).")
+@click.option(
+    "--default-weight",
+    type=click.IntRange(min=1, max=MAX_WEIGHT),
+    help="The weight of a tenant that has none of its own.",
+)
+@click.option(
+    "--aging",
+    callback=parse_aging,
+    metavar="SECONDS|off",
+    help="After this long (90, 30s, 2m) a waiter of a lower class goes ahead of every class; 'off': never.",
+)
+@json_option
+@global_options()
+@pass_app
+def set_shares(
+    app: App,
+    weights: dict[str, int],
+    unset: tuple[str, ...],
+    clear: bool,
+    default_weight: int | None,
+    aging: float | str | None,
+    as_json: bool,
+) -> None:
+    """Change the tenants' weights, the default weight or the aging, fleet-wide, at once.
+
+    At capacity, grants go to the waiting tenants in proportion to their
+    weights. Every client uses the new numbers for the callers it queues
+    from then on; waiters already queued keep their places, and what the
+    policy learnt is kept. What is not given stays as stored.
+    """
+    if not (weights or unset or clear or default_weight is not None or aging is not None):
+        raise click.UsageError("nothing to change: give --weight, --unset, --clear, --default-weight or --aging")
+    for tenant in unset:
+        validate_tenant(tenant)
+    gov, before = app.existing()
+    client = app.client()
+    old = gi.read_config(client, gov.keys)
+    changes: dict[str, Any] = {}
+    if weights or unset or clear:
+        try:
+            stored = {} if clear else dict(parse_weights(old.get("tenant_weights", "")))
+        except ValueError as error:
+            fail(f"governor {gov.name!r}: the stored tenant weights are unreadable ({error}); use --clear")
+        for tenant in unset:
+            stored.pop(tenant, None)
+        changes["tenant_weights"] = {**stored, **weights}
+    if default_weight is not None:
+        changes["default_weight"] = default_weight
+    if aging is not None:
+        changes["aging"] = None if aging == "off" else aging
+    after = gov.set_shares(**changes, create=False)
+    new = gi.read_config(client, gov.keys)
+    settings = SharesSettings.from_stored(new)
+    action = f"shares set: weights {weights_line(settings)}; aging {aging_line(settings).split(':')[0]}"
+    confirm_change(action, before, after, as_json, (old, new))
+
+
+COMMANDS = (set_max, pause, resume, reset, configure, set_shares)

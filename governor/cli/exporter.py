@@ -9,6 +9,7 @@ import click
 
 from ..protocol import governor_keys
 from .app import App, command, fail, global_options, pass_app, safe_url
+from .render import TOP_TENANTS
 
 DEFAULT_EXPORTER_PORT = 9733
 
@@ -20,10 +21,21 @@ DEFAULT_EXPORTER_PORT = 9733
     "--name", "-n", "names", multiple=True, help="A governor to export (repeatable; default: the global --name)."
 )
 @click.option("--all", "all_", is_flag=True, help="Export every governor in the Redis (found on each scrape).")
+@click.option(
+    "--top-tenants",
+    type=click.IntRange(min=0, max=1000),
+    default=TOP_TENANTS,
+    show_default=True,
+    help='Tenants exported by name per governor (the most in flight + queued); the rest as tenant="(other)".',
+)
 @global_options(name=False)
 @pass_app
-def exporter(app: App, port: int, addr: str, names: tuple[str, ...], all_: bool) -> None:
-    """Serve Prometheus metrics of one, several or all governors on /metrics."""
+def exporter(app: App, port: int, addr: str, names: tuple[str, ...], all_: bool, top_tenants: int) -> None:
+    """Serve Prometheus metrics of one, several or all governors on /metrics.
+
+    In flight and queued per priority class and per tenant are counted on
+    each scrape from the leases and the queue; the tenant label is bounded
+    by --top-tenants."""
     if app.json:
         raise click.UsageError("the exporter serves Prometheus text; it has no --json")
     if all_ and names:
@@ -44,7 +56,9 @@ def exporter(app: App, port: int, addr: str, names: tuple[str, ...], all_: bool)
     # Redis is not checked here: an exporter may start before Redis, and
     # each scrape reports an unreadable governor as governor_up 0.
     try:
-        server, _thread = start_exporter(app.client(), chosen, port=port, addr=addr, prefix=app.prefix)
+        server, _thread = start_exporter(
+            app.client(), chosen, port=port, addr=addr, prefix=app.prefix, top_tenants=top_tenants
+        )
     except OSError as error:
         fail(f"cannot listen on {addr}:{port}: {error}")
     what = "every governor" if chosen is None else ", ".join(chosen)

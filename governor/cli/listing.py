@@ -1,5 +1,5 @@
-"""``leases``, ``queue`` and ``events``: who holds the slots, who waits and why,
-and the decision log."""
+"""``leases``, ``queue`` and ``events``: who holds the slots, who waits (in
+which class, for which tenant) and why, and the decision log."""
 
 from __future__ import annotations
 
@@ -12,7 +12,17 @@ import click
 
 from .. import inspect as gi
 from .app import App, command, global_options, json_option, pass_app
-from .render import blocked_line, describe_event, emit_json, event_dict, span, table
+from .render import (
+    TOP_TENANTS,
+    blocked_line,
+    breakdown_dict,
+    describe_event,
+    emit_json,
+    event_dict,
+    span,
+    summary_line,
+    table,
+)
 
 
 @command()
@@ -21,9 +31,11 @@ from .render import blocked_line, describe_event, emit_json, event_dict, span, t
 @global_options()
 @pass_app
 def leases(app: App, limit: int, as_json: bool) -> None:
-    """Who holds the slots: lease id, holder, host, age, TTL left, fence."""
+    """Who holds the slots: lease id, holder, host, class, tenant, age, TTL left, fence."""
     gov, _ = app.existing()
-    listing = gi.read_leases(app.client(), gov.keys, limit)
+    client = app.client()
+    priorities = gi.read_priorities(client, gov.keys)
+    listing = gi.read_leases(client, gov.keys, limit, priorities)
     if as_json:
         emit_json(
             {
@@ -41,41 +53,68 @@ def leases(app: App, limit: int, as_json: bool) -> None:
         click.echo(f"governor {gov.name!r}: no leases held")
         return
     rows = [
-        [x.id, x.holder, x.host, span(x.age), span(x.ttl_left) if x.live else "expired", x.fence] for x in listing.items
+        [
+            x.id,
+            x.holder,
+            x.host,
+            x.priority,
+            x.tenant,
+            span(x.age),
+            span(x.ttl_left) if x.live else "expired",
+            x.fence,
+        ]
+        for x in listing.items
     ]
-    click.echo(table(["LEASE ID", "HOLDER", "HOST", "AGE", "TTL LEFT", "FENCE"], rows))
+    click.echo(table(["LEASE ID", "HOLDER", "HOST", "CLASS", "TENANT", "AGE", "TTL LEFT", "FENCE"], rows))
     live = [x for x in listing.items if x.live]
     hosts = Counter(x.host for x in live)
     summary = ", ".join(f"{host} {n}" for host, n in hosts.most_common())
     click.echo(f"\n{len(live)} live lease(s) on {len(hosts)} host(s): {summary or '-'}")
+    counts = gi.count_shares(live, (), priorities)
+    click.echo(f"  by class:  {summary_line(counts.by_class, 'in_flight')}")
+    click.echo(f"  by tenant: {summary_line(counts.top_tenants(TOP_TENANTS), 'in_flight')}")
     if listing.total > len(listing.items):
         click.echo(f"(showing {len(listing.items)} of {listing.total}; raise --limit to see more)")
 
 
 @command()
 @click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True, help="Show at most this many.")
+@click.option(
+    "--top",
+    type=click.IntRange(min=0, max=1000),
+    default=TOP_TENANTS,
+    show_default=True,
+    help="Tenants named in the summary (the most queued); the others are summed as '(other)'.",
+)
 @json_option
 @global_options()
 @pass_app
-def queue(app: App, limit: int, as_json: bool) -> None:
-    """The waiters in FIFO order, how long each has waited, and why they wait."""
+def queue(app: App, limit: int, top: int, as_json: bool) -> None:
+    """The waiters in the order they will be admitted (the aged first, then a
+    higher class first, then by the tenants' shares), each one's class, tenant
+    and time waited; a summary by class and tenant; and why they wait."""
     gov, state = app.existing()
-    listing = gi.read_queue(app.client(), gov.keys, limit)
+    client = app.client()
+    priorities = gi.read_priorities(client, gov.keys)
+    everyone = gi.read_queue(client, gov.keys, max(limit, gi.COUNT_LIMIT), priorities)
+    shown = everyone.items[:limit]
+    summary = gi.count_shares((), everyone.items, priorities, everyone.total <= len(everyone.items))
     if as_json:
         emit_json(
             {
                 "governor": gov.name,
-                "now": listing.now,
-                "total": listing.total,
+                "now": everyone.now,
+                "total": everyone.total,
                 "blocked": state.blocked,
                 "waiters": [
                     {**dataclasses.asdict(x), "place": x.place, "host": x.host, "waited": x.waited, "live": x.live}
-                    for x in listing.items
+                    for x in shown
                 ],
+                "summary": breakdown_dict(summary, top),
             }
         )
         return
-    if not listing.items:
+    if not shown:
         click.echo(f"governor {gov.name!r}: nobody is queued")
         return
     click.echo(f"blocked: {blocked_line(state)}\n")
@@ -85,14 +124,27 @@ def queue(app: App, limit: int, as_json: bool) -> None:
             x.id,
             x.holder,
             x.host,
+            x.priority,
+            x.tenant,
+            "yes" if x.aged else "-",
             span(x.waited),
             span(x.deadline - x.now) if x.live else "dead (stopped refreshing)",
         ]
-        for x in listing.items
+        for x in shown
     ]
-    click.echo(table(["POS", "WAITER ID", "HOLDER", "HOST", "WAITED", "REFRESH DUE IN"], rows))
-    if listing.total > len(listing.items):
-        click.echo(f"(showing {len(listing.items)} of {listing.total}; raise --limit to see more)")
+    headers = ["POS", "WAITER ID", "HOLDER", "HOST", "CLASS", "TENANT", "AGED", "WAITED", "REFRESH DUE IN"]
+    click.echo(table(headers, rows))
+    if everyone.total > len(shown):
+        click.echo(f"(showing {len(shown)} of {everyone.total}; raise --limit to see more)")
+    live = sum(c.queued for c in summary.by_class.values())
+    click.echo(f"\n{live} live waiter(s)")
+    click.echo(f"  by class:  {summary_line(summary.by_class)}")
+    click.echo(f"  by tenant: {summary_line(summary.top_tenants(top))}")
+    pairs = [[p, t, c.queued, c.aged] for (p, t), c in summary.top_pairs(top).items()]
+    if pairs:
+        click.echo("\n" + table(["CLASS", "TENANT", "QUEUED", "AGED"], pairs))
+    if not summary.complete:
+        click.echo(f"(the summary counts the first {len(everyone.items)} waiters)")
 
 
 @command()

@@ -7,16 +7,19 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
 
 from .. import inspect as gi
 from ..budgets import Budget
+from ..config import parse_weights
 from ..core import Status
 
 SPARK = "▁▂▃▄▅▆▇█"
+#: tenants shown by name in a summary; the others are summed as gi.OTHER
+TOP_TENANTS = 10
 
 
 def when(seconds: float | None) -> str:
@@ -109,7 +112,123 @@ def budget_line(budget: Budget) -> str:
     )
 
 
-def render_status(status: Status) -> str:
+@dataclasses.dataclass(frozen=True)
+class SharesSettings:
+    """The stored config's classes, aging and tenant weights (read leniently:
+    a field missing from the stored config shows as none)."""
+
+    priorities: tuple[str, ...] = ()
+    default_priority: str = ""
+    aging: float | None = None  #: seconds; None: never
+    tenant_weights: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    default_weight: int = 1
+
+    @classmethod
+    def from_stored(cls, stored: Mapping[str, str]) -> SharesSettings:
+        aging_ms = stored.get("aging_ms", "")
+        default_weight = stored.get("default_weight", "")
+        try:
+            weights = dict(parse_weights(stored.get("tenant_weights", "")))
+        except ValueError:
+            weights = {}
+        return cls(
+            tuple(p for p in stored.get("priorities", "").split(",") if p),
+            stored.get("default_priority", ""),
+            int(aging_ms) / 1000 if aging_ms.isdigit() and int(aging_ms) else None,
+            weights,
+            int(default_weight) if default_weight.isdigit() else 1,
+        )
+
+    def weight(self, tenant: str) -> int | None:
+        """The weight of ``tenant`` (None for the sum of the others)."""
+        return None if tenant == gi.OTHER else self.tenant_weights.get(tenant, self.default_weight)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "priorities": list(self.priorities),
+            "default_priority": self.default_priority,
+            "aging": self.aging,
+            "tenant_weights": dict(self.tenant_weights),
+            "default_weight": self.default_weight,
+        }
+
+
+def classes_line(settings: SharesSettings) -> str:
+    """The classes, highest first, the default one marked."""
+    if not settings.priorities:
+        return "-"
+    default = f"; a caller naming none: {settings.default_priority}" if settings.default_priority else ""
+    return f"{', '.join(settings.priorities)}  (highest first{default})"
+
+
+def aging_line(settings: SharesSettings) -> str:
+    if settings.aging is None:
+        return "off: a lower class waits as long as a higher one is queued"
+    return f"{span(settings.aging)}: a waiter of a lower class then goes ahead of every class"
+
+
+def weights_line(settings: SharesSettings) -> str:
+    listed = ", ".join(f"{t}={w}" for t, w in sorted(settings.tenant_weights.items()))
+    return f"{listed + '; ' if listed else ''}any other tenant {settings.default_weight}"
+
+
+def count_dict(count: gi.Count) -> dict[str, int]:
+    return {"in_flight": count.in_flight, "queued": count.queued, "aged": count.aged}
+
+
+def breakdown_dict(breakdown: gi.Breakdown, top: int = TOP_TENANTS) -> dict[str, Any]:
+    """Counts per class and per tenant (the ``top`` most loaded by name, the
+    others summed as gi.OTHER) as JSON-ready data."""
+    return {
+        "by_class": {name: count_dict(c) for name, c in breakdown.by_class.items()},
+        "by_tenant": {name: count_dict(c) for name, c in breakdown.top_tenants(top).items()},
+        "by_class_and_tenant": [
+            {"priority": priority, "tenant": tenant, **count_dict(c)}
+            for (priority, tenant), c in breakdown.top_pairs(top).items()
+        ],
+        "tenants": len(breakdown.by_tenant),
+        "counts_complete": breakdown.complete,
+    }
+
+
+def _others(breakdown: gi.Breakdown, top: int) -> str:
+    rest = len(breakdown.by_tenant) - top
+    return f" ({rest} tenants)" if rest > 0 else ""
+
+
+def render_breakdown(breakdown: gi.Breakdown, settings: SharesSettings, top: int = TOP_TENANTS) -> str:
+    """In flight and queued per class, then per tenant (the ``top`` most loaded,
+    the others summed), each tenant with its weight."""
+    classes = [[name, c.in_flight, c.queued, c.aged] for name, c in breakdown.by_class.items()]
+    parts = [table(["CLASS", "IN FLIGHT", "QUEUED", "AGED"], classes)]
+    tenants = breakdown.top_tenants(top)
+    if tenants:
+        rows = [
+            [name, settings.weight(name) or "-", c.in_flight, c.queued, c.aged]
+            + ([_others(breakdown, top).strip()] if name == gi.OTHER else [])
+            for name, c in tenants.items()
+        ]
+        width = max(len(r) for r in rows)
+        rows = [r + [""] * (width - len(r)) for r in rows]
+        headers = ["TENANT", "WEIGHT", "IN FLIGHT", "QUEUED", "AGED"] + [""] * (width - 5)
+        parts.append(table(headers, rows))
+    else:
+        parts.append("tenants: none in flight or queued")
+    if not breakdown.complete:
+        parts.append(f"(counted from the first {gi.COUNT_LIMIT} leases and waiters)")
+    return "\n\n".join(parts)
+
+
+def summary_line(counts: Mapping[str, gi.Count], what: str = "queued") -> str:
+    """``name n, name n (k aged), ...`` of one kind of count."""
+    parts = []
+    for name, c in counts.items():
+        n = c.queued if what == "queued" else c.in_flight
+        parts.append(f"{name} {n}" + (f" ({c.aged} aged)" if what == "queued" and c.aged else ""))
+    return ", ".join(parts) or "-"
+
+
+def render_status(status: Status, stored: Mapping[str, str] | None = None) -> str:
     share = f"{status.rate_limited_share:.1%}" if status.window_attempts else "-"
     learnt = []
     if status.ceiling:
@@ -134,12 +253,17 @@ def render_status(status: Status) -> str:
         ("not_before", when(status.not_before) + (" (holding)" if status.holding else "")),
         *((f"budget {b.kind}", budget_line(b)) for b in status.budgets),
         ("quota", quota),
+        *(_shares_lines(SharesSettings.from_stored(stored)) if stored is not None else []),
         ("fence", str(status.fence)),
         ("epoch", f"{status.epoch} (created {when(status.created)})"),
         ("now", when(status.now)),
     ]
     width = max(len(k) for k, _ in lines)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines)
+
+
+def _shares_lines(settings: SharesSettings) -> list[tuple[str, str]]:
+    return [("classes", classes_line(settings)), ("aging", aging_line(settings)), ("weights", weights_line(settings))]
 
 
 # -- the decision log ---------------------------------------------------------------
@@ -162,6 +286,12 @@ def _window_note(event: gi.DecisionEvent) -> str:
     return ""
 
 
+def _aging_ms(value: str) -> str:
+    if not value.isdigit():
+        return "-"
+    return span(int(value) / 1000) if int(value) else "off"
+
+
 def describe_event(event: gi.DecisionEvent) -> str:
     """One line per decision: when, what changed, and why."""
     why = event.get("why")
@@ -179,6 +309,16 @@ def describe_event(event: gi.DecisionEvent) -> str:
         text = f"admissions held until {when(int(event.get('until', '0') or 0) / 1000)}: {why}"
     elif kind == "set_max":
         text = f"max_capacity {event.get('from')} -> {event.get('to')}, capacity {event.capacity}: {why}"
+    elif kind == "age":
+        after = event.get("after_ms")
+        wait = f" after {span(int(after) / 1000)}" if after.isdigit() else ""
+        text = f"{event.get('waiters')} waiter(s) aged{wait}, first {event.get('holder') or '-'}: {why}"
+    elif kind == "set_shares":
+        text = (
+            f"tenant weights {event.get('from_weights') or '-'} -> {event.get('tenant_weights') or '-'}, "
+            f"default weight {event.get('default_weight')}, "
+            f"aging {_aging_ms(event.get('from_aging_ms'))} -> {_aging_ms(event.get('aging_ms'))}: {why}"
+        )
     elif kind == "adopt":
         text = f"lease {event.get('lease')} adopted with fence {event.get('fence')}: {why}"
     else:

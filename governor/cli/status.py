@@ -15,21 +15,47 @@ from .. import inspect as gi
 from ..core import Status
 from ..errors import GovernorError, GovernorNotFound, GovernorUnavailable
 from .app import App, command, fail, global_options, json_option, pass_app, safe_url
-from .render import emit_json, render_status, sparkline, state_line, status_dict, table, when
+from .render import (
+    TOP_TENANTS,
+    SharesSettings,
+    breakdown_dict,
+    emit_json,
+    render_breakdown,
+    render_status,
+    sparkline,
+    state_line,
+    status_dict,
+    table,
+    when,
+)
 
 
 @command()
+@click.option(
+    "--top",
+    type=click.IntRange(min=0, max=1000),
+    default=TOP_TENANTS,
+    show_default=True,
+    help="Tenants shown by name (the most loaded); the others are summed as '(other)'.",
+)
 @json_option
 @global_options()
 @pass_app
-def status(app: App, as_json: bool) -> None:
-    """Capacity, pause, in-flight, queue, window and hold of one governor, and why callers wait."""
-    _, state = app.existing()
-    risk = gi.eviction_risk(app.client())
+def status(app: App, top: int, as_json: bool) -> None:
+    """Capacity, pause, in-flight, queue, window and hold of one governor, and why callers wait;
+    in flight and queued per priority class and per tenant."""
+    gov, state = app.existing()
+    client = app.client()
+    risk = gi.eviction_risk(client)
+    stored = gi.read_config(client, gov.keys)
+    settings = SharesSettings.from_stored(stored)
+    breakdown = gi.read_breakdown(client, gov.keys)
     if as_json:
-        emit_json({**status_dict(state), "warnings": [risk] if risk else []})
+        shares = {**settings.as_dict(), **breakdown_dict(breakdown, top)}
+        emit_json({**status_dict(state), **shares, "warnings": [risk] if risk else []})
     else:
-        click.echo(render_status(state))
+        click.echo(render_status(state, stored))
+        click.echo("\n" + render_breakdown(breakdown, settings, top))
         if risk:
             click.echo(f"\nWARNING: {risk}")
 
