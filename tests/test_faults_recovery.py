@@ -288,6 +288,7 @@ class Failover:
     front proxy the clients connect through."""
 
     def __init__(self, lag: float) -> None:
+        self.lag = lag
         self.primary = RedisServer(None, *NO_SYNC_DELAY).start()
         self.repl_link = Proxy(self.primary.port).start()
         self.repl_link.delay(lag)
@@ -370,10 +371,14 @@ def _failover_run(
     seen_events.wait("ready", 3)
     control.set(go, 1, ex=120)
     started = time.monotonic()
-    try:  # every slot granted by the primary (whether or not a caller has heard yet)
+    try:  # every slot granted by the primary (the leases' sentinel aside), and a caller holding one
         wait_until(
-            lambda: primary.zcard(keys.leases) >= config.max_capacity, 15, interval=0.001, what="every slot granted"
+            lambda: primary.zcard(keys.leases) > config.max_capacity, 15, interval=0.001, what="every slot granted"
         )
+        if not config.wait_replicas:  # with WAIT, no grant is confirmed before the primary dies
+            # and a caller holds one: still within the replication lag, so the replica lacks it
+            entered = lambda: any(e.get("kind") == "entered" for e in read_events(control, events))  # noqa: E731
+            wait_until(entered, failover.lag * 0.8, interval=0.001, what="a caller holding its lease")
     finally:
         primary.close()
     failover.fail_over()
