@@ -50,6 +50,8 @@ COMMON_EVENT_FIELDS = ("kind", "at", "capacity", "paused")
 OTHER = "(other)"
 #: at most this many leases and waiters are read to count them per class and tenant
 COUNT_LIMIT = 10_000
+#: up to this many waiters, their deadlines are read one by one (ZSCORE)
+_FEW = 64
 
 
 # -- result types -------------------------------------------------------------
@@ -363,12 +365,20 @@ def read_queue(client: Any, keys: GovernorKeys, limit: int = 1000, priorities: S
         ids = [e[0] for e in entries]
         deadlines: list[Any] = []
         raws: list[Any] = []
+        # most of the queue: one read of the whole waiters zset costs less than a ZSCORE each
+        whole = len(ids) > _FEW and total <= 2 * len(ids)
         if ids:
             pipe = client.pipeline(transaction=False)
-            for member in ids:
-                pipe.zscore(keys.waiters, member)
+            if whole:
+                pipe.zrange(keys.waiters, 0, -1, withscores=True)
+            else:
+                for member in ids:
+                    pipe.zscore(keys.waiters, member)
             pipe.hmget(keys.holders, ids)
             *deadlines, raws = pipe.execute()
+            if whole:
+                found = {text(m): d for m, d in deadlines[0]}
+                deadlines = [found.get(text(member)) for member in ids]
     items: list[WaiterInfo] = []
     for position, ((member, score), deadline, raw) in enumerate(zip(entries, deadlines, raws, strict=True)):
         record = _record(raw)

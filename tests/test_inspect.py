@@ -224,6 +224,23 @@ def test_read_queue_names_the_class_tenant_band_and_tag(make_gov: MakeGov, sync_
     assert gi.read_priorities(sync_client, governor_keys(f"{gov.name}-none")) == ()
 
 
+def test_read_queue_reads_the_deadlines_of_a_long_queue_at_once(make_gov: MakeGov, sync_client: Any) -> None:
+    clock = FakeClock(gi.server_time_ms(sync_client) / 1000)
+    gov = make_gov(GovernorConfig(max_capacity=1, policy="fixed", **SLOW), clock=clock)
+    take(gov, "h/0")
+    ids = [enqueue(gov, f"w/{i}", tenant=f"t{i % 7}") for i in range(gi._FEW + 6)]
+    sync_client.zadd(gov.keys.waiters, {ids[3]: 1})  # its process died: past its deadline, not yet dropped
+    whole = gi.read_queue(sync_client, gov.keys)  # most of the queue: the waiters zset read in one go
+    some = gi.read_queue(sync_client, gov.keys, limit=gi._FEW)  # a part: one ZSCORE each
+    assert whole.total == len(ids) == len(whole.items) and len(some.items) == gi._FEW
+    same = [dataclasses.replace(w, now=0) for w in whole.items[: gi._FEW]]
+    assert same == [dataclasses.replace(w, now=0) for w in some.items]  # read at another instant
+    dead = [w.holder for w in whole.items if not w.live]
+    assert dead == ["w/3"] and all(590 < w.deadline - w.now <= 600 for w in whole.items if w.live)
+    counted = gi.count_shares((), whole.items)
+    assert sum(c.queued for c in counted.by_tenant.values()) == len(ids) - 1
+
+
 def test_class_name() -> None:
     classes = ("interactive", "default", "batch")
     assert [gi.class_name(classes, r) for r in (0, 1, 2)] == list(classes)
