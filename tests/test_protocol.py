@@ -168,7 +168,9 @@ def test_the_holder_record_format_is_the_protocols() -> None:
     (pattern,) = re.findall(r"string\.match\(raw, '([^']*)'\)", admission)
     # seven numbers, the tenant (no '|'), then the holder (may hold '|')
     assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$"
-    (names,) = re.findall(r"local (fence, ttl, since, input, output, level, rank, tenant, holder) =\s+string\.match", admission)
+    (names,) = re.findall(
+        r"local (fence, ttl, since, input, output, level, rank, tenant, holder) =\s+string\.match", admission
+    )
     assert [n.strip() for n in names.split(",")] == params_list
 
 
@@ -178,7 +180,9 @@ def test_a_record_written_by_a_real_acquire_parses(make_gov: MakeGov, sync_clien
     core = gov._core
     label = "host-1/agent 7|with a pipe"
     lease_id, waiter_id = new_id(), new_id()
-    granted = gov._execute(core.acquire(lease_id, label, wait=False, tokens=Tokens(1200, 300), place=core.place("batch", "team-a")))
+    granted = gov._execute(
+        core.acquire(lease_id, label, wait=False, tokens=Tokens(1200, 300), place=core.place("batch", "team-a"))
+    )
     assert isinstance(granted, Granted)
     raw = text(sync_client.hget(gov.keys.holders, lease_id))
     record = HolderRecord.parse(raw)

@@ -19,7 +19,7 @@ import redis
 
 from governor import Governor, GovernorConfig, Outcome
 from governor.core import Call
-from governor.protocol import HolderRecord
+from governor.protocol import QUEUE_BAND, HolderRecord
 from governor.scripts import library
 
 from .conftest import FakeClock
@@ -72,13 +72,15 @@ def populate(client: redis.Redis, gov: Governor, now_ms: int, n: int, *, expired
         chunk = range(start, min(n, start + 1000))
         pipe.zadd(keys.leases, {f"lease-{i}": now_ms + age * TTL_MS for i in chunk})
         pipe.hset(keys.holders, mapping={f"lease-{i}": record(fence + i + 1, now_ms) for i in chunk})
-        pipe.zadd(keys.queue, {f"waiter-{i}": i + 1 for i in chunk})
+        pipe.zadd(keys.queue, {f"waiter-{i}": 2 * QUEUE_BAND + i + 1 for i in chunk})  # the default class
+        pipe.zadd(keys.aging, {f"waiter-{i}": now_ms + age * 30_000 for i in chunk})  # expired: all due to age
         pipe.zadd(keys.waiters, {f"waiter-{i}": now_ms + age * 5000 for i in chunk})
         pipe.hset(keys.holders, mapping={f"waiter-{i}": record(0, now_ms) for i in chunk})
         when = now_ms - 120_000 if expired else now_ms - 1000
         pipe.zadd(keys.attempts, {f"{i + 1}:{'r' if i % 2 else 's'}": when for i in chunk})
         pipe.zadd(keys.limited, {f"{i + 1}:r": when for i in chunk if i % 2})
-    pipe.hset(keys.state, mapping={"fence": fence + n + 1, "ticket": n, "event_seq": n})
+    pipe.zadd(keys.shares, {f"1:tenant-{t}": n + t for t in range(100)})  # 100 tenants, none behind vtime
+    pipe.hset(keys.state, mapping={"fence": fence + n + 1, "event_seq": n, "aging_due": now_ms + age * 30_000})
     pipe.execute()
 
 
