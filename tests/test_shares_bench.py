@@ -35,6 +35,7 @@ from governor.sim.shares_bench import (
     hand_over,
     ideal_waits,
     markdown,
+    max_open,
     occupancy,
     redis_switch,
     run_shares,
@@ -56,6 +57,12 @@ def test_hand_overs_and_occupancy() -> None:
     assert occupancy(spans, 0.5, 1.0) == pytest.approx(1.0)  # two open over half a second
     assert occupancy(spans, 2.0, 3.0) == 0.0
     assert first_after([1.0, 2.0, 3.0], 2.0) == 3.0 and first_after([1.0], 1.0) is None
+
+
+def test_max_open_counts_intervals_open_at_once() -> None:
+    assert max_open([]) == 0
+    assert max_open([(0.0, 1.0), (0.5, 2.0), (0.7, 0.8)]) == 3
+    assert max_open([(0.0, 1.0), (1.0, 2.0)]) == 1  # one ends as the other starts
 
 
 def test_first_full_finds_when_every_slot_is_held() -> None:
@@ -188,13 +195,14 @@ def test_the_goals_are_judged_from_the_figures() -> None:
                             "utilisation": 0.98, "idle_per_grant": 0.001, "redis_in_flight_mean": 1.0},
             "tenants": {"worst_share_off": 0.06, "intervals": [{}], "switch_from_a_gone_handovers": 0.5,
                         "switch_from_stop_handovers": 3.0, "cancellations_ignored": 0, "poll_interval": 0.001},
-            "aging": {"groups": {"batch": group(wait_max=2.04)}, "bound": 2.05, "aged": 3},
+            "aging": {"groups": {"batch": group(wait_max=2.04)}, "bound": 2.05, "aged": 3, "max_in_hand": 5,
+                      "capacity": 4},
         }
     }  # fmt: skip
     verdicts = [met for _, _, met in goals(result)]
-    assert verdicts == [True, False, True, False, True, True]
+    assert verdicts == [True, False, True, False, True, False, True]  # the witness saw 5 leases in hand of 4
     text = goals_table(result)
-    assert text.count("MET ") == 4 and text.count("MISS") == 2
+    assert text.count("MET ") == 4 and text.count("MISS") == 3
     result["results"]["aging"]["groups"]["batch"] = group(calls=0, wait_max=None)
     assert goals(result)[-1][2] is None  # no batch wait: not judged
 
@@ -231,6 +239,7 @@ def _check_structure(result: dict[str, Any], names: list[str]) -> None:
         assert r["errors"] == 0, r["error_samples"]
         assert r["leases"] > 0 and r["hand_over"] > 0
         assert 0 < r["utilisation"] <= 1.0 + 1e-9
+        assert r["max_in_hand"] <= r["capacity"]  # each lease in hand is inside its life in Redis
         for group, g in r["groups"].items():
             assert g["calls"] > 0, (name, group)
             assert g["wait_p50"] <= g["wait_p99"] <= g["wait_max"]
@@ -250,7 +259,7 @@ async def test_a_short_run_of_every_scenario_computes_every_figure(redis_url: st
     assert tenants["poll_interval"] is not None and tenants["switch_from_a_gone_handovers"] is not None
     aging = result["results"]["aging"]
     assert aging["groups"]["batch"]["calls"] > 0 and aging["aged"] > 0  # the decision log says who aged
-    assert len(goals(result)) == 6
+    assert len(goals(result)) == 7
     text = markdown(result, ["python -m governor.sim shares"])
     for name in SCENARIO_NAMES:
         assert f"## {name}" in text

@@ -621,7 +621,7 @@ async def _poll_tenants(
             if record is not None:
                 counts[record.tenant] = counts.get(record.tenant, 0) + 1
         out.append((round(t, 5), counts))
-        await asyncio.sleep(0.0005)
+        await asyncio.sleep(0)
 
 
 # -- the figures ----------------------------------------------------------------------------------
@@ -674,6 +674,15 @@ def first_full(intervals: Sequence[Interval], after: float, capacity: int) -> fl
         if count >= capacity:
             return t
     return None
+
+
+def max_open(intervals: Sequence[Interval]) -> int:
+    """The most of ``intervals`` open at once (one ending at t is closed before one starting at t opens)."""
+    count = most = 0
+    for _, step in sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals]):
+        count += step
+        most = max(most, count)
+    return most
 
 
 def shares_per_interval(
@@ -782,6 +791,8 @@ def analyse(
         "mean_hold": mean_hold,
         "hand_over": unit,
         "leases": len(leases),
+        # a witness: leases in the agents' hands at once, never above the capacity (each is inside its life in Redis)
+        "max_in_hand": max_open(intervals),
         "utilisation": occupancy(intervals, *window) / (cap * span) if span > 0 else None,
         "idle_per_grant": (cap * span - occupancy(intervals, *window)) / granted if granted else None,
         "redis_in_flight_mean": statistics.fmean(in_window) / cap if in_window else None,
@@ -954,6 +965,13 @@ def goals(result: Mapping[str, Any]) -> list[tuple[str, str, bool | None]]:
             f"{r.get('cancellations_ignored', 0)} of a's cancelled agents handed a lease anyway)",
             verdict(switch, SWITCH_HANDOVERS),
         ))  # fmt: skip
+    witnessed = {name: r["max_in_hand"] for name, r in results.items() if "max_in_hand" in r}
+    if witnessed:
+        out.append((
+            "every scenario: never more leases in the agents' hands at once than the limit (a witness)",
+            ", ".join(f"{name} {most} of {results[name]['capacity']}" for name, most in witnessed.items()),
+            all(most <= results[name]["capacity"] for name, most in witnessed.items()),
+        ))  # fmt: skip
     r = results.get("aging")
     if r is not None:
         g = r["groups"].get("batch", {})
@@ -1023,8 +1041,8 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
             f"A hand-over (mean hold {_ms(r['mean_hold'])} ms / {r['capacity']}): {_ms(r['hand_over'])} ms. "
             f"Leases in hand: {_pct(r['utilisation'])} of capacity x time ({_ms(r['idle_per_grant'])} ms idle per "
             f"grant: from a release to the next holder's wake-up); Redis in-flight, sampled: mean "
-            f"{_pct(r['redis_in_flight_mean'])}, min {_pct(r['redis_in_flight_min'])}. Load average (1 min) "
-            f"{_load(r)}.",
+            f"{_pct(r['redis_in_flight_mean'])}, min {_pct(r['redis_in_flight_min'])}. At most "
+            f"{r['max_in_hand']} leases in the agents' hands at once. Load average (1 min) {_load(r)}.",
             "",
             "| group | class | tenant | calls | wait p50 / p99 / max (ms) | p50 / p99 (hand-overs) | "
             "grants to others p50 / p99 / max |",
@@ -1166,6 +1184,7 @@ __all__ = [
     "host_main",
     "ideal_waits",
     "markdown",
+    "max_open",
     "occupancy",
     "redis_switch",
     "run_host",
