@@ -176,10 +176,14 @@ def test_the_figures_of_the_aging_scenario_from_known_leases() -> None:
             _lease("batch", 0, 2.8, 4.9, 5.4, 20, before=12),
         ],
     )
-    r = analyse(scenario, settings, [host], 1000.0, aged=[(2.2, 1), (4.8, 1)])
+    r = analyse(scenario, settings, [host], 1000.0, aged=[(2.2, 1, "batch-0"), (2.25, 1, "default-3"),
+                                                          (4.8, 1, "batch-0")])  # fmt: skip
     batch = r["groups"]["batch"]
     assert batch["calls"] == 2 and batch["wait_max"] == pytest.approx(2.1)
-    assert r["aged"] == 2 and r["age_events"] == [[2.2, 1], [4.8, 1]]
+    assert r["aged"] == 3 and r["age_events"][0] == [2.2, 1, "batch-0"]
+    # each batch wait split at its own age entry: aged 2 s after asking, in hand 0.1 s later
+    assert r["aged_seen"] == 2 and r["aged_late_max"] == pytest.approx(0.0, abs=1e-9)
+    assert r["after_aged_max"] == pytest.approx(0.1) and r["after_aged_p50"] == pytest.approx(0.1)
     assert r["bound"] == pytest.approx(2.0 + r["mean_hold"]) and r["batch_excess"] == pytest.approx(0.1)
     assert r["batch_waits"] == [[0.2, 2.1], [2.8, 2.1]]
 
