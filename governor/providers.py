@@ -174,7 +174,12 @@ def _build(
 
 
 def _governed_http_client(
-    sdk: Any, governor: Any, asynchronous: bool, retry: RetryPolicy | None, holder: str | None, place: dict[str, Any]
+    sdk: Any,
+    governor: Any,
+    asynchronous: bool,
+    retry: RetryPolicy | None,
+    holder: str | None,
+    place: dict[str, Any] | None = None,
 ) -> Any:
     """The SDK's own default HTTP client (its timeout, limits, redirects) over
     a governed transport of the HTTP library the SDK is built on."""
@@ -186,10 +191,10 @@ def _governed_http_client(
     transport_options = {} if limits is None else {"limits": limits}
     if asynchronous:
         inner = library.AsyncHTTPTransport(**transport_options)
-        governed: Any = AsyncGovernedTransport(governor, inner, retry=retry, holder=holder, **place)
+        governed: Any = AsyncGovernedTransport(governor, inner, retry=retry, holder=holder, **(place or {}))
     else:
         inner = library.HTTPTransport(**transport_options)
-        governed = GovernedTransport(governor, inner, retry=retry, holder=holder, **place)
+        governed = GovernedTransport(governor, inner, retry=retry, holder=holder, **(place or {}))
     return client_class(transport=governed)
 
 
