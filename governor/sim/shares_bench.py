@@ -1137,7 +1137,7 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
 def write_chart(result: Mapping[str, Any], path: Path) -> None:
     """A PNG: the interactive agent's waits (CDF, hand-overs) against the
     sub-agents' and the floor; each tenant's leases in hand over time; the
-    batch waits against the aging bound."""
+    batch waits past the aging time against the bound."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1170,12 +1170,13 @@ def write_chart(result: Mapping[str, Any], path: Path) -> None:
                 ax.set_ylim(bottom=0)
             elif name == "aging":
                 waits = r.get("batch_waits", [])
-                ax.scatter([w[0] for w in waits], [w[1] for w in waits], s=8, label="batch waits")
-                ax.axhline(r["bound"], color="black", ls="--", lw=0.9, label="aging + mean hold")
-                ax.axhline(r["aging"], color="grey", ls=":", lw=0.8, label="aging")
+                past = [1000 * (w[1] - r["aging"]) for w in waits]
+                ax.scatter([w[0] for w in waits], past, s=8, label="batch waits")
+                ax.axhline(1000 * (r["bound"] - r["aging"]), color="black", ls="--", lw=0.9, label="bound: + mean hold")
+                ax.axhline(0, color="grey", ls=":", lw=0.8)
                 ax.set_xlabel("seconds (asked at)")
-                ax.set_ylabel("wait (s)")
-                ax.set_ylim(bottom=0)
+                ax.set_ylabel(f"wait past the aging time, {r['aging']:g} s (ms)")
+                ax.set_ylim(min([0.0, *past]) - 5, max([1000 * (r["bound"] - r["aging"]), *past]) * 1.2 + 5)
             ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(path, dpi=100)
