@@ -23,7 +23,7 @@ this one)::
     governor:v3:{N}:limited   zset    the rate-limited subset of attempts
     governor:v3:{N}:events    stream  the decision log (capped)
     governor:v3:{N}:aging     zset    waiter id -> time (ms) it goes ahead of every class
-    governor:v3:{N}:shares    zset    "rank:tenant" -> its finish tag (fair queueing)
+    governor:v3:{N}:shares    zset    "rank:tenant" -> rank * 2^50 + its finish tag (fair queueing)
 
 Grants are announced on the pub/sub channel ``governor:v3:{N}:wake``.
 """
@@ -175,10 +175,12 @@ KINDS: tuple[Kind, ...] = (COUNT, LEVEL, CEILING, POSITIVE, FLAG, SHARE, TEXT, D
 #: GovernorConfig.aging), band r + 1 the class of rank r (0: the highest), so
 #: ``ZRANGE queue 0 0`` is the head: a higher class first, then the smaller
 #: tag. A tag is a start-time fair queueing virtual time, within each class:
-#: a waiter of tenant t of weight w in class r starts at max(vtime, F), F the
-#: finish tag of "r:t" in ``shares``, and moves F on by ceil(QUANTUM / w);
-#: tags grow by at most QUANTUM per grant, so 2^50 lasts 35 years at 1,000
-#: grants a second. MAX_CLASSES keeps every score below 2^53.
+#: a waiter of tenant t of weight w in class r starts at max(vtime_r, F), F
+#: the finish tag of "r:t" in ``shares`` (its score there is r * QUEUE_BAND +
+#: F, so each class's stale entries are one range), and moves F on by
+#: ceil(QUANTUM / w); a grant moves its class's vtime_r up to its tag. Tags
+#: grow by at most QUANTUM per grant, so 2^50 lasts 35 years at 1,000 grants a
+#: second. MAX_CLASSES keeps every score below 2^53.
 QUEUE_BAND = 2**50
 QUANTUM = 1000
 MAX_CLASSES = 7
@@ -227,7 +229,8 @@ STATE: dict[str, Kind] = {
     "saved_capacity": LEVEL,  #: capacity to return to after an operator pause
     "not_before": COUNT,  #: ms: the fleet-wide hold from a provider's Retry-After, or after a loss
     "fence": COUNT,  #: the last fence handed out (HINCRBY)
-    "vtime": COUNT,  #: the fair queue's virtual time: the largest tag granted (see QUEUE_BAND)
+    #: each class's fair-queueing virtual time: the largest tag granted in it (see QUEUE_BAND)
+    **{f"vtime_{rank}": COUNT for rank in range(MAX_CLASSES)},
     "aging_due": COUNT,  #: ms: the earliest time a waiter goes ahead of every class (0: none waits to)
     "event_seq": COUNT,  #: the last window event's sequence number
     "quota_exhausted": COUNT,  #: quota-exhausted reports since creation

@@ -69,7 +69,7 @@ if impossible then
     guard(7, 5, 11)  -- waiters, holders, aging (queue was read by ZSCORE)
     redis.call('ZREM', K.queue, id)
     redis.call('ZREM', K.waiters, id)
-    redis.call('ZREM', K.aging, id)
+    if S.aging_due > 0 then redis.call('ZREM', K.aging, id) end
     redis.call('HDEL', K.holders, id)
   end
   return finish({SCHEMA, 'refused', impossible, S.epoch})
@@ -77,7 +77,7 @@ end
 
 if in_queue then
   prepare()
-  guard(7, 5, 4, 11, 10)  -- waiters, holders, leases, aging, events: written after this write by grant()
+  guard_grant(false, 7, 5, 4)  -- waiters, holders, leases (and what grant() adds): written after this write
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
 else
   local waiting = redis.call('ZCOUNT', K.waiters, LIVE, '+inf')  -- live waiters: dead ones never count
@@ -90,13 +90,13 @@ else
     return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, S.epoch})
   end
   prepare()
-  guard(6, 5, 4, 11, 12, 10)  -- queue, holders, leases, aging, shares, events (waiters was read by ZCOUNT)
+  -- queue, holders, leases, aging (waiters was read by ZCOUNT, enqueue's ZSCORE reads shares first)
+  guard_grant(place.rank > 0 and C.aging_ms > 0, 6, 5, 4)
   enqueue(id, place)
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
   redis.call('HSET', K.holders, id, record_format(0, ttl, NOW, tokens.input, tokens.output, 0, place.rank, place.tenant,
     holder))
-  created(K.queue) created(K.waiters) created(K.shares)
-  if place.rank > 0 and C.aging_ms > 0 then created(K.aging) end
+  if waiting == 0 then created(K.queue) created(K.waiters) end
 end
 
 local granted = grant(id)

@@ -20,12 +20,12 @@ clock()
 if not load(WRITE) then return missing_reply() end
 prepare()
 keep_alive()
-guard(7, 5, 4, 11, 10)  -- waiters, holders, leases, aging, events: touched after the first write
+guard_grant(false, 7, 5, 4)  -- waiters, holders, leases (and what grant() adds): touched after the first write
 local was = 'none'
 if redis.call('ZREM', K.queue, id) == 1 then
   was = 'queued'
   redis.call('ZREM', K.waiters, id)
-  redis.call('ZREM', K.aging, id)
+  if S.aging_due > 0 then redis.call('ZREM', K.aging, id) end
   redis.call('HDEL', K.holders, id)
 elseif redis.call('ZREM', K.leases, id) == 1 then
   was = 'granted'

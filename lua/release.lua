@@ -24,7 +24,7 @@ if waiting then
   if not load(WRITE) then return missing_reply() end
   prepare()
   keep_alive()
-  guard(7, 11, 10)  -- waiters, aging, events: written by grant()
+  guard_grant(false, 7)  -- waiters (and what grant() adds): written by grant()
 end
 -- A read tells holders' type before the first write; ZREM tells leases'.
 local known = redis.call('HEXISTS', K.holders, id) == 1

@@ -97,7 +97,7 @@ local rl, total
 if outcome ~= 'q' then rl, total = window() end  -- reads tell the window keys' types
 guard(10)  -- events: the policy may log after the first write
 if not lease then guard(4) end  -- leases: the policy and grant() count it after the first write
-if waiting then guard(7, 11) end  -- waiters, aging: written by grant()
+if waiting then guard_grant(false, 7) end  -- waiters (and what grant() adds): written by grant()
 if waiting and not release then guard(5) end  -- holders: grant() reads the head's record (else HEXISTS told)
 reclaim()
 if outcome == 'q' then

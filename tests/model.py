@@ -16,7 +16,7 @@ token bucket); reservations, settlement and header calibration; operator
 pause/resume/set_max/reset; TTL leases with lazy reclaim (at most
 ``BATCH`` per call, in the order Redis sorts a sorted set); the queue of
 priority classes (band), aging and start-time fair queueing between
-weighted tenants (tag, vtime, the shares of idle tenants pruned), with
+weighted tenants (tag, each class's vtime, the shares of idle tenants pruned), with
 waiter deadlines; grants on release/expiry/capacity change; fences.
 
 Besides answering, the model checks the rules SPEC §3 states as
@@ -38,6 +38,7 @@ from governor.budgets import Tokens
 from governor.protocol import (
     CONFIG,
     DEFAULT_TENANT,
+    MAX_CLASSES,
     QUANTUM,
     QUEUE_BAND,
     SCHEMA_VERSION,
@@ -103,7 +104,7 @@ class Model:
     holders: dict[str, str] = field(default_factory=dict)  #: id -> holder record (and the sentinel, '')
     queue: dict[str, int] = field(default_factory=dict)  #: id -> band * QUEUE_BAND + tag
     aging: dict[str, int] = field(default_factory=dict)  #: id -> ms it goes ahead of every class
-    shares: dict[str, int] = field(default_factory=dict)  #: "rank:tenant" -> finish tag
+    shares: dict[str, int] = field(default_factory=dict)  #: "rank:tenant" -> rank * QUEUE_BAND + finish tag
     waiters: dict[str, int] = field(default_factory=dict)  #: id -> deadline ms
     attempts: list[tuple[int, str]] = field(default_factory=list)  #: (time, "seq:o")
     published: list[str] = field(default_factory=list)  #: messages on the wake channel, in order
@@ -186,8 +187,11 @@ class Model:
             self.queue.pop(m, None)
             self.aging.pop(m, None)
             self.holders.pop(m, None)
-        # finish tags behind vtime say nothing: idle tenants leave no trace
-        self.shares = {t: f for t, f in self.shares.items() if f > S["vtime"]}
+        # finish tags behind their class's vtime say nothing: idle tenants leave no trace
+        for rank in range(MAX_CLASSES):
+            vtime, base = S[f"vtime_{rank}"], rank * QUEUE_BAND
+            if vtime > 0:
+                self.shares = {t: f for t, f in self.shares.items() if not base <= f <= base + vtime}
         horizon = self.now - self.C["window_ms"]
         self.attempts = [(t, m) for t, m in self.attempts if t >= horizon]
 
@@ -374,9 +378,9 @@ class Model:
         """A new waiter's place: its tag starts at max(vtime, the finish tag
         of its tenant in its class), which moves on by ceil(QUANTUM / weight)."""
         S, C = self.S, self.C
-        share = f"{rank}:{tenant}"  # fair within a class
-        start = max(S["vtime"], self.shares.get(share, 0))
-        self.shares[share] = start + -(-QUANTUM // weight)
+        share, base = f"{rank}:{tenant}", rank * QUEUE_BAND  # fair within a class
+        start = max(S[f"vtime_{rank}"], self.shares.get(share, base) - base)
+        self.shares[share] = base + start + -(-QUANTUM // weight)
         self.queue[lease_id] = (rank + 1) * QUEUE_BAND + start
         if rank > 0 and C["aging_ms"] > 0:
             due = self.now + C["aging_ms"]
@@ -438,7 +442,8 @@ class Model:
                     raise ModelViolation(f"FIFO broken in class {record.rank} of tenant {record.tenant}")
                 self.last_tag[place] = max(tag, self.last_tag.get(place, -1))
                 granted[head] = self._admit(head, record.ttl_ms, record.holder, tokens, place)
-                S["vtime"] = max(S["vtime"], tag)
+                if record.rank < MAX_CLASSES:
+                    S[f"vtime_{record.rank}"] = max(S[f"vtime_{record.rank}"], tag)
                 if head != caller:
                     words.append(f"{head}:{granted[head]}")
                 admitted += 1
@@ -549,7 +554,8 @@ class Model:
             return [SCHEMA, "exists", self.S["epoch"], *self._config_pairs()]
         # init deletes the state, config and policy hashes before it writes a new state
         self.state = {"schema": SCHEMA, "epoch": epoch, "created": self.now}
-        self.S.update(fence=max(fence_floor, self.now * 1000), vtime=0, aging_due=0, event_seq=0)
+        self.S.update(fence=max(fence_floor, self.now * 1000), aging_due=0, event_seq=0)
+        self.S.update({f"vtime_{rank}": 0 for rank in range(MAX_CLASSES)})
         self.S.update(quota_exhausted=0, quota_at=0)
         self.aging, self.shares = {}, {}  # tags start again at vtime 0
         self.S.update(touch_due=0, reclaim_due=0)

@@ -144,3 +144,30 @@ async def test_admin_and_probe(make_agov: MakeAGov, clock: Any) -> None:
     assert not (await gov.resume()).paused
     assert (await gov.reset()).capacity == 4
     assert (await gov.configure()).capacity == 8
+
+
+async def test_a_cancellation_at_the_moment_of_the_wake_up_reaches_the_caller() -> None:
+    """The flag set (or the unit freed) and the waiting task cancelled in the
+    same turn of the loop: the task sees its cancellation every time
+    (asyncio.wait_for before 3.12 dropped it, and the caller took its grant
+    and went on as if never cancelled), and no semaphore unit is lost."""
+    from governor._async._compat import Event, Semaphore
+
+    for _ in range(20):
+        event = Event()
+        waiting = asyncio.ensure_future(event.wait(5.0))
+        await asyncio.sleep(0)
+        event.set()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        semaphore = Semaphore(1)
+        assert await semaphore.acquire(None)
+        taking = asyncio.ensure_future(semaphore.acquire(5.0))
+        await asyncio.sleep(0)
+        semaphore.release()
+        taking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await taking
+        assert await semaphore.acquire(0.1)  # the unit went back
+        assert not await semaphore.acquire(0.01)

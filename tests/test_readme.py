@@ -128,8 +128,8 @@ def readme_fields(hash_name: str) -> list[str]:
     text = README.read_text(encoding="utf-8")
     start = text.index(f"The fields of the `{hash_name}` hash")
     table = text[start:].split("\n\n")[1]
-    cells = [m.group(1) for m in re.finditer(r"^\| ((?:`[a-z_]+`(?:, )?)+) \|", table, re.M)]
-    return [name for cell in cells for name in re.findall(r"`([a-z_]+)`", cell)]
+    cells = [m.group(1) for m in re.finditer(r"^\| ((?:`[a-z0-9_]+`(?:, )?)+) \|", table, re.M)]
+    return [name for cell in cells for name in re.findall(r"`([a-z0-9_]+)`", cell)]
 
 
 def test_the_key_tables_list_every_field_of_the_three_hashes(redis_url: str, name: str) -> None:

@@ -79,7 +79,7 @@ def populate(client: redis.Redis, gov: Governor, now_ms: int, n: int, *, expired
         when = now_ms - 120_000 if expired else now_ms - 1000
         pipe.zadd(keys.attempts, {f"{i + 1}:{'r' if i % 2 else 's'}": when for i in chunk})
         pipe.zadd(keys.limited, {f"{i + 1}:r": when for i in chunk if i % 2})
-    pipe.zadd(keys.shares, {f"1:tenant-{t}": n + t for t in range(100)})  # 100 tenants, none behind vtime
+    pipe.zadd(keys.shares, {f"1:tenant-{t}": QUEUE_BAND + n + t for t in range(100)})  # none behind vtime_1
     pipe.hset(keys.state, mapping={"fence": fence + n + 1, "event_seq": n, "aging_due": now_ms + age * 30_000})
     pipe.execute()
 

@@ -31,13 +31,16 @@ class Event:
         return self._event.is_set()
 
     async def wait(self, timeout: float | None) -> bool:
-        """Wait until set or ``timeout`` seconds passed; True if set."""
+        """Wait until set or ``timeout`` seconds passed; True if set. A
+        cancellation always reaches the caller (``asyncio.wait_for`` before
+        3.12 drops it when the flag is set at the same moment)."""
         if self._event.is_set():
             return True
+        waiting = asyncio.ensure_future(self._event.wait())
         try:
-            await asyncio.wait_for(self._event.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
+            await asyncio.wait((waiting,), timeout=timeout)
+        finally:
+            waiting.cancel()
         return self._event.is_set()
 
 
@@ -68,11 +71,19 @@ class Semaphore:
                 return False
             await self._semaphore.acquire()
             return True
+        taking = asyncio.ensure_future(self._semaphore.acquire())
         try:
-            await asyncio.wait_for(self._semaphore.acquire(), timeout)
-        except asyncio.TimeoutError:
+            await asyncio.wait((taking,), timeout=timeout)  # a cancellation reaches the caller (see Event.wait)
+        except BaseException:
+            if taking.done() and not taking.cancelled():
+                self._semaphore.release()  # taken as the caller was cancelled: the unit goes back
+            else:
+                taking.cancel()
+            raise
+        if not taking.done():
+            taking.cancel()  # not taken in time (a unit taken after this is released by the acquire itself)
             return False
-        return True
+        return not taking.cancelled()
 
     def release(self) -> None:
         self._semaphore.release()

@@ -307,6 +307,8 @@ class _Background:
                 lease.fence, lease.epoch = fence, result.epoch
                 lease._deadline = sent_at + self._gov.config.lease_ttl
             for lease_id in result.lost:
+                if by_id[lease_id].released:  # released while this renewal was on its way: nothing was lost
+                    continue
                 by_id[lease_id]._lost = True
                 log.warning("governor %r: lease %s was lost (expired before renewal)", self._gov.name, lease_id)
         with self._lock:

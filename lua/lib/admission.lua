@@ -4,7 +4,7 @@ pauses and holds.
 Uses the names of lib/common.lua. Defines: record_parse, record_format,
 NO_TOKENS, arg_tokens, ADOPTED, arg_place, in_flight, PAUSE_FIELDS, prepare, reclaim, window,
 resume_level, pause, resume, recover, BUDGET_KINDS, budget_fields, active_budgets, budget_level,
-settle, calibrate, BUDGETS, never, blocked, add_lease, enqueue, grant.
+settle, calibrate, BUDGETS, never, blocked, add_lease, enqueue, guard_grant, grant.
 
 The rule (SPEC §3, §9): a caller is admitted when the governor is not
 paused, no hold runs (not_before), every budget has room for the lease's
@@ -16,10 +16,12 @@ The queue (governor.protocol.QUEUE_BAND): a waiter's score is band *
 QUEUE_BAND + tag, band 0 for the aged, rank + 1 for its class, so the head
 is the highest class's smallest tag. Tags are start-time fair queueing
 within each class: a waiter of tenant t (weight w) in class r starts at
-max(vtime, F), F the finish tag of "r:t" in the shares zset, which moves
-on by ceil(QUANTUM / w), and a grant moves vtime up to its tag: FIFO
-within a class and tenant, tenants granted in proportion to their weights,
-an idle tenant back at vtime (no credit hoarded). A waiter of a
+max(vtime_r, F), F the finish tag of "r:t" in the shares zset (scored r *
+QUEUE_BAND + F), which moves on by ceil(QUANTUM / w), and a grant moves
+its class's vtime_r up to its tag: FIFO within a class and tenant, tenants
+granted in proportion to their weights, an idle tenant back at vtime_r (no
+credit hoarded). Each class keeps its own virtual time, so one class's
+grants never reset another's shares. A waiter of a
 lower class that waited aging_ms goes to band 0 with its tag (age()).
 ]]
 
@@ -56,6 +58,10 @@ local function arg_tokens(i, what)
   end
   return {input = a, output = b}
 end
+
+-- Each class's virtual time, by rank + 1: the state fields vtime_0 ...
+local VTIMES = {}
+for rank = 0, MAX_CLASSES - 1 do VTIMES[rank + 1] = 'vtime_' .. rank end
 
 -- The place of a lease adopted from a lost state (its own was the lost state's).
 local ADOPTED = {rank = 0, tenant = DEFAULT_TENANT}
@@ -219,12 +225,17 @@ local function reclaim(force)
   if #dead > 0 then
     redis.call('ZREM', K.waiters, unpack(dead))
     redis.call('ZREM', K.queue, unpack(dead))
-    redis.call('ZREM', K.aging, unpack(dead))
+    if S.aging_due > 0 then redis.call('ZREM', K.aging, unpack(dead)) end
     redis.call('HDEL', K.holders, unpack(dead))
   end
-  -- A tenant whose finish tag is behind vtime starts at vtime anyway: its
-  -- entry says nothing, so idle tenants leave no trace.
-  redis.call('ZREMRANGEBYSCORE', K.shares, '-inf', S.vtime)
+  -- A tenant whose finish tag is behind its class's vtime starts there
+  -- anyway: its entry says nothing, so idle tenants leave no trace.
+  for rank = 0, MAX_CLASSES - 1 do
+    local vtime = S[VTIMES[rank + 1]]
+    if vtime > 0 then
+      redis.call('ZREMRANGEBYSCORE', K.shares, rank * QUEUE_BAND, rank * QUEUE_BAND + vtime)
+    end
+  end
   local horizon = '(' .. (NOW - C.window_ms)
   redis.call('ZREMRANGEBYSCORE', K.attempts, '-inf', horizon)
   redis.call('ZREMRANGEBYSCORE', K.limited, '-inf', horizon)
@@ -252,7 +263,7 @@ local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', '
 -- half-way). Capacity is 0 only while paused: the pause's own fields are
 -- read only then.
 local function prepare()
-  more('state', 'reclaim_due', 'vtime', 'aging_due')
+  more('state', 'reclaim_due', 'aging_due', unpack(VTIMES))
   more('config', 'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms', 'aging_ms')
   active_budgets()
   if S.capacity == 0 then
@@ -418,16 +429,28 @@ end
 -- its class), which moves on by the tenant's quantum; a waiter of a lower
 -- class waits to age.
 local function enqueue(id, place)
-  local share = place.rank .. ':' .. place.tenant  -- fair within a class: a class's backlog is its own
-  local finish = tonumber(redis.call('ZSCORE', K.shares, share)) or 0
-  local start = math.max(S.vtime, finish)
-  redis.call('ZADD', K.shares, start + math.ceil(QUANTUM / place.weight), share)
+  local share, base = place.rank .. ':' .. place.tenant, place.rank * QUEUE_BAND  -- fair within a class
+  local finish = tonumber(redis.call('ZSCORE', K.shares, share))  -- the first write: the read tells the type
+  local start = math.max(S[VTIMES[place.rank + 1]], (finish or base) - base)
+  redis.call('ZADD', K.shares, base + start + math.ceil(QUANTUM / place.weight), share)
+  if not finish then created(K.shares) end
   redis.call('ZADD', K.queue, (place.rank + 1) * QUEUE_BAND + start, id)
   if place.rank > 0 and C.aging_ms > 0 then
     local due = NOW + C.aging_ms
     redis.call('ZADD', K.aging, due, id)
+    if S.aging_due == 0 then created(K.aging) end
     if S.aging_due == 0 or due < S.aging_due then set('state', 'aging_due', due) end
   end
+end
+
+-- guard(...), and the keys grant() may write beyond them: aging while some
+-- waiter waits to age (or when `ages`: the call adds one), events when one
+-- is due now (age() logs). Needs prepare().
+local function guard_grant(ages, ...)
+  local keys = {...}
+  if ages or S.aging_due > 0 then keys[#keys + 1] = 11 end
+  if S.aging_due > 0 and NOW >= S.aging_due then keys[#keys + 1] = 10 end
+  guard(unpack(keys))
 end
 
 -- Waiters that waited aging_ms go ahead of every class (band 0), keeping
@@ -498,8 +521,8 @@ local function grant(caller)
       skipped = skipped + 1
     elseif deadline and deadline > NOW and m then
       granted[head] = add_lease(head, m.ttl, m.holder, m.tokens, m)
-      local tag = score % QUEUE_BAND
-      if tag > S.vtime then set('state', 'vtime', tag) end
+      local tag, vtime = score % QUEUE_BAND, VTIMES[m.rank + 1]
+      if vtime and tag > S[vtime] then set('state', vtime, tag) end
       if head ~= caller then words[#words + 1] = head .. ':' .. int(granted[head]) end
       admitted = admitted + 1
     else
