@@ -70,7 +70,7 @@ set('state', 'schema', SCHEMA)
 set('state', 'epoch', epoch)
 set('state', 'created', NOW)
 set('state', 'fence', math.max(fence_floor, NOW * 1000))
-for rank = 0, MAX_CLASSES - 1 do set('state', 'vtime_' .. rank, 0) end
+for _, vtime in ipairs(VTIMES) do set('state', vtime, 0) end
 set('state', 'aging_due', 0)
 set('state', 'event_seq', 0)
 set('state', 'quota_exhausted', 0)

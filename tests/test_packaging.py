@@ -186,7 +186,7 @@ def _lua_fields() -> dict[str, dict[str, set[str]]]:
             add(hash_name, field, where)
         for field in re.findall(r"redis\.p?call\('HGET', key, '(\w+)'", code):
             add("state", field, where)
-        for name, body in re.findall(r"local (ADMIT|WRITE|REPORT|PAUSE_FIELDS|STATUS_LOAD) = \{([^}]*)\}", code):
+        for name, body in re.findall(r"local (ADMIT|WRITE|REPORT|PAUSE_FIELDS|STATUS_LOAD|VTIMES) = \{([^}]*)\}", code):
             for field in _quoted(body):
                 add("state", field, f"{where} {name}")
         # each budget kind's fields: budget_fields(kind) of lib/admission.lua, for every kind of BUDGET_KINDS

@@ -2,7 +2,7 @@
 pauses and holds.
 
 Uses the names of lib/common.lua. Defines: record_parse, record_format,
-NO_TOKENS, arg_tokens, ADOPTED, arg_place, in_flight, PAUSE_FIELDS, prepare, reclaim, window,
+NO_TOKENS, arg_tokens, VTIMES, ADOPTED, arg_place, in_flight, PAUSE_FIELDS, prepare, reclaim, window,
 resume_level, pause, resume, recover, BUDGET_KINDS, budget_fields, active_budgets, budget_level,
 settle, calibrate, BUDGETS, never, blocked, add_lease, enqueue, guard_grant, grant.
 
@@ -59,9 +59,8 @@ local function arg_tokens(i, what)
   return {input = a, output = b}
 end
 
--- Each class's virtual time, by rank + 1: the state fields vtime_0 ...
-local VTIMES = {}
-for rank = 0, MAX_CLASSES - 1 do VTIMES[rank + 1] = 'vtime_' .. rank end
+-- Each class's virtual time, by rank + 1: one state field per class (MAX_CLASSES).
+local VTIMES = {'vtime_0', 'vtime_1', 'vtime_2', 'vtime_3', 'vtime_4', 'vtime_5', 'vtime_6'}
 
 -- The place of a lease adopted from a lost state (its own was the lost state's).
 local ADOPTED = {rank = 0, tenant = DEFAULT_TENANT}
