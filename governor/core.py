@@ -53,8 +53,8 @@ class Place:
         return (str(self.rank), self.tenant, str(self.weight))
 
 
-#: the stored config fields a Place is resolved from
-_SHARE_FIELDS = ("priorities", "default_priority", "tenant_weights", "default_weight")
+#: the stored config fields a Place and set_shares are resolved from
+_SHARE_FIELDS = ("priorities", "default_priority", "tenant_weights", "default_weight", "aging_ms")
 
 
 @dataclass(frozen=True)

@@ -322,3 +322,16 @@ def test_threads_of_every_class_and_two_tenants_never_exceed_capacity_and_share_
     default = grants["a", "default"] + grants["b", "default"]
     assert default > 30, f"only {default} grants of the default class in 2 s: {grants}"
     assert 0.6 <= grants["a", "default"] / default <= 0.9, grants
+
+
+def test_set_shares_keeps_what_another_operator_changed_meanwhile(make_gov: MakeGov, clock: FakeClock) -> None:
+    """Each call changes only what it names: the aging another client set
+    after this one last looked stays when this one changes the weights."""
+    one = make_gov(GovernorConfig(max_capacity=1, **SLOW), clock=clock)
+    other = make_gov(GovernorConfig(max_capacity=1, **SLOW), clock=clock)
+    one.set_shares(tenant_weights={"a": 2})
+    other.set_shares(aging=None)
+    one._learn_config()  # the config wake
+    one.set_shares(tenant_weights={"a": 4})
+    stored = GovernorConfig.from_stored(one._core.stored_config or {})
+    assert (stored.aging, stored.tenant_weights) == (None, (("a", 4),))
