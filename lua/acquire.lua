@@ -89,7 +89,7 @@ else
   if mode == 'try' then
     return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, S.epoch})
   end
-  prepare()
+  prepare(true, place.rank)
   -- queue, holders, leases, aging (waiters was read by ZCOUNT, enqueue's ZSCORE reads shares first)
   guard_grant(place.rank > 0 and C.aging_ms > 0, 6, 5, 4)
   enqueue(id, place)

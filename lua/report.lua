@@ -59,7 +59,8 @@ for i, kind in ipairs(BUDGET_KINDS) do
 end
 clock()
 if not load(REPORT) then return missing_reply() end
-prepare()
+local waiting = redis.call('ZCARD', K.queue) > 0  -- a read: it tells the queue's type
+prepare(waiting)
 local policy = the_policy()  -- its config and state: nothing is read after the first write
 if outcome == 'q' then more('state', 'quota_exhausted') end
 if outcome == 'r' then more('state', 'fence') end  -- a cut remembers the fence it was made at
@@ -72,7 +73,6 @@ keep_alive()
 -- Types: the hashes were read; the zsets are read below before any write
 -- (ZCARD queue, ZSCORE leases when a lease reports, ZCOUNT in window()),
 -- holders by HEXISTS; events, waiters and (with no lease) leases guarded.
-local waiting = redis.call('ZCARD', K.queue) > 0
 local held = nil  -- the lease's holder record, when its reservation is settled
 if lease and usage and #active_budgets() > 0 then held = record_parse(redis.call('HGET', K.holders, lease)) end
 local known = release and (held ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)

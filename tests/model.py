@@ -442,8 +442,10 @@ class Model:
                     raise ModelViolation(f"FIFO broken in class {record.rank} of tenant {record.tenant}")
                 self.last_tag[place] = max(tag, self.last_tag.get(place, -1))
                 granted[head] = self._admit(head, record.ttl_ms, record.holder, tokens, place)
-                if record.rank < MAX_CLASSES:
-                    S[f"vtime_{record.rank}"] = max(S[f"vtime_{record.rank}"], tag)
+                if record.rank < MAX_CLASSES and score >= QUEUE_BAND:  # an aged one's older tag leaves it
+                    if tag < S[f"vtime_{record.rank}"]:
+                        raise ModelViolation(f"class {record.rank} granted tag {tag} after a later one")
+                    S[f"vtime_{record.rank}"] = tag
                 if head != caller:
                     words.append(f"{head}:{granted[head]}")
                 admitted += 1

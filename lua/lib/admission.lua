@@ -224,14 +224,16 @@ local function reclaim(force)
   if #dead > 0 then
     redis.call('ZREM', K.waiters, unpack(dead))
     redis.call('ZREM', K.queue, unpack(dead))
-    if S.aging_due > 0 then redis.call('ZREM', K.aging, unpack(dead)) end
+    if (S.aging_due or 1) > 0 then redis.call('ZREM', K.aging, unpack(dead)) end
     redis.call('HDEL', K.holders, unpack(dead))
   end
   -- A tenant whose finish tag is behind its class's vtime starts there
-  -- anyway: its entry says nothing, so idle tenants leave no trace.
+  -- anyway: its entry says nothing, so idle tenants leave no trace (when
+  -- the call read the queue's fields: a call that knows nobody waits leaves
+  -- this to the next).
   for rank = 0, MAX_CLASSES - 1 do
     local vtime = S[VTIMES[rank + 1]]
-    if vtime > 0 then
+    if vtime and vtime > 0 then
       redis.call('ZREMRANGEBYSCORE', K.shares, rank * QUEUE_BAND, rank * QUEUE_BAND + vtime)
     end
   end
@@ -260,10 +262,17 @@ local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', '
 -- Read every field reclaim, recover, blocked, grant, pause and log may use,
 -- before a script's first write (reads after a write could fail it
 -- half-way). Capacity is 0 only while paused: the pause's own fields are
--- read only then.
-local function prepare()
-  more('state', 'reclaim_due', 'aging_due', unpack(VTIMES))
+-- read only then; the queue's aging unless `queued` is false (then the
+-- call must not enqueue or grant); the vtime of class `rank` (a caller
+-- joining it), and every class's when reclaim() is due (grant() only
+-- writes them).
+local function prepare(queued, rank)
+  local fields = {'reclaim_due'}
+  if queued ~= false then fields[#fields + 1] = 'aging_due' end  -- unless nobody waits (a report's hot path)
+  if rank then fields[#fields + 1] = VTIMES[rank + 1] end  -- the class a caller joins
+  more('state', unpack(fields))
   more('config', 'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms', 'aging_ms')
+  if NOW >= S.reclaim_due then more('state', unpack(VTIMES)) end  -- reclaim() prunes the shares by them
   active_budgets()
   if S.capacity == 0 then
     more('state', unpack(PAUSE_FIELDS))
@@ -428,9 +437,11 @@ end
 -- its class), which moves on by the tenant's quantum; a waiter of a lower
 -- class waits to age.
 local function enqueue(id, place)
+  local vtime = VTIMES[place.rank + 1]
+  more('state', vtime)  -- read by prepare(_, rank) already; before the call's first write, as every read
   local share, base = place.rank .. ':' .. place.tenant, place.rank * QUEUE_BAND  -- fair within a class
   local finish = tonumber(redis.call('ZSCORE', K.shares, share))  -- the first write: the read tells the type
-  local start = math.max(S[VTIMES[place.rank + 1]], (finish or base) - base)
+  local start = math.max(S[vtime], (finish or base) - base)
   redis.call('ZADD', K.shares, base + start + math.ceil(QUANTUM / place.weight), share)
   if not finish then created(K.shares) end
   redis.call('ZADD', K.queue, (place.rank + 1) * QUEUE_BAND + start, id)
@@ -520,8 +531,11 @@ local function grant(caller)
       skipped = skipped + 1
     elseif deadline and deadline > NOW and m then
       granted[head] = add_lease(head, m.ttl, m.holder, m.tokens, m)
-      local tag, vtime = score % QUEUE_BAND, VTIMES[m.rank + 1]
-      if vtime and tag > S[vtime] then set('state', vtime, tag) end
+      -- A class's grants come in tag order (the head is its smallest tag, and
+      -- a newcomer starts at vtime at least), so its vtime is the last one's
+      -- tag, written without a read; an aged waiter's older tag leaves it.
+      local vtime = VTIMES[m.rank + 1]
+      if vtime and score >= QUEUE_BAND then set('state', vtime, score % QUEUE_BAND) end
       if head ~= caller then words[#words + 1] = head .. ':' .. int(granted[head]) end
       admitted = admitted + 1
     else
