@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import json
 import math
 import os
 import platform
@@ -90,6 +89,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import ConfigError
+from . import hostpool
 from .analysis import percentile
 
 SCENARIO_NAMES: tuple[str, ...] = ("interactive", "tenants", "aging")
@@ -417,62 +417,13 @@ async def run_host(job: HostJob, redis_client: Any = None) -> HostResult:
 
 
 def host_main() -> None:
-    """A host process: print ``ready``, then run each job read from stdin (one JSON
-    line each) and print its result (one JSON line), until stdin closes."""
-    print("ready", flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        job = HostJob.from_json(json.loads(line))
-        result = asyncio.run(run_host(job))
-        print(json.dumps(result.to_json()), flush=True)
+    """A host process of this benchmark (governor/sim/hostpool.py): one job per scenario."""
+    hostpool.serve(HostJob.from_json, run_host)
 
 
-class _Hosts:
+def _hosts() -> hostpool.HostPool[HostResult]:
     """Host processes started once for a whole run, fed one job per scenario."""
-
-    def __init__(self) -> None:
-        self._processes: list[asyncio.subprocess.Process] = []
-
-    async def start(self, count: int) -> None:
-        command = [sys.executable, "-c", "from governor.sim.shares_bench import host_main; host_main()"]
-        for _ in range(count):
-            process = await asyncio.create_subprocess_exec(
-                *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=64 * 1024 * 1024
-            )
-            self._processes.append(process)
-        for process in self._processes:
-            assert process.stdout is not None
-            line = await asyncio.wait_for(process.stdout.readline(), 60.0)
-            if line.strip() != b"ready":
-                raise RuntimeError(f"a host process did not start (it said {line[:200]!r})")
-
-    async def run(self, jobs: Sequence[HostJob], timeout: float) -> list[HostResult]:
-        for process, job in zip(self._processes, jobs, strict=True):
-            assert process.stdin is not None
-            process.stdin.write((json.dumps(job.to_json()) + "\n").encode())
-            await process.stdin.drain()
-
-        async def read(process: asyncio.subprocess.Process) -> HostResult:
-            assert process.stdout is not None
-            line = await process.stdout.readline()
-            if not line:
-                raise RuntimeError(f"a host process ended without a result (exit status {await process.wait()})")
-            return HostResult.from_json(json.loads(line))
-
-        return list(await asyncio.wait_for(asyncio.gather(*(read(p) for p in self._processes)), timeout))
-
-    async def stop(self) -> None:
-        for process in self._processes:
-            if process.stdin is not None:
-                process.stdin.close()
-        for process in self._processes:
-            try:
-                await asyncio.wait_for(process.wait(), 10.0)
-            except asyncio.TimeoutError:
-                process.kill()
-                await process.wait()
-        self._processes = []
+    return hostpool.HostPool("governor.sim.shares_bench", HostResult.from_json)
 
 
 # -- the driver -----------------------------------------------------------------------------------
@@ -493,7 +444,7 @@ async def run_shares(
 
     say = echo or (lambda _: None)
     run_id = uuid.uuid4().hex[:8]
-    hosts = None if settings.in_process else _Hosts()
+    hosts = None if settings.in_process else _hosts()
     sync_client = redis.Redis.from_url(redis_url)
     client = redis.asyncio.Redis.from_url(redis_url)
     results: dict[str, dict[str, Any]] = {}
@@ -533,7 +484,7 @@ async def run_shares(
 async def _run_scenario(
     scenario: ShareScenario,
     settings: Settings,
-    hosts: _Hosts | None,
+    hosts: hostpool.HostPool[HostResult] | None,
     redis_url: str,
     client: Any,
     sync_client: Any,
