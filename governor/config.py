@@ -25,7 +25,17 @@ from .budgets import KINDS as BUDGET_KINDS
 from .budgets import MAX_TOKENS, config_field
 from .errors import ConfigError, StateError
 from .policies import REGISTRY, Policy, policy_from
-from .protocol import DEFAULT_PREFIX, MAX_CLASSES, MAX_WEIGHT, governor_keys, ms, validate_class, validate_tenant
+from .protocol import (
+    DEFAULT_PREFIX,
+    MAX_CAP,
+    MAX_CAPPED,
+    MAX_CLASSES,
+    MAX_WEIGHT,
+    governor_keys,
+    ms,
+    validate_class,
+    validate_tenant,
+)
 
 __all__ = ["ON_UNAVAILABLE", "GovernorConfig", "RetryPolicy", "ms"]
 
@@ -102,6 +112,14 @@ class GovernorConfig:
     tenant_weights: Mapping[str, int] | tuple[tuple[str, int], ...] = ()
     #: the weight of a tenant not in ``tenant_weights``
     default_weight: int = 1
+    #: at most this many leases of a tenant in flight (1-1,000,000), for up to 1,000
+    #: tenants; its waiters beyond wait without holding up the other tenants' (stored
+    #: as (tenant, cap) pairs, sorted)
+    tenant_caps: Mapping[str, int] | tuple[tuple[str, int], ...] = ()
+    #: slots of capacity only the highest class takes: the other classes' leases hold
+    #: at most capacity - reserve (a waiter that aged may take them), so a caller of the
+    #: highest class finds a slot free without waiting for one to end; 0: none
+    reserve: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", policy_from(self.policy))
@@ -126,6 +144,10 @@ class GovernorConfig:
         _at_least("max_capacity", self.max_capacity, 1)
         if self.max_capacity > MAX_CAPACITY_LIMIT:
             raise ConfigError(f"max_capacity must be <= {MAX_CAPACITY_LIMIT}, got {self.max_capacity}")
+        if not 0 <= self.reserve < self.max_capacity:
+            raise ConfigError(
+                f"reserve must be an integer in [0, max_capacity - 1 = {self.max_capacity - 1}], got {self.reserve!r}"
+            )
         _at_least("log_length", self.log_length, 1)
         _within("resume_fraction", self.resume_fraction, 0.0, 1.0)
         for name in ("window", "lease_ttl", "poll", "queue_ttl", "redis_timeout"):
@@ -171,18 +193,11 @@ class GovernorConfig:
             _check_float("aging", self.aging)
             if not 0 < self.aging <= 86400:
                 raise ConfigError(f"aging must be None or between 0 and 86400 seconds, got {self.aging!r}")
-        weights = self.tenant_weights
-        pairs = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
-        normal: dict[str, int] = {}
-        for pair in pairs:
-            if not (isinstance(pair, tuple) and len(pair) == 2):
-                raise ConfigError(f"tenant_weights must map tenant names to weights, got {weights!r}")
-            tenant, weight = pair
-            validate_tenant(tenant)
-            _check_weight(f"the weight of tenant {tenant!r}", weight)
-            normal[tenant] = weight
-        object.__setattr__(self, "tenant_weights", tuple(sorted(normal.items())))
+        object.__setattr__(self, "tenant_weights", tenant_pairs("tenant_weights", self.tenant_weights, MAX_WEIGHT))
         _check_weight("default_weight", self.default_weight)
+        object.__setattr__(self, "tenant_caps", tenant_pairs("tenant_caps", self.tenant_caps, MAX_CAP))
+        if len(self.tenant_caps) > MAX_CAPPED:
+            raise ConfigError(f"tenant_caps names {len(self.tenant_caps)} tenants; at most {MAX_CAPPED} may have a cap")
 
     def rank_of(self, priority: str | None) -> int:
         """The rank of class ``priority`` (0: the highest; None: the default
@@ -192,6 +207,10 @@ class GovernorConfig:
             return self.priorities.index(name)
         except ValueError:
             raise ConfigError(f"unknown priority {name!r}: the classes are {', '.join(self.priorities)}") from None
+
+    def cap_of(self, tenant: str) -> int | None:
+        """The cap of ``tenant`` (None: it has none)."""
+        return dict(self.tenant_caps).get(tenant)  # type: ignore[arg-type]
 
     def weight_of(self, tenant: str) -> int:
         """The weight of ``tenant`` (``default_weight`` when it is not listed)."""
@@ -214,6 +233,8 @@ class GovernorConfig:
             "aging_ms": str(0 if self.aging is None else max(1, ms(self.aging))),
             "tenant_weights": format_weights(self.tenant_weights),  # type: ignore[arg-type]
             "default_weight": str(self.default_weight),
+            "tenant_caps": format_weights(self.tenant_caps),  # type: ignore[arg-type]
+            "reserve": str(self.reserve),
             **{config_field(k): str(getattr(self, config_field(k)) or 0) for k in BUDGET_KINDS},
             **self.policy.script_fields(window=self.window),  # unset durations follow the window
         }
@@ -240,6 +261,8 @@ class GovernorConfig:
                 "aging": int(stored["aging_ms"]) / 1000 or None,
                 "tenant_weights": parse_weights(stored["tenant_weights"]),
                 "default_weight": int(stored["default_weight"]),
+                "tenant_caps": parse_weights(stored["tenant_caps"]),
+                "reserve": int(stored["reserve"]),
                 **{config_field(k): int(stored[config_field(k)]) or None for k in BUDGET_KINDS},
             }
         except (KeyError, ValueError, ConfigError) as error:
@@ -254,8 +277,27 @@ class GovernorConfig:
         return self.lease_ttl / 3
 
 
+def tenant_pairs(name: str, value: object, high: int) -> tuple[tuple[str, int], ...]:
+    """Tenant weights or caps (``name``) as (tenant, n) pairs, sorted, each n
+    an integer in [1, high]; ConfigError when not (0 or below gets nothing)."""
+    pairs = list(value.items()) if isinstance(value, Mapping) else list(value)  # type: ignore[call-overload]
+    normal: dict[str, int] = {}
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise ConfigError(f"{name} must map tenant names to integers, got {value!r}")
+        tenant, n = pair
+        validate_tenant(tenant)
+        _check_int(f"{name}[{tenant!r}]", n)
+        if not 1 <= n <= high:
+            raise ConfigError(
+                f"{name}[{tenant!r}] must be an integer in [1, {high}] (0 or below gets nothing), got {n!r}"
+            )
+        normal[tenant] = n
+    return tuple(sorted(normal.items()))
+
+
 def format_weights(weights: tuple[tuple[str, int], ...]) -> str:
-    """Tenant weights as stored: ``tenant=weight,...`` ('' for none)."""
+    """Tenant weights (or caps) as stored: ``tenant=weight,...`` ('' for none)."""
     return ",".join(f"{tenant}={weight}" for tenant, weight in weights)
 
 

@@ -54,7 +54,17 @@ class Place:
 
 
 #: the stored config fields a Place and set_shares are resolved from
-_SHARE_FIELDS = ("priorities", "default_priority", "tenant_weights", "default_weight", "aging_ms")
+_SHARE_FIELDS = (
+    "priorities",
+    "default_priority",
+    "tenant_weights",
+    "default_weight",
+    "aging_ms",
+    "tenant_caps",
+    "reserve",
+)
+#: set_shares.lua's ARGV[3..], in order
+_SET_SHARES_ARGS = ("tenant_weights", "default_weight", "aging_ms", "tenant_caps", "reserve")
 
 
 @dataclass(frozen=True)
@@ -545,21 +555,28 @@ class GovernorCore:
         tenant_weights: Mapping[str, int] | None = None,
         default_weight: int | None = None,
         aging: float | _Unset | None = UNSET,
+        tenant_caps: Mapping[str, int] | None = None,
+        reserve: int | None = None,
         create: bool = True,
     ) -> Call[Status]:
-        """Store new tenant weights, default weight or aging (None: never),
-        each unchanged when not given; validated as GovernorConfig does."""
+        """Store new tenant weights, default weight, aging (None: never),
+        tenant caps or reserve, each unchanged when not given; validated as
+        GovernorConfig does."""
         base = self._fleet_shares()
         changes: dict[str, Any] = {}
-        if tenant_weights is not None:
-            changes["tenant_weights"] = tenant_weights
-        if default_weight is not None:
-            changes["default_weight"] = default_weight
+        for name, value in (
+            ("tenant_weights", tenant_weights),
+            ("default_weight", default_weight),
+            ("tenant_caps", tenant_caps),
+            ("reserve", reserve),
+        ):
+            if value is not None:
+                changes[name] = value
         if not isinstance(aging, _Unset):
             changes["aging"] = aging
         config = dataclasses.replace(base, **changes)
         pairs = dict(zip(*[iter(config.script_fields())] * 2, strict=True))
-        args = (pairs["tenant_weights"], pairs["default_weight"], pairs["aging_ms"])
+        args = tuple(pairs[name] for name in _SET_SHARES_ARGS)
         return self._call("set_shares", args, self._parse_status, recreate=create)
 
     def pause(self, reason: str, duration: float | None, create: bool = True) -> Call[Status]:

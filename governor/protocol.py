@@ -24,6 +24,8 @@ this one)::
     governor:v3:{N}:events    stream  the decision log (capped)
     governor:v3:{N}:aging     zset    waiter id -> time (ms) it goes ahead of every class
     governor:v3:{N}:shares    zset    "rank:tenant" -> rank * 2^50 + its finish tag (fair queueing)
+    governor:v3:{N}:held      hash    tenant -> its leases in flight (capped tenants); "@": the top class's
+    governor:v3:{N}:parked    zset    waiter id -> slot * 2^40 + seq: waiters of a tenant at its cap
 
 Grants are announced on the pub/sub channel ``governor:v3:{N}:wake``.
 """
@@ -58,6 +60,8 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("events", "stream"),
     ("aging", "zset"),
     ("shares", "zset"),
+    ("held", "hash"),
+    ("parked", "zset"),
 )
 KEY_NAMES: tuple[str, ...] = tuple(name for name, _ in KEYS)
 
@@ -114,6 +118,8 @@ class GovernorKeys:
     events: str  #: stream: the decision log
     aging: str  #: zset: waiter id -> ms when it goes ahead of every class
     shares: str  #: zset: "rank:tenant" -> finish tag, the start of its next waiter's tag in that class
+    held: str  #: hash: a capped tenant -> its leases in flight; TOP_HELD -> the top class's (see PARK_SLOT)
+    parked: str  #: zset: waiter id -> slot * PARK_SLOT + seq, a waiter of a tenant at its cap
     channel: str  #: pub/sub channel announcing grants (not a key)
 
     #: the Redis type of each key of :attr:`keys`, in the same order
@@ -186,6 +192,20 @@ QUANTUM = 1000
 MAX_CLASSES = 7
 MAX_WEIGHT = 1000
 
+#: caps and the reserve (lua/lib/admission.lua): ``held`` counts the leases
+#: in flight of each tenant with a cap (GovernorConfig.tenant_caps) and,
+#: under TOP_HELD (no tenant's name), of the highest class while a reserve is
+#: set (GovernorConfig.reserve); a field goes when it reaches 0. A waiter at
+#: the head of the queue whose tenant is at its cap leaves the queue for
+#: ``parked``, scored ``slot * PARK_SLOT + seq`` (slot: the tenant's place in
+#: tenant_caps, from 1; seq: state ``park_seq``), so a tenant's parked
+#: waiters are one range in the order they were parked; each lease of the
+#: tenant that ends puts its first parked waiter back at the front of its class.
+PARK_SLOT = 2**40
+MAX_CAPPED = 1000
+MAX_CAP = 1_000_000
+TOP_HELD = "@"
+
 
 def ms(seconds: float) -> int:
     """Seconds to whole milliseconds, as the scripts count time."""
@@ -232,6 +252,7 @@ STATE: dict[str, Kind] = {
     #: each class's fair-queueing virtual time: the largest tag granted in it (see QUEUE_BAND)
     **{f"vtime_{rank}": COUNT for rank in range(MAX_CLASSES)},
     "aging_due": COUNT,  #: ms: the earliest time a waiter goes ahead of every class (0: none waits to)
+    "park_seq": COUNT,  #: the last waiter parked at its tenant's cap (see PARK_SLOT)
     "event_seq": COUNT,  #: the last window event's sequence number
     "quota_exhausted": COUNT,  #: quota-exhausted reports since creation
     "quota_at": COUNT,  #: ms of the last one
@@ -257,6 +278,8 @@ CONFIG: dict[str, Kind] = {
     "aging_ms": DURATION,  #: a waiter of a lower class goes ahead of every class after this (0: never)
     "tenant_weights": TEXT,  #: "tenant=weight,..." ('' none): each tenant's share of the queue
     "default_weight": Kind("WEIGHT", "int", 1, MAX_WEIGHT),  #: the weight of a tenant not listed
+    "tenant_caps": TEXT,  #: "tenant=cap,..." ('' none): at most cap leases of the tenant in flight
+    "reserve": LEVEL,  #: slots of capacity that only the highest class takes (see PARK_SLOT)
     #: each budget kind's configured ceiling per minute (0: none; governor/budgets.py)
     **{config_field(k): COUNT for k in BUDGET_KINDS},
 }

@@ -26,8 +26,9 @@ Reply
   {2, 'refused', reason, epoch}   the cost is above a budget's whole limit:
                                   it can never be admitted (any mode)
   {2, 'missing'}    no such governor: run init.lua, then call again
-  position counts from 0; hint_ms > 0 is when asking again may pay off;
-  reason is the admission rule's (blocked() of lib/admission.lua).
+  position counts from 0 (a waiter parked at its tenant's cap: the queue's
+  length); hint_ms > 0 is when asking again may pay off; reason is the
+  admission rule's (blocked() of lib/admission.lua).
 Nobody waiting and room: admitted at once. A waiter's place in the queue
 is its class's band and its fair-queueing tag (lib/admission.lua enqueue).
 ]]
@@ -44,6 +45,7 @@ local tokens = arg_tokens(8, 'tokens')
 local place = arg_place(9)
 clock()
 if not load(ADMIT) then return missing_reply() end
+more('config', unpack(CAPS_CONFIG))  -- the reserve and the tenants' caps are in the admission rule
 keep_alive()
 if S.capacity == 0 then
   -- Paused: a pause whose time is up lifts here too.
@@ -59,15 +61,16 @@ if mode == 'again' then
     local m = record_parse(redis.call('HGET', K.holders, id))
     return finish({SCHEMA, 'granted', (m and m.fence or 0), expiry - NOW, S.epoch})
   end
-  in_queue = redis.call('ZSCORE', K.queue, id) ~= false
+  in_queue = redis.call('ZSCORE', K.queue, id) ~= false or redis.call('ZSCORE', K.parked, id) ~= false
 end
 
 local impossible = never(tokens)
 if impossible then
   if in_queue then
     prepare()
-    guard(7, 5, 11)  -- waiters, holders, aging (queue was read by ZSCORE)
+    guard(7, 5, 11)  -- waiters, holders, aging (queue and parked were read by ZSCORE)
     redis.call('ZREM', K.queue, id)
+    redis.call('ZREM', K.parked, id)
     redis.call('ZREM', K.waiters, id)
     if S.aging_due > 0 then redis.call('ZREM', K.aging, id) end
     redis.call('HDEL', K.holders, id)
@@ -81,7 +84,7 @@ if in_queue then
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
 else
   local waiting = redis.call('ZCOUNT', K.waiters, LIVE, '+inf')  -- live waiters: dead ones never count
-  local reason, hint = blocked(tokens)
+  local reason, hint = blocked(tokens, place)
   if waiting == 0 and not reason then
     -- Nobody waits and the rule admits: at once (FIFO holds trivially).
     return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens, place), ttl, S.epoch})
@@ -103,6 +106,6 @@ local granted = grant(id)
 if granted[id] then
   return finish({SCHEMA, 'granted', granted[id], ttl, S.epoch})
 end
-local reason, hint = blocked(tokens)
-return finish({SCHEMA, 'queued', redis.call('ZRANK', K.queue, id), reason or 'behind earlier waiters', hint,
-  S.epoch})
+local reason, hint = blocked(tokens, place)
+local position = redis.call('ZRANK', K.queue, id) or redis.call('ZCARD', K.queue)  -- parked: behind the queue
+return finish({SCHEMA, 'queued', position, reason or 'behind earlier waiters', hint, S.epoch})

@@ -20,16 +20,19 @@ clock()
 if not load(WRITE) then return missing_reply() end
 prepare()
 keep_alive()
-guard_grant(false, 7, 5, 4)  -- waiters, holders, leases (and what grant() adds): touched after the first write
+-- waiters, holders, leases, parked, held (and what grant() adds): touched after the first write
+guard_grant(false, 7, 5, 4, 14, 13)
 local was = 'none'
-if redis.call('ZREM', K.queue, id) == 1 then
+if redis.call('ZREM', K.queue, id) + redis.call('ZREM', K.parked, id) > 0 then
   was = 'queued'
   redis.call('ZREM', K.waiters, id)
   if S.aging_due > 0 then redis.call('ZREM', K.aging, id) end
   redis.call('HDEL', K.holders, id)
 elseif redis.call('ZREM', K.leases, id) == 1 then
   was = 'granted'
+  local m = record_parse(redis.call('HGET', K.holders, id))
   redis.call('HDEL', K.holders, id)
+  if redis.call('EXISTS', K.held) == 1 then unhold(m, true) end
 end
 reclaim()
 grant()

@@ -64,7 +64,7 @@ end
 -- A fresh state. Fences keep growing across a loss: they restart above the
 -- clock (in microseconds' worth of grants per ms) and above any fence the
 -- client saw. What a lost state left in the other keys goes.
-redis.call('DEL', K.state, K.config, K.policy, K.aging, K.shares)  -- tags start again at vtime 0
+redis.call('DEL', K.state, K.config, K.policy, K.aging, K.shares)  -- tags start again at vtime 0 (held: recount())
 S = {}
 set('state', 'schema', SCHEMA)
 set('state', 'epoch', epoch)
@@ -72,6 +72,7 @@ set('state', 'created', NOW)
 set('state', 'fence', math.max(fence_floor, NOW * 1000))
 for _, vtime in ipairs(VTIMES) do set('state', vtime, 0) end
 set('state', 'aging_due', 0)
+set('state', 'park_seq', 0)
 set('state', 'event_seq', 0)
 set('state', 'quota_exhausted', 0)
 set('state', 'quota_at', 0)

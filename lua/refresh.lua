@@ -14,7 +14,7 @@ ARGV
   ARGV[4..] ids         string        the waiters of one process
 Reply
   {2, 'refreshed', epoch, reason, hint_ms, status1, fence1, remaining1, ...}
-    status = 'granted' (the lease's fence and ms left) | 'queued' (0, 0)
+    status = 'granted' (the lease's fence and ms left) | 'queued' (0, 0: queued or parked)
            | 'unknown' (0, 0: not queued, not granted; enqueue again)
     reason: the admission rule's, '' when a new caller would be admitted
   {2, 'missing'}    no such governor: run init.lua, then call again
@@ -40,7 +40,8 @@ for i = 4, #ARGV do
     reply[#reply + 1] = 'granted'
     reply[#reply + 1] = granted[id]
     reply[#reply + 1] = tonumber(redis.call('ZSCORE', K.leases, id)) - NOW
-  elseif redis.call('ZADD', K.waiters, 'XX', 'CH', deadline, id) == 1 or redis.call('ZSCORE', K.queue, id) then
+  elseif redis.call('ZADD', K.waiters, 'XX', 'CH', deadline, id) == 1 or redis.call('ZSCORE', K.queue, id)
+      or redis.call('ZSCORE', K.parked, id) then
     reply[#reply + 1] = 'queued'
     reply[#reply + 1] = 0
     reply[#reply + 1] = 0

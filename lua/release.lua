@@ -11,14 +11,15 @@ Reply
                             expired but not yet reclaimed), 0 if already
                             gone (idempotent: releasing twice is harmless)
   {2, 'missing'}            no such governor, and callers queued
-With nobody queued it reads no state and no clock: the lease and its
-holder record go, nothing else changes (a lost state answers 'released').
+With nobody queued (or parked) it reads no state and no clock: the lease
+and its holder record go, and its counts in held (caps, the reserve);
+nothing else changes (a lost state answers 'released').
 ]]
 
 local id = arg_id(3, 'id')
 -- With callers queued the slot goes to the head: read and check the state
 -- (and push expiries back when due) before the first write.
-local waiting = redis.call('ZCARD', K.queue) > 0
+local waiting = redis.call('ZCARD', K.queue) > 0 or redis.call('ZCARD', K.parked) > 0
 if waiting then
   clock()
   if not load(WRITE) then return missing_reply() end
@@ -27,9 +28,19 @@ if waiting then
   guard_grant(false, 7)  -- waiters (and what grant() adds): written by grant()
 end
 -- A read tells holders' type before the first write; ZREM tells leases'.
-local known = redis.call('HEXISTS', K.holders, id) == 1
+-- While held counts leases (caps, a reserve), the record says what this one counted in.
+local counted = redis.call('EXISTS', K.held) == 1
+if counted then guard(13) end
+local raw, known
+if counted then
+  raw = redis.call('HGET', K.holders, id)
+  known = raw ~= false
+else
+  known = redis.call('HEXISTS', K.holders, id) == 1
+end
 local removed = redis.call('ZREM', K.leases, id)
 if removed == 1 and known then redis.call('HDEL', K.holders, id) end  -- a queued id keeps its place
+if removed == 1 and counted then unhold(record_parse(raw), waiting) end
 if not waiting then return {SCHEMA, 'released', removed} end
 reclaim()
 grant()

@@ -58,8 +58,10 @@ for i = 4, #ARGV, 3 do
     reply[#reply + 1] = fence
   else
     if expiry then
+      local m = record_parse(redis.call('HGET', K.holders, id))
       redis.call('ZREM', K.leases, id)
       redis.call('HDEL', K.holders, id)
+      unhold(m, true)
     end
     reply[#reply + 1] = 'lost'
     reply[#reply + 1] = 0

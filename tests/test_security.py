@@ -406,15 +406,21 @@ def real(redis_url: str) -> Iterator[redis.Redis]:
 def _populated(
     real: redis.Redis, clock: FakeClock, name: str, policy: Policy | str = "adaptive"
 ) -> tuple[Governor, str]:
-    """A governor with a lease held, a waiter queued (in a class that ages,
-    for a tenant: aging and shares hold it; it is due to age once the test
-    moves the clock) and attempts in the window. Built with the core's
-    calls, so no background worker runs beside the test."""
-    config = GovernorConfig(max_capacity=1, idle_expiry=64, policy=policy, aging=5.0, queue_ttl=30.0)
+    """A governor with a lease held (counted in held: its tenant has a cap
+    of 1), a waiter parked at that cap, a waiter queued (in a class that
+    ages, for a tenant: aging and shares hold it; it is due to age once the
+    test moves the clock; the reserve keeps it out) and attempts in the
+    window. Built with the core's calls, so no background worker runs
+    beside the test."""
+    config = GovernorConfig(
+        max_capacity=2, idle_expiry=64, policy=policy, aging=5.0, queue_ttl=30.0, reserve=1,
+        tenant_caps={"default": 1},
+    )  # fmt: skip
     gov = Governor(real, name, config, clock=clock)
     lease_id = new_id()
     gov._execute(gov._core.acquire(lease_id, "holder", wait=False))
-    gov._execute(gov._core.acquire(new_id(), "waiter", wait=True))
+    gov._execute(gov._core.acquire(new_id(), "parked", wait=True))
+    gov._execute(gov._core.acquire(new_id(), "waiter", wait=True, place=gov._core.place(None, "b")))
     gov.report(Outcome.SUCCESS)
     gov.report(Outcome.RATE_LIMITED)
     return gov, lease_id
@@ -438,6 +444,7 @@ def _operations(gov: Governor, lease_id: str) -> dict[str, Call[Any]]:
         "status": core.status(),
         "set_max": core.set_max_capacity(3),
         "set_shares": core.set_shares(tenant_weights={"a": 2}),
+        "set_caps": core.set_shares(tenant_caps={"default": 2}, reserve=0),
         "pause": core.pause("drill", 5.0),
         "resume": core.resume(),
         "reset": core.reset(with_config=False),
@@ -454,7 +461,7 @@ KEY_CASES = [pytest.param(i, id=key.split(":")[-1]) for i, key in enumerate(gove
 
 
 def test_the_wrong_type_cases_cover_every_key() -> None:
-    assert [case.id for case in KEY_CASES] == list(KEY_NAMES) and len(KEY_CASES) == 12
+    assert [case.id for case in KEY_CASES] == list(KEY_NAMES) and len(KEY_CASES) == 14
     assert set(KEY_TYPES) <= set(WRONG)
 
 

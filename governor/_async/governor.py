@@ -728,15 +728,18 @@ class AsyncGovernor:
         tenant_weights: Mapping[str, int] | None = None,
         default_weight: int | None = None,
         aging: float | _Unset | None = UNSET,
+        tenant_caps: Mapping[str, int] | None = None,
+        reserve: int | None = None,
         create: bool = True,
     ) -> Status:
-        """Change the tenants' weights (the whole mapping), the default
-        weight, or the aging (None: never) fleet-wide at run time; what is
-        not given stays. Every client uses them for the callers it queues
-        from then on (the config wake); what the policy learnt is kept."""
+        """Change the tenants' weights or caps (each the whole mapping), the
+        default weight, the reserve or the aging (None: never) fleet-wide at
+        run time; what is not given stays. Every client uses the weights for
+        the callers it queues from then on (the config wake); caps and the
+        reserve apply at once; what the policy learnt is kept."""
         if self._core.stored_config is None:
             await self._learn_config()  # changes are to the fleet's config, not this object's
-        call = self._core.set_shares(tenant_weights, default_weight, aging, create)
+        call = self._core.set_shares(tenant_weights, default_weight, aging, tenant_caps, reserve, create)
         status = self._found(await self._execute(call))
         await self._learn_config()  # this object's next callers use them at once
         return status

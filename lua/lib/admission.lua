@@ -4,7 +4,8 @@ pauses and holds.
 Uses the names of lib/common.lua. Defines: record_parse, record_format,
 NO_TOKENS, arg_tokens, VTIMES, ADOPTED, arg_place, in_flight, PAUSE_FIELDS, prepare, reclaim, window,
 resume_level, pause, resume, recover, BUDGET_KINDS, budget_fields, active_budgets, budget_level,
-settle, calibrate, BUDGETS, never, blocked, add_lease, enqueue, guard_grant, grant.
+settle, calibrate, CAPS_CONFIG, cap_of, held, unhold, unpark, BUDGETS, never, blocked, add_lease, enqueue,
+guard_grant, grant.
 
 The rule (SPEC §3, §9): a caller is admitted when the governor is not
 paused, no hold runs (not_before), every budget has room for the lease's
@@ -23,6 +24,13 @@ granted in proportion to their weights, an idle tenant back at vtime_r (no
 credit hoarded). Each class keeps its own virtual time, so one class's
 grants never reset another's shares. A waiter of a
 lower class that waited aging_ms goes to band 0 with its tag (age()).
+
+Caps and the reserve (governor.protocol.PARK_SLOT): a tenant with a cap
+holds at most that many leases; the classes below the highest hold at most
+capacity - reserve (an aged waiter may take the reserve). A waiter at the
+head whose tenant is at its cap is parked (the next one is asked), and
+each of the tenant's leases that ends puts its first parked waiter back at
+the front of its class (unpark), so a capped tenant never holds up the others.
 ]]
 
 -- holders entries: "fence|ttl_ms|since_ms|input|output|level|rank|tenant|holder"
@@ -204,6 +212,148 @@ local function calibrate(kind, limit_h, remaining)
   end
 end
 
+-- What the caps and the reserve need of the config (and finish() of a
+-- call that may create held), for the paths that admit without prepare().
+local CAPS_CONFIG = {'tenant_caps', 'reserve', 'idle_ms'}
+
+-- The cap of `tenant` and its slot (its place in config tenant_caps, from
+-- 1), or nil: one plain search of the stored "tenant=cap,..." per tenant
+-- and call. Needs C.tenant_caps.
+local caps_of = nil  -- tenant -> {cap, slot} or false, as this call found them
+RESETS[#RESETS + 1] = function() caps_of = nil end
+local function cap_of(tenant)
+  if C.tenant_caps == '' then return nil end
+  caps_of = caps_of or {}
+  local found = caps_of[tenant]
+  if found == nil then
+    local list = ',' .. C.tenant_caps .. ','
+    local at = string.find(list, ',' .. tenant .. '=', 1, true)
+    local cap = at and tonumber(string.match(list, '^(%d+),', at + #tenant + 2))
+    found = false
+    if cap then found = {cap, select(2, string.gsub(string.sub(list, 1, at), ',', ''))} end
+    caps_of[tenant] = found
+  end
+  if not found then return nil end
+  return found[1], found[2]
+end
+
+-- The leases in flight counted under `field` of held (a capped tenant, or
+-- TOP_HELD: the highest class while a reserve is set), as this call read
+-- and changed them; count() moves one and writes it (a field goes at 0).
+-- A call that reads held after its first write has guarded it (13).
+local counts = nil
+RESETS[#RESETS + 1] = function() counts = nil end
+local function held(field)
+  counts = counts or {}
+  if counts[field] == nil then counts[field] = tonumber(redis.call('HGET', K.held, field)) or 0 end
+  return counts[field]
+end
+
+local function count(field, delta)
+  local n = held(field) + delta
+  counts[field] = n
+  if n > 0 then
+    redis.call('HSET', K.held, field, n)
+    if n == delta then created(K.held) end
+  else
+    redis.call('HDEL', K.held, field)
+  end
+end
+
+-- A new lease of `place` counts in its tenant's cap and in the top class's
+-- leases while a reserve is set. Needs CAPS_CONFIG.
+local function hold(place)
+  if cap_of(place.tenant) then count(place.tenant, 1) end
+  if place.rank == 0 and C.reserve > 0 then count(TOP_HELD, 1) end
+end
+
+-- A waiter parked at its tenant's cap goes back to the queue, at the front
+-- of its class (its class's vtime: every tag queued there is at least
+-- that), in band 0 if it aged meanwhile (age() found it parked). Needs
+-- prepare(); the caller has guarded queue, aging, parked.
+local function requeue(id)
+  local m = record_parse(redis.call('HGET', K.holders, id))
+  local rank = m and m.rank or 0
+  local band = rank + 1
+  if rank > 0 and C.aging_ms > 0 and not redis.call('ZSCORE', K.aging, id) then band = 0 end
+  redis.call('ZADD', K.queue, band * QUEUE_BAND + S[VTIMES[rank + 1]], id)
+end
+
+-- Tenant `tenant` has room under its cap again: its first parked waiter
+-- that still waits goes back to the queue (dead ones go; at most BATCH).
+-- Needs prepare().
+local function unpark(tenant)
+  local cap, slot = cap_of(tenant)
+  if not cap or held(tenant) >= cap then return end
+  for _ = 1, BATCH do
+    local id = redis.call('ZRANGEBYSCORE', K.parked, slot * PARK_SLOT, (slot + 1) * PARK_SLOT - 1, 'LIMIT', 0, 1)[1]
+    if not id then return end
+    redis.call('ZREM', K.parked, id)
+    local deadline = tonumber(redis.call('ZSCORE', K.waiters, id))
+    if deadline and deadline > NOW then
+      requeue(id)
+      return
+    end
+    redis.call('ZREM', K.waiters, id)
+    redis.call('ZREM', K.aging, id)
+    redis.call('HDEL', K.holders, id)
+  end
+end
+
+-- A lease (its record m) ended, counted once: by whoever removed it from
+-- leases. Its tenant's count and the top class's go down; with `waiting`,
+-- the tenant's first parked waiter goes back to the queue (unpark: needs
+-- prepare()). The caller has read held's type (EXISTS) or guarded it.
+local function unhold(m, waiting)
+  if not m then return end
+  if held(m.tenant) > 0 then
+    count(m.tenant, -1)
+    if waiting then unpark(m.tenant) end
+  end
+  if m.rank == 0 and held(TOP_HELD) > 0 then count(TOP_HELD, -1) end
+end
+
+-- The caps or the reserve changed (set_shares, a config stored afresh):
+-- held counted again from the live leases' records; each parked waiter
+-- whose tenant still has a cap moves to its new slot, keeping its order,
+-- the others go back to the queue (all of them when `fresh`: a new state,
+-- whose tags start again), and each capped tenant's room is filled from
+-- its parked waiters. O(leases + parked): for the operator scripts only.
+-- Needs prepare() (or a config stored); every key's type checked.
+local function recount(fresh)
+  redis.call('DEL', K.held)
+  counts, caps_of = {}, nil
+  if C.tenant_caps ~= '' or C.reserve > 0 then
+    local ids = redis.call('ZRANGEBYSCORE', K.leases, LIVE, '+inf')
+    for i = 1, #ids, 1000 do
+      local chunk = {unpack(ids, i, math.min(i + 999, #ids))}
+      local records = redis.call('HMGET', K.holders, unpack(chunk))
+      for j = 1, #chunk do
+        local m = record_parse(records[j])
+        if m then hold(m) end
+      end
+    end
+  end
+  local parked = redis.call('ZRANGE', K.parked, 0, -1, 'WITHSCORES')
+  local tenants = {}
+  for i = 1, #parked, 2 do
+    local id = parked[i]
+    local m = record_parse(redis.call('HGET', K.holders, id))
+    local cap, slot = nil, nil
+    if m and not fresh then cap, slot = cap_of(m.tenant) end
+    if cap then
+      redis.call('ZADD', K.parked, slot * PARK_SLOT + tonumber(parked[i + 1]) % PARK_SLOT, id)
+      tenants[m.tenant] = cap
+    else
+      redis.call('ZREM', K.parked, id)
+      requeue(id)
+    end
+  end
+  for tenant, cap in pairs(tenants) do
+    for _ = 1, cap - held(tenant) do unpark(tenant) end
+  end
+end
+
 -- Remove what no longer counts: expired leases and waiters that stopped
 -- refreshing (at most BATCH of each), window events older than the window.
 -- At most once per RECLAIM_MS; `force` for the scripts that run rarely.
@@ -214,9 +364,14 @@ local function reclaim(force)
   set('state', 'reclaim_due', NOW + RECLAIM_MS)
   local expired = redis.call('ZRANGEBYSCORE', K.leases, '(0', NOW, 'LIMIT', 0, BATCH)  -- not the sentinel
   if #expired > 0 then
-    local first = record_parse(redis.call('HGET', K.holders, expired[1]))
+    local counted = redis.call('EXISTS', K.held) == 1  -- each lease's record is read only then
+    local records = redis.call('HMGET', K.holders, unpack(counted and expired or {expired[1]}))
+    local first = record_parse(records[1])
     redis.call('ZREM', K.leases, unpack(expired))
     redis.call('HDEL', K.holders, unpack(expired))
+    if counted then
+      for i = 1, #expired do unhold(record_parse(records[i]), true) end
+    end
     log('expire', 'leases', #expired, 'holder', first and first.holder or '',
       'why', 'holders stopped renewing (crashed or stalled past their TTL)')
   end
@@ -224,6 +379,7 @@ local function reclaim(force)
   if #dead > 0 then
     redis.call('ZREM', K.waiters, unpack(dead))
     redis.call('ZREM', K.queue, unpack(dead))
+    redis.call('ZREM', K.parked, unpack(dead))
     if (S.aging_due or 1) > 0 then redis.call('ZREM', K.aging, unpack(dead)) end
     redis.call('HDEL', K.holders, unpack(dead))
   end
@@ -271,8 +427,12 @@ local function prepare(queued, rank)
   if queued ~= false then fields[#fields + 1] = 'aging_due' end  -- unless nobody waits (a report's hot path)
   if rank then fields[#fields + 1] = VTIMES[rank + 1] end  -- the class a caller joins
   more('state', unpack(fields))
-  more('config', 'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms', 'aging_ms')
-  if NOW >= S.reclaim_due then more('state', unpack(VTIMES)) end  -- reclaim() prunes the shares by them
+  more('config', 'policy', 'window_ms', 'log_length', 'max_capacity', 'aging_ms', unpack(CAPS_CONFIG))
+  if C.tenant_caps ~= '' then
+    more('state', 'park_seq', unpack(VTIMES))  -- grant() parks, unpark() puts back at a class's vtime
+  elseif NOW >= S.reclaim_due then
+    more('state', unpack(VTIMES))  -- reclaim() prunes the shares by them
+  end
   active_budgets()
   if S.capacity == 0 then
     more('state', unpack(PAUSE_FIELDS))
@@ -336,10 +496,17 @@ local live_count = nil  -- in-flight, once read by this call
 RESETS[#RESETS + 1] = function() live_count = nil end
 local BUDGETS = {
   {name = 'concurrency',
-    room = function(tokens)
+    room = function(tokens, place)
       if live_count == nil then live_count = in_flight() end
       if live_count + 1 > S.capacity then
         return 'at capacity: ' .. live_count .. ' in flight of ' .. S.capacity, 0
+      end
+      if place and place.rank > 0 and not place.aged and C.reserve > 0 then
+        local others = live_count - held(TOP_HELD)
+        if others + 1 > S.capacity - C.reserve then
+          return 'at capacity below the highest class: ' .. others .. ' in flight of ' .. S.capacity .. ' - '
+            .. C.reserve .. ' reserved', 0
+        end
       end
       return nil, 0
     end,
@@ -373,6 +540,19 @@ for i = 1, #BUDGET_KINDS do
     end}
 end
 
+-- A tenant's cap: its waiter does not hold up the queue (park = true:
+-- grant() parks it and asks the next).
+BUDGETS[#BUDGETS + 1] = {name = 'tenant', park = true,
+  room = function(tokens, place)
+    local cap = place and place.tenant and cap_of(place.tenant)
+    if cap and held(place.tenant) + 1 > cap then
+      return 'tenant ' .. place.tenant .. ' at its cap: ' .. held(place.tenant) .. ' in flight of ' .. cap, 0
+    end
+    return nil, 0
+  end,
+  take = function(tokens) end,
+  never = function(tokens) return nil end}
+
 -- Why a lease of `tokens` can never be admitted (its cost is above a
 -- budget's limit), or nil.
 local function never(tokens)
@@ -386,10 +566,12 @@ local function never(tokens)
   return nil
 end
 
--- The admission rule: nil when a lease of `tokens` may be admitted now
--- (the queue aside: the callers decide FIFO), else why not and a hint
--- (ms). Needs S.capacity, S.not_before and S.budgets (load them).
-local function blocked(tokens)
+-- The admission rule: nil when a lease of `tokens` for `place` ({rank, tenant,
+-- aged}; nil: any caller) may be admitted now (the queue aside: the
+-- callers decide FIFO), else why not, a hint (ms) and the budget that
+-- said so. Needs S.capacity, S.not_before, S.budgets (load them) and
+-- CAPS_CONFIG.
+local function blocked(tokens, place)
   if S.capacity == 0 then
     if S.paused == 1 then
       local hint = 0
@@ -403,8 +585,8 @@ local function blocked(tokens)
   local buckets = S.budgets ~= ''  -- none active: the token buckets are not asked
   for _, budget in ipairs(BUDGETS) do
     if buckets or not budget.bucket then
-      local why, hint = budget.room(tokens)
-      if why then return why, hint end
+      local why, hint = budget.room(tokens, place)
+      if why then return why, hint, budget end
     end
   end
   return nil, 0
@@ -424,6 +606,7 @@ local function add_lease(id, ttl, holder, tokens, place)
     fail('WRONGTYPE', K.holders .. ' is not a hash')
   end
   redis.call('ZADD', K.leases, NOW + ttl, id)
+  hold(place)
   S.fence = fence
   local buckets = S.budgets ~= ''
   for _, budget in ipairs(BUDGETS) do
@@ -459,6 +642,11 @@ end
 local function guard_grant(ages, ...)
   local keys = {...}
   if ages or S.aging_due > 0 then keys[#keys + 1] = 11 end
+  if C.tenant_caps ~= '' or C.reserve > 0 then  -- held; parked and the aging parked waiters leave
+    keys[#keys + 1] = 13
+    keys[#keys + 1] = 14
+    keys[#keys + 1] = 11
+  end
   if S.aging_due > 0 and NOW >= S.aging_due then keys[#keys + 1] = 10 end
   guard(unpack(keys))
 end
@@ -502,45 +690,59 @@ local function grant(caller)
   local granted = {}
   local words = {}
   local skipped, admitted = 0, 0
+  local capped = C.tenant_caps ~= ''
   while skipped <= BATCH and admitted < BATCH do
     local first = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
     local head = first[1]
     if not head then break end
-    local why, hint = blocked(NO_TOKENS)  -- pause, hold, concurrency: no record needed
+    local score = tonumber(first[2])
+    -- pause, hold, concurrency (the class from the band): no record needed
+    local band = math.floor(score / QUEUE_BAND)
+    local why, hint, budget = blocked(NO_TOKENS, {rank = math.max(band - 1, 0), aged = band == 0})
     local m, impossible = nil, nil
     if not why then
       m = record_parse(redis.call('HGET', K.holders, head))
-      if #active_budgets() > 0 then
-        impossible = never(m and m.tokens or NO_TOKENS)
-        if not impossible then why, hint = blocked(m and m.tokens or NO_TOKENS) end
+      if m and (capped or #active_budgets() > 0) then
+        impossible = never(m.tokens)
+        if not impossible then
+          why, hint, budget = blocked(m.tokens, {rank = m.rank, tenant = m.tenant, aged = band == 0})
+        end
       end
     end
-    if why then
+    if why and budget and budget.park then
+      -- Its tenant is at its cap: it waits parked, the next is asked.
+      local _, slot = cap_of(m.tenant)
+      set('state', 'park_seq', S.park_seq + 1)
+      redis.call('ZREM', K.queue, head)
+      redis.call('ZADD', K.parked, slot * PARK_SLOT + S.park_seq, head)
+      created(K.parked)
+      skipped = skipped + 1
+    elseif why then
       if hint > 0 and admitted == 0 then redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. int(hint)) end
       break
-    end
-    local score = tonumber(first[2])
-    local deadline = tonumber(redis.call('ZSCORE', K.waiters, head))
-    redis.call('ZREM', K.queue, head)
-    redis.call('ZREM', K.waiters, head)
-    if score >= QUEUE_BAND and m and m.rank > 0 and S.aging_due > 0 then redis.call('ZREM', K.aging, head) end
-    if impossible then
-      -- A budget's limit fell below its cost: its refresh is refused (acquire again).
-      redis.call('HDEL', K.holders, head)
-      redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. 1)  -- ask again now
-      skipped = skipped + 1
-    elseif deadline and deadline > NOW and m then
-      granted[head] = add_lease(head, m.ttl, m.holder, m.tokens, m)
-      -- A class's grants come in tag order (the head is its smallest tag, and
-      -- a newcomer starts at vtime at least), so its vtime is the last one's
-      -- tag, written without a read; an aged waiter's older tag leaves it.
-      local vtime = VTIMES[m.rank + 1]
-      if vtime and score >= QUEUE_BAND then set('state', vtime, score % QUEUE_BAND) end
-      if head ~= caller then words[#words + 1] = head .. ':' .. int(granted[head]) end
-      admitted = admitted + 1
     else
-      redis.call('HDEL', K.holders, head)
-      skipped = skipped + 1
+      local deadline = tonumber(redis.call('ZSCORE', K.waiters, head))
+      redis.call('ZREM', K.queue, head)
+      redis.call('ZREM', K.waiters, head)
+      if score >= QUEUE_BAND and m and m.rank > 0 and S.aging_due > 0 then redis.call('ZREM', K.aging, head) end
+      if impossible then
+        -- A budget's limit fell below its cost: its refresh is refused (acquire again).
+        redis.call('HDEL', K.holders, head)
+        redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. 1)  -- ask again now
+        skipped = skipped + 1
+      elseif deadline and deadline > NOW and m then
+        granted[head] = add_lease(head, m.ttl, m.holder, m.tokens, m)
+        -- A class's grants come in tag order (the head is its smallest tag, and
+        -- a newcomer starts at vtime at least), so its vtime is the last one's
+        -- tag, written without a read; an aged waiter's older tag leaves it.
+        local vtime = VTIMES[m.rank + 1]
+        if vtime and score >= QUEUE_BAND then set('state', vtime, score % QUEUE_BAND) end
+        if head ~= caller then words[#words + 1] = head .. ':' .. int(granted[head]) end
+        admitted = admitted + 1
+      else
+        redis.call('HDEL', K.holders, head)
+        skipped = skipped + 1
+      end
     end
   end
   if #words > 0 then

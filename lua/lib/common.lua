@@ -21,6 +21,8 @@ KEYS (every function receives all of them, in this order: governor.protocol.KEYS
   KEYS[10] events    stream  decision log, capped at about config.log_length entries
   KEYS[11] aging     zset    waiter id -> ms when it goes ahead of every class
   KEYS[12] shares    zset    "rank:tenant" -> finish tag: where its next waiter's tag starts
+  KEYS[13] held      hash    a capped tenant (or TOP_HELD, the top class) -> leases in flight
+  KEYS[14] parked    zset    waiter id -> slot * PARK_SLOT + seq: a waiter of a tenant at its cap
 
 ARGV (common to every script)
   ARGV[1] now       int ms or ''  injected clock, or '' for Redis TIME
@@ -83,8 +85,9 @@ local CREATED       -- keys the call may have created: they get their expiry at 
 -- expiry touch_all gave them: acquiring into an empty fleet sets none.
 local SENTINEL = '~'
 local KEY_NAMES = {'state', 'config', 'policy', 'leases', 'holders', 'queue', 'waiters', 'attempts', 'limited',
-  'events', 'aging', 'shares'}
-local TYPES = {'hash', 'hash', 'hash', 'zset', 'hash', 'zset', 'zset', 'zset', 'zset', 'stream', 'zset', 'zset'}
+  'events', 'aging', 'shares', 'held', 'parked'}
+local TYPES = {'hash', 'hash', 'hash', 'zset', 'hash', 'zset', 'zset', 'zset', 'zset', 'stream', 'zset', 'zset',
+  'hash', 'zset'}
 
 local function begin(keys, argv)
   KEYS, ARGV = keys, argv
@@ -168,7 +171,7 @@ local function guard(...)
 end
 
 local function check_types()
-  guard(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+  guard(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
 end
 
 -- A stored value as its field's kind (FIELDS, generated from

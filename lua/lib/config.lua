@@ -9,7 +9,8 @@ absurd value; a missing, unknown or other policy's field is refused.
 ]]
 
 local BASE_CONFIG = {'policy', 'max_capacity', 'window_ms', 'resume_fraction', 'retry_after_cap_ms', 'idle_ms',
-  'log_length', 'priorities', 'default_priority', 'aging_ms', 'tenant_weights', 'default_weight',
+  'log_length', 'priorities', 'default_priority', 'aging_ms', 'tenant_weights', 'default_weight', 'tenant_caps',
+  'reserve',
   'requests_per_minute', 'tokens_per_minute', 'input_tokens_per_minute', 'output_tokens_per_minute'}
 
 -- Read name/value config pairs from ARGV[first..]: the values as numbers
@@ -106,6 +107,7 @@ local function apply_config(cfg, raw)
   active = nil
   set('policy', 'streak', 0)
   POLICIES[cfg.policy].reset()
+  recount(true)  -- the caps and the reserve as stored now; parked waiters queue again
 end
 
 -- Forget what the policy learnt, keeping the stored config (reset without
