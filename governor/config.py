@@ -265,11 +265,11 @@ class GovernorConfig:
                 "reserve": int(stored["reserve"]),
                 **{config_field(k): int(stored[config_field(k)]) or None for k in BUDGET_KINDS},
             }
+            return dataclasses.replace(base or cls(), policy=policy, **values)
         except (KeyError, ValueError, ConfigError) as error:
             raise StateError(
                 f"governor {name!r}: the stored config is incomplete or unreadable ({error!r})", name=name
             ) from error
-        return dataclasses.replace(base or cls(), policy=policy, **values)
 
     @property
     def renew_interval(self) -> float:

@@ -610,7 +610,10 @@ class GovernorCore:
         try:
             self._saw_fence(int(f["fence"]))
             if self.stored_config is not None:  # the ceiling an operator may have changed
-                self.stored_config["max_capacity"] = str(int(f["max_capacity"]))
+                top = int(f["max_capacity"])
+                self.stored_config["max_capacity"] = str(top)
+                if int(self.stored_config.get("reserve", "0")) >= top:  # set_max lowers the reserve with it
+                    self.stored_config["reserve"] = str(top - 1)
             return Status(
                 name=self.name,
                 capacity=int(f["capacity"]),

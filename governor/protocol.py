@@ -24,7 +24,7 @@ this one)::
     governor:v3:{N}:events    stream  the decision log (capped)
     governor:v3:{N}:aging     zset    waiter id -> time (ms) it goes ahead of every class
     governor:v3:{N}:shares    zset    "rank:tenant" -> rank * 2^50 + its finish tag (fair queueing)
-    governor:v3:{N}:held      hash    tenant -> its leases in flight (capped tenants); "@": the top class's
+    governor:v3:{N}:held      hash    tenant -> its leases in flight (capped tenants); "@": the lower classes'
     governor:v3:{N}:parked    zset    waiter id -> slot * 2^40 + seq: waiters of a tenant at its cap
 
 Grants are announced on the pub/sub channel ``governor:v3:{N}:wake``.
@@ -118,7 +118,7 @@ class GovernorKeys:
     events: str  #: stream: the decision log
     aging: str  #: zset: waiter id -> ms when it goes ahead of every class
     shares: str  #: zset: "rank:tenant" -> finish tag, the start of its next waiter's tag in that class
-    held: str  #: hash: a capped tenant -> its leases in flight; TOP_HELD -> the top class's (see PARK_SLOT)
+    held: str  #: hash: a capped tenant -> its leases in flight; LOWER_HELD -> the lower classes' (see PARK_SLOT)
     parked: str  #: zset: waiter id -> slot * PARK_SLOT + seq, a waiter of a tenant at its cap
     channel: str  #: pub/sub channel announcing grants (not a key)
 
@@ -193,10 +193,11 @@ MAX_CLASSES = 7
 MAX_WEIGHT = 1000
 
 #: caps and the reserve (lua/lib/admission.lua): ``held`` counts the leases
-#: in flight of each tenant with a cap (GovernorConfig.tenant_caps) and,
-#: under TOP_HELD (no tenant's name), of the highest class while a reserve is
-#: set (GovernorConfig.reserve); a field goes when it reaches 0. A waiter at
-#: the head of the queue whose tenant is at its cap leaves the queue for
+#: of each tenant with a cap (GovernorConfig.tenant_caps) and, under
+#: LOWER_HELD (no tenant's name), of the classes below the highest while a
+#: reserve is set (GovernorConfig.reserve), from the grant until the lease
+#: is released or reclaimed; a field goes when it reaches 0. A waiter at the
+#: head of the queue whose tenant is at its cap leaves the queue for
 #: ``parked``, scored ``slot * PARK_SLOT + seq`` (slot: the tenant's place in
 #: tenant_caps, from 1; seq: state ``park_seq``), so a tenant's parked
 #: waiters are one range in the order they were parked; each lease of the
@@ -204,7 +205,7 @@ MAX_WEIGHT = 1000
 PARK_SLOT = 2**40
 MAX_CAPPED = 1000
 MAX_CAP = 1_000_000
-TOP_HELD = "@"
+LOWER_HELD = "@"
 
 
 def ms(seconds: float) -> int:

@@ -95,7 +95,7 @@ def field_table() -> str:
         f"local PARK_SLOT = {protocol.PARK_SLOT}",
         f"local MAX_CAPPED = {protocol.MAX_CAPPED}",
         f"local MAX_CAP = {protocol.MAX_CAP}",
-        f"local TOP_HELD = {protocol.TOP_HELD!r}",
+        f"local LOWER_HELD = {protocol.LOWER_HELD!r}",
     ]
     lines += [f"local {name} = {_kind(kind)}" for name, kind in kinds]
     entries = ",\n  ".join(f"{field} = {kind.name}" for field, kind in sorted(every.items()))

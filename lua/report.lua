@@ -59,7 +59,8 @@ for i, kind in ipairs(BUDGET_KINDS) do
 end
 clock()
 if not load(REPORT) then return missing_reply() end
-local waiting = redis.call('ZCARD', K.queue) > 0  -- a read: it tells the queue's type
+-- reads: they tell the queue's and parked's types
+local waiting = redis.call('ZCARD', K.queue) > 0 or redis.call('ZCARD', K.parked) > 0
 prepare(waiting)
 local policy = the_policy()  -- its config and state: nothing is read after the first write
 if outcome == 'q' then more('state', 'quota_exhausted') end
@@ -73,22 +74,28 @@ keep_alive()
 -- Types: the hashes were read; the zsets are read below before any write
 -- (ZCARD queue, ZSCORE leases when a lease reports, ZCOUNT in window()),
 -- holders by HEXISTS; events, waiters and (with no lease) leases guarded.
-local held = nil  -- the lease's holder record, when its reservation is settled
-if lease and usage and #active_budgets() > 0 then held = record_parse(redis.call('HGET', K.holders, lease)) end
-local known = release and (held ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)
+-- The lease's holder record is read when its reservation is settled, or
+-- when it is given back while held counts leases (caps, a reserve).
+local settles = lease and usage and #active_budgets() > 0
+local counted = release and redis.call('EXISTS', K.held) == 1
+if counted then guard(13) end
+local lease_record = nil
+if settles or counted then lease_record = record_parse(redis.call('HGET', K.holders, lease)) end
+local known = release and (lease_record ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)
 
 local function give_back()
-  if release and redis.call('ZREM', K.leases, lease) == 1 and known then
-    redis.call('HDEL', K.holders, lease)
+  if release and redis.call('ZREM', K.leases, lease) == 1 then
+    if known then redis.call('HDEL', K.holders, lease) end  -- a queued id keeps its place
+    if counted then unhold(lease_record, waiting) end
   end
 end
 
 if lease then
   local expiry = tonumber(redis.call('ZSCORE', K.leases, lease))
   if not expiry or expiry <= NOW then
-    if release and redis.call('ZREM', K.leases, lease) == 1 and known then
-      redis.call('HDEL', K.holders, lease)  -- a queued id keeps its place
-    end
+    if waiting then guard_grant(false, 7, 5) end  -- waiters, holders (and what grant() adds)
+    give_back()
+    if waiting then grant() end  -- its tenant's first parked waiter may be back in the queue
     return finish({SCHEMA, 'lost'})
   end
 end
@@ -115,7 +122,7 @@ else
     end
   end
 end
-if held then settle(held.tokens, usage) end
+if settles and lease_record then settle(lease_record.tokens, usage) end
 for _, figures in ipairs(limits) do calibrate(figures[1], figures[2], figures[3]) end
 give_back()
 if waiting then grant() end

@@ -2,7 +2,8 @@
 
 Not paused: capacity = max_capacity = n at once, up or down, and the
 policy's memory is forgotten (its reset). Paused: capacity stays 0 and the resume uses
-the new n; a pause is never lifted by this.
+the new n; a pause is never lifted by this. A reserve (config reserve) of n
+or more is lowered to n - 1.
 
 Uses    lib/admission.lua, lib/policy.lua, lib/admin.lua (after lib/common.lua)
 KEYS    the governor's keys, see lib/common.lua
@@ -24,6 +25,8 @@ keep_alive()
 
 local before, capacity_before = C.max_capacity, S.capacity
 set('config', 'max_capacity', n)
+local reserve = C.reserve
+if reserve >= n then set('config', 'reserve', n - 1) end  -- a reserve stays below the ceiling
 if S.paused == 1 then
   if S.saved_capacity > n then set('state', 'saved_capacity', n) end
 else
@@ -34,5 +37,6 @@ end
 log('set_max', 'from', before, 'to', n, 'capacity_from', capacity_before, 'why', 'operator')
 redis.call('PUBLISH', CHANNEL, S.epoch .. ' !config')  -- clients learn the stored config anew
 reclaim(true)
+if C.reserve ~= reserve then recount(false) end
 grant()
 return finish(status_reply())

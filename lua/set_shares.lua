@@ -60,6 +60,7 @@ log('set_shares', 'tenant_weights', weights, 'default_weight', default_weight, '
   'tenant_caps', caps, 'reserve', reserve, 'from_weights', C.tenant_weights, 'from_aging_ms', C.aging_ms,
   'from_caps', C.tenant_caps, 'from_reserve', C.reserve, 'why', 'operator')
 local recounts = caps ~= C.tenant_caps or reserve ~= C.reserve
+reclaim(true)  -- by the caps before the change: parked waiters are in their old slots
 set('config', 'tenant_weights', weights)
 set('config', 'default_weight', default_weight)
 set('config', 'aging_ms', aging)
@@ -69,7 +70,6 @@ if not STORE then STORE = {} end
 STORE.tenant_weights = weights  -- strings as sent (save() would keep them anyway)
 STORE.tenant_caps = caps
 redis.call('PUBLISH', CHANNEL, S.epoch .. ' !config')  -- clients learn the stored config anew
-reclaim(true)
 if recounts then recount(false) end
 grant()
 return finish(status_reply())

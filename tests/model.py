@@ -38,7 +38,9 @@ from governor.budgets import Tokens
 from governor.protocol import (
     CONFIG,
     DEFAULT_TENANT,
+    LOWER_HELD,
     MAX_CLASSES,
+    PARK_SLOT,
     QUANTUM,
     QUEUE_BAND,
     SCHEMA_VERSION,
@@ -66,6 +68,15 @@ def parse_tokens(arg: str | None) -> Tokens:
         return NO_TOKENS
     a, b = arg.split(",")
     return Tokens(int(a), int(b))
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a caller waits, as the admission rule sees it (lib/admission.lua's place)."""
+
+    rank: int
+    tenant: str | None = None
+    aged: bool = False
 
 
 class ModelViolation(AssertionError):
@@ -106,6 +117,8 @@ class Model:
     aging: dict[str, int] = field(default_factory=dict)  #: id -> ms it goes ahead of every class
     shares: dict[str, int] = field(default_factory=dict)  #: "rank:tenant" -> rank * QUEUE_BAND + finish tag
     waiters: dict[str, int] = field(default_factory=dict)  #: id -> deadline ms
+    held: dict[str, int] = field(default_factory=dict)  #: capped tenant (or LOWER_HELD) -> leases counted
+    parked: dict[str, int] = field(default_factory=dict)  #: id -> slot * PARK_SLOT + seq
     attempts: list[tuple[int, str]] = field(default_factory=list)  #: (time, "seq:o")
     published: list[str] = field(default_factory=list)  #: messages on the wake channel, in order
     #: every grant made (id, fence), in order; adoptions are not grants
@@ -178,13 +191,17 @@ class Model:
             return
         S["reclaim_due"] = self.now + RECLAIM_MS
         expired = [m for m, s in _zsorted(self.leases) if 0 < s <= self.now][:BATCH]
+        records = [self._record(m) for m in expired]
         for m in expired:
             del self.leases[m]
             self.holders.pop(m, None)
+        for record in records:
+            self._unhold(record, waiting=True)
         dead = [m for m, s in _zsorted(self.waiters) if s <= self.now][:BATCH]
         for m in dead:
             del self.waiters[m]
             self.queue.pop(m, None)
+            self.parked.pop(m, None)
             self.aging.pop(m, None)
             self.holders.pop(m, None)
         # finish tags behind their class's vtime say nothing: idle tenants leave no trace
@@ -235,29 +252,127 @@ class Model:
         elif S["paused_until"] > 0 and self.now >= S["paused_until"]:
             self._resume(S["saved_capacity"] if S["saved_capacity"] > 0 else self._resume_level())
 
-    def blocked(self, tokens: Tokens = NO_TOKENS) -> tuple[str | None, int]:
-        """The admission rule (queue aside): why a lease of ``tokens`` must
-        wait now, and in how many ms asking again may pay off (0: no idea)."""
+    def blocked(self, tokens: Tokens = NO_TOKENS, place: Place | None = None) -> tuple[str | None, int]:
+        """The admission rule (queue aside): why a lease of ``tokens`` for
+        ``place`` must wait now, and in how many ms asking again may pay off (0: no idea)."""
+        why, hint, _ = self._rule(tokens, place)
+        return why, hint
+
+    def _rule(self, tokens: Tokens, place: Place | None) -> tuple[str | None, int, bool]:
+        """blocked(), and whether it is the tenant's cap (the waiter is parked)."""
         S = self.S
         if S["paused"] == 1:
             hint = S["paused_until"] - self.now if S["paused_until"] > 0 else 0
-            return "paused: " + S["pause_reason"], hint
+            return "paused: " + S["pause_reason"], hint, False
         if self.now < S["not_before"]:
-            return "holding until the provider's retry-after", S["not_before"] - self.now
-        why = self._concurrency()
+            return "holding until the provider's retry-after", S["not_before"] - self.now, False
+        why = self._concurrency(place)
         if why is not None:
-            return why, 0
+            return why, 0, False
         for kind in self.active():
             why, hint = self._bucket_room(kind, tokens)
             if why is not None:
-                return why, hint
-        return None, 0
+                return why, hint, False
+        cap = self._cap_of(place.tenant) if place is not None and place.tenant else None
+        if cap is not None and self.held.get(place.tenant, 0) + 1 > cap[0]:  # type: ignore[union-attr]
+            tenant = place.tenant  # type: ignore[union-attr]
+            return f"tenant {tenant} at its cap: {self.held[tenant]} in flight of {cap[0]}", 0, True
+        return None, 0, False
 
-    def _concurrency(self) -> str | None:
+    def _concurrency(self, place: Place | None = None) -> str | None:
         live = self.in_flight()
         if live + COST > self.S["capacity"]:
             return f"at capacity: {live} in flight of {self.S['capacity']}"
+        reserve = self.C["reserve"]
+        if place is not None and place.rank > 0 and not place.aged and reserve > 0:
+            others = self.held.get(LOWER_HELD, 0)
+            if others + 1 > self.S["capacity"] - reserve:
+                capacity = self.S["capacity"]
+                return f"at capacity below the highest class: {others} in flight of {capacity} - {reserve} reserved"
         return None
+
+    # -- caps and the reserve (lua/lib/admission.lua) ---------------------------
+
+    def _cap_of(self, tenant: str) -> tuple[int, int] | None:
+        """(cap, slot) of ``tenant`` in the stored tenant_caps, or None."""
+        for slot, item in enumerate(self.raw_config.get("tenant_caps", "").split(","), start=1):
+            name, _, cap = item.partition("=")
+            if item and name == tenant:
+                return int(cap), slot
+        return None
+
+    def _count(self, name: str, delta: int) -> None:
+        n = self.held.get(name, 0) + delta
+        if n > 0:
+            self.held[name] = n
+        else:
+            self.held.pop(name, None)
+
+    def _hold(self, rank: int, tenant: str) -> None:
+        if self._cap_of(tenant) is not None:
+            self._count(tenant, 1)
+        if rank > 0 and self.C["reserve"] > 0:
+            self._count(LOWER_HELD, 1)
+
+    def _unhold(self, record: HolderRecord | None, waiting: bool) -> None:
+        """A lease ended, counted once: its tenant's and the lower classes' counts go down."""
+        if record is None:
+            return
+        if self.held.get(record.tenant, 0) > 0:
+            self._count(record.tenant, -1)
+            if waiting:
+                self._unpark(record.tenant)
+        if record.rank > 0 and self.held.get(LOWER_HELD, 0) > 0:
+            self._count(LOWER_HELD, -1)
+
+    def _requeue(self, lease_id: str) -> None:
+        """A parked waiter back at the front of its class (band 0 if it aged meanwhile)."""
+        record = self._record(lease_id)
+        rank = record.rank if record is not None else 0
+        band = rank + 1
+        if rank > 0 and self.C["aging_ms"] > 0 and lease_id not in self.aging:
+            band = 0
+        self.queue[lease_id] = band * QUEUE_BAND + self.S[f"vtime_{rank}"]
+
+    def _unpark(self, tenant: str) -> None:
+        cap = self._cap_of(tenant)
+        if cap is None or self.held.get(tenant, 0) >= cap[0]:
+            return
+        low, high = cap[1] * PARK_SLOT, (cap[1] + 1) * PARK_SLOT - 1
+        for _ in range(BATCH):
+            mine = [m for m, s in _zsorted(self.parked) if low <= s <= high]
+            if not mine:
+                return
+            lease_id = mine[0]
+            del self.parked[lease_id]
+            if self.waiters.get(lease_id, 0) > self.now:
+                self._requeue(lease_id)
+                return
+            self.waiters.pop(lease_id, None)
+            self.aging.pop(lease_id, None)
+            self.holders.pop(lease_id, None)
+
+    def _recount(self, fresh: bool) -> None:
+        """The caps or the reserve changed: held counted again, parked waiters re-slotted or queued."""
+        self.held = {}
+        if self.raw_config.get("tenant_caps", "") != "" or self.C["reserve"] > 0:
+            for lease_id, expiry in self.leases.items():
+                record = self._record(lease_id)
+                if expiry > self.now and record is not None:
+                    self._hold(record.rank, record.tenant)
+        tenants: dict[str, int] = {}
+        for lease_id, score in _zsorted(self.parked):
+            record = self._record(lease_id)
+            cap = None if record is None or fresh else self._cap_of(record.tenant)
+            if cap is not None and record is not None:
+                self.parked[lease_id] = cap[1] * PARK_SLOT + score % PARK_SLOT
+                tenants[record.tenant] = cap[0]
+            else:
+                del self.parked[lease_id]
+                self._requeue(lease_id)
+        for tenant, n in tenants.items():
+            for _ in range(n - self.held.get(tenant, 0)):
+                self._unpark(tenant)
 
     # -- budgets (governor/budgets.py; the token buckets of lua/lib/admission.lua) --
 
@@ -340,15 +455,30 @@ class Model:
         return HolderRecord.parse(self.holders.get(lease_id))
 
     def _admit(
-        self, lease_id: str, ttl: int, holder: str, tokens: Tokens = NO_TOKENS, place: tuple[int, str] = (0, "")
+        self,
+        lease_id: str,
+        ttl: int,
+        holder: str,
+        tokens: Tokens = NO_TOKENS,
+        place: tuple[int, str] = (0, ""),
+        aged: bool = False,
     ) -> int:
-        """One admission: check the rules of SPEC §3 and §9, take the next fence."""
+        """One admission: check the rules of SPEC §3 and §9, the tenant's cap
+        and the reserve (by the live leases' records, not the counts), take
+        the next fence."""
         S = self.S
         if S["paused"] == 1 or self.now < S["not_before"]:
             raise ModelViolation(f"{lease_id} admitted while paused or held")
         live = self.in_flight()
         if live + COST > S["capacity"]:
             raise ModelViolation(f"{lease_id} admitted with {live} in flight of capacity {S['capacity']}")
+        records = [self._record(m) for m, e in self.leases.items() if e > self.now]
+        tenant, cap = place[1] or DEFAULT_TENANT, self._cap_of(place[1] or DEFAULT_TENANT)
+        if cap is not None and sum(r is not None and r.tenant == tenant for r in records) + 1 > cap[0]:
+            raise ModelViolation(f"{lease_id} admitted beyond tenant {tenant}'s cap of {cap[0]}")
+        lower = sum(r is not None and r.rank > 0 for r in records)
+        if place[0] > 0 and not aged and lower + 1 > S["capacity"] - self.C["reserve"]:
+            raise ModelViolation(f"{lease_id} admitted into the reserve: {lower} below the highest class")
         for kind in self.active():
             cost, level = tokens.cost(kind), self.budget_level(kind)
             if cost > S[f"{kind}_limit"] or level < min(cost, self._capacity_of(kind)):
@@ -371,6 +501,7 @@ class Model:
         rank, tenant = place[0], place[1] or DEFAULT_TENANT
         record = HolderRecord(S["fence"], ttl, self.now, tokens.input, tokens.output, level, rank, tenant, holder)
         self.holders[lease_id] = record.format()
+        self._hold(rank, tenant)
         self._take(tokens)
         return int(S["fence"])
 
@@ -416,12 +547,23 @@ class Model:
             head, score = _zsorted(self.queue)[0]
             record = self._record(head)
             tokens = Tokens(record.input, record.output) if record is not None else NO_TOKENS
-            why, hint = self.blocked()  # pause, hold, concurrency (and budgets at no cost)
+            band = score // QUEUE_BAND
+            # pause, hold, concurrency with the class from the band (and budgets at no cost)
+            why, hint, park = self._rule(NO_TOKENS, Place(max(band - 1, 0), None, band == 0))
             impossible = None
-            if why is None and self.active():
+            capped = self.raw_config.get("tenant_caps", "") != ""
+            if why is None and record is not None and (capped or self.active()):
                 impossible = self.never(tokens)
                 if impossible is None:
-                    why, hint = self.blocked(tokens)
+                    why, hint, park = self._rule(tokens, Place(record.rank, record.tenant, band == 0))
+            if why is not None and park and record is not None:  # its tenant is at its cap: parked
+                cap = self._cap_of(record.tenant)
+                assert cap is not None
+                S["park_seq"] += 1
+                del self.queue[head]
+                self.parked[head] = cap[1] * PARK_SLOT + S["park_seq"]
+                skipped += 1
+                continue
             if why is not None:
                 if hint > 0 and admitted == 0:  # ask again when the time is up
                     self.published.append(f"{S['epoch']} @{hint}")
@@ -441,7 +583,7 @@ class Model:
                 if tag <= self.last_tag.get(place, -1):
                     raise ModelViolation(f"FIFO broken in class {record.rank} of tenant {record.tenant}")
                 self.last_tag[place] = max(tag, self.last_tag.get(place, -1))
-                granted[head] = self._admit(head, record.ttl_ms, record.holder, tokens, place)
+                granted[head] = self._admit(head, record.ttl_ms, record.holder, tokens, place, aged=band == 0)
                 if record.rank < MAX_CLASSES and score >= QUEUE_BAND:  # an aged one's older tag leaves it
                     if tag < S[f"vtime_{record.rank}"]:
                         raise ModelViolation(f"class {record.rank} granted tag {tag} after a later one")
@@ -544,6 +686,7 @@ class Model:
             S[f"{kind}_source"] = "configured" if ceiling > 0 else ""
         S["budgets"] = ",".join(k for k in BUDGET_KINDS if C[f"{k}_per_minute"] > 0)
         self.policy.reset(self)
+        self._recount(fresh=True)
 
     # -- the scripts ----------------------------------------------------------
 
@@ -556,7 +699,7 @@ class Model:
             return [SCHEMA, "exists", self.S["epoch"], *self._config_pairs()]
         # init deletes the state, config and policy hashes before it writes a new state
         self.state = {"schema": SCHEMA, "epoch": epoch, "created": self.now}
-        self.S.update(fence=max(fence_floor, self.now * 1000), aging_due=0, event_seq=0)
+        self.S.update(fence=max(fence_floor, self.now * 1000), aging_due=0, event_seq=0, park_seq=0)
         self.S.update({f"vtime_{rank}": 0 for rank in range(MAX_CLASSES)})
         self.S.update(quota_exhausted=0, quota_at=0)
         self.aging, self.shares = {}, {}  # tags start again at vtime 0
@@ -596,11 +739,12 @@ class Model:
             if expiry is not None and expiry > self.now:
                 record = self._record(lease_id)
                 return [SCHEMA, "granted", record.fence if record else 0, expiry - self.now, S["epoch"]]
-            in_queue = lease_id in self.queue
+            in_queue = lease_id in self.queue or lease_id in self.parked
         impossible = self.never(tokens)
         if impossible is not None:  # refused at once, whatever the mode; a queued id's place goes
             if in_queue:
-                del self.queue[lease_id]
+                self.queue.pop(lease_id, None)
+                self.parked.pop(lease_id, None)
                 self.waiters.pop(lease_id, None)
                 self.aging.pop(lease_id, None)
                 self.holders.pop(lease_id, None)
@@ -608,7 +752,7 @@ class Model:
         if in_queue:
             self.waiters[lease_id] = self.now + queue_ttl
         else:
-            reason, hint = self.blocked(tokens)
+            reason, hint = self.blocked(tokens, Place(rank, tenant))
             if self._queued() == 0 and reason is None:  # nobody waits and the rule admits: at once
                 return [SCHEMA, "granted", self._admit(lease_id, ttl, holder, tokens, (rank, tenant)), ttl, S["epoch"]]
             if mode == "try":
@@ -620,11 +764,13 @@ class Model:
         granted = self._grant(lease_id)
         if lease_id in granted:
             return [SCHEMA, "granted", granted[lease_id], ttl, S["epoch"]]
-        reason, hint = self.blocked(tokens)
+        reason, hint = self.blocked(tokens, Place(rank, tenant))
         return [SCHEMA, "queued", self._rank(lease_id), reason or "behind earlier waiters", str(hint), S["epoch"]]
 
     def _rank(self, lease_id: str) -> int:
-        return [m for m, _ in _zsorted(self.queue)].index(lease_id)
+        """Its position in the queue (parked: the queue's length)."""
+        order = [m for m, _ in _zsorted(self.queue)]
+        return order.index(lease_id) if lease_id in self.queue else len(order)
 
     def _op_refresh(self, a: list[str]) -> list[Any]:
         queue_ttl = int(a[0])
@@ -644,7 +790,7 @@ class Model:
                 self.waiters[lease_id] = deadline  # ZADD XX CH
             if lease_id in granted:
                 reply += ["granted", granted[lease_id], self.leases[lease_id] - self.now]
-            elif changed or lease_id in self.queue:
+            elif changed or lease_id in self.queue or lease_id in self.parked:
                 reply += ["queued", 0, 0]
             elif expiry is not None and expiry > self.now:
                 record = self._record(lease_id)
@@ -659,14 +805,17 @@ class Model:
             return [SCHEMA, "missing"]
         self._keep_alive()
         was = "none"
-        if self.queue.pop(lease_id, None) is not None:
+        queued = self.queue.pop(lease_id, None) is not None
+        if self.parked.pop(lease_id, None) is not None or queued:
             was = "queued"
             self.waiters.pop(lease_id, None)
             self.aging.pop(lease_id, None)
             self.holders.pop(lease_id, None)
         elif self.leases.pop(lease_id, None) is not None:
             was = "granted"
+            record = self._record(lease_id)
             self.holders.pop(lease_id, None)
+            self._unhold(record, waiting=True)
         self._reclaim()
         self._grant()
         return [SCHEMA, "cancelled", was]
@@ -690,26 +839,32 @@ class Model:
                 reply += ["adopted", str(self._add_lease(lease_id, ttl, holder))]
             else:
                 if expiry is not None:
+                    record = self._record(lease_id)
                     del self.leases[lease_id]
                     self.holders.pop(lease_id, None)
+                    self._unhold(record, waiting=True)
                 reply += ["lost", "0"]
         return reply
 
-    def _give_back(self, lease_id: str) -> int:
-        """The lease and its holder record go (a waiter's record is not a lease's)."""
+    def _give_back(self, lease_id: str, waiting: bool = True) -> int:
+        """The lease and its holder record go (a waiter's record is not a
+        lease's), and its counts in held (its tenant's first parked waiter
+        back in the queue when ``waiting``)."""
         if self.leases.pop(lease_id, None) is None:
             return 0
+        record = self._record(lease_id)
         self.holders.pop(lease_id, None)
+        self._unhold(record, waiting)
         return 1
 
     def _op_release(self, a: list[str]) -> list[Any]:
         lease_id = a[0]
-        waiting = len(self.queue) > 0
+        waiting = len(self.queue) > 0 or len(self.parked) > 0
         if waiting:  # the slot goes to the head: the state is read (and missing is told)
             if self.state is None:
                 return [SCHEMA, "missing"]
             self._keep_alive()
-        removed = self._give_back(lease_id)
+        removed = self._give_back(lease_id, waiting)
         if not waiting:  # no state, no clock read: a lost state answers 'released'
             return [SCHEMA, "released", removed]
         self._reclaim()
@@ -731,13 +886,15 @@ class Model:
             return [SCHEMA, "missing"]
         S = self.S
         self._keep_alive()
-        waiting = len(self.queue) > 0
+        waiting = len(self.queue) > 0 or len(self.parked) > 0
         held = self._record(lease_id) if lease_id and usage is not None and self.active() else None
         if lease_id != "":
             expiry = self.leases.get(lease_id)
             if expiry is None or expiry <= self.now:
                 if release:
-                    self._give_back(lease_id)
+                    self._give_back(lease_id, waiting)
+                if waiting:
+                    self._grant()  # its tenant's first parked waiter may be back in the queue
                 return [SCHEMA, "lost"]  # fenced off: changes nothing of others'
         self._reclaim()
         if outcome == "q":
@@ -754,7 +911,7 @@ class Model:
         for kind, limit, remaining in limits:
             self._calibrate(kind, limit, remaining)
         if release:
-            self._give_back(lease_id)
+            self._give_back(lease_id, waiting)
         if waiting:
             self._grant()
         return [SCHEMA, "reported"]
@@ -803,6 +960,9 @@ class Model:
         S = self.S
         self._keep_alive()
         self.raw_config["max_capacity"] = str(n)
+        reserve = self.C["reserve"]
+        if reserve >= n:  # a reserve stays below the ceiling
+            self.raw_config["reserve"] = str(n - 1)
         if S["paused"] == 1:
             if S["saved_capacity"] > n:
                 S["saved_capacity"] = n
@@ -812,17 +972,23 @@ class Model:
             self.policy.reset(self)
         self.published.append(f"{S['epoch']} !config")  # clients learn the stored config anew
         self._reclaim(force=True)
+        if self.C["reserve"] != reserve:
+            self._recount(fresh=False)
         self._grant()
         return self._status_reply()
 
     def _op_set_shares(self, a: list[str]) -> list[Any]:
-        weights, default_weight, aging = a[0], a[1], a[2]
+        weights, default_weight, aging, caps, reserve = a[0], a[1], a[2], a[3], a[4]
         if self.state is None:
             return [SCHEMA, "missing"]
         self._keep_alive()
+        recounts = caps != self.raw_config["tenant_caps"] or reserve != self.raw_config["reserve"]
+        self._reclaim(force=True)  # by the caps before the change (the script reclaims after storing them)
         self.raw_config.update(tenant_weights=weights, default_weight=default_weight, aging_ms=aging)
+        self.raw_config.update(tenant_caps=caps, reserve=reserve)
         self.published.append(f"{self.S['epoch']} !config")  # clients learn the stored config anew
-        self._reclaim(force=True)
+        if recounts:
+            self._recount(fresh=False)
         self._grant()
         return self._status_reply()
 
@@ -848,7 +1014,7 @@ class Model:
         self.raw_config, self.policy_state = {}, {}
         self.last_tag = {}
         self.leases, self.holders, self.queue, self.waiters, self.attempts = {}, {}, {}, {}, []
-        self.aging, self.shares = {}, {}
+        self.aging, self.shares, self.held, self.parked = {}, {}, {}, {}
 
     def stored(self) -> dict[str, dict[str, Any]]:
         """The three hashes (strings as strings, numbers as floats: see :func:`parse_hash`);

@@ -728,7 +728,8 @@ def test_configure(run: Run, make: Callable[..., Governor], client: redis.Redis,
     assert set(data["config"]) == {"policy", "max_capacity", "window_ms", "resume_fraction", "retry_after_cap_ms",
                                    "idle_ms", "log_length", "requests_per_minute", "tokens_per_minute",
                                    "input_tokens_per_minute", "output_tokens_per_minute", "priorities",
-                                   "default_priority", "aging_ms", "tenant_weights", "default_weight"}  # fmt: skip
+                                   "default_priority", "aging_ms", "tenant_weights", "default_weight",
+                                   "tenant_caps", "reserve"}  # fmt: skip
 
 
 def test_set_shares(run: Run, make: Callable[..., Governor], client: redis.Redis, behind: FakeClock, name: str) -> None:
@@ -761,6 +762,22 @@ def test_set_shares(run: Run, make: Callable[..., Governor], client: redis.Redis
     assert ok(run("set-shares", "--clear")) and gi.read_config(client, gov.keys)["tenant_weights"] == ""
     assert [e.kind for e in gi.read_events(client, gov.keys, 5)] == ["set_shares"] * 5
     assert gov.status().queued == 4  # nobody lost a place
+
+
+def test_set_shares_caps_and_reserve(
+    run: Run, make: Callable[..., Governor], client: redis.Redis, behind: FakeClock
+) -> None:
+    gov = shares_state(make, behind)  # 3 in flight of 3, 4 queued
+    out = ok(run("set-shares", "--cap", "team-a=1", "--cap", "team-b=2", "--reserve", "1"))
+    assert "caps team-a=1,team-b=2; reserve 1" in out
+    stored = gi.read_config(client, gov.keys)
+    assert (stored["tenant_caps"], stored["reserve"]) == ("team-a=1,team-b=2", "1")
+    data = as_json(run("set-shares", "--uncap", "team-b", "--reserve", "0", "--json"))
+    assert data["config_changed"] == {"tenant_caps": ["team-a=1,team-b=2", "team-a=1"], "reserve": ["1", "0"]}
+    assert gov.status().queued == 4  # nobody lost a place: parked waiters are still waiters
+    refused(run("set-shares", "--cap", "team-a=0"), "must be an integer in [1, 1000000]", code=2)
+    refused(run("set-shares", "--reserve", "3"), "reserve must be an integer in [0, max_capacity - 1 = 2]", code=2)
+    refused(run("set-shares", "--uncap", "bad name"), "tenant 'bad name' is invalid", code=2)
 
 
 def test_set_shares_bad_input(run: Run, make: Callable[..., Governor], client: redis.Redis, behind: FakeClock) -> None:

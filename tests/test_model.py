@@ -52,7 +52,7 @@ from .model import Model, init_call, parse_hash
 #: operations run by every test of this module, for the report (-s prints them), and
 #: how often the random runs reached each budget path (the test fails if one never is)
 OPERATIONS = {"count": 0, "checks": 0, "budget_wait": 0, "refused": 0, "settled": 0, "calibrated": 0}
-OPERATIONS.update({"rank0": 0, "rank1": 0, "rank2": 0, "aged": 0})
+OPERATIONS.update({"rank0": 0, "rank1": 0, "rank2": 0, "aged": 0, "parked": 0})
 #: the queue's paths: waiters of each class, and aged ones
 QUEUE_PATHS = ("rank0", "rank1", "rank2", "aged")
 BUDGET_PATHS = ("refused", "settled", "calibrated")  #: budget waits: also the directed replay below
@@ -130,12 +130,17 @@ ceilings = st.fixed_dictionaries(
 #: the classes' aging (None: never; 0.5 s and 2 s: within a run's clock steps) and the tenants' weights
 shares = st.fixed_dictionaries(
     {"aging": st.sampled_from([None, 0.5, 2.0, 30.0])},
-    optional={"tenant_weights": st.sampled_from([{"a": 3, "b": 1}, {"a": 1000}]), "default_weight": st.just(2)},
+    optional={
+        "tenant_weights": st.sampled_from([{"a": 3, "b": 1}, {"a": 1000}]),
+        "default_weight": st.just(2),
+        "tenant_caps": st.sampled_from([{"a": 1}, {"a": 2, "default": 1}]),
+    },
 )
 configs = st.builds(
-    lambda policy, cap, window, resume, ra_cap, budgets, share: GovernorConfig(
+    lambda policy, cap, window, resume, ra_cap, budgets, share, reserve: GovernorConfig(
         policy=policy,
         max_capacity=cap,
+        reserve=min(reserve, cap - 1),
         window=window,
         resume_fraction=resume,
         retry_after_cap=ra_cap,
@@ -152,6 +157,7 @@ configs = st.builds(
     st.sampled_from([0.0, 4.0, 60.0]),
     ceilings,
     shares,
+    st.sampled_from([0, 0, 1, 2]),
 )
 #: where a caller waits: its class (None: the default) and tenant (None: the default)
 places = st.tuples(st.sampled_from([None, "interactive", "default", "batch"]), st.sampled_from([None, "a", "b", "c"]))
@@ -381,10 +387,21 @@ class GovernorMachine(RuleBasedStateMachine):
     def resume(self) -> None:
         self.run(self.g._core.resume())
 
-    @rule(weights=st.sampled_from([{}, {"a": 1, "b": 5}, {"c": 7}]), aging=st.sampled_from([None, 1.0, 4.0]))
-    def set_shares(self, weights: dict[str, int], aging: float | None) -> None:
-        """An operator changes the weights and the aging: later waiters use them."""
-        self.run(self.g._core.set_shares(tenant_weights=weights, aging=aging))
+    @rule(
+        weights=st.sampled_from([{}, {"a": 1, "b": 5}, {"c": 7}]),
+        aging=st.sampled_from([None, 1.0, 4.0]),
+        caps=st.sampled_from([None, {}, {"a": 1}, {"b": 1, "a": 3}]),
+        reserve=st.sampled_from([None, 0, 1]),
+    )
+    def set_shares(
+        self, weights: dict[str, int], aging: float | None, caps: dict[str, int] | None, reserve: int | None
+    ) -> None:
+        """An operator changes the weights, the aging, the caps or the
+        reserve: later waiters use the weights, caps and reserve apply at once."""
+        if reserve is not None:
+            reserve = min(reserve, int(self.model.raw_config["max_capacity"]) - 1)
+        self.g._core.stored_config = dict(self.model.raw_config)  # the ceiling it checks the reserve against
+        self.run(self.g._core.set_shares(tenant_weights=weights, aging=aging, tenant_caps=caps, reserve=reserve))
         self.g._core.stored_config = dict(self.model.raw_config)  # as the config wake has every client learn
 
     @rule(with_config=st.booleans())
@@ -442,6 +459,9 @@ class GovernorMachine(RuleBasedStateMachine):
         assert as_zset(c.zrange(keys.aging, 0, -1, withscores=True)) == self.model.aging
         OPERATIONS["aged"] += sum(1 for score in self.model.queue.values() if score < QUEUE_BAND)
         assert as_zset(c.zrange(keys.shares, 0, -1, withscores=True)) == self.model.shares
+        assert {norm(k): int(v) for k, v in c.hgetall(keys.held).items()} == self.model.held
+        assert as_zset(c.zrange(keys.parked, 0, -1, withscores=True)) == self.model.parked
+        OPERATIONS["parked"] += len(self.model.parked)
         OPERATIONS["checks"] += 1
         self.run(self.g._core.status())  # capacity, pause, max, not_before, counts, window
 

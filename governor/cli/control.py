@@ -16,7 +16,7 @@ from ..config import GovernorConfig, parse_weights
 from ..core import Status
 from ..errors import ConfigError
 from ..policies import POLICY_NAMES, REGISTRY, Policy
-from ..protocol import MAX_WEIGHT, STATUS_FIELDS, ms, validate_tenant
+from ..protocol import MAX_CAP, MAX_WEIGHT, STATUS_FIELDS, ms, validate_tenant
 from .app import App, F, command, fail, global_options, json_option, pass_app
 from .render import SharesSettings, aging_line, emit_json, shown, span, state_line, status_dict, weights_line, when
 
@@ -291,6 +291,20 @@ def parse_aging(ctx: click.Context, param: click.Parameter, value: str | None) -
     metavar="SECONDS|off",
     help="After this long (90, 30s, 2m) a waiter of a lower class goes ahead of every class; 'off': never.",
 )
+@click.option(
+    "--cap",
+    "caps",
+    multiple=True,
+    metavar="TENANT=N",
+    callback=parse_weight,
+    help=f"At most N leases of the tenant in flight, 1-{MAX_CAP} (repeatable); the other stored caps are kept.",
+)
+@click.option("--uncap", multiple=True, metavar="TENANT", help="A tenant's cap removed (repeatable).")
+@click.option(
+    "--reserve",
+    type=click.IntRange(min=0),
+    help="Slots only the highest class takes (below max_capacity); 0: none.",
+)
 @json_option
 @global_options()
 @pass_app
@@ -301,18 +315,28 @@ def set_shares(
     clear: bool,
     default_weight: int | None,
     aging: float | str | None,
+    caps: dict[str, int],
+    uncap: tuple[str, ...],
+    reserve: int | None,
     as_json: bool,
 ) -> None:
-    """Change the tenants' weights, the default weight or the aging, fleet-wide, at once.
+    """Change the tenants' weights and caps, the default weight, the reserve
+    or the aging, fleet-wide, at once.
 
     At capacity, grants go to the waiting tenants in proportion to their
-    weights. Every client uses the new numbers for the callers it queues
-    from then on; waiters already queued keep their places, and what the
-    policy learnt is kept. What is not given stays as stored.
+    weights. Every client uses the new weights for the callers it queues
+    from then on; waiters already queued keep their places. A cap (at most
+    N of a tenant's leases in flight) and the reserve (slots only the
+    highest class takes) apply at once. What the policy learnt is kept.
+    What is not given stays as stored.
     """
-    if not (weights or unset or clear or default_weight is not None or aging is not None):
-        raise click.UsageError("nothing to change: give --weight, --unset, --clear, --default-weight or --aging")
-    for tenant in unset:
+    if not (weights or unset or clear or default_weight is not None or aging is not None or caps or uncap) and (
+        reserve is None
+    ):
+        raise click.UsageError(
+            "nothing to change: give --weight, --unset, --clear, --default-weight, --aging, --cap, --uncap or --reserve"
+        )
+    for tenant in (*unset, *uncap):
         validate_tenant(tenant)
     gov, before = app.existing()
     client = app.client()
@@ -330,10 +354,24 @@ def set_shares(
         changes["default_weight"] = default_weight
     if aging is not None:
         changes["aging"] = None if aging == "off" else aging
+    if caps or uncap:
+        try:
+            stored_caps = dict(parse_weights(old.get("tenant_caps", "")))
+        except ValueError as error:
+            fail(f"governor {gov.name!r}: the stored tenant caps are unreadable ({error})")
+        for tenant in uncap:
+            stored_caps.pop(tenant, None)
+        changes["tenant_caps"] = {**stored_caps, **caps}
+    if reserve is not None:
+        changes["reserve"] = reserve
     after = gov.set_shares(**changes, create=False)
     new = gi.read_config(client, gov.keys)
     settings = SharesSettings.from_stored(new)
-    action = f"shares set: weights {weights_line(settings)}; aging {aging_line(settings).split(':')[0]}"
+    caps_now = new.get("tenant_caps", "") or "none"
+    action = (
+        f"shares set: weights {weights_line(settings)}; caps {caps_now}; reserve {new.get('reserve', '0')}; "
+        f"aging {aging_line(settings).split(':')[0]}"
+    )
     confirm_change(action, before, after, as_json, (old, new))
 
 

@@ -12,7 +12,7 @@ import click
 from .. import inspect as gi
 from ..core import text
 from ..errors import map_errors
-from ..protocol import KEY_NAMES, SENTINEL, TOP_HELD
+from ..protocol import KEY_NAMES, LOWER_HELD, SENTINEL
 from ..scripts import library as library_source
 from ..scripts import library_name
 from .app import App, command, global_options, json_option, pass_app
@@ -41,7 +41,7 @@ KEY_MEANING = {
     "events": "the decision log (capped stream)",
     "aging": "waiter id -> time (ms) it goes ahead of every class",
     "shares": "rank:tenant -> finish tag: where its next waiter's tag in that class starts (behind vtime: pruned)",
-    "held": f"a capped tenant -> its leases in flight; {TOP_HELD!r} -> the highest class's (while a reserve is set)",
+    "held": f"a capped tenant -> its leases in flight; {LOWER_HELD!r} -> the lower classes' (while a reserve is set)",
     "parked": "waiter id -> slot * 2^40 + seq: a waiter of a tenant at its cap, in its tenant's order",
     "channel": "pub/sub channel announcing grants (not a key)",
 }

@@ -16,7 +16,10 @@ Scenarios (:func:`scenarios`):
 
 ``interactive``
     1 agent with ``priority="interactive"`` among ``agents - 1`` sub-agents
-    of the default class. Goals: the interactive agent's p99 admission wait
+    of the default class, the limit keeping ``RESERVE`` slot for the
+    interactive class (``GovernorConfig.reserve``: no queue can do better
+    than the first slot freeing, several hand-overs at p99, without one).
+    Goals: the interactive agent's p99 admission wait
     at most 2 hand-overs, and so its p99 wait beyond the first slot freeing
     after it asked (what the queue and the client add to an ideal queue's
     wait); the fleet kept at the limit (utilisation >= 0.97).
@@ -93,6 +96,8 @@ from . import hostpool
 from .analysis import percentile
 
 SCENARIO_NAMES: tuple[str, ...] = ("interactive", "tenants", "aging")
+#: interactive: the slots of the limit kept for the interactive class (GovernorConfig.reserve)
+RESERVE = 1
 #: goal thresholds: the interactive agent's p99 wait (hand-overs); fleet utilisation;
 #: a tenant's share off its weight's (points); b at the whole limit after a stops (hand-overs)
 INTERACTIVE_P99, UTILISATION, SHARE_POINTS, SWITCH_HANDOVERS = 2.0, 0.97, 0.05, 1.0
@@ -136,6 +141,8 @@ class ShareScenario:
     aging: float | None = None
     #: a group every agent of which stops at the end of the measured part
     stop: str | None = None
+    #: the config's reserve: slots only the highest class takes
+    reserve: int = 0
 
     def __post_init__(self) -> None:
         if not self.groups:
@@ -225,8 +232,10 @@ def scenarios(settings: Settings) -> dict[str, ShareScenario]:
     return {
         "interactive": ShareScenario(
             "interactive",
-            f"1 interactive agent among {n - 1} default sub-agents, a fixed limit of {settings.capacity}",
+            f"1 interactive agent among {n - 1} default sub-agents, a fixed limit of {settings.capacity} "
+            f"with a reserve of {RESERVE} for the interactive class",
             (Group("interactive", 1, "interactive", measured=True), Group("sub-agents", n - 1, "default")),
+            reserve=min(RESERVE, settings.capacity - 1),
         ),
         "tenants": ShareScenario(
             "tenants",
@@ -260,6 +269,8 @@ def config_values(scenario: ShareScenario, settings: Settings) -> dict[str, Any]
         values["tenant_weights"] = dict(scenario.tenant_weights)
     if scenario.aging is not None:
         values["aging"] = scenario.aging
+    if scenario.reserve:
+        values["reserve"] = scenario.reserve
     return values
 
 

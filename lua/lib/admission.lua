@@ -238,7 +238,7 @@ local function cap_of(tenant)
 end
 
 -- The leases in flight counted under `field` of held (a capped tenant, or
--- TOP_HELD: the highest class while a reserve is set), as this call read
+-- LOWER_HELD: the classes below the highest while a reserve is set), as this call read
 -- and changed them; count() moves one and writes it (a field goes at 0).
 -- A call that reads held after its first write has guarded it (13).
 local counts = nil
@@ -260,11 +260,11 @@ local function count(field, delta)
   end
 end
 
--- A new lease of `place` counts in its tenant's cap and in the top class's
--- leases while a reserve is set. Needs CAPS_CONFIG.
+-- A new lease of `place` counts in its tenant's cap and, below the highest
+-- class, in the lower classes' leases while a reserve is set. Needs CAPS_CONFIG.
 local function hold(place)
   if cap_of(place.tenant) then count(place.tenant, 1) end
-  if place.rank == 0 and C.reserve > 0 then count(TOP_HELD, 1) end
+  if place.rank > 0 and C.reserve > 0 then count(LOWER_HELD, 1) end
 end
 
 -- A waiter parked at its tenant's cap goes back to the queue, at the front
@@ -310,7 +310,7 @@ local function unhold(m, waiting)
     count(m.tenant, -1)
     if waiting then unpark(m.tenant) end
   end
-  if m.rank == 0 and held(TOP_HELD) > 0 then count(TOP_HELD, -1) end
+  if m.rank > 0 and held(LOWER_HELD) > 0 then count(LOWER_HELD, -1) end
 end
 
 -- The caps or the reserve changed (set_shares, a config stored afresh):
@@ -502,7 +502,8 @@ local BUDGETS = {
         return 'at capacity: ' .. live_count .. ' in flight of ' .. S.capacity, 0
       end
       if place and place.rank > 0 and not place.aged and C.reserve > 0 then
-        local others = live_count - held(TOP_HELD)
+        -- (counted until reclaimed: a lease expired meanwhile keeps the reserve safe)
+        local others = held(LOWER_HELD)
         if others + 1 > S.capacity - C.reserve then
           return 'at capacity below the highest class: ' .. others .. ' in flight of ' .. S.capacity .. ' - '
             .. C.reserve .. ' reserved', 0

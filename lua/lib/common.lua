@@ -21,7 +21,7 @@ KEYS (every function receives all of them, in this order: governor.protocol.KEYS
   KEYS[10] events    stream  decision log, capped at about config.log_length entries
   KEYS[11] aging     zset    waiter id -> ms when it goes ahead of every class
   KEYS[12] shares    zset    "rank:tenant" -> finish tag: where its next waiter's tag starts
-  KEYS[13] held      hash    a capped tenant (or TOP_HELD, the top class) -> leases in flight
+  KEYS[13] held      hash    a capped tenant (or LOWER_HELD, the lower classes) -> leases in flight
   KEYS[14] parked    zset    waiter id -> slot * PARK_SLOT + seq: a waiter of a tenant at its cap
 
 ARGV (common to every script)
