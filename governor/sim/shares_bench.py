@@ -169,6 +169,7 @@ class ShareScenario:
             "tenant_weights": [list(p) for p in self.tenant_weights],
             "aging": self.aging,
             "stop": self.stop,
+            "reserve": self.reserve,
         }
 
     @classmethod
@@ -180,6 +181,7 @@ class ShareScenario:
             tenant_weights=tuple((str(t), int(w)) for t, w in data["tenant_weights"]),
             aging=data["aging"],
             stop=data["stop"],
+            reserve=int(data.get("reserve", 0)),
         )
 
 
