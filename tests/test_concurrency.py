@@ -47,7 +47,9 @@ async def test_stress_with_aborts_and_capacity_through_zero_drains_back_to_full(
     make_agov: MakeAGov, policy: str
 ) -> None:
     max_capacity = 6
-    gov = make_agov(GovernorConfig(policy=policy, max_capacity=max_capacity, poll=0.1, queue_ttl=1))  # type: ignore[arg-type]
+    # resume_fraction 1.0: not about the adaptive slow start, a reset is back at full capacity at once
+    config = GovernorConfig(policy=policy, max_capacity=max_capacity, poll=0.1, queue_ttl=1, resume_fraction=1.0)  # type: ignore[arg-type]
+    gov = make_agov(config)
     rng = random.Random(7)
     stop = asyncio.Event()
     holding = 0

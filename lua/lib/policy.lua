@@ -89,8 +89,9 @@ POLICIES.adaptive = {
     -- leases that all succeed doubles capacity, as in TCP's slow start, so
     -- max_capacity is reached after about log2(1 / resume_fraction) rounds.
     -- A new max_capacity applies at once (SPEC §4): set_max keeps P, so it
-    -- is not fresh.
-    if fresh then set_capacity(math.min(S.capacity, resume_level()), 'slow start from the resume level', '', '') end
+    -- is not fresh. No entry of its own in the decision log: the create,
+    -- recreate or reset entry that follows carries the capacity it starts at.
+    if fresh then set('state', 'capacity', math.min(S.capacity, resume_level())) end
   end,
   limited = function(rl, total, fence)
     -- A lease admitted before the last cut was counted in that cut.
