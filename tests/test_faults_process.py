@@ -355,7 +355,9 @@ def test_a_bad_state_field_stops_every_hot_script_before_it_writes(
     with nobody queued reads no state at all: it removes its lease, and only
     that."""
     client = redis.Redis.from_url(redis_url, socket_timeout=10, decode_responses=True)
-    config = GovernorConfig(max_capacity=2, resume_fraction=1.0, lease_ttl=30.0, poll=0.2, queue_ttl=1.0, redis_timeout=2.0)
+    config = GovernorConfig(
+        max_capacity=2, resume_fraction=1.0, lease_ttl=30.0, poll=0.2, queue_ttl=1.0, redis_timeout=2.0
+    )
     gov = Governor(client, name, config)
     keys = gov.keys
     caught: list[BaseException] = []

@@ -61,7 +61,8 @@ def test_list_governors_finds_every_governor_and_nothing_else(make_gov: MakeGov,
 def test_read_leases(make_gov: MakeGov, sync_client: Any, past: FakeClock) -> None:
     gov = make_gov(GovernorConfig(policy="fixed", max_capacity=8, lease_ttl=300), clock=past)
     held = [gov.try_acquire(holder=f"host-{i % 2}/agent-{i}") for i in range(3)]
-    short = make_gov(GovernorConfig(policy="fixed", max_capacity=8, lease_ttl=30), clock=past)  # its lease is past expiry
+    # its lease is past expiry
+    short = make_gov(GovernorConfig(policy="fixed", max_capacity=8, lease_ttl=30), clock=past)
     stale = short.try_acquire(holder="host-9/agent-9")
     listing = gi.read_leases(sync_client, gov.keys)
     assert sync_client.zscore(gov.keys.leases, SENTINEL) is not None  # kept in Redis, never listed nor counted

@@ -497,7 +497,7 @@ def test_the_scripts_agree_with_the_model(backend: str, redis_url: str, fake_ser
     print(f"{backend}: budget paths reached: " + ", ".join(f"{key} {ran[key]}" for key in BUDGET_PATHS))
     assert calls - checks > 500
     assert all(ran[key] > 0 for key in BUDGET_PATHS), f"a budget path was never reached: {ran}"
-    print(f"{backend}: adaptive starts below max_capacity (create, reset, configure, a lost state): {ran['slow_start']}")
+    print(f"{backend}: adaptive starts below max_capacity (create, reset, configure, lost state): {ran['slow_start']}")
     assert ran["slow_start"] > 0, f"no adaptive governor started below max_capacity: {ran}"
     print(f"{backend}: queue paths reached: " + ", ".join(f"{key} {ran[key]}" for key in QUEUE_PATHS))
     # aging is reached only sometimes (a lower class's waiter must outlive aging
