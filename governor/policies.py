@@ -108,11 +108,13 @@ class AdaptivePolicy(Policy):
     """The default: a slow start, then the provider's limit learnt from the
     in-flight levels it refused at, held just below, probed now and then.
 
-    - Start (a new governor, a reset, a state re-created after a loss, a new
-      ``max_capacity``): capacity starts at the resume level
+    - Start (a new governor, a reset or ``configure()``, a state re-created
+      after a loss): capacity starts at the resume level
       (``max(1, max_capacity * resume_fraction)``), never at ``max_capacity``,
       and adds one per success while nothing was refused: it doubles per
       call latency, the way TCP's slow start does, without a blind burst.
+      ``resume_fraction=1.0`` starts at ``max_capacity``. A new
+      ``max_capacity`` set at run time applies at once (SPEC §4).
     - A 429 of a lease granted after the last cut, at ``level`` leases in
       flight: a probe refused (at or above the remembered ``ceiling``) puts
       capacity back to ``level - 1`` (the next probe of the same level waits

@@ -1,7 +1,8 @@
 --[[ reset.lua: forget what the policy learnt; optionally store a new config.
 
 Clears the window, pause, hold and adaptive memory and sets capacity to
-max_capacity. With config pairs, they replace the stored config first
+max_capacity (the adaptive policy: its slow start from the resume level,
+lib/policy.lua). With config pairs, they replace the stored config first
 (GovernorConfig of the caller: ``configure()``); without, the stored config
 stays (``reset()``). Leases and the queue are kept: holders keep running,
 waiters keep their places.

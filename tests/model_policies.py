@@ -73,8 +73,11 @@ class Adaptive(Policy):
     state = ("ceiling", "cut_fence", "probe_at", "probe_step", "probe_wait", "climbing")
 
     def reset(self, m: Model) -> None:
+        fresh = "ceiling" not in m.P  # a config stored afresh (not a new max_capacity)
         m.P.update(ceiling=0, cut_fence=m.S["fence"], probe_at=m.now, probe_step=1, probe_wait=m.C["probe_ms"])
         m.P["climbing"] = 0
+        if fresh:  # slow start from the resume level: no blind burst; +1 per success doubles per round
+            m.set_capacity(min(m.S["capacity"], m._resume_level()))
 
     def limited(self, m: Model, rl: int, total: int, fence: int | None) -> None:
         S, C, P = m.S, m.C, m.P

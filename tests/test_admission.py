@@ -50,7 +50,7 @@ def queued(gov: Governor, n: int) -> None:
 
 
 def test_full_gate_blocks_and_admits_on_release(make_gov: MakeGov) -> None:
-    gov = make_gov(GovernorConfig(max_capacity=2))
+    gov = make_gov(GovernorConfig(policy="fixed", max_capacity=2))
     a, b = gov.acquire(timeout=5), gov.acquire(timeout=5)
     waiter = Waiter(gov)
     queued(gov, 1)
@@ -131,7 +131,7 @@ def test_a_caller_arriving_during_a_hold_is_admitted_when_it_ends(make_gov: Make
 
 
 def test_capacity_may_drop_below_in_flight(make_gov: MakeGov) -> None:
-    gov = make_gov(GovernorConfig(max_capacity=4))
+    gov = make_gov(GovernorConfig(policy="fixed", max_capacity=4))
     leases = [gov.acquire(timeout=5) for _ in range(4)]
     st = gov.set_max_capacity(2)
     assert (st.capacity, st.in_flight) == (2, 4)  # holders keep running
@@ -206,7 +206,7 @@ def test_context_manager_releases_when_the_body_raises(make_gov: MakeGov) -> Non
 
 
 def test_fences_increase_and_ids_are_unguessable(make_gov: MakeGov) -> None:
-    gov = make_gov(GovernorConfig(max_capacity=50))
+    gov = make_gov(GovernorConfig(policy="fixed", max_capacity=50))
     leases = [gov.acquire(timeout=5) for _ in range(50)]
     fences = [lease.fence for lease in leases]
     assert fences == sorted(fences) and len(set(fences)) == 50

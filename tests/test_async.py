@@ -24,7 +24,7 @@ async def queued(gov: AsyncGovernor, n: int) -> None:
 
 
 async def test_await_and_async_with(make_agov: MakeAGov) -> None:
-    gov = make_agov(GovernorConfig(max_capacity=2))
+    gov = make_agov(GovernorConfig(policy="fixed", max_capacity=2))
     lease = await gov.acquire(timeout=5)
     async with gov.acquire(timeout=5, holder="ctx") as second:
         assert second.holder == "ctx"
@@ -100,7 +100,7 @@ async def test_cancelled_after_its_grant_passes_the_slot_on(make_agov: MakeAGov,
 
 
 async def test_many_tasks_never_exceed_capacity_and_every_slot_comes_home(make_agov: MakeAGov) -> None:
-    gov = make_agov(GovernorConfig(max_capacity=3))
+    gov = make_agov(GovernorConfig(policy="fixed", max_capacity=3))
     holding = 0
     peak = 0
 
@@ -120,7 +120,7 @@ async def test_many_tasks_never_exceed_capacity_and_every_slot_comes_home(make_a
 
 
 async def test_lost_lease_is_reported_and_fenced(make_agov: MakeAGov, clock: Any) -> None:
-    gov = make_agov(GovernorConfig(max_capacity=2, lease_ttl=10), clock=clock)
+    gov = make_agov(GovernorConfig(max_capacity=2, lease_ttl=10, resume_fraction=1.0), clock=clock)
     lease = await gov.acquire(timeout=5)
     clock.advance(11)
     assert lease.lost

@@ -238,7 +238,9 @@ def test_a_waiter_whose_cost_a_lower_limit_makes_impossible_is_refused_on_its_tu
 
 
 def test_a_large_head_is_not_overtaken_by_smaller_followers(make_gov: MakeGov, clock: FakeClock) -> None:
-    config = GovernorConfig(max_capacity=10, tokens_per_minute=TPM, queue_ttl=60, idle_expiry=3600, restart_hold=False)
+    config = GovernorConfig(
+        policy="fixed", max_capacity=10, tokens_per_minute=TPM, queue_ttl=60, idle_expiry=3600, restart_hold=False
+    )
     gov = make_gov(config, clock=clock)
     first = gov.try_acquire(tokens=5000)
     assert first is not None

@@ -715,7 +715,8 @@ def test_configure(run: Run, make: Callable[..., Governor], client: redis.Redis,
         f: before[f] for f in ("max_capacity", "window_ms", "resume_fraction", "idle_ms")
     } and stored["max_capacity"] == "6"
     st = gov.status(create=False)
-    assert (st.policy, st.capacity, st.window_attempts) == ("adaptive", 6, 0)  # reset with the new config
+    # reset with the new config, stored afresh: the adaptive slow start at max(1, 6 // 4)
+    assert (st.policy, st.capacity, st.window_attempts) == ("adaptive", 1, 0)
     data = as_json(run("configure", "--cut-factor", "0.7", "--probe-interval", "5", "--json"))  # the policy stays
     assert data["config_changed"] == {"cut_factor": ["0.8", "0.7"], "probe_ms": ["15000", "5000"]}
     assert data["config"]["policy"] == "adaptive" and data["after"]["policy"] == "adaptive"

@@ -20,7 +20,7 @@ def _holder_keeps_own_time(gov: Governor) -> None:
 
 
 def test_a_forward_jump_over_grants_until_the_holders_next_renewal(make_gov: MakeGov, clock: FakeClock) -> None:
-    config = GovernorConfig(max_capacity=2, lease_ttl=30)
+    config = GovernorConfig(policy="fixed", max_capacity=2, lease_ttl=30)
     holder_gov, other = make_gov(config, clock=clock), make_gov(config, clock=clock)
     _holder_keeps_own_time(holder_gov)
     held = [holder_gov.acquire(timeout=5) for _ in range(2)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -16,7 +17,7 @@ import pytest
 
 from governor import AcquireTimeout, AsyncGovernor, Governor, GovernorConfig, Outcome
 
-from .servers import until
+from .servers import until, wait_until
 from .workers import fleet_host
 
 MakeAGov = Callable[..., AsyncGovernor]
@@ -42,12 +43,105 @@ def test_processes_threads_and_tasks_never_exceed_capacity(redis_url: str) -> No
         gov.close()
 
 
+@pytest.mark.parametrize("resume_fraction", [0.25, 1.0], ids=["slow-start", "blind"])
+def test_a_new_governor_under_a_flood_starts_at_the_resume_level_and_doubles(
+    redis_url: str, resume_fraction: float
+) -> None:
+    """Two hosts' governor objects on a real Redis, 40 agent threads flooding
+    a new adaptive governor (max_capacity 32) whose provider accepts
+    everything. The test's own witness counts the leases in the agents'
+    hands: never more than the resume level (8) plus the successes reported
+    so far (each adds at most one), and at each quiet point (every other
+    agent queued) 8, 16, 32, 32: each round of successes doubles it, up to
+    max_capacity. The contrast, resume_fraction 1.0 (no slow start): 32 in
+    hand before any success, past the witness's bound."""
+    name = f"flood-{uuid.uuid4().hex[:8]}"
+    config = GovernorConfig(max_capacity=32, resume_fraction=resume_fraction, poll=0.2, restart_hold=False)
+    resume_level = 8  # max(1, floor(32 * 0.25))
+    govs = [Governor.from_url(redis_url, name, config) for _ in range(2)]
+    agents = 40
+    lock = threading.Lock()
+    in_hand = reported = 0
+    over: list[tuple[int, int]] = []  # (in hand, successes reported) past the bound
+    gates: list[threading.Event] = []  # one per lease in hand: set, its agent reports success and releases
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def agent(gov: Governor) -> None:
+        nonlocal in_hand, reported
+        try:
+            while not stop.is_set():
+                lease = gov.acquire(timeout=60)
+                gate = threading.Event()
+                with lock:
+                    in_hand += 1  # after the grant: never more than Redis's own count
+                    if in_hand > resume_level + reported:
+                        over.append((in_hand, reported))
+                    gates.append(gate)
+                gate.wait(60)
+                with lock:
+                    in_hand -= 1  # before the release, and the success counted before it is sent
+                    reported += 1
+                gov.report(Outcome.SUCCESS, lease=lease, release=True)
+        except BaseException as error:  # noqa: BLE001 - reported to the test
+            errors.append(error)
+
+    def quiet_at(released: int) -> int:
+        """The leases in hand once every released agent has reported and every
+        agent not holding waits in the queue (no grant on its way, no report
+        unprocessed: capacity is what those reports made it)."""
+
+        def settled() -> bool:
+            with lock:
+                held, done = in_hand, reported
+            return done >= released and held > 0 and govs[0].status().queued == agents - held
+
+        wait_until(settled, 30, what="every agent holding or queued")
+        with lock:
+            return in_hand
+
+    threads = [threading.Thread(target=agent, args=(govs[i % 2],), daemon=True) for i in range(agents)]
+    released = 0
+    try:
+        for thread in threads:
+            thread.start()
+        levels = [quiet_at(released)]
+        for _ in range(3):  # a round: every lease in hand succeeds
+            with lock:
+                round_, gates[:] = list(gates), []
+            released += len(round_)
+            for gate in round_:
+                gate.set()
+            levels.append(quiet_at(released))
+    finally:
+        stop.set()
+        for _ in range(600):  # bounded: every agent's last lease given back
+            if not any(t.is_alive() for t in threads):
+                break
+            with lock:
+                for gate in gates:
+                    gate.set()
+            for thread in threads:
+                thread.join(0.01)
+        for gov in govs:
+            gov.close()
+    assert not errors, errors
+    if resume_fraction < 1.0:
+        assert levels == [8, 16, 32, 32]
+        assert over == [], f"more in hand than the resume level plus the successes: {over[:5]}"
+    else:
+        assert levels == [32, 32, 32, 32]
+        assert max(n for n, r in over if r == 0) == 32  # the blind burst: max_capacity before any success
+
+
 @pytest.mark.parametrize("policy", ["seed", "adaptive"])
 async def test_stress_with_aborts_and_capacity_through_zero_drains_back_to_full(
     make_agov: MakeAGov, policy: str
 ) -> None:
     max_capacity = 6
-    gov = make_agov(GovernorConfig(policy=policy, max_capacity=max_capacity, poll=0.1, queue_ttl=1))  # type: ignore[arg-type]
+    # resume_fraction 1.0: not about the adaptive slow start, a reset is back at full capacity at once
+    config = GovernorConfig(policy=policy, max_capacity=max_capacity, poll=0.1, queue_ttl=1, resume_fraction=1.0)  # type: ignore[arg-type]
+    gov = make_agov(config)
     rng = random.Random(7)
     stop = asyncio.Event()
     holding = 0

@@ -36,12 +36,14 @@ def test_create_is_the_first_decision(make_gov: MakeGov, sync_client: Any, clock
     gov = make_gov(GovernorConfig(max_capacity=8), clock=clock)
     gov.status()
     event = newest(sync_client, gov)
-    assert (event.kind, event.capacity, event.paused, event.at) == ("create", 8, False, clock.now)
+    # the adaptive policy's slow start: capacity starts at the resume level, max(1, 8 // 4)
+    assert (event.kind, event.capacity, event.paused, event.at) == ("create", 2, False, clock.now)
     assert dict(event.fields) == {"why": "first use"}
+    assert kinds(sync_client, gov) == ["create"]  # the start is the create entry's, no capacity entry before it
 
 
 def test_adaptive_cut_logs_from_to_and_the_window(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:
-    gov = make_gov(GovernorConfig(max_capacity=10), clock=clock)
+    gov = make_gov(GovernorConfig(max_capacity=10, resume_fraction=1.0), clock=clock)  # no slow start: at 10
     leases = [gov.try_acquire(holder=f"h/{i}") for i in range(5)]
     clock.advance(1)
     gov.report(R)
@@ -115,7 +117,7 @@ def test_policy_pause_and_its_resume(make_gov: MakeGov, sync_client: Any, clock:
 
 
 def test_operator_pause_resume_and_timed_pause(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:
-    gov = make_gov(GovernorConfig(max_capacity=6), clock=clock)
+    gov = make_gov(GovernorConfig(max_capacity=6, resume_fraction=1.0), clock=clock)  # no slow start: at 6
     gov.pause("deploy")
     event = newest(sync_client, gov)
     assert (event.kind, event.capacity, event.paused) == ("pause", 0, True)
@@ -169,7 +171,7 @@ def test_hold_from_a_retry_after(make_gov: MakeGov, sync_client: Any, clock: Any
 
 
 def test_set_max_reset_and_quota(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:
-    gov = make_gov(GovernorConfig(max_capacity=6), clock=clock)
+    gov = make_gov(GovernorConfig(max_capacity=6, resume_fraction=1.0), clock=clock)  # a reset back at max at once
     gov.set_max_capacity(9)
     event = newest(sync_client, gov)
     assert (event.kind, event.capacity) == ("set_max", 9)

@@ -53,7 +53,7 @@ def kill(process: BaseProcess, sig: signal.Signals = signal.SIGKILL) -> None:
 def test_slots_of_a_sigkilled_holder_come_home_within_one_ttl(
     redis_url: str, control: redis.Redis, name: str, events: str, processes: Processes
 ) -> None:
-    config = GovernorConfig(max_capacity=3, **FAST)
+    config = GovernorConfig(policy="fixed", max_capacity=3, **FAST)
     holder = processes.start(fault_workers.hold_forever, redis_url, name, config, 3, redis_url, events)
     next_event(control, events, "holding")
     gov = Governor.from_url(redis_url, name, config)
@@ -86,7 +86,7 @@ def test_slots_of_a_sigkilled_holder_come_home_within_one_ttl(
 def test_a_killed_parent_slot_comes_home_even_if_a_forked_child_uses_the_governor(
     redis_url: str, control: redis.Redis, name: str, events: str, processes: Processes
 ) -> None:
-    config = GovernorConfig(max_capacity=3, **FAST)
+    config = GovernorConfig(policy="fixed", max_capacity=3, **FAST)
     parent = processes.start(fault_workers.hold_and_fork, redis_url, name, config, redis_url, events, daemon=False)
     held = next_event(control, events, "holding")
     next_event(control, events, "child-holding")
@@ -183,7 +183,7 @@ def _no_leak(gov: Governor, capacity: int) -> None:
 
 @pytest.fixture
 def fast_gov(redis_url: str, name: str) -> Iterator[Governor]:
-    gov = Governor.from_url(redis_url, name, GovernorConfig(max_capacity=2, **FAST))
+    gov = Governor.from_url(redis_url, name, GovernorConfig(policy="fixed", max_capacity=2, **FAST))
     yield gov
     gov.close()
 
@@ -321,7 +321,7 @@ def test_interrupted_while_releasing_returns_the_slot_by_ttl(fast_gov: Governor)
 async def test_tasks_cancelled_at_every_point_leak_nothing(redis_url: str, name: str) -> None:
     """asyncio: cancel a task before queueing, right after the acquire script
     ran (granted or queued), while queued, and after its grant but before it ran."""
-    gov = AsyncGovernor.from_url(redis_url, name, GovernorConfig(max_capacity=2, **FAST))
+    gov = AsyncGovernor.from_url(redis_url, name, GovernorConfig(policy="fixed", max_capacity=2, **FAST))
     try:
         original_execute = gov._execute
         checkpoint = asyncio.Event()
@@ -426,6 +426,8 @@ def test_a_fresh_client_does_not_bring_a_lost_governor_back_unlimited(redis_url:
     veteran = Governor.from_url(redis_url, name, config)
     newcomer = Governor.from_url(redis_url, name, config)  # a worker started after the loss
     try:
+        for _ in range(3):  # past the adaptive slow start (1 of 4): the fleet has run a while
+            veteran.report(Outcome.SUCCESS)
         held = [veteran.acquire(timeout=5) for _ in range(4)]
         veteran.client.delete(*veteran.keys.keys)  # Redis restarted without persistence
         admitted = [lease for lease in (newcomer.try_acquire() for _ in range(4)) if lease is not None]
@@ -515,7 +517,7 @@ def _time_to_unavailable(operation: Callable[[], Any]) -> float:
 
 @pytest.mark.parametrize("fault", ["stopped", "hung"])
 def test_unreachable_redis_fails_within_a_bound(private_redis: RedisServer, fault: str) -> None:
-    config = GovernorConfig(max_capacity=2, **FAST)
+    config = GovernorConfig(policy="fixed", max_capacity=2, **FAST)
     gov = Governor.from_url(private_redis.url, f"unreach-{fault}", config)
     try:
         holder = gov.acquire(timeout=5)

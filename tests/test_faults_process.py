@@ -122,7 +122,7 @@ def test_forked_children_queue_on_the_parents_governor_and_every_slot_comes_home
     call blocking ``acquire`` on the same object: they must queue, be
     admitted one after another as slots free up, hold their leases past a
     TTL (renewed by their own heartbeat) and give every slot back."""
-    config = GovernorConfig(max_capacity=2, **FAST)
+    config = GovernorConfig(policy="fixed", max_capacity=2, **FAST)
     children = 3
     processes.start(
         process_workers.fork_parent,
@@ -177,7 +177,7 @@ def test_forked_children_queue_on_the_parents_governor_and_every_slot_comes_home
 def test_a_forked_childs_try_acquire_lease_is_renewed_by_the_childs_heartbeat(
     redis_url: str, control: redis.Redis, name: str, events: str, witness: str, processes: Processes
 ) -> None:
-    config = GovernorConfig(max_capacity=2, **{**FAST, "lease_ttl": 0.6})
+    config = GovernorConfig(policy="fixed", max_capacity=2, **{**FAST, "lease_ttl": 0.6})
     hold = 3 * config.lease_ttl
     processes.start(
         process_workers.fork_parent,
@@ -355,7 +355,9 @@ def test_a_bad_state_field_stops_every_hot_script_before_it_writes(
     with nobody queued reads no state at all: it removes its lease, and only
     that."""
     client = redis.Redis.from_url(redis_url, socket_timeout=10, decode_responses=True)
-    config = GovernorConfig(max_capacity=2, lease_ttl=30.0, poll=0.2, queue_ttl=1.0, redis_timeout=2.0)
+    config = GovernorConfig(
+        max_capacity=2, resume_fraction=1.0, lease_ttl=30.0, poll=0.2, queue_ttl=1.0, redis_timeout=2.0
+    )
     gov = Governor(client, name, config)
     keys = gov.keys
     caught: list[BaseException] = []

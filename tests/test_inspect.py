@@ -59,9 +59,10 @@ def test_list_governors_finds_every_governor_and_nothing_else(make_gov: MakeGov,
 
 
 def test_read_leases(make_gov: MakeGov, sync_client: Any, past: FakeClock) -> None:
-    gov = make_gov(GovernorConfig(max_capacity=8, lease_ttl=300), clock=past)
+    gov = make_gov(GovernorConfig(policy="fixed", max_capacity=8, lease_ttl=300), clock=past)
     held = [gov.try_acquire(holder=f"host-{i % 2}/agent-{i}") for i in range(3)]
-    short = make_gov(GovernorConfig(max_capacity=8, lease_ttl=30), clock=past)  # its lease is past expiry
+    # its lease is past expiry
+    short = make_gov(GovernorConfig(policy="fixed", max_capacity=8, lease_ttl=30), clock=past)
     stale = short.try_acquire(holder="host-9/agent-9")
     listing = gi.read_leases(sync_client, gov.keys)
     assert sync_client.zscore(gov.keys.leases, SENTINEL) is not None  # kept in Redis, never listed nor counted
@@ -384,7 +385,7 @@ def test_the_stored_config_reads_back(make_gov: MakeGov, sync_client: Any, clock
 
 
 def test_state_of_names_the_scripts_answer(make_gov: MakeGov, clock: FakeClock) -> None:
-    gov = make_gov(GovernorConfig(max_capacity=2, retry_after_cap=600), clock=clock)
+    gov = make_gov(GovernorConfig(policy="fixed", max_capacity=2, retry_after_cap=600), clock=clock)
     st = gov.status()
     assert (gi.state_of(st), st.blocked) == ("open", "")
     held = [gov.try_acquire(holder=f"h/{i}") for i in range(2)]

@@ -308,7 +308,7 @@ def serve(redis_url: str) -> Iterator[Callable[..., int]]:
 
 def test_exporter_over_http(serve: Callable[..., int], redis_url: str, name: str, clock: Any) -> None:
     client = redis.Redis.from_url(redis_url)
-    gov = Governor(client, name, GovernorConfig(max_capacity=5), clock=clock)
+    gov = Governor(client, name, GovernorConfig(max_capacity=5, resume_fraction=1.0), clock=clock)
     try:
         gov.pause("provider incident")
         port = serve([name])
@@ -331,7 +331,8 @@ def test_exporter_over_http(serve: Callable[..., int], redis_url: str, name: str
 
 def test_exporter_over_http_per_class_and_tenant(serve: Callable[..., int], redis_url: str, name: str) -> None:
     client = redis.Redis.from_url(redis_url)
-    gov = Governor(client, name, GovernorConfig(max_capacity=5))  # the server's clock: its leases are live
+    # the server's clock: its leases are live
+    gov = Governor(client, name, GovernorConfig(policy="fixed", max_capacity=5))
     try:
         with gov.acquire(timeout=5, priority="batch", tenant="team-x"), gov.acquire(timeout=5, tenant="team-y"):
             got = scrape(serve([name]))

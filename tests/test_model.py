@@ -19,6 +19,7 @@ comes from an injected clock, so the run is deterministic and replayable.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from typing import Any, ClassVar
@@ -52,7 +53,7 @@ from .model import Model, init_call, parse_hash
 #: operations run by every test of this module, for the report (-s prints them), and
 #: how often the random runs reached each budget path (the test fails if one never is)
 OPERATIONS = {"count": 0, "checks": 0, "budget_wait": 0, "refused": 0, "settled": 0, "calibrated": 0}
-OPERATIONS.update({"rank0": 0, "rank1": 0, "rank2": 0, "aged": 0, "parked": 0})
+OPERATIONS.update({"rank0": 0, "rank1": 0, "rank2": 0, "aged": 0, "parked": 0, "slow_start": 0})
 #: the queue's paths: waiters of each class, and aged ones
 QUEUE_PATHS = ("rank0", "rank1", "rank2", "aged")
 BUDGET_PATHS = ("refused", "settled", "calibrated")  #: budget waits: also the directed replay below
@@ -232,6 +233,21 @@ class GovernorMachine(RuleBasedStateMachine):
         if reply[1] == "granted":
             self.epoch_of[lease_id] = reply[4]
 
+    def note_start(self, recovered: bool = False) -> None:
+        """After a config stored afresh (create, reset, a lost state re-created):
+        the adaptive policy starts at the resume level, the others at max_capacity
+        (every policy at the resume level when a client that knew the governor
+        re-created it); the comparison after every operation checks Redis agrees."""
+        m = self.model
+        if m.state is None or m.S["paused"]:
+            return
+        C = m.C
+        level = max(1, math.floor(C["max_capacity"] * C["resume_fraction"]))
+        expected = level if recovered or m.policy.name == "adaptive" else C["max_capacity"]
+        assert m.S["capacity"] == expected, (m.policy.name, m.S["capacity"], expected)
+        if expected < C["max_capacity"]:
+            OPERATIONS["slow_start"] += 1
+
     def new_id(self) -> str:
         lease_id = f"lease-{len(self.ids):04d}"  # deterministic: replays sort the same
         self.ids.append(lease_id)
@@ -249,6 +265,7 @@ class GovernorMachine(RuleBasedStateMachine):
         self.pubsub.get_message(timeout=5)  # the confirmation: we listen from here on
         self.model.listeners = 1
         self.run(init_call(self.g._core, holds_leases=False))
+        self.note_start()
 
     def teardown(self) -> None:
         if self.gov is None:
@@ -408,6 +425,7 @@ class GovernorMachine(RuleBasedStateMachine):
     def reset(self, with_config: bool) -> None:
         """Without a config: the stored one applied afresh; with one: this client's."""
         self.run(self.g._core.reset(with_config))
+        self.note_start()
 
     @rule(data=st.data())
     def configure_another_policy(self, data: st.DataObject) -> None:
@@ -423,6 +441,7 @@ class GovernorMachine(RuleBasedStateMachine):
         )
         core = type(self.g._core)(self.g.name, other, clock=self.clock)
         self.run(core.reset(with_config=True))
+        self.note_start()
 
     # -- time and faults ------------------------------------------------------
 
@@ -435,7 +454,10 @@ class GovernorMachine(RuleBasedStateMachine):
         """Every key gone (a restart without persistence); the next caller re-creates."""
         self.client.delete(*self.g.keys.keys)
         self.model.lose_state()
-        self.run(init_call(self.g._core, holds_leases=holds_leases))
+        core = self.g._core
+        knew = core.last_seen is not None and core.local_now() - core.last_seen < core.config.idle_expiry
+        self.run(init_call(core, holds_leases=holds_leases))
+        self.note_start(recovered=holds_leases or knew)
 
     # -- checks ---------------------------------------------------------------
 
@@ -495,6 +517,8 @@ def test_the_scripts_agree_with_the_model(backend: str, redis_url: str, fake_ser
     print(f"{backend}: budget paths reached: " + ", ".join(f"{key} {ran[key]}" for key in BUDGET_PATHS))
     assert calls - checks > 500
     assert all(ran[key] > 0 for key in BUDGET_PATHS), f"a budget path was never reached: {ran}"
+    print(f"{backend}: adaptive starts below max_capacity (create, reset, configure, lost state): {ran['slow_start']}")
+    assert ran["slow_start"] > 0, f"no adaptive governor started below max_capacity: {ran}"
     print(f"{backend}: queue paths reached: " + ", ".join(f"{key} {ran[key]}" for key in QUEUE_PATHS))
     # aging is reached only sometimes (a lower class's waiter must outlive aging
     # while the slots stay taken): the directed replay below walks it every time

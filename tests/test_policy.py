@@ -320,12 +320,133 @@ def test_adaptive_probes_follow_a_short_window(make_gov: MakeGov, clock) -> None
     assert gov.status().capacity == 20  # probed after 0.5 s, not the old fixed 15 s
 
 
+def flood(gov: Governor, held: list) -> int:  # type: ignore[type-arg]
+    """Admit callers until the governor refuses one; the leases in the test's
+    hands (its own count, not the governor's status)."""
+    while (lease := gov.try_acquire()) is not None:
+        held.append(lease)
+        assert len(held) <= 1000
+    return len(held)
+
+
+def test_adaptive_starts_at_the_resume_level_and_doubles_per_round(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=64), clock=clock)
+    held: list = []  # type: ignore[type-arg]
+    rounds = [flood(gov, held)]
+    assert rounds == [16]  # no blind burst of 64: max(1, floor(64 * 0.25))
+    for _ in range(3):  # every lease of a round succeeds: one more each, so the next round is twice as wide
+        for lease in held:
+            gov.report(S, lease=lease, release=True)
+        held.clear()
+        rounds.append(flood(gov, held))
+    assert rounds == [16, 32, 64, 64]  # the slow start (like TCP's): doubles per round, up to max_capacity
+    for lease in held:
+        lease.release()
+    assert gov.status().ceiling == 0  # nothing refused, nothing learnt
+
+
+def test_adaptive_slow_start_grows_one_per_success_under_a_flood(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=40), clock=clock)
+    held: list = []  # type: ignore[type-arg]
+    in_hand = [flood(gov, held)]
+    for _ in range(40):  # the oldest call succeeds, the flood takes whatever is free
+        gov.report(S, lease=held.pop(0), release=True)
+        in_hand.append(flood(gov, held))
+    assert in_hand == [min(40, 10 + k) for k in range(41)]  # 10, 11, ... 40, then 40
+    for lease in held:
+        lease.release()
+
+
+def test_adaptive_slow_start_meets_a_hidden_limit_with_one_429(make_gov: MakeGov, name: str, clock) -> None:  # type: ignore[no-untyped-def]
+    """A flood against a provider that serves ``limit`` at once and refuses
+    the rest at once; the same flood without the slow start (resume_fraction
+    1.0: a new governor admits max_capacity) for contrast."""
+    limit = 37
+
+    def run(config: GovernorConfig, name: str) -> tuple[list[int], list[int]]:
+        gov = make_gov(config, clock=clock, governor_name=name)
+        held: list = []  # type: ignore[type-arg]
+        refused_at, in_hand = [], []
+        for _ in range(150):
+            sent: list = []  # type: ignore[type-arg]
+            flood(gov, sent)  # sent at once, answered after
+            refused = sent[max(0, limit - len(held)) :]  # over the hidden limit: 429
+            held += sent[: len(sent) - len(refused)]
+            for lease in refused:
+                refused_at.append(len(held) + 1)
+                gov.report(R, lease=lease, release=True)
+            in_hand.append(len(held))
+            gov.report(S, lease=held.pop(0), release=True)  # the oldest call done
+            clock.advance(0.01)  # 1.5 s in all: no probe of the ceiling (every 10 s)
+        for lease in held:
+            lease.release()
+        return refused_at, in_hand
+
+    refused_at, in_hand = run(adaptive(max_capacity=96, policy=PATIENT), f"{name}-slow")
+    assert refused_at == [limit + 1]  # climbed 24, 25, ... to the limit: the first refusal one above it
+    assert in_hand[:14] == list(range(24, 38))
+    assert all(limit - 4 <= n <= limit for n in in_hand[14:])  # held just below the learnt ceiling
+    blind, _ = run(adaptive(max_capacity=96, policy=PATIENT, resume_fraction=1.0), f"{name}-blind")
+    # without it: the first wave over the limit all refused at once, then each
+    # wave admitted after a cut refused again until the cuts reach the limit (252)
+    assert len(blind) >= 96 - limit
+
+
+def test_adaptive_reset_and_configure_start_slow_a_new_max_applies_at_once(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(adaptive(max_capacity=64), clock=clock)
+    report(gov, *[S] * 48)
+    assert gov.status().capacity == 64
+    assert gov.reset().capacity == 16  # a reset starts slow again
+    held: list = []  # type: ignore[type-arg]
+    assert flood(gov, held) == 16
+    st = gov.set_max_capacity(48)  # a new max_capacity applies at once (SPEC 4)
+    assert (st.capacity, st.ceiling) == (48, 0)
+    assert flood(gov, held) == 48
+    for lease in held:
+        lease.release()
+    assert gov.configure().capacity == 16  # the object's own config stored afresh: 64, from its resume level
+    assert make_gov(adaptive(max_capacity=64, resume_fraction=1.0), clock=clock).configure().capacity == 64
+
+
+@pytest.mark.parametrize("policy", ["seed", "fixed"])
+def test_seed_and_fixed_start_at_max_capacity(make_gov: MakeGov, clock, policy: str) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(GovernorConfig(policy=policy, max_capacity=12), clock=clock)  # type: ignore[arg-type]
+    held: list = []  # type: ignore[type-arg]
+    assert flood(gov, held) == 12  # the seed's rules exactly; fixed is fixed
+    for lease in held:
+        lease.release()
+    held.clear()
+    assert gov.reset().capacity == 12
+    assert flood(gov, held) == 12
+    for lease in held:
+        lease.release()
+
+
 def test_adaptive_slow_start_after_a_state_loss(make_gov: MakeGov, sync_client, clock) -> None:  # type: ignore[no-untyped-def]
-    gov = make_gov(adaptive(max_capacity=40, policy=PATIENT), clock=clock)
+    config = adaptive(max_capacity=40, policy=PATIENT)
+    gov = make_gov(config, clock=clock)
     warm(gov, 40)
+    held: list = []  # type: ignore[type-arg]
+    assert flood(gov, held) == 40
+    for lease in held:
+        lease.release()
+    held.clear()
     sync_client.delete(*gov.keys.keys)  # the state is lost (a flush, a failover)
     st = gov.status()  # re-created from the client's config
     assert st.capacity == 10 and st.ceiling == 0
+    clock.advance(config.lease_ttl + 0.1)  # past the hold for holders to re-register
+    assert flood(gov, held) == 10
+    for lease in held:
+        lease.release()
+    held.clear()
+    sync_client.delete(*gov.keys.keys)  # lost again, and found first by a client that never knew it
+    gov.close()
+    fresh = make_gov(config, clock=clock)
+    assert fresh.status().capacity == 10  # not a recovery, still no blind burst
+    clock.advance(config.lease_ttl + 0.1)
+    assert flood(fresh, held) == 10
+    for lease in held:
+        lease.release()
 
 
 def test_adaptive_older_429s_change_nothing_and_a_refused_probe_goes_back_below_it(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]

@@ -27,6 +27,7 @@ def test_lost_state_is_recreated_cautiously_and_holders_are_adopted(
 ) -> None:
     config = GovernorConfig(max_capacity=8, lease_ttl=30, poll=1, queue_ttl=5)
     gov = make_gov(config, clock=clock)
+    warm(gov)  # past the slow start: the fleet has run a while
     holders = [gov.acquire(timeout=5) for _ in range(3)]
     old_fences = [h.fence for h in holders]
     epoch = gov.status().epoch
@@ -64,6 +65,7 @@ def test_a_lost_state_hash_takes_the_old_config_and_learnt_state_with_it(
     config and policy hashes too before it writes a new state, so nothing of
     another policy's fields or of what the old state learnt survives."""
     gov = make_gov(GovernorConfig(max_capacity=8), clock=clock)
+    warm(gov)  # past the slow start
     leases = [gov.try_acquire() for _ in range(8)]
     gov.report(Outcome.RATE_LIMITED)  # the adaptive policy learns a ceiling
     assert gov.status().ceiling == 8
@@ -105,7 +107,19 @@ def text(value: Any) -> str:
 def test_first_use_is_not_a_recovery(make_gov: MakeGov, clock: Any) -> None:
     gov = make_gov(GovernorConfig(max_capacity=8), clock=clock)
     st = gov.status()
-    assert (st.capacity, st.not_before) == (8, None)
+    assert (st.capacity, st.not_before) == (2, None)  # the adaptive slow start, as after a loss, but no hold
+    fixed = make_gov(GovernorConfig(policy="fixed", max_capacity=8), clock=clock, governor_name=f"{gov.name}-fixed")
+    st = fixed.status()
+    assert (st.capacity, st.not_before) == (8, None)  # a fixed governor starts at max_capacity
+
+
+def warm(gov: Governor) -> None:
+    """Successes until the adaptive slow start has climbed to max_capacity."""
+    for _ in range(gov.config.max_capacity):
+        if gov.status().capacity >= gov.config.max_capacity:
+            return
+        gov.report(Outcome.SUCCESS)
+    assert gov.status().capacity == gov.config.max_capacity
 
 
 def test_release_and_cancel_do_not_recreate_a_missing_governor(make_gov: MakeGov, sync_client: Any) -> None:

@@ -211,6 +211,7 @@ def test_external_workers_need_a_shared_redis() -> None:
         (["--set", "policy=seed"], "own option"),
         (["--schedule", "later"], "SECONDS:LIMIT"),
         (["--retry-after", "soon"], "retry-after"),
+        (["--ungoverned", "soon:8"], "SECONDS:CALLERS"),
     ],
 )
 def test_bad_swarm_options_are_refused_before_anything_runs(args: list[str], needle: str) -> None:
@@ -584,6 +585,25 @@ def test_a_shared_account_counts_the_fleet_against_what_the_others_leave() -> No
     assert (m.ok, m.limited, m.attempts) == (240, 0, 240)  # the others' answers are not the fleet's
     assert m.steady_goodput == pytest.approx(1.0, abs=0.03)  # 6/s of the 6/s they leave
     assert analysis.occupancy(theirs, 2.0, 10.0) == pytest.approx(4 * 8)  # four slots held for 8 s
+
+
+def test_the_swarm_cli_shares_the_account_with_ungoverned_callers(redis_url: str, tmp_path: Path) -> None:
+    """--ungoverned 0:2: two callers outside the fleet take their share of the
+    hidden limit of 3; the provider serves them too (its own count), the
+    fleet's figures count the fleet alone."""
+    result = CliRunner().invoke(
+        swarm_command,
+        ["--redis-url", redis_url, "--strategies", "fleet", "--ungoverned", "0:2", "--out", str(tmp_path), *SMALL],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "swarm.json").read_text())
+    assert data["scenario"]["ungoverned"] == [[0.0, 2]]
+    fleet = data["strategies"]["fleet"]
+    trace = fleet["trace"]["provider"]
+    served_ok = trace["rows"][-1][trace["columns"].index("ok")]  # every success the provider served
+    m = fleet["metrics"]
+    assert m["ok"] == 2 * 5 * 6  # the fleet's workload, its own successes only
+    assert served_ok >= m["ok"] + 20, (served_ok, m["ok"])  # the two others called all along: at 0.1 s a call
 
 
 def test_ungoverned_callers_follow_their_schedule() -> None:

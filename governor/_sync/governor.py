@@ -743,7 +743,8 @@ class Governor:
 
     def reset(self, *, create: bool = True) -> Status:
         """Forget what the policy learnt (window, pause, hold, adaptive memory);
-        capacity goes back to max_capacity. The stored config, holders and
+        capacity goes back to max_capacity (the adaptive policy: to its slow
+        start from the resume level). The stored config, holders and
         waiters are kept."""
         return self._found(self._execute(self._core.reset(with_config=False, create=create)))
 

@@ -160,7 +160,8 @@ def resume(app: App, as_json: bool) -> None:
 def reset(app: App, as_json: bool) -> None:
     """Forget what the policy learnt (window, pause, hold); capacity back to max.
 
-    The stored config is applied afresh; the holders and the queue are kept.
+    The stored config is applied afresh (the adaptive policy starts slow again,
+    from the resume level); the holders and the queue are kept.
     `governor configure` stores another policy or other numbers.
     """
     gov, before = app.existing()

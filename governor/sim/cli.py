@@ -30,7 +30,7 @@ import click
 
 from ..errors import ConfigError
 from .matrix import matrix_command
-from .scenario import STRATEGIES, Scenario, parse_option
+from .scenario import STRATEGIES, Scenario, parse_option, parse_ungoverned
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -202,6 +202,11 @@ def swarm_options(
             click.option("--set", "fleet_options", multiple=True, metavar="NAME=VALUE",
                          help="Another setting of the fleet governor (repeatable): a GovernorConfig "
                               "field or one of its AdaptivePolicy, e.g. --set cut_factor=0.85."),
+            click.option("--ungoverned", default="", metavar="SECONDS:CALLERS,...",
+                         help="A shared account: callers outside the fleet on the same provider, each one "
+                              "call after another with SDK-style retries, from each time on after a run's "
+                              "start (e.g. 0:8,10:16); the figures count the fleet alone, against what they "
+                              "leave of the limit. Default: none."),
             click.option("--no-retry-after-report", is_flag=True,
                          help="Governed agents' classifier drops the provider's Retry-After: call() "
                               "neither reports nor waits it (it backs off instead)."),
@@ -250,6 +255,7 @@ def _scenario(kw: dict[str, Any], notes: tuple[str, ...] = ()) -> Scenario:
         max_time=kw["max_time"],
         settle_windows=kw["settle_windows"],
         fleet_options=tuple(parse_option(o) for o in kw["fleet_options"]),
+        ungoverned=parse_ungoverned(kw["ungoverned"]),
         report_retry_after=not kw["no_retry_after_report"],
         client=kw["client"],
         keep_governors=kw["keep_governors"],

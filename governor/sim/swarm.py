@@ -404,7 +404,9 @@ async def _ungoverned(
                 pass
 
     async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=60.0)
+        connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=60.0),
+        headers={"Authorization": "Bearer sk-sim"},  # as the agents send: without it the provider answers 401
     ) as session:
         tasks: dict[int, asyncio.Task[None]] = {}
         await asyncio.sleep(max(0.0, start_at - time.time()))

@@ -70,7 +70,8 @@ local function config_pairs()
 end
 
 -- Store a config (replacing the config hash: another policy's fields go)
--- and a fresh learnt state: capacity at max, no pause, no hold, the
+-- and a fresh learnt state: capacity at max (the adaptive policy's reset
+-- lowers it to the resume level: its slow start), no pause, no hold, the
 -- policy's state reset, each budget at its configured ceiling (full) or
 -- not governed until a header announces it. Needs S.fence and NOW; every
 -- key's type checked.

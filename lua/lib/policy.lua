@@ -11,7 +11,9 @@ in a row since the last change, is every policy's (pause and resume clear
 it). Each entry:
   config             the policy's own fields of the config hash (C)
   state              the policy's own fields of the policy hash (P)
-  reset()            a fresh learnt state into P (capacity is set by the caller)
+  reset()            a fresh learnt state into P (capacity is set by the caller;
+                     a policy may lower it when P holds none of its fields: a
+                     config stored afresh, not a new max_capacity)
   limited(rl, total, fence)   a rate-limited attempt, not paused
   success(rl, total)          a success, not paused
 rl and total are the window's counts with this attempt; fence is the
@@ -66,19 +68,30 @@ POLICIES.seed = {
   end,
 }
 
--- adaptive (the default): the lowest in-flight level the provider refused (ceiling) is learnt and capacity
+-- adaptive (the default): a slow start from the resume level; the lowest
+-- in-flight level the provider refused (ceiling) is learnt and capacity
 -- held just below it; probes step above it now and then; refused below it
 -- (the limit fell): one cut per congestion episode by cut_factor.
 POLICIES.adaptive = {
   config = {'pause_count', 'pause_ratio', 'increase_successes', 'cut_factor', 'probe_ms'},
   state = {'ceiling', 'cut_fence', 'probe_at', 'probe_step', 'probe_wait', 'climbing'},
   reset = function()
+    local fresh = P.ceiling == nil  -- a config stored afresh (not a new max_capacity)
     set('policy', 'ceiling', 0)
     set('policy', 'cut_fence', S.fence)
     set('policy', 'probe_at', NOW)
     set('policy', 'probe_step', 1)
     set('policy', 'probe_wait', C.probe_ms)
     set('policy', 'climbing', 0)
+    -- A new governor, a reset, a state re-created after a loss: no blind
+    -- burst of max_capacity; discover the limit from the resume level. Each
+    -- success adds one (success() below, nothing refused yet): a round of
+    -- leases that all succeed doubles capacity, as in TCP's slow start, so
+    -- max_capacity is reached after about log2(1 / resume_fraction) rounds.
+    -- A new max_capacity applies at once (SPEC §4): set_max keeps P, so it
+    -- is not fresh. No entry of its own in the decision log: the create,
+    -- recreate or reset entry that follows carries the capacity it starts at.
+    if fresh then set('state', 'capacity', math.min(S.capacity, resume_level())) end
   end,
   limited = function(rl, total, fence)
     -- A lease admitted before the last cut was counted in that cut.
@@ -130,7 +143,8 @@ POLICIES.adaptive = {
       return
     end
     if P.ceiling == 0 or S.capacity + 1 < P.ceiling then
-      -- Nothing refused yet, or below the ceiling: one more.
+      -- Nothing refused yet (the slow start: one more per success doubles
+      -- capacity per round of leases), or below the ceiling: one more.
       set('policy', 'streak', 0)
       set_capacity(S.capacity + 1, 'success below the ceiling: increase', rl, total, 'ceiling', P.ceiling)
     elseif P.streak >= C.increase_successes
