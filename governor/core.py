@@ -55,6 +55,7 @@ class Place:
 
 #: the stored config fields a Place and set_shares are resolved from
 _SHARE_FIELDS = (
+    "max_capacity",  # the reserve is checked against it
     "priorities",
     "default_priority",
     "tenant_weights",
