@@ -254,6 +254,7 @@ STATE: dict[str, Kind] = {
     **{f"vtime_{rank}": COUNT for rank in range(MAX_CLASSES)},
     "aging_due": COUNT,  #: ms: the earliest time a waiter goes ahead of every class (0: none waits to)
     "park_seq": COUNT,  #: the last waiter parked at its tenant's cap (see PARK_SLOT)
+    "capped": FLAG,  #: 1 while config tenant_caps or reserve is set: an admission without a queue reads them
     "event_seq": COUNT,  #: the last window event's sequence number
     "quota_exhausted": COUNT,  #: quota-exhausted reports since creation
     "quota_at": COUNT,  #: ms of the last one

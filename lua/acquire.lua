@@ -45,7 +45,7 @@ local tokens = arg_tokens(8, 'tokens')
 local place = arg_place(9)
 clock()
 if not load(ADMIT) then return missing_reply() end
-more('config', unpack(CAPS_CONFIG))  -- the reserve and the tenants' caps are in the admission rule
+caps_config()  -- the reserve and the tenants' caps are in the admission rule
 keep_alive()
 if S.capacity == 0 then
   -- Paused: a pause whose time is up lifts here too.

@@ -355,7 +355,9 @@ class Model:
     def _recount(self, fresh: bool) -> None:
         """The caps or the reserve changed: held counted again, parked waiters re-slotted or queued."""
         self.held = {}
-        if self.raw_config.get("tenant_caps", "") != "" or self.C["reserve"] > 0:
+        shaped = self.raw_config.get("tenant_caps", "") != "" or self.C["reserve"] > 0
+        self.S["capped"] = 1 if shaped else 0
+        if shaped:
             for lease_id, expiry in self.leases.items():
                 record = self._record(lease_id)
                 if expiry > self.now and record is not None:
@@ -580,7 +582,8 @@ class Model:
                 if any(s < score for m, s in self.queue.items() if self.waiters.get(m, 0) > self.now):
                     raise ModelViolation(f"{head} granted ahead of a live waiter of a smaller score")
                 tag, place = score % QUEUE_BAND, (record.rank, record.tenant)
-                if tag <= self.last_tag.get(place, -1):
+                # (a waiter back from parked takes its class's vtime: it may tie with the last grant)
+                if tag < self.last_tag.get(place, -1):
                     raise ModelViolation(f"FIFO broken in class {record.rank} of tenant {record.tenant}")
                 self.last_tag[place] = max(tag, self.last_tag.get(place, -1))
                 granted[head] = self._admit(head, record.ttl_ms, record.holder, tokens, place, aged=band == 0)

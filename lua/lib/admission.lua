@@ -4,7 +4,7 @@ pauses and holds.
 Uses the names of lib/common.lua. Defines: record_parse, record_format,
 NO_TOKENS, arg_tokens, VTIMES, ADOPTED, arg_place, in_flight, PAUSE_FIELDS, prepare, reclaim, window,
 resume_level, pause, resume, recover, BUDGET_KINDS, budget_fields, active_budgets, budget_level,
-settle, calibrate, CAPS_CONFIG, cap_of, held, unhold, unpark, BUDGETS, never, blocked, add_lease, enqueue,
+settle, calibrate, CAPS_CONFIG, caps_config, cap_of, held, unhold, unpark, BUDGETS, never, blocked, add_lease, enqueue,
 guard_grant, grant.
 
 The rule (SPEC §3, §9): a caller is admitted when the governor is not
@@ -216,6 +216,18 @@ end
 -- call that may create held), for the paths that admit without prepare().
 local CAPS_CONFIG = {'tenant_caps', 'reserve', 'idle_ms'}
 
+-- Before an admission without prepare() (acquire's): the caps and the
+-- reserve from the config while state capped says some are set (recount()
+-- keeps it), else none, without reading them. Needs S.capped.
+local function caps_config()
+  if S.capped == 1 then
+    more('config', unpack(CAPS_CONFIG))
+  else
+    local into = values('config')
+    into.tenant_caps, into.reserve = '', 0
+  end
+end
+
 -- The cap of `tenant` and its slot (its place in config tenant_caps, from
 -- 1), or nil: one plain search of the stored "tenant=cap,..." per tenant
 -- and call. Needs C.tenant_caps.
@@ -323,6 +335,7 @@ end
 local function recount(fresh)
   redis.call('DEL', K.held)
   counts, caps_of = {}, nil
+  set('state', 'capped', (C.tenant_caps ~= '' or C.reserve > 0) and 1 or 0)
   if C.tenant_caps ~= '' or C.reserve > 0 then
     local ids = redis.call('ZRANGEBYSCORE', K.leases, LIVE, '+inf')
     for i = 1, #ids, 1000 do
@@ -411,7 +424,7 @@ end
 local PAUSE_FIELDS = {'paused', 'pause_kind', 'pause_reason', 'paused_until', 'saved_capacity'}
 -- What the operations load first (load): acquire's admission fields, and
 -- with reclaim's due time for those that reclaim.
-local ADMIT = {'epoch', 'capacity', 'not_before', 'touch_due', 'budgets'}
+local ADMIT = {'epoch', 'capacity', 'not_before', 'touch_due', 'budgets', 'capped'}
 local WRITE = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'budgets'}
 local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'event_seq', 'budgets'}
 
