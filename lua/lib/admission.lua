@@ -216,9 +216,9 @@ end
 -- call that may create held), for the paths that admit without prepare().
 local CAPS_CONFIG = {'tenant_caps', 'reserve', 'idle_ms'}
 
--- Before an admission without prepare() (acquire's): the caps and the
--- reserve from the config while state capped says some are set (recount()
--- keeps it), else none, without reading them. Needs S.capped.
+-- The caps and the reserve (for prepare(), and for acquire's admission
+-- without it): read from the config while state capped says some are set
+-- (recount() keeps it), else none, without reading them. Needs S.capped.
 local function caps_config()
   if S.capped == 1 then
     more('config', unpack(CAPS_CONFIG))
@@ -436,11 +436,12 @@ local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', '
 -- joining it), and every class's when reclaim() is due (grant() only
 -- writes them).
 local function prepare(queued, rank)
-  local fields = {'reclaim_due'}
+  local fields = {'reclaim_due', 'capped'}
   if queued ~= false then fields[#fields + 1] = 'aging_due' end  -- unless nobody waits (a report's hot path)
   if rank then fields[#fields + 1] = VTIMES[rank + 1] end  -- the class a caller joins
   more('state', unpack(fields))
-  more('config', 'policy', 'window_ms', 'log_length', 'max_capacity', 'aging_ms', unpack(CAPS_CONFIG))
+  more('config', 'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms', 'aging_ms')
+  caps_config()
   if C.tenant_caps ~= '' then
     more('state', 'park_seq', unpack(VTIMES))  -- grant() parks, unpark() puts back at a class's vtime
   elseif NOW >= S.reclaim_due then
