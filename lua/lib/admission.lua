@@ -250,8 +250,9 @@ local function cap_of(tenant)
 end
 
 -- The leases in flight counted under `field` of held (a capped tenant, or
--- LOWER_HELD: the classes below the highest while a reserve is set), as this call read
--- and changed them; count() moves one and writes it (a field goes at 0).
+-- LOWER_HELD: the classes below the highest while a reserve is set), as
+-- this call read and changed them; count() moves one and writes it (a
+-- field goes at 0).
 -- A call that reads held after its first write has guarded it (13).
 local counts = nil
 RESETS[#RESETS + 1] = function() counts = nil end
@@ -313,7 +314,7 @@ local function unpark(tenant)
 end
 
 -- A lease (its record m) ended, counted once: by whoever removed it from
--- leases. Its tenant's count and the top class's go down; with `waiting`,
+-- leases. Its tenant's count and the lower classes' go down; with `waiting`,
 -- the tenant's first parked waiter goes back to the queue (unpark: needs
 -- prepare()). The caller has read held's type (EXISTS) or guarded it.
 local function unhold(m, waiting)
@@ -335,8 +336,9 @@ end
 local function recount(fresh)
   redis.call('DEL', K.held)
   counts, caps_of = {}, nil
-  set('state', 'capped', (C.tenant_caps ~= '' or C.reserve > 0) and 1 or 0)
-  if C.tenant_caps ~= '' or C.reserve > 0 then
+  local shaped = C.tenant_caps ~= '' or C.reserve > 0
+  set('state', 'capped', shaped and 1 or 0)
+  if shaped then
     local ids = redis.call('ZRANGEBYSCORE', K.leases, LIVE, '+inf')
     for i = 1, #ids, 1000 do
       local chunk = {unpack(ids, i, math.min(i + 999, #ids))}
