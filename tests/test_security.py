@@ -53,7 +53,7 @@ from governor.scripts import library, library_name
 
 from .conftest import FakeClock
 from .model import init_call
-from .servers import RedisServer, free_port, wait_until
+from .servers import RedisServer, free_port, until, wait_until
 
 NAME = "acl-gov"
 PASSWORD = "s3cret-worker-password"
@@ -223,7 +223,11 @@ async def test_the_asyncio_client_needs_nothing_more(acl_server: RedisServer, ad
         await gov.configure()
         holder = await gov.acquire(timeout=5)
         task = asyncio.create_task(gov.acquire(timeout=10))
-        await asyncio.sleep(0.3)
+
+        async def waiting() -> bool:
+            return (await gov.status()).queued == 1
+
+        await until(waiting, what="the second caller queued")
         await gov.report(Outcome.SUCCESS, lease=holder)
         await holder.release()
         lease = await asyncio.wait_for(task, 10)
