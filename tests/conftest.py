@@ -149,12 +149,43 @@ def redis_url() -> Iterator[str]:
             wait_older_than(url, GovernorConfig().lease_ttl)
             yield url
         return
-    server = RedisServer().start()
+    global _session_server
+    server, _session_server = _session_server or RedisServer().start(), None
     try:
         server.wait_older_than(GovernorConfig().lease_ttl)
         yield server.url
     finally:
         server.cleanup()
+
+
+#: the session's private redis-server, started once the tests are collected
+_session_server: RedisServer | None = None
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Start the session's private redis-server as soon as the tests that need
+    it are known, and run the tests that need no Redis (lint and types) first:
+    ``redis_url`` hands the server out only once it is older than a lease TTL,
+    and it ages meanwhile instead of the suite waiting for it."""
+    global _session_server
+    if not any("redis_url" in getattr(item, "fixturenames", ()) for item in items):
+        return
+    try:
+        kind = choose_session_redis()
+    except NoRedis:
+        return  # redis_url reports it
+    if kind == "redis-server" and _session_server is None:
+        _session_server = RedisServer().start()
+    items.sort(key=lambda item: item.path.name != "test_lint.py")  # stable: the rest keep their order
+
+
+def pytest_sessionfinish() -> None:
+    """Stop a session server that no test asked for (every user deselected)."""
+    global _session_server
+    if _session_server is not None:
+        _session_server.cleanup()
+        _session_server = None
 
 
 @pytest.fixture
@@ -176,6 +207,13 @@ BACKENDS = [
     pytest.param(("fakeredis", False), id="fakeredis"),
     pytest.param(("fakeredis", True), id="fakeredis-decoded"),
 ]
+
+
+#: for long loops of the same few calls: a real Redis and fakeredis, raw replies
+#: only (the decoded replies of the same calls are covered by the other tests)
+RAW_BACKENDS = pytest.mark.parametrize(
+    "backend", [("redis", False), ("fakeredis", False)], ids=["redis", "fakeredis"], indirect=True
+)
 
 
 @pytest.fixture(params=BACKENDS)

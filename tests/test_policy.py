@@ -14,6 +14,8 @@ import pytest
 from governor import Governor, GovernorConfig, LeaseLost, Outcome, protocol
 from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
 
+from .conftest import RAW_BACKENDS
+
 S, R, E, Q = Outcome.SUCCESS, Outcome.RATE_LIMITED, Outcome.ERROR, Outcome.QUOTA_EXHAUSTED
 
 MakeGov = Callable[..., Governor]
@@ -529,6 +531,7 @@ def test_adaptive_above_the_ceiling_probes_double_every_half_interval(make_gov: 
     assert steps == [1, 2, 4, 8]
 
 
+@RAW_BACKENDS
 def test_adaptive_converges_on_a_stable_limit(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
     """Waves of calls against a provider that serves ``limit`` at once: capacity
     ends within one of the limit, probes above it are rare."""

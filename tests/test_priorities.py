@@ -16,7 +16,7 @@ from governor.errors import GovernorError
 from governor.inspect import read_events
 from governor.protocol import QUEUE_BAND
 
-from .conftest import FakeClock
+from .conftest import RAW_BACKENDS, FakeClock
 
 MakeGov = Callable[..., Governor]
 
@@ -147,6 +147,7 @@ def test_cancel_and_a_dead_waiter_leave_no_aging_entry(make_gov: MakeGov, clock:
     assert sync_client.zcard(gov.keys.aging) == 0 and sync_client.zcard(gov.keys.queue) == 0
 
 
+@RAW_BACKENDS
 def test_thousands_of_tenants_leave_no_trace_once_served(make_gov: MakeGov, clock: FakeClock, sync_client: Any) -> None:
     """A tenant's finish tag behind the virtual time says nothing: reclaim
     drops it, so distinct tenants do not grow Redis without bound."""
