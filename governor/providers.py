@@ -49,13 +49,15 @@ The SDKs are imported when one of these functions is called, never on
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigError
 
 if TYPE_CHECKING:
     from anthropic import Anthropic, AsyncAnthropic
-    from openai import AsyncOpenAI, OpenAI
+    from google.genai import Client as GenaiClient
+    from openai import AsyncAzureOpenAI, AsyncOpenAI, AzureOpenAI, OpenAI
 
     from ._async.governor import AsyncGovernor
     from ._sync.governor import Governor
@@ -121,6 +123,113 @@ def anthropic_client(
     return _build("anthropic", "Anthropic", options, governor, False, retry, holder, priority, tenant)  # type: ignore[no-any-return]
 
 
+def azure_openai_client(
+    governor: Governor | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
+    **options: Any,
+) -> AzureOpenAI:
+    """``openai.AzureOpenAI(**options)`` with ``max_retries=0``; with
+    ``governor=``, every model request governed under Azure's profile
+    (``x-ms-retry-after-ms``, its ``-1``/``0`` headers read as no figure)."""
+    return _build("openai", "AzureOpenAI", options, governor, False, retry, holder, priority, tenant)  # type: ignore[no-any-return]
+
+
+def async_azure_openai_client(
+    governor: AsyncGovernor | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
+    **options: Any,
+) -> AsyncAzureOpenAI:
+    """``openai.AsyncAzureOpenAI(**options)`` with ``max_retries=0``; with an
+    AsyncGovernor as ``governor=``, every model request governed."""
+    return _build("openai", "AsyncAzureOpenAI", options, governor, True, retry, holder, priority, tenant)  # type: ignore[no-any-return]
+
+
+def gemini_client(
+    governor: Governor | AsyncGovernor | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
+    http_options: Any = None,
+    **options: Any,
+) -> GenaiClient:
+    """``google.genai.Client(**options)`` (the Gemini API, or Vertex AI with
+    ``vertexai=True``) with the SDK's own retries off (its default); with
+    ``governor=``, every model request governed under the Gemini (or Vertex)
+    profile: a :class:`~governor.Governor` governs the client's sync calls
+    (``client.models...``), an :class:`~governor.AsyncGovernor` its asyncio
+    ones (``client.aio.models...``). ``http_options`` (a ``types.HttpOptions``
+    or its dict) keeps its other settings (``base_url``, ``api_version``,
+    ``headers``, ``timeout``); its ``retry_options`` are refused, as
+    ``max_retries`` is for the other SDKs."""
+    genai = _import("google.genai", "gemini")
+    types = importlib.import_module("google.genai.types")
+    if governor is None and any(v is not None for v in (retry, holder, priority, tenant)):
+        raise ConfigError(
+            "retry=, holder=, priority= and tenant= are options of the governed transport: pass governor= too"
+        )
+    settings = dict(http_options or {}) if not isinstance(http_options, types.HttpOptions) else (
+        http_options.model_dump(exclude_none=True)
+    )
+    if settings.get("retry_options") is not None:
+        raise ConfigError(
+            "http_options.retry_options: the governor does the retrying; SDK retries on top would be "
+            "attempts the governor never sees. Build the client yourself if you really want them."
+        )
+    if governor is not None:
+        for name in ("httpx_client", "httpx_async_client", "aiohttp_client", "client_args", "async_client_args"):
+            if settings.get(name) is not None:
+                raise ConfigError(
+                    f"gemini_client(governor=...) builds its own HTTP clients over the governed transport; "
+                    f"http_options.{name} cannot be given with it"
+                )
+        vertex = bool(options.get("vertexai") or options.get("enterprise"))
+        profile = "vertex" if vertex else "gemini"
+        asynchronous = _is_async(governor)
+        library = importlib.import_module("httpx2" if importlib.util.find_spec("httpx2") else "httpx")
+        place = {"priority": priority, "tenant": tenant}
+        from .transport import AsyncGovernedTransport, GovernedTransport
+
+        if asynchronous:
+            inner = AsyncGovernedTransport(
+                governor, library.AsyncHTTPTransport(), retry=retry, holder=holder, profile=profile, **place
+            )
+            settings["httpx_async_client"] = library.AsyncClient(transport=inner)
+            settings["httpx_client"] = library.Client()
+        else:
+            sync = GovernedTransport(governor, library.HTTPTransport(), retry=retry, holder=holder, profile=profile, **place)
+            settings["httpx_client"] = library.Client(transport=sync)
+            settings["httpx_async_client"] = library.AsyncClient()
+    return genai.Client(http_options=types.HttpOptions(**settings), **options)  # type: ignore[no-any-return]
+
+
+def _is_async(governor: Any) -> bool:
+    from ._async.governor import AsyncGovernor
+    from ._sync.governor import Governor
+
+    if isinstance(governor, AsyncGovernor):
+        return True
+    if isinstance(governor, Governor):
+        return False
+    raise ConfigError(f"governor must be a Governor or an AsyncGovernor, got {governor!r}")
+
+
+def _import(module: str, extra: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ImportError(f"the {module!r} package is not installed: pip install 'fleet-governor[{extra}]'") from error
+
+
 def async_anthropic_client(
     governor: AsyncGovernor | None = None,
     *,
@@ -161,14 +270,12 @@ def _build(
             f"{class_name.lower()}_client(governor=...) builds its own http_client over the governed transport; "
             "to govern an http_client of your own, give it transport=GovernedTransport(governor, <its transport>)"
         )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ImportError(
-            f"the {module_name!r} package is not installed: pip install 'fleet-governor[providers]'"
-        ) from error
+    module = _import(module_name, module_name)
     if governor is not None:
-        place = {"priority": priority, "tenant": tenant}
+        place: dict[str, Any] = {"priority": priority, "tenant": tenant}
+        place["profile"] = "azure" if "Azure" in class_name else module_name
+        if module_name == "anthropic":  # it wraps every other exception of its transport as APIConnectionError
+            place["errors"] = module.AnthropicError
         options["http_client"] = _governed_http_client(module, governor, asynchronous, retry, holder, place)
     return getattr(module, class_name)(max_retries=0, **options)
 

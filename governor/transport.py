@@ -86,6 +86,8 @@ from .config import RetryPolicy
 from .core import Outcome
 from .errors import ConfigError, GovernorError
 from .estimate import StreamUsage, estimate_request, usage_of
+from .profiles import Profile
+from .profiles import profile as find_profile
 
 log = logging.getLogger("governor")
 
@@ -99,8 +101,11 @@ Estimator = Callable[[bytes, str], "Tokens | int | None"]
 _STREAM_FLAG = re.compile(rb'"stream"\s*:\s*true')
 
 
-def is_model_request(method: str, path: str) -> bool:
-    """Whether a request is governed: a POST to a model endpoint."""
+def is_model_request(method: str, path: str, profile: Profile | None = None) -> bool:
+    """Whether a request is governed: a POST to a model endpoint (of the
+    profile's provider; without one, OpenAI's and Anthropic's)."""
+    if profile is not None:
+        return profile.is_model_request(method, path)
     if method.upper() != "POST":
         return False
     path = path.rstrip("/")
@@ -129,26 +134,30 @@ def is_stream(status: int, content_type: str, asked: bool) -> bool:
     return "text/event-stream" in kind or (asked and "json" not in kind)
 
 
-def judge_response(status: int, headers: Any, body: bytes | None) -> Verdict:
+def judge_response(
+    status: int, headers: Any, body: bytes | None, profile: Profile | None = None, path: str = ""
+) -> Verdict:
     """The verdict on a response read whole (``body`` decoded bytes, or None).
 
-    4xx and 5xx: :func:`~governor.classify.classify_http`'s outcome (a
-    throttle with the provider's wait, Azure's ``x-ms-retry-after-ms``
-    included) with no usage spent. 2xx: success with the JSON's usage (None
-    when it has none).
+    4xx and 5xx: :func:`~governor.classify.classify_http`'s outcome under the
+    provider's profile (a throttle with the provider's wait: a header such as
+    Azure's ``x-ms-retry-after-ms``, or the body's hint) with no usage spent.
+    2xx: success with the JSON's usage as the profile counts it (None when it
+    has none).
     1xx and 3xx: success, nothing spent (a redirect is followed as a request
     of its own)."""
     if status >= 400:
-        verdict = classify_http(status, headers, body)
+        verdict = classify_http(status, headers, body, profile=profile)
         return Verdict(verdict.kind, verdict.retry_after, Tokens(), headers, verdict.description)
     if not 200 <= status < 300:
         return Verdict(Outcome.SUCCESS, usage=Tokens(), headers=headers, description=f"HTTP {status}")
     usage = None
     if body:
         try:
-            usage = usage_of(json.loads(body))
+            decoded = json.loads(body)
         except (ValueError, RecursionError):
-            usage = None
+            decoded = None
+        usage = usage_of(decoded) if profile is None else profile.usage(decoded, path)
     return Verdict(Outcome.SUCCESS, usage=usage, headers=headers, description=f"HTTP {status}")
 
 
@@ -190,6 +199,32 @@ def _check_library(request: Any, transport: Any) -> None:
             f"the governed transport wraps a {have} transport but serves a {wanted} client: "
             f"wrap a {wanted}.HTTPTransport (an SDK on httpx2 needs httpx2 objects throughout)"
         )
+
+
+def _error_base(errors: Any) -> type[BaseException] | None:
+    if errors is not None and not (isinstance(errors, type) and issubclass(errors, Exception)):
+        raise ConfigError(f"errors must be an exception class (an SDK's base error) or None, got {errors!r}")
+    return errors
+
+
+@functools.cache
+def _twin_class(kind: type[GovernorError], base: type[BaseException]) -> type[GovernorError]:
+    doc = f"{kind.__name__} raised through an SDK that wraps foreign errors: a {kind.__name__} and a {base.__name__}."
+    return type(kind.__name__, (kind, base), {"__module__": kind.__module__, "__doc__": doc, "__qualname__":
+                                              kind.__qualname__})
+
+
+def sdk_twin(error: GovernorError, base: type[BaseException]) -> GovernorError:
+    """``error`` as an instance of a subclass of both its own class and the
+    SDK's base error ``base``, so an SDK that wraps every other exception of
+    its transport (the anthropic SDK makes them ``APIConnectionError``) lets
+    it through unchanged: ``except AcquireTimeout`` and ``except
+    GovernorUnavailable`` catch it as they would without the SDK."""
+    twin = _twin_class(type(error), base)
+    copy = twin.__new__(twin)
+    copy.__dict__.update(error.__dict__)
+    copy.args = error.args
+    return copy
 
 
 #: request headers that name a request's own priority class and tenant (taken off before sending)
@@ -254,6 +289,13 @@ class GovernedTransport:
     :func:`~governor.estimate.estimate_request`). ``priority`` and
     ``tenant``: where the leases wait (``Governor.acquire``; a request's
     ``X-Governor-Priority`` and ``X-Governor-Tenant`` headers win).
+    ``profile``: the provider's profile (a name of
+    :data:`governor.profiles.REGISTRY` or a Profile): which requests are
+    model calls, how errors and usage read, the default estimate; None:
+    OpenAI's and Anthropic's endpoints, each error read in its body's shape.
+    ``errors``: the SDK's base error class, for an SDK that wraps every
+    exception its transport raises (anthropic): governor errors are then
+    raised as :func:`sdk_twin` s, instances of both classes.
     """
 
     def __init__(
@@ -264,10 +306,15 @@ class GovernedTransport:
         retry: RetryPolicy | None = None,
         holder: str | None = None,
         timeout: float | None = None,
-        estimate: Estimator = estimate_request,
+        estimate: Estimator | None = None,
         priority: str | None = None,
         tenant: str | None = None,
+        profile: str | Profile | None = None,
+        errors: type[BaseException] | None = None,
     ) -> None:
+        chosen = None if profile is None else find_profile(profile)
+        if estimate is None:
+            estimate = estimate_request if chosen is None else chosen.estimate
         _check(governor, Governor, transport, "handle_request", retry, holder, timeout, estimate, priority, tenant)
         self.governor = governor
         self._transport = transport
@@ -276,6 +323,8 @@ class GovernedTransport:
         self._timeout = timeout
         self._estimate = estimate
         self._priority, self._tenant = priority, tenant
+        self.profile = chosen
+        self._errors = _error_base(errors)
         self._lock = threading.Lock()
 
     def _inner(self, request: Any) -> Any:
@@ -288,7 +337,7 @@ class GovernedTransport:
 
     def handle_request(self, request: Any) -> Any:
         inner = self._inner(request)
-        if not is_model_request(request.method, request.url.path):
+        if not is_model_request(request.method, request.url.path, self.profile):
             return inner.handle_request(request)
         priority, tenant = _place(request, self._priority, self._tenant)
         body = request.read()
@@ -312,21 +361,28 @@ class GovernedTransport:
             if id(response) not in read:  # a stream: it reports when it ends
                 _hand_over(response, _SyncSettlement(self.governor, lease, response.headers))
                 return None
-            return judge_response(response.status_code, response.headers, read.pop(id(response)))
+            return judge_response(
+                response.status_code, response.headers, read.pop(id(response)), self.profile, request.url.path
+            )
 
-        return sync_retry_call(
-            self.governor,
-            send_once,
-            (),
-            {},
-            retry=self._retry,
-            timeout=self._timeout,
-            holder=self._holder,
-            tokens=tokens,
-            judge=judge,
-            priority=priority,
-            tenant=tenant,
-        )
+        try:
+            return sync_retry_call(
+                self.governor,
+                send_once,
+                (),
+                {},
+                retry=self._retry,
+                timeout=self._timeout,
+                holder=self._holder,
+                tokens=tokens,
+                judge=judge,
+                priority=priority,
+                tenant=tenant,
+            )
+        except GovernorError as error:
+            if self._errors is None:
+                raise
+            raise sdk_twin(error, self._errors) from error
 
     def close(self) -> None:
         if self._transport is not None:
@@ -434,10 +490,15 @@ class AsyncGovernedTransport:
         retry: RetryPolicy | None = None,
         holder: str | None = None,
         timeout: float | None = None,
-        estimate: Estimator = estimate_request,
+        estimate: Estimator | None = None,
         priority: str | None = None,
         tenant: str | None = None,
+        profile: str | Profile | None = None,
+        errors: type[BaseException] | None = None,
     ) -> None:
+        chosen = None if profile is None else find_profile(profile)
+        if estimate is None:
+            estimate = estimate_request if chosen is None else chosen.estimate
         _check(
             governor,
             AsyncGovernor,
@@ -457,6 +518,8 @@ class AsyncGovernedTransport:
         self._timeout = timeout
         self._estimate = estimate
         self._priority, self._tenant = priority, tenant
+        self.profile = chosen
+        self._errors = _error_base(errors)
 
     def _inner(self, request: Any) -> Any:
         if self._transport is None:
@@ -466,7 +529,7 @@ class AsyncGovernedTransport:
 
     async def handle_async_request(self, request: Any) -> Any:
         inner = self._inner(request)
-        if not is_model_request(request.method, request.url.path):
+        if not is_model_request(request.method, request.url.path, self.profile):
             return await inner.handle_async_request(request)
         priority, tenant = _place(request, self._priority, self._tenant)
         body = await request.aread()
@@ -491,21 +554,28 @@ class AsyncGovernedTransport:
             if id(response) not in read:
                 _hand_over(response, _AsyncSettlement(self.governor, lease, response.headers, loop))
                 return None
-            return judge_response(response.status_code, response.headers, read.pop(id(response)))
+            return judge_response(
+                response.status_code, response.headers, read.pop(id(response)), self.profile, request.url.path
+            )
 
-        return await async_retry_call(
-            self.governor,
-            send_once,
-            (),
-            {},
-            retry=self._retry,
-            timeout=self._timeout,
-            holder=self._holder,
-            tokens=tokens,
-            judge=judge,
-            priority=priority,
-            tenant=tenant,
-        )
+        try:
+            return await async_retry_call(
+                self.governor,
+                send_once,
+                (),
+                {},
+                retry=self._retry,
+                timeout=self._timeout,
+                holder=self._holder,
+                tokens=tokens,
+                judge=judge,
+                priority=priority,
+                tenant=tenant,
+            )
+        except GovernorError as error:
+            if self._errors is None:
+                raise
+            raise sdk_twin(error, self._errors) from error
 
     async def aclose(self) -> None:
         if self._transport is not None:
@@ -630,6 +700,7 @@ def _hand_over(response: Any, settlement: _SyncSettlement | _AsyncSettlement) ->
 
 __all__ = [
     "MODEL_PATHS",
+    "sdk_twin",
     "AsyncGovernedTransport",
     "GovernedTransport",
     "asks_for_stream",
