@@ -52,16 +52,16 @@ import importlib
 import importlib.util
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from anthropic import Anthropic, AsyncAnthropic
     from google.genai import Client as GenaiClient
     from openai import AsyncAzureOpenAI, AsyncOpenAI, AzureOpenAI, OpenAI
 
-    from ._async.governor import AsyncGovernor
-    from ._sync.governor import Governor
-    from .config import RetryPolicy
+    from .._async.governor import AsyncGovernor
+    from .._sync.governor import Governor
+    from ..config import RetryPolicy
 
 C = TypeVar("C")
 
@@ -195,26 +195,25 @@ def gemini_client(
         vertex = bool(options.get("vertexai") or options.get("enterprise"))
         profile = "vertex" if vertex else "gemini"
         asynchronous = _is_async(governor)
-        library = importlib.import_module("httpx2" if importlib.util.find_spec("httpx2") else "httpx")
         place = {"priority": priority, "tenant": tenant}
-        from .transport import AsyncGovernedTransport, GovernedTransport
+        from ..transport import AsyncGovernedTransport, GovernedTransport
 
+        # The SDK builds (and closes) its clients over the governed transport; the transport
+        # makes its inner one of the library the SDK picked.
         if asynchronous:
-            inner = AsyncGovernedTransport(
-                governor, library.AsyncHTTPTransport(), retry=retry, holder=holder, profile=profile, **place
-            )
-            settings["httpx_async_client"] = library.AsyncClient(transport=inner)
-            settings["httpx_client"] = library.Client()
+            settings["async_client_args"] = {
+                "transport": AsyncGovernedTransport(governor, retry=retry, holder=holder, profile=profile, **place)
+            }
         else:
-            sync = GovernedTransport(governor, library.HTTPTransport(), retry=retry, holder=holder, profile=profile, **place)
-            settings["httpx_client"] = library.Client(transport=sync)
-            settings["httpx_async_client"] = library.AsyncClient()
+            settings["client_args"] = {
+                "transport": GovernedTransport(governor, retry=retry, holder=holder, profile=profile, **place)
+            }
     return genai.Client(http_options=types.HttpOptions(**settings), **options)  # type: ignore[no-any-return]
 
 
 def _is_async(governor: Any) -> bool:
-    from ._async.governor import AsyncGovernor
-    from ._sync.governor import Governor
+    from .._async.governor import AsyncGovernor
+    from .._sync.governor import Governor
 
     if isinstance(governor, AsyncGovernor):
         return True
@@ -290,7 +289,7 @@ def _governed_http_client(
 ) -> Any:
     """The SDK's own default HTTP client (its timeout, limits, redirects) over
     a governed transport of the HTTP library the SDK is built on."""
-    from .transport import AsyncGovernedTransport, GovernedTransport
+    from ..transport import AsyncGovernedTransport, GovernedTransport
 
     client_class = sdk.DefaultAsyncHttpxClient if asynchronous else sdk.DefaultHttpxClient
     library = importlib.import_module(_library_of(client_class))
