@@ -13,6 +13,8 @@ made certain by its settings (a requests window of 1 per 60 s, a quota of
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +27,7 @@ from governor.config import RetryPolicy
 from governor.errors import AcquireTimeout, ConfigError, GovernorError, GovernorUnavailable, QuotaExhausted
 from governor.sim.provider import MockProvider, ProviderConfig
 
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM reads its bundled price list, offline
 genai = pytest.importorskip("google.genai")
 boto3 = pytest.importorskip("boto3")
 from google.genai import errors as genai_errors  # noqa: E402
@@ -110,6 +113,30 @@ async def close_clients() -> Any:
             client.close()
         elif hasattr(client, "close"):
             client.close()
+    if "litellm" in sys.modules:  # LiteLLM caches the clients it makes: close them with the test's loop
+        await _close_litellm_clients()
+
+
+async def _close_litellm_clients() -> None:
+    import inspect
+
+    import litellm
+    from litellm.llms.custom_httpx.async_client_cleanup import close_litellm_async_clients
+
+    await close_litellm_async_clients()
+    cache = getattr(litellm.in_memory_llm_clients_cache, "cache_dict", {})
+    for handler in list(cache.values()):
+        for name in ("aclose", "close"):
+            method = getattr(handler, name, None)
+            if callable(method):
+                try:
+                    done = method()
+                    if inspect.isawaitable(done):
+                        await done
+                except Exception:  # noqa: BLE001 - closed already
+                    pass
+                break
+    cache.clear()
 
 
 def made(client: Any) -> Any:
@@ -381,6 +408,122 @@ def test_azure_client_raises_the_governor_error(down: Governor, served: Served) 
     client = made(azure_openai_client(governor=down, api_key="k", api_version="2024-10-21", azure_endpoint=served.url))
     with pytest.raises(GovernorUnavailable):
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+
+
+# -- LiteLLM ---------------------------------------------------------------------------------------------
+
+#: LiteLLM's stream wrapper warns from inside (pydantic deprecations, TypedDict qualifiers) and
+#: maps what the suite's "error" filter makes of them into stream errors; it keeps HTTP clients
+#: per event loop that outlive the loop (all inside LiteLLM, not here)
+LITELLM_WARNINGS = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+
+def LITELLM(test: Any) -> Any:  # noqa: N802 - a decorator named like the marks it applies
+    for mark in LITELLM_WARNINGS:
+        test = mark(test)
+    return test
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def openai_shape(served: Served) -> dict[str, Any]:
+    return {"model": "openai/gpt-4o", "api_base": served.url + "/v1", "api_key": "k", "messages": HI}
+
+
+def anthropic_shape(served: Served) -> dict[str, Any]:
+    return {"model": "anthropic/claude-sonnet-4", "api_base": served.url, "api_key": "k", "messages": HI,
+            "max_tokens": 32}  # fmt: skip
+
+
+@LITELLM
+def test_litellm_completion_is_reported_with_its_usage(make_gov: MakeGov, served: Served) -> None:
+    from governor.providers.litellm import litellm_client
+
+    gov = make_gov(tokens_config())
+    llm = litellm_client(gov, retry=FAST)
+    reply = llm.completion(**openai_shape(mock(served)))
+    assert reply.usage.completion_tokens == 12
+    reply = llm.completion(**anthropic_shape(served))
+    assert reply.usage.completion_tokens == 12
+    assert counts(gov) == (2, 0, 0, 0)
+    budget = gov.status().budget("tokens")
+    assert budget is not None and budget.reserved == 0
+
+
+@LITELLM
+def test_litellm_throttle_is_retried_by_the_governor_after_the_body_hint(make_gov: MakeGov, served: Served) -> None:
+    """The mock sends no Retry-After here, only OpenAI's "Please try again in ..." in the message:
+    LiteLLM's RateLimitError keeps it, and the report holds the fleet for it."""
+    import litellm
+
+    from governor.providers.litellm import litellm_client
+
+    gov = make_gov(GovernorConfig(max_capacity=4, retry_after_cap=30.0))
+    llm = litellm_client(gov, retry=RetryPolicy(max_attempts=1, max_retry_after=30.0))
+    server = mock(served, rpm=1, rate_period=600.0, retry_after="none")
+    llm.completion(**openai_shape(server))  # uses up the minute's (here: ten minutes') one request
+    start = time.time()
+    with pytest.raises(litellm.RateLimitError) as caught:
+        llm.completion(**openai_shape(server))
+    assert "Please try again in 9m59" in str(caught.value)
+    status = gov.status()
+    assert (status.window_attempts, status.window_rate_limited) == (2, 1)
+    # the message's ~600 s, cut to retry_after_cap
+    assert status.not_before is not None and start + 29 < status.not_before <= time.time() + 30.5
+
+
+@LITELLM
+async def test_litellm_acompletion_stream_holds_its_lease_until_the_end(make_agov: MakeAGov, served: Served) -> None:
+    from governor.providers.litellm import litellm_client
+
+    gov = make_agov(tokens_config())
+    llm = litellm_client(gov, retry=FAST)
+    for shape in (openai_shape(mock(served, completion_tokens=24)), anthropic_shape(served)):
+        stream = await llm.acompletion(**shape, stream=True)
+        chunks = []
+        async for chunk in stream:
+            chunks.append(chunk)
+            if len(chunks) == 1:
+                assert (await gov.status()).in_flight == 1
+        assert (await gov.status()).in_flight == 0
+    assert await acounts(gov) == (2, 0, 0, 0)
+
+
+@LITELLM
+def test_litellm_refuses_its_own_retries(make_gov: MakeGov) -> None:
+    from governor.providers.litellm import litellm_client
+
+    with pytest.raises(ConfigError, match="num_retries"):
+        litellm_client(make_gov()).completion(model="openai/gpt-4o", messages=HI, num_retries=3)
+
+
+@LITELLM
+async def test_litellm_proxy_hook_leases_each_proxied_call(make_agov: MakeAGov, served: Served) -> None:
+    """The hook as the proxy calls it: pre-call (a lease), the call, success or failure (the report)."""
+    import litellm
+
+    from governor.providers.litellm import LEASE_KEY, governor_hook
+
+    gov = make_agov(tokens_config())
+    hook = governor_hook(gov)
+    assert isinstance(hook, litellm.integrations.custom_logger.CustomLogger)
+    data = await hook.async_pre_call_hook(None, None, {**openai_shape(mock(served)), "metadata": {}}, "completion")
+    assert LEASE_KEY in data["metadata"] and (await gov.status()).in_flight == 1
+    arguments = {k: v for k, v in data.items() if k != "metadata"}
+    response = await litellm.acompletion(**arguments, max_retries=0)
+    await hook.async_post_call_success_hook(data, None, response)
+    assert await acounts(gov) == (1, 0, 0, 0)
+    data = await hook.async_pre_call_hook(None, None, {**openai_shape(mock(served, limit=0)), "metadata": {}},
+                                          "completion")  # fmt: skip
+    with pytest.raises(litellm.RateLimitError) as caught:
+        await litellm.acompletion(**{k: v for k, v in data.items() if k != "metadata"}, max_retries=0)
+    await hook.async_post_call_failure_hook(data, caught.value, None)
+    assert await acounts(gov) == (2, 1, 0, 0)
 
 
 def test_the_outcome_enum_is_the_governor_s() -> None:
