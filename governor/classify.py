@@ -33,7 +33,6 @@ rules (which cover Anthropic's too).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -304,11 +303,6 @@ def _response_body(response: Any) -> Any:
 
 def _exception_text(exc: BaseException) -> str:
     return _clip(f"{type(exc).__name__}: {exc}")
-
-
-def _clip(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _clip(text: str, limit: int = 200) -> str:

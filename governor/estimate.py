@@ -308,7 +308,9 @@ def usage_of(obj: Any) -> Tokens | None:
     if google is not None:
         return _google_usage(google)
     usage = _field(obj, "usage")
-    if usage is None and any(_field(obj, name) is not None for name in ("prompt_tokens", "input_tokens", "inputTokens")):
+    if usage is None and any(
+        _field(obj, name) is not None for name in ("prompt_tokens", "input_tokens", "inputTokens")
+    ):
         usage = obj  # the usage object itself
     if usage is None or isinstance(usage, (str, bytes, int, float)):
         return None

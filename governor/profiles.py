@@ -487,8 +487,11 @@ REGISTRY: Mapping[str, Profile] = {
     profile.name: profile for profile in (OpenAI(), Azure(), Anthropic(), Gemini(), Vertex(), Bedrock(), LiteLLM())
 }
 #: the profile of an exception's top-level module
-BY_MODULE: Mapping[str, Profile] = {module: REGISTRY[name] for name in ("openai", "anthropic", "gemini", "bedrock",
-                                                                        "litellm") for module in REGISTRY[name].modules}
+BY_MODULE: Mapping[str, Profile] = {
+    module: REGISTRY[name]
+    for name in ("openai", "anthropic", "gemini", "bedrock", "litellm")
+    for module in REGISTRY[name].modules
+}
 
 
 def profile(name: str | Profile) -> Profile:

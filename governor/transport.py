@@ -208,19 +208,21 @@ def _error_base(errors: Any) -> type[BaseException] | None:
 
 
 @functools.cache
-def _twin_class(kind: type[GovernorError], base: type[BaseException]) -> type[GovernorError]:
+def _twin_class(kind: Any, base: Any) -> type[GovernorError]:
     doc = f"{kind.__name__} raised through an SDK that wraps foreign errors: a {kind.__name__} and a {base.__name__}."
-    return type(kind.__name__, (kind, base), {"__module__": kind.__module__, "__doc__": doc, "__qualname__":
-                                              kind.__qualname__})
+    return type(
+        kind.__name__, (kind, base), {"__module__": kind.__module__, "__doc__": doc, "__qualname__": kind.__qualname__}
+    )
 
 
-def sdk_twin(error: GovernorError, base: type[BaseException]) -> GovernorError:
+def sdk_twin(error: GovernorError, base: Any) -> GovernorError:
     """``error`` as an instance of a subclass of both its own class and the
     SDK's base error ``base``, so an SDK that wraps every other exception of
     its transport (the anthropic SDK makes them ``APIConnectionError``) lets
     it through unchanged: ``except AcquireTimeout`` and ``except
     GovernorUnavailable`` catch it as they would without the SDK."""
-    twin = _twin_class(type(error), base)
+    kind: Any = type(error)
+    twin = _twin_class(kind, base)
     copy = twin.__new__(twin)
     copy.__dict__.update(error.__dict__)
     copy.args = error.args
@@ -700,12 +702,12 @@ def _hand_over(response: Any, settlement: _SyncSettlement | _AsyncSettlement) ->
 
 __all__ = [
     "MODEL_PATHS",
-    "sdk_twin",
     "AsyncGovernedTransport",
     "GovernedTransport",
     "asks_for_stream",
     "is_model_request",
     "is_stream",
     "judge_response",
+    "sdk_twin",
     "stream_outcome",
 ]

@@ -190,8 +190,11 @@ def test_gemini_retry_delay_in_the_body_holds_the_fleet(make_gov: MakeGov, serve
 
 def test_gemini_retry_delay_is_waited_before_the_retry(make_gov: MakeGov, served: Served) -> None:
     gov = make_gov(GovernorConfig(max_capacity=8, retry_after_cap=0.2))
-    client = gemini(gov, mock(served, limit=0, retry_after=0.2), retry=RetryPolicy(max_attempts=2, base=0.001,
-                                                                                   cap=0.001, max_retry_after=1.0))
+    client = gemini(
+        gov,
+        mock(served, limit=0, retry_after=0.2),
+        retry=RetryPolicy(max_attempts=2, base=0.001, cap=0.001, max_retry_after=1.0),
+    )
     start = time.monotonic()
     with pytest.raises(genai_errors.ClientError):
         client.models.generate_content(model="gemini-2.5-flash", contents="hello")
@@ -366,9 +369,10 @@ def test_anthropic_client_raises_the_governor_error_not_a_connection_error(down:
         client.messages.create(model="claude", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
     assert isinstance(caught.value, anthropic.AnthropicError)  # a twin of both classes
     assert not isinstance(caught.value, anthropic.APIConnectionError)
-    with pytest.raises(GovernorUnavailable), client.messages.stream(
-        model="claude", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
-    ) as stream:
+    with (
+        pytest.raises(GovernorUnavailable),
+        client.messages.stream(model="claude", max_tokens=8, messages=[{"role": "user", "content": "hi"}]) as stream,
+    ):
         stream.until_done()
 
 
@@ -423,10 +427,11 @@ LITELLM_WARNINGS = [
 ]
 
 
-def LITELLM(test: Any) -> Any:  # noqa: N802 - a decorator named like the marks it applies
+def LITELLM(test: Any) -> Any:
     for mark in LITELLM_WARNINGS:
         test = mark(test)
     return test
+
 
 HI = [{"role": "user", "content": "hi"}]
 

@@ -177,8 +177,10 @@ def gemini_client(
         raise ConfigError(
             "retry=, holder=, priority= and tenant= are options of the governed transport: pass governor= too"
         )
-    settings = dict(http_options or {}) if not isinstance(http_options, types.HttpOptions) else (
-        http_options.model_dump(exclude_none=True)
+    settings = (
+        dict(http_options or {})
+        if not isinstance(http_options, types.HttpOptions)
+        else (http_options.model_dump(exclude_none=True))
     )
     if settings.get("retry_options") is not None:
         raise ConfigError(
@@ -194,19 +196,23 @@ def gemini_client(
                 )
         vertex = bool(options.get("vertexai") or options.get("enterprise"))
         profile = "vertex" if vertex else "gemini"
-        asynchronous = _is_async(governor)
-        place = {"priority": priority, "tenant": tenant}
+        from .._async.governor import AsyncGovernor
         from ..transport import AsyncGovernedTransport, GovernedTransport
 
+        _is_async(governor)  # a ConfigError for anything else
         # The SDK builds (and closes) its clients over the governed transport; the transport
         # makes its inner one of the library the SDK picked.
-        if asynchronous:
+        if isinstance(governor, AsyncGovernor):
             settings["async_client_args"] = {
-                "transport": AsyncGovernedTransport(governor, retry=retry, holder=holder, profile=profile, **place)
+                "transport": AsyncGovernedTransport(
+                    governor, retry=retry, holder=holder, profile=profile, priority=priority, tenant=tenant
+                )
             }
         else:
             settings["client_args"] = {
-                "transport": GovernedTransport(governor, retry=retry, holder=holder, profile=profile, **place)
+                "transport": GovernedTransport(
+                    governor, retry=retry, holder=holder, profile=profile, priority=priority, tenant=tenant
+                )
             }
     return genai.Client(http_options=types.HttpOptions(**settings), **options)  # type: ignore[no-any-return]
 

@@ -263,7 +263,9 @@ class GovernorHook:
         super().__init__()
         self.governor, self._timeout, self._holder = governor, timeout, holder
 
-    async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any) -> Any:
+    async def async_pre_call_hook(
+        self, user_api_key_dict: Any, cache: Any, data: dict[str, Any], call_type: Any
+    ) -> Any:
         if call_type not in ("completion", "acompletion", "text_completion", "embeddings", "aembedding", "responses"):
             return data
         lease = await self.governor.acquire(timeout=self._timeout, holder=self._holder, tokens=estimate(data))

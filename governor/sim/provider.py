@@ -657,8 +657,9 @@ class MockProvider:
                 web.post("/openai/deployments/{deployment}/chat/completions", self._azure),
                 web.post("/{version}/models/{call}", self._gemini),
                 web.post("/{version}/publishers/google/models/{call}", self._gemini),
-                web.post("/{version}/projects/{project}/locations/{location}/publishers/google/models/{call}",
-                         self._gemini),
+                web.post(
+                    "/{version}/projects/{project}/locations/{location}/publishers/google/models/{call}", self._gemini
+                ),
                 web.post("/model/{model}/converse", self._converse),
                 web.post("/model/{model}/converse-stream", self._converse),
                 web.get("/v1/models", self._models),
@@ -1000,8 +1001,14 @@ class MockProvider:
             self.record.responses.append((arrival, self.now(), kind))
         headers = self._headers(call.api, arrival)
         if call.api == GEMINI:
-            return _gemini_error(call, kind, reason, self._retry_after_value(wait), self._refusal_message(
-                call, kind, reason, wait) if kind not in (QUOTA,) else "", headers)
+            return _gemini_error(
+                call,
+                kind,
+                reason,
+                self._retry_after_value(wait),
+                "" if kind == QUOTA or reason is None else self._refusal_message(call, kind, reason, wait),
+                headers,
+            )
         if call.api == BEDROCK:
             return _bedrock_error(kind, reason, headers)
         if kind == QUOTA:
@@ -1694,8 +1701,10 @@ def _gemini_error(
     """A 429 ``RESOURCE_EXHAUSTED`` in Google's shape: QuotaFailure (which quota),
     Help, RetryInfo (``retryDelay`` when there is a wait to name); no rate-limit headers."""
     if kind == QUOTA and reason is None:  # billing: the free tier's "check your plan" error
-        quota, text = "GenerateRequestsPerDayPerProjectPerModel-FreeTier", (
-            "You exceeded your current quota, please check your plan and billing details.")
+        quota, text = (
+            "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+            ("You exceeded your current quota, please check your plan and billing details."),
+        )
     else:
         quota = GEMINI_QUOTAS.get(reason or "concurrency", GEMINI_QUOTAS["concurrency"])
         text = f"You exceeded your current quota, please check your plan and billing details. {message}".strip()
@@ -1762,9 +1771,9 @@ __all__ = [
     "ANTHROPIC",
     "AZURE",
     "BEDROCK",
+    "CALL_TAG",
     "GEMINI",
     "HEADERLESS",
-    "CALL_TAG",
     "INPUT",
     "KINDS",
     "LIMITED",
