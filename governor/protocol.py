@@ -176,7 +176,7 @@ STEP = Kind("STEP", "int", 1, MAX_INT)  #: a probe step
 KINDS: tuple[Kind, ...] = (COUNT, LEVEL, CEILING, POSITIVE, FLAG, SHARE, TEXT, DURATION, STEP)
 
 
-#: the queue's order (lua/lib/admission.lua): a waiter's score is ``band *
+#: the queue's order (lua/lib/queue.lua): a waiter's score is ``band *
 #: QUEUE_BAND + tag``; band 0 holds the aged waiters (they waited
 #: GovernorConfig.aging), band r + 1 the class of rank r (0: the highest), so
 #: ``ZRANGE queue 0 0`` is the head: a higher class first, then the smaller
@@ -192,7 +192,7 @@ QUANTUM = 1000
 MAX_CLASSES = 7
 MAX_WEIGHT = 1000
 
-#: caps and the reserve (lua/lib/admission.lua): ``held`` counts the leases
+#: caps and the reserve (lua/lib/shares.lua): ``held`` counts the leases
 #: of each tenant with a cap (GovernorConfig.tenant_caps) and, under
 #: LOWER_HELD (no tenant's name), of the classes below the highest while a
 #: reserve is set (GovernorConfig.reserve), from the grant until the lease

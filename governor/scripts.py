@@ -52,8 +52,19 @@ OPERATIONS: tuple[str, ...] = (
 #: operations that never write: Redis runs them when out of memory, and on replicas
 READ_ONLY: frozenset[str] = frozenset({"status"})
 COMMON = "common"
-#: the fragments of lua/lib/, in the order the library includes them
-FRAGMENTS: tuple[str, ...] = ("admission", "policy", "admin", "config")
+#: the fragments of lua/lib/, one per concern, in the order the library includes them: each after
+#: common and the fragments its "Uses" line names (tests/test_protocol.py checks both)
+FRAGMENTS: tuple[str, ...] = (
+    "budgets",
+    "shares",
+    "capacity",
+    "upkeep",
+    "admission",
+    "queue",
+    "policy",
+    "admin",
+    "config",
+)
 #: a Redis error reply that means the library is not loaded on that server
 MISSING_FUNCTION = "Function not found"
 
@@ -150,7 +161,7 @@ def library() -> str:
 
 def where(line: int) -> str:
     """The file and line a line of the library comes from, e.g.
-    ``lua/lib/admission.lua:42`` (Redis names lines of the whole library;
+    ``lua/lib/queue.lua:42`` (Redis names lines of the whole library;
     an operation's lines are off by one, for its wrapping line)."""
     first = 2  # line 1 is the "#!lua name=..." line
     for name, text in parts():

@@ -1,6 +1,6 @@
 --[[ report.lua: one outcome of a provider call; feeds the window and policy.
 
-Uses    lib/admission.lua, lib/policy.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/policy.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now             int ms or ''  injected clock, '' for Redis TIME
@@ -25,12 +25,12 @@ ARGV
                           order requests, tokens, input_tokens, output_tokens:
                           the response's rate-limit figures (either may be
                           empty; governor/headers.py reads them), which
-                          calibrate that budget (calibrate() of lib/admission.lua)
+                          calibrate that budget (calibrate() of lib/budgets.lua)
 Reply
-  {2, 'reported'}  recorded (and the lease released if asked)
-  {2, 'lost'}      the lease was not live: nothing recorded (any remains of
+  {SCHEMA, 'reported'}  recorded (and the lease released if asked)
+  {SCHEMA, 'lost'}      the lease was not live: nothing recorded (any remains of
                    it are removed when a release was asked)
-  {2, 'missing'}   no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
 local outcome = ARGV[3]
@@ -78,7 +78,7 @@ keep_alive()
 -- when it is given back while held counts leases (caps, a reserve).
 local settles = lease and usage and #active_budgets() > 0
 local counted = release and redis.call('EXISTS', K.held) == 1
-if counted then guard(13) end
+if counted then guard(K.held) end
 local lease_record = nil
 if settles or counted then lease_record = record_parse(redis.call('HGET', K.holders, lease)) end
 local known = release and (lease_record ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)
@@ -93,7 +93,7 @@ end
 if lease then
   local expiry = tonumber(redis.call('ZSCORE', K.leases, lease))
   if not expiry or expiry <= NOW then
-    if waiting then guard_grant(false, 7, 5) end  -- waiters, holders (and what grant() adds)
+    if waiting then guard_grant(false, K.waiters, K.holders) end  -- (and what grant() adds)
     give_back()
     if waiting then grant() end  -- its tenant's first parked waiter may be back in the queue
     return finish({SCHEMA, 'lost'})
@@ -102,10 +102,10 @@ end
 
 local rl, total
 if outcome ~= 'q' then rl, total = window() end  -- reads tell the window keys' types
-guard(10)  -- events: the policy may log after the first write
-if not lease then guard(4) end  -- leases: the policy and grant() count it after the first write
-if waiting then guard_grant(false, 7) end  -- waiters (and what grant() adds): written by grant()
-if waiting and not release then guard(5) end  -- holders: grant() reads the head's record (else HEXISTS told)
+guard(K.events)  -- the policy may log after the first write
+if not lease then guard(K.leases) end  -- the policy and grant() count it after the first write
+if waiting then guard_grant(false, K.waiters) end  -- (and what grant() adds): written by grant()
+if waiting and not release then guard(K.holders) end  -- grant() reads the head's record (else HEXISTS told)
 reclaim()
 if outcome == 'q' then
   set('state', 'quota_exhausted', S.quota_exhausted + 1)

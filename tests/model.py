@@ -161,7 +161,7 @@ class Model:
     def policy(self) -> Policy:
         return POLICIES[self.raw_config["policy"]]
 
-    # -- helpers (lua/lib/common.lua, lua/lib/admission.lua) ------------------
+    # -- helpers (lua/lib/common.lua) ------------------
 
     def in_flight(self) -> int:
         return sum(1 for e in self.leases.values() if e > self.now)
@@ -291,7 +291,7 @@ class Model:
                 return f"at capacity below the highest class: {others} in flight of {capacity} - {reserve} reserved"
         return None
 
-    # -- caps and the reserve (lua/lib/admission.lua) ---------------------------
+    # -- caps and the reserve (lua/lib/shares.lua) ---------------------------
 
     def _cap_of(self, tenant: str) -> tuple[int, int] | None:
         """(cap, slot) of ``tenant`` in the stored tenant_caps, or None."""
@@ -376,7 +376,7 @@ class Model:
             for _ in range(n - self.held.get(tenant, 0)):
                 self._unpark(tenant)
 
-    # -- budgets (governor/budgets.py; the token buckets of lua/lib/admission.lua) --
+    # -- budgets (governor/budgets.py; the token buckets of lua/lib/budgets.lua) --
 
     def active(self) -> list[str]:
         return [k for k in self.S["budgets"].split(",") if k]

@@ -189,7 +189,7 @@ def _lua_fields() -> dict[str, dict[str, set[str]]]:
         for name, body in re.findall(r"local (ADMIT|WRITE|REPORT|PAUSE_FIELDS|STATUS_LOAD|VTIMES) = \{([^}]*)\}", code):
             for field in _quoted(body):
                 add("state", field, f"{where} {name}")
-        # each budget kind's fields: budget_fields(kind) of lib/admission.lua, for every kind of BUDGET_KINDS
+        # each budget kind's fields: budget_fields(kind) of lib/budgets.lua, for every kind of BUDGET_KINDS
         for kinds in re.findall(r"local BUDGET_KINDS = \{([^}]*)\}", code):
             (names,) = re.findall(r"local function budget_fields\(kind\)\s*return ([^\n]*)", code)
             for kind in _quoted(kinds):

@@ -1,9 +1,9 @@
 --[[ lib/admin.lua: what the rarely run scripts share.
 
-Uses lib/common.lua and lib/admission.lua. load_all() reads and checks
-every field of the three hashes (HGETALL each); status_reply() is the
-reply of status, probe and the operator scripts (which also call
-check_types() of lib/common.lua before they write).
+Uses lib/common.lua, lib/budgets.lua, lib/admission.lua.
+load_all() reads and checks every field of the three hashes (HGETALL each);
+status_reply() is the reply of status, probe and the operator scripts (which
+also call check_types() of lib/common.lua before they write).
 ]]
 
 -- Every field of the state, config and policy hashes, each checked (see
