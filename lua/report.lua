@@ -21,11 +21,11 @@ ARGV
   ARGV[8] usage           "input,output" or ''  the tokens the call used
                           (governor.budgets.Tokens.arg): settles the live
                           lease's reservation in every budget
-  ARGV[9..12] limits      "limit,remaining" or ''  per budget kind, in the
-                          order requests, tokens, input_tokens, output_tokens:
-                          the response's rate-limit figures (either may be
-                          empty; governor/headers.py reads them), which
-                          calibrate that budget (calibrate() of lib/budgets.lua)
+  ARGV[9..] limits        kind, "limit,remaining" pairs, one per budget kind
+                          (BUDGET_KINDS) the response announced: its
+                          rate-limit figures (either may be empty;
+                          governor/headers.py reads them), which calibrate
+                          that budget (calibrate() of lib/budgets.lua)
 Reply
   {SCHEMA, 'reported'}  recorded (and the lease released if asked)
   {SCHEMA, 'lost'}      the lease was not live: nothing recorded (any remains of
@@ -46,16 +46,20 @@ local release = lease ~= nil and ARGV[7] == '1'
 local usage = nil
 if ARGV[8] ~= nil and ARGV[8] ~= '' then usage = arg_tokens(8, 'usage') end
 local limits = {}  -- {kind, limit or nil, remaining or nil}
-for i, kind in ipairs(BUDGET_KINDS) do
-  local v = ARGV[8 + i]
-  if v ~= nil and v ~= '' then
-    local l, r = string.match(v, '^(%d*),(%d*)$')
-    local limit, remaining = tonumber(l), tonumber(r)
-    if not l or (l == '' and r == '') or (limit or 0) > MAX_INT or (remaining or 0) > MAX_INT then
-      fail('BADARG', kind .. ' limits must be "limit,remaining" integers (either empty), got ' .. tostring(v))
-    end
-    limits[#limits + 1] = {kind, limit, remaining}
+if #ARGV > 8 and (#ARGV - 8) % 2 ~= 0 then fail('BADARG', 'report takes its limits as (kind, "limit,remaining") pairs') end
+for i = 9, #ARGV, 2 do
+  local kind, v = ARGV[i], ARGV[i + 1]
+  if not KIND_OF[kind] or (limits[kind]) then
+    fail('BADARG', 'limits name each budget kind at most once, one of ' .. table.concat(BUDGET_KINDS, ', ')
+      .. ', got ' .. tostring(kind))
   end
+  local l, r = string.match(v, '^(%d*),(%d*)$')
+  local limit, remaining = tonumber(l), tonumber(r)
+  if not l or (l == '' and r == '') or (limit or 0) > MAX_INT or (remaining or 0) > MAX_INT then
+    fail('BADARG', kind .. ' limits must be "limit,remaining" integers (either empty), got ' .. tostring(v))
+  end
+  limits[kind] = true
+  limits[#limits + 1] = {kind, limit, remaining}
 end
 clock()
 if not load(REPORT) then return missing_reply() end

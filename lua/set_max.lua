@@ -17,7 +17,7 @@ Reply
 ]]
 
 local n = arg_int(3, 'max_capacity', 1)
-if n > 1000000 then fail('BADARG', 'max_capacity must be <= 1000000') end
+if n > MAX_CAPACITY then fail('BADARG', 'max_capacity must be <= ' .. MAX_CAPACITY) end
 clock()
 check_types()
 if not load_all() then return missing_reply() end

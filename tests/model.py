@@ -628,6 +628,7 @@ class Model:
             "policy": C["policy"],
             "capacity": S["capacity"],
             "max_capacity": C["max_capacity"],
+            "reserve": C["reserve"],
             "paused": S["paused"],
             "pause_kind": S["pause_kind"],
             "pause_reason": S["pause_reason"],
@@ -881,10 +882,9 @@ class Model:
         release = lease_id != "" and a[4] == "1"
         usage = parse_tokens(a[5]) if len(a) > 5 and a[5] else None
         limits = []
-        for kind, figures in zip(BUDGET_KINDS, a[6:10], strict=False):
-            if figures:
-                limit, remaining = figures.split(",")
-                limits.append((kind, int(limit) if limit else None, int(remaining) if remaining else None))
+        for kind, figures in zip(a[6::2], a[7::2], strict=True):  # kind, "limit,remaining" pairs
+            limit, remaining = figures.split(",")
+            limits.append((kind, int(limit) if limit else None, int(remaining) if remaining else None))
         if self.state is None:
             return [SCHEMA, "missing"]
         S = self.S

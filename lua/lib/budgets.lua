@@ -1,7 +1,7 @@
 --[[ lib/budgets.lua: the token buckets beside concurrency.
 
 Uses lib/common.lua.
-Defines: BUDGET_KINDS, budget_fields, budget_cost, active_budgets,
+Defines: KIND_OF, budget_fields, budget_cost, active_budgets,
 capacity_of, budget_level, set_level, settle, calibrate. A call reads the
 active kinds' fields once (CALL.active), only when some are active, so a
 governor without budgets pays one field (S.budgets).
@@ -13,7 +13,6 @@ governor without budgets pays one field (S.budgets).
 -- limit), <kind>_level at <kind>_at ms, <kind>_source. S.budgets lists the
 -- active kinds; a call reads their fields once (active_budgets), only when
 -- some are active, so a governor without budgets pays one field.
-local BUDGET_KINDS = {'requests', 'tokens', 'input_tokens', 'output_tokens'}
 local KIND_OF = {}
 for i = 1, #BUDGET_KINDS do KIND_OF[BUDGET_KINDS[i]] = true end  -- (no ipairs at load time)
 
@@ -23,10 +22,8 @@ end
 
 -- What one lease of `tokens` takes from budget `kind`.
 local function budget_cost(kind, tokens)
-  if kind == 'requests' then return 1 end
-  if kind == 'tokens' then return tokens.input + tokens.output end
-  if kind == 'input_tokens' then return tokens.input end
-  return tokens.output
+  local cost = BUDGET_COST[kind]
+  return cost[1] + cost[2] * tokens.input + cost[3] * tokens.output
 end
 
 -- The active kinds, their fields read (needs S.budgets: load it).

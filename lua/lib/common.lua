@@ -92,10 +92,6 @@ local CREATED       -- keys the call may have created: they get their expiry at 
 -- valid id), so they are not deleted when the last lease goes and keep the
 -- expiry touch_all gave them: acquiring into an empty fleet sets none.
 local SENTINEL = '~'
-local KEY_NAMES = {'state', 'config', 'policy', 'leases', 'holders', 'queue', 'waiters', 'attempts', 'limited',
-  'events', 'aging', 'shares', 'held', 'parked'}
-local TYPES = {'hash', 'hash', 'hash', 'zset', 'hash', 'zset', 'zset', 'zset', 'zset', 'stream', 'zset', 'zset',
-  'hash', 'zset'}
 
 local function begin(keys, argv)
   KEYS, ARGV = keys, argv
@@ -382,9 +378,6 @@ local function arg_tokens(i, what)
   end
   return {input = a, output = b}
 end
-
--- Each class's virtual time, by rank + 1: one state field per class (MAX_CLASSES).
-local VTIMES = {'vtime_0', 'vtime_1', 'vtime_2', 'vtime_3', 'vtime_4', 'vtime_5', 'vtime_6'}
 
 -- The place of a lease adopted from a lost state (its own was the lost state's).
 local ADOPTED = {rank = 0, tenant = DEFAULT_TENANT}

@@ -8,11 +8,6 @@ range here again (FIELDS), so a tampered client cannot store an absurd
 value; a missing, unknown or other policy's field is refused.
 ]]
 
-local BASE_CONFIG = {'policy', 'max_capacity', 'window_ms', 'resume_fraction', 'retry_after_cap_ms', 'idle_ms',
-  'log_length', 'priorities', 'default_priority', 'aging_ms', 'tenant_weights', 'default_weight', 'tenant_caps',
-  'reserve',
-  'requests_per_minute', 'tokens_per_minute', 'input_tokens_per_minute', 'output_tokens_per_minute'}
-
 -- Read name/value config pairs from ARGV[first..]: the values as numbers
 -- (strings for policy), and the exact strings the client sent. Returns
 -- cfg, raw and the ordered names.
