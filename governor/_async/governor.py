@@ -63,7 +63,7 @@ from ..errors import (
 )
 from ..headers import parse as parse_headers
 from ..protocol import ms
-from ..scripts import MISSING_FUNCTION, function_name, library, library_name
+from ..scripts import MISSING_FUNCTION, function_name, library, library_name, locate
 
 # sync: from ._compat import Semaphore, shielded
 from ._compat import AcquireContext, Semaphore, shielded
@@ -821,7 +821,7 @@ class AsyncGovernor:
 
     async def _run(self, call: Call[T]) -> Any:
         try:
-            with map_errors(self.name):
+            with map_errors(self.name, locate):
                 reply, confirmed = await self._send(call)
         except WrongKeyType as error:
             raise await self._which_key(error) from error

@@ -56,7 +56,7 @@ from ..errors import (
 )
 from ..headers import parse as parse_headers
 from ..protocol import ms
-from ..scripts import MISSING_FUNCTION, function_name, library, library_name
+from ..scripts import MISSING_FUNCTION, function_name, library, library_name, locate
 
 from ._compat import Semaphore, shielded
 from .background import _Background, _Waiter
@@ -809,7 +809,7 @@ class Governor:
 
     def _run(self, call: Call[T]) -> Any:
         try:
-            with map_errors(self.name):
+            with map_errors(self.name, locate):
                 reply, confirmed = self._send(call)
         except WrongKeyType as error:
             raise self._which_key(error) from error
