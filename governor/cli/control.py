@@ -17,8 +17,9 @@ from ..core import Status
 from ..errors import ConfigError
 from ..policies import POLICY_NAMES, REGISTRY, Policy
 from ..protocol import MAX_CAP, MAX_WEIGHT, STATUS_FIELDS, ms, validate_tenant
+from ..views import SharesSettings
 from .app import App, F, command, fail, global_options, json_option, pass_app
-from .render import SharesSettings, aging_line, emit_json, shown, span, state_line, status_dict, weights_line, when
+from .render import aging_line, emit_json, shown, span, state_line, status_dict, weights_line, when
 
 #: status reply fields that traffic moves between any two reads: not compared
 MOVING = ("now", "epoch", "created", "fence", "in_flight", "queued", "quota_exhausted", "quota_at")
