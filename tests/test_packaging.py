@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import redis
 
-from governor import protocol
+from governor import policies, protocol
 from governor.scripts import (
     COMMON,
     FRAGMENTS,
@@ -223,10 +223,10 @@ def _lua_fields() -> dict[str, dict[str, set[str]]]:
 
 def test_every_field_the_lua_names_is_a_protocol_field_of_that_hash() -> None:
     """One vocabulary: a field the Lua reads or writes is a field of that
-    hash in governor.protocol.fields() (with governor/policies.py's), and
+    hash in governor.policies.fields() (with governor/policies.py's), and
     every protocol field is used by some Lua."""
     found = _lua_fields()
-    known = protocol.fields()
+    known = policies.fields()
     assert set(found) == set(known)
     problems = []
     for hash_name, used in found.items():

@@ -35,6 +35,7 @@ from typing import Any
 
 from governor.budgets import KINDS as BUDGET_KINDS
 from governor.budgets import Tokens
+from governor.policies import all_fields
 from governor.protocol import (
     CONFIG,
     DEFAULT_TENANT,
@@ -46,7 +47,6 @@ from governor.protocol import (
     SCHEMA_VERSION,
     SENTINEL,
     HolderRecord,
-    all_fields,
 )
 
 from .model_policies import POLICIES, Policy
