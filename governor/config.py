@@ -344,7 +344,7 @@ def _within(name: str, value: float, low: float, high: float) -> None:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How ``Governor.call`` retries throttled calls (SPEC §5). Times in seconds."""
+    """How ``Governor.call`` retries throttled calls. Times in seconds."""
 
     #: calls in all, the first included; quota exhaustion is never retried
     max_attempts: int = 8

@@ -7,7 +7,7 @@ resume_level, pause, resume, recover, BUDGET_KINDS, budget_fields, active_budget
 settle, calibrate, CAPS_CONFIG, caps_config, cap_of, held, unhold, unpark, BUDGETS, never, blocked, add_lease, enqueue,
 guard_grant, grant.
 
-The rule (SPEC §3, §9): a caller is admitted when the governor is not
+The rule: a caller is admitted when the governor is not
 paused, no hold runs (not_before), every budget has room for the lease's
 cost, and nobody is queued ahead of it. blocked() is the rule, and the
 only place the reason a caller waits is worded; acquire, refresh and grant
