@@ -47,7 +47,7 @@ import redis
 from governor.cli import main as governor_cli
 from governor.protocol import SCHEMA_VERSION
 
-from .scripted_provider import OK, ScriptedProvider, openai_rate_limited
+from .support.scripted_provider import OK, ScriptedProvider, openai_rate_limited
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -214,6 +214,41 @@ def test_the_cli_reference_lists_every_operator_command() -> None:
     )
     for command in governor_cli.commands.values():
         assert isinstance(command, click.Command)
+
+
+def documented_commands() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """The operator commands (`governor [options] COMMAND ...` in a code span
+    or an indented line) and the benchmark commands (`python -m bench
+    COMMAND`) the pages name, each with the pages that name it."""
+    operator: dict[str, set[str]] = {}
+    benchmark: dict[str, set[str]] = {}
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        where = str(page.relative_to(ROOT))
+        for match in re.finditer(r"`governor ([^`]+)`|^ {4}governor (.+)$", text, re.M):
+            words = (match.group(1) or match.group(2)).split()
+            i = 0
+            while i < len(words) and words[i].startswith("-"):  # the global options: --json, or one with a value
+                i += 1 if words[i] == "--json" else 2
+            if i < len(words):
+                operator.setdefault(words[i], set()).add(where)
+        for match in re.finditer(r"python -m bench ([a-z][a-z-]*)", text):
+            benchmark.setdefault(match.group(1), set()).add(where)
+    return operator, benchmark
+
+
+def test_every_command_the_pages_name_exists() -> None:
+    operator, benchmark = documented_commands()
+    unknown = {name: pages for name, pages in operator.items() if name not in governor_cli.commands}
+    assert not unknown, f"no such governor command: {unknown}"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    listed = set(re.findall(r"^  ([a-z][a-z-]*)  ", done.stdout.split("Commands:", 1)[1], re.M))
+    assert {"demo", "swarm", "bench"} <= listed, done.stdout
+    unknown = {name: pages for name, pages in benchmark.items() if name not in listed}
+    assert not unknown, f"no such command of python -m bench: {unknown}"
 
 
 def operating_fields(hash_name: str) -> list[str]:

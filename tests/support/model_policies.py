@@ -1,8 +1,8 @@
-"""The reference model's policies (SPEC §4), one unit each, as in the
+"""The reference model's policies, one unit each, as in the
 POLICIES table of ``lua/lib/policy.lua``: ``seed`` halves, pauses, +1 per
 streak; ``adaptive`` starts low, learns the lowest refused in-flight level
 (ceiling), holds just below it and probes it; ``fixed`` never moves capacity. Each entry
-acts on a :class:`tests.model.Model` (its state, config and policy hashes).
+acts on a :class:`tests.support.model.Model` (its state, config and policy hashes).
 """
 
 from __future__ import annotations
