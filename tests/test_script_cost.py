@@ -1,4 +1,4 @@
-"""A guard on script cost (SPEC §2): with 10,000 leases, 10,000 waiters and
+"""A guard on script cost: with 10,000 leases, 10,000 waiters and
 10,000 window events, the worst call of every script stays far below
 Redis's busy-script threshold (5 s), so one governor never blocks Redis.
 

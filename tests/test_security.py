@@ -3,7 +3,7 @@ and hostile state or arguments (a key of the wrong type, an absurd config
 sent straight to the library's functions, malformed ids) that must give a
 clear error and change nothing.
 
-The worker ACL (also in the README, "Guarantees and failure modes"):
+The worker ACL (also in docs/operating.md, "Security"):
 
     ACL SETUSER <user> reset on ><password>
         ~governor:v3:{<NAME>}:* &governor:v3:{<NAME>}:wake -@all
@@ -99,13 +99,13 @@ def test_the_acl_grants_exactly_the_commands_the_scripts_call() -> None:
     assert not re.search(r"redis\.p?call\(\s*[^'\s]", source), "a redis.call whose command is not a literal"
     used = {c.lower() for c in re.findall(r"redis\.p?call\(\s*'([A-Za-z]+)'", source)}
     granted = set(WORKER_SCRIPT_COMMANDS)
-    assert used <= granted, f"the library calls {sorted(used - granted)}: add them to the worker ACL (README too)"
+    assert used <= granted, f"the library calls {sorted(used - granted)}: add them to the worker ACL (and its page)"
     assert granted <= used, f"the library calls {sorted(granted - used)} no more: drop them from the worker ACL"
 
 
-def test_the_readme_acl_is_the_tested_one() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = readme[readme.index("ACL SETUSER gov-worker") :].split("\n\n", 1)[0]
+def test_the_documented_acl_is_the_tested_one() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "operating.md").read_text()
+    block = page[page.index("ACL SETUSER gov-worker") :].split("\n\n", 1)[0]
     granted = set(re.findall(r"\+([a-z|]+)", block))
     assert granted == set(WORKER_CLIENT_COMMANDS) | set(WORKER_SCRIPT_COMMANDS)
 
