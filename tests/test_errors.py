@@ -182,13 +182,13 @@ def test_locate_rewrites_every_user_function_line() -> None:
 
 
 def test_map_errors_names_the_lua_file_and_line_of_a_library_fault() -> None:
-    line = _first_line_of("lua/lib/admission.lua", "local function record_format(")
+    line = _first_line_of("lua/lib/common.lua", "local function record_format(")
     text = f"ERR user_function:{line}: attempt to compare nil with number script: f, on @user_function:{line}."
     with pytest.raises(StateError) as caught, map_errors("g", locate):
         raise redis.exceptions.ResponseError(text)
-    assert "lua/lib/admission.lua:" in str(caught.value) and "user_function" not in str(caught.value)
-    body = (LUA / "lib" / "admission.lua").read_text().split("\n")
-    at = int(str(caught.value).split("lua/lib/admission.lua:")[1].split(":")[0])
+    assert "lua/lib/common.lua:" in str(caught.value) and "user_function" not in str(caught.value)
+    body = (LUA / "lib" / "common.lua").read_text().split("\n")
+    at = int(str(caught.value).split("lua/lib/common.lua:")[1].split(":")[0])
     assert body[at - 1].startswith("local function record_format(")
 
 

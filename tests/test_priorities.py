@@ -1,5 +1,5 @@
 """Priority classes, aging and weighted fair shares between tenants, in the
-fleet's one queue (lua/lib/admission.lua): real Redis and fakeredis, an
+fleet's one queue (lua/lib/queue.lua): real Redis and fakeredis, an
 injected clock, one slot handed over at a time so the order is exact."""
 
 from __future__ import annotations

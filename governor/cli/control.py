@@ -16,7 +16,7 @@ from ..config import GovernorConfig, parse_weights
 from ..core import Status
 from ..errors import ConfigError
 from ..policies import POLICY_NAMES, REGISTRY, Policy
-from ..protocol import MAX_CAP, MAX_WEIGHT, STATUS_FIELDS, ms, validate_tenant
+from ..protocol import MAX_CAP, MAX_CAPACITY, MAX_WEIGHT, STATUS_FIELDS, ms, validate_tenant
 from ..views import SharesSettings
 from .app import App, F, command, fail, global_options, json_option, pass_app
 from .render import aging_line, emit_json, shown, span, state_line, status_dict, weights_line, when
@@ -110,7 +110,7 @@ def parse_duration(ctx: click.Context, param: click.Parameter, value: str | None
 
 
 @command("set-max")
-@click.argument("n", type=click.IntRange(min=1, max=1_000_000))
+@click.argument("n", type=click.IntRange(min=1, max=MAX_CAPACITY))
 @json_option
 @global_options()
 @pass_app
