@@ -90,6 +90,19 @@ class Tokens:
             raise ConfigError(f"{what} must be a Tokens, an integer or None, got {value!r}")
         return cls(input=_count(what, value))
 
+    def cost(self, kind: str) -> int:
+        """What a lease of these tokens takes from budget ``kind`` (the Lua's
+        costs are generated from it: governor/scripts.py)."""
+        if kind == "requests":
+            return 1
+        if kind == "tokens":
+            return self.total
+        if kind == "input_tokens":
+            return self.input
+        if kind == "output_tokens":
+            return self.output
+        raise ConfigError(f"unknown budget kind {kind!r}: use one of {', '.join(KINDS)}")
+
     def arg(self) -> str:
         """The scripts' form: ``"input,output"``."""
         return f"{self.input},{self.output}"

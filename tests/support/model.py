@@ -62,11 +62,6 @@ COST = 1
 NO_TOKENS = Tokens()
 
 
-def budget_cost(tokens: Tokens, kind: str) -> int:
-    """What a lease of ``tokens`` takes from budget ``kind``."""
-    return {"requests": 1, "tokens": tokens.total, "input_tokens": tokens.input, "output_tokens": tokens.output}[kind]
-
-
 def parse_tokens(arg: str | None) -> Tokens:
     """ARGV tokens: "input,output", '' (or absent) for none."""
     if not arg:
@@ -401,7 +396,7 @@ class Model:
         self.S[f"{kind}_at"] = self.now
 
     def _bucket_room(self, kind: str, tokens: Tokens) -> tuple[str | None, int]:
-        cost = budget_cost(tokens, kind)
+        cost = tokens.cost(kind)
         level, capacity = self.budget_level(kind), self._capacity_of(kind)
         need = min(cost, capacity)
         if level >= need:
@@ -412,18 +407,18 @@ class Model:
     def never(self, tokens: Tokens) -> str | None:
         """Why a lease of ``tokens`` can never be admitted: a cost above a budget's limit."""
         for kind in self.active():
-            cost, limit = budget_cost(tokens, kind), self.S[f"{kind}_limit"]
+            cost, limit = tokens.cost(kind), self.S[f"{kind}_limit"]
             if cost > limit:
                 return f"a cost of {cost} is above the {kind} budget's whole limit of {limit} per minute"
         return None
 
     def _take(self, tokens: Tokens) -> None:
         for kind in self.active():
-            self._set_level(kind, self.budget_level(kind) - budget_cost(tokens, kind))
+            self._set_level(kind, self.budget_level(kind) - tokens.cost(kind))
 
     def _settle(self, reserved: Tokens, used: Tokens) -> None:
         for kind in self.active():
-            delta = budget_cost(reserved, kind) - budget_cost(used, kind)
+            delta = reserved.cost(kind) - used.cost(kind)
             if delta != 0:
                 self._set_level(kind, min(self.budget_level(kind) + delta, self._capacity_of(kind)))
 
@@ -487,7 +482,7 @@ class Model:
         if place[0] > 0 and not aged and lower + 1 > S["capacity"] - self.C["reserve"]:
             raise ModelViolation(f"{lease_id} admitted into the reserve: {lower} below the highest class")
         for kind in self.active():
-            cost, level = budget_cost(tokens, kind), self.budget_level(kind)
+            cost, level = tokens.cost(kind), self.budget_level(kind)
             if cost > S[f"{kind}_limit"] or level < min(cost, self._capacity_of(kind)):
                 raise ModelViolation(f"{lease_id} admitted with {cost} {kind} wanted and {level} left")
         if self.leases.get(lease_id, 0) > self.now:
@@ -665,7 +660,7 @@ class Model:
             record = self._record(lease_id)
             if expiry > self.now and record is not None:
                 for kind in kinds:
-                    reserved[kind] += budget_cost(Tokens(record.input, record.output), kind)
+                    reserved[kind] += Tokens(record.input, record.output).cost(kind)
         out: list[str] = []
         for kind in kinds:
             level = self.budget_level(kind)
