@@ -53,7 +53,9 @@ from .model import Model, init_call, parse_hash
 #: operations run by every test of this module, for the report (-s prints them), and
 #: how often the random runs reached each budget path (the test fails if one never is)
 OPERATIONS = {"count": 0, "checks": 0, "budget_wait": 0, "refused": 0, "settled": 0, "calibrated": 0}
-OPERATIONS.update({"rank0": 0, "rank1": 0, "rank2": 0, "aged": 0, "parked": 0, "slow_start": 0})
+OPERATIONS.update({"rank0": 0, "rank1": 0, "rank2": 0, "aged": 0, "parked": 0, "slow_start": 0, "no_news": 0})
+#: the calls that may grow capacity without a report (no news is not bad news)
+NO_NEWS_SCRIPTS = ("acquire", "refresh", "probe")
 #: the queue's paths: waiters of each class, and aged ones
 QUEUE_PATHS = ("rank0", "rank1", "rank2", "aged")
 BUDGET_PATHS = ("refused", "settled", "calibrated")  #: budget waits: also the directed replay below
@@ -203,7 +205,10 @@ class GovernorMachine(RuleBasedStateMachine):
         """Run one script on Redis and on the model; the replies must agree."""
         OPERATIONS["count"] += 1
         real = fcall(self.client, self.g, call)
+        before = self.model.S["capacity"] if self.model.state is not None else 0
         expected = norm(self.model.call(call.script, call.args))
+        if call.script in NO_NEWS_SCRIPTS and before > 0 and self.model.state is not None:
+            OPERATIONS["no_news"] += self.model.S["capacity"] > before  # grown by time, no report
         assert comparable(call.script, real) == comparable(call.script, expected), (
             f"{call.script}{call.args[2:]}: Redis {real} != model {expected}"
         )
@@ -519,6 +524,8 @@ def test_the_scripts_agree_with_the_model(backend: str, redis_url: str, fake_ser
     assert all(ran[key] > 0 for key in BUDGET_PATHS), f"a budget path was never reached: {ran}"
     print(f"{backend}: adaptive starts below max_capacity (create, reset, configure, lost state): {ran['slow_start']}")
     assert ran["slow_start"] > 0, f"no adaptive governor started below max_capacity: {ran}"
+    print(f"{backend}: capacity grown by time, without a report: {ran['no_news']}")
+    assert ran["no_news"] > 0, f"capacity never grew by time: {ran}"
     print(f"{backend}: queue paths reached: " + ", ".join(f"{key} {ran[key]}" for key in QUEUE_PATHS))
     # aging is reached only sometimes (a lower class's waiter must outlive aging
     # while the slots stay taken): the directed replay below walks it every time
@@ -526,10 +533,12 @@ def test_the_scripts_agree_with_the_model(backend: str, redis_url: str, fake_ser
 
 
 def test_a_capacity_jump_admits_at_most_a_batch_per_call_like_the_model(redis_url: str) -> None:
-    """Beyond the random runs' small queues: 150 waiters, then capacity from 1 to 200."""
+    """Beyond the random runs' small queues: 150 waiters, then capacity from 1 to 200 (the fixed
+    policy follows a new max_capacity at once)."""
     client = redis.Redis.from_url(redis_url, socket_timeout=10)
     clock = FakeClock()
-    gov = Governor(client, f"model-batch-{uuid.uuid4().hex[:8]}", GovernorConfig(max_capacity=1), clock=clock)
+    config = GovernorConfig(max_capacity=1, policy="fixed")
+    gov = Governor(client, f"model-batch-{uuid.uuid4().hex[:8]}", config, clock=clock)
     client.function_load(library(), replace=True)
     model = Model()
 
