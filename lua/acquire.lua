@@ -1,6 +1,6 @@
 --[[ acquire.lua: ask for a lease; join the queue when it must wait.
 
-Uses    lib/admission.lua, lib/policy.lua (after lib/common.lua)
+Uses    lib/admission.lua (after lib/common.lua)
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
@@ -31,8 +31,6 @@ Reply
   admission rule's (blocked() of lib/admission.lua).
 Nobody waiting and room: admitted at once. A waiter's place in the queue
 is its class's band and its fair-queueing tag (lib/admission.lua enqueue).
-A caller turned away while every slot is taken may grow capacity by time
-first (no_news of lib/policy.lua: nothing refused for a while).
 ]]
 
 local id = arg_id(3, 'id')
@@ -87,19 +85,6 @@ if in_queue then
 else
   local waiting = redis.call('ZCOUNT', K.waiters, LIVE, '+inf')  -- live waiters: dead ones never count
   local reason, hint = blocked(tokens, place)
-  -- Turned away: time at a full capacity with nothing refused may grow it
-  -- first (what a grant or a place in the queue reads, read before).
-  local grow = (reason or waiting > 0) and no_news(true)
-  if grow then
-    if mode == 'try' then
-      guard(5)  -- holders: a grant at once writes it
-    else
-      prepare(true, place.rank)
-      guard_grant(place.rank > 0 and C.aging_ms > 0, 6, 5, 4)
-    end
-    grow()
-    reason, hint = blocked(tokens, place)
-  end
   if waiting == 0 and not reason then
     -- Nobody waits and the rule admits: at once (FIFO holds trivially).
     return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens, place), ttl, S.epoch})

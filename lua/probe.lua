@@ -15,7 +15,7 @@ Reply
 clock()
 check_types()
 if not load_all() then return missing_reply() end
-local grow = no_news(false)
+local grow = no_news()
 keep_alive()
 reclaim(true)
 recover()

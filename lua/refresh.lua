@@ -27,7 +27,7 @@ clock()
 if not load(WRITE) then return missing_reply() end
 prepare()
 check_types()  -- one call per process per poll: cheap enough to check all
-local grow = no_news(false)
+local grow = no_news()
 keep_alive()
 
 reclaim()

@@ -253,18 +253,23 @@ class Model:
         elif S["paused_until"] > 0 and self.now >= S["paused_until"]:
             self._resume(S["saved_capacity"] if S["saved_capacity"] > 0 else self._resume_level())
 
-    def _no_news(self, turned_away: bool) -> Callable[[], None] | None:
-        """No news is not bad news (no_news of lua/lib/policy.lua): a caller
-        turned away (or a live waiter) while every slot is taken, no hold, no
-        rate-limited attempt in the window: the policy's growth by time, if due."""
+    def _no_news(self) -> Callable[[], None] | None:
+        """No news is not bad news (no_news of lua/lib/policy.lua): a live
+        waiter at the head of the queue while every slot is taken, no hold, no
+        rate-limited attempt in the window: the policy's growth by time, if due
+        (the head's wait is how long the demand has waited)."""
         S, C = self.S, self.C
         if S["capacity"] == 0 or self.now < S["not_before"]:
             return None
         if S["capacity"] >= C["max_capacity"] or self.in_flight() < S["capacity"]:
             return None
-        if not turned_away and self._queued() == 0:
+        order = _zsorted(self.queue)
+        if not order or self.waiters.get(order[0][0], 0) <= self.now:
             return None
-        grow = self.policy.no_news(self)
+        record = self._record(order[0][0])
+        if record is None:
+            return None
+        grow = self.policy.no_news(self, self.now - record.since_ms)
         if grow is None or self._window()[0] > 0:
             return None
         return grow
@@ -773,10 +778,6 @@ class Model:
             self.waiters[lease_id] = self.now + queue_ttl
         else:
             reason, hint = self.blocked(tokens, Place(rank, tenant))
-            grow = self._no_news(turned_away=True) if reason is not None or self._queued() > 0 else None
-            if grow is not None:  # turned away at a full capacity, nothing refused for a while: it grows first
-                grow()
-                reason, hint = self.blocked(tokens, Place(rank, tenant))
             if self._queued() == 0 and reason is None:  # nobody waits and the rule admits: at once
                 return [SCHEMA, "granted", self._admit(lease_id, ttl, holder, tokens, (rank, tenant)), ttl, S["epoch"]]
             if mode == "try":
@@ -800,7 +801,7 @@ class Model:
         queue_ttl = int(a[0])
         if self.state is None:
             return [SCHEMA, "missing"]
-        grow = self._no_news(turned_away=False)
+        grow = self._no_news()
         self._keep_alive()
         self._reclaim()
         self._recover()
@@ -946,7 +947,7 @@ class Model:
     def _op_probe(self, a: list[str]) -> list[Any]:
         if self.state is None:
             return [SCHEMA, "missing"]
-        grow = self._no_news(turned_away=False)
+        grow = self._no_news()
         self._keep_alive()
         self._reclaim(force=True)
         self._recover()

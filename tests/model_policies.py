@@ -41,9 +41,10 @@ class Policy:
     def success(self, m: Model, rl: int, total: int) -> None:
         """A success."""
 
-    def no_news(self, m: Model) -> Callable[[], None] | None:
-        """Callers wait at a full capacity, nothing refused in the window, no
-        hold: the growth by time due now, or None."""
+    def no_news(self, m: Model, waited: int) -> Callable[[], None] | None:
+        """Callers wait at a full capacity (the first in line for ``waited``
+        ms), nothing refused in the window, no hold: the growth by time due
+        now, or None."""
         return None
 
     def new_max(self, m: Model) -> None:
@@ -128,10 +129,11 @@ class Adaptive(Policy):
             self._probe(m)
 
     @staticmethod
-    def _probe_due(m: Model) -> bool:
+    def _probe_due(m: Model, waited: int | None = None) -> bool:
         S, C, P = m.S, m.C, m.P
         wait = P["probe_wait"] if S["capacity"] < P["ceiling"] else C["probe_ms"] // 2
-        return m.now - P["probe_at"] >= wait  # type: ignore[no-any-return]
+        since = m.now - P["probe_at"] if waited is None else min(m.now - P["probe_at"], waited)
+        return since >= wait  # type: ignore[no-any-return]
 
     @staticmethod
     def _probe(m: Model) -> None:
@@ -145,10 +147,10 @@ class Adaptive(Policy):
         P["probe_step"] = min(P["probe_step"] * 2, C["max_capacity"])
         m.set_capacity(S["capacity"] + step)
 
-    def no_news(self, m: Model) -> Callable[[], None] | None:
+    def no_news(self, m: Model, waited: int) -> Callable[[], None] | None:
         P = m.P
-        if P["ceiling"] == 0:  # the slow start without reports: doubles every probe interval
-            if m.now - P["probe_at"] < m.C["probe_ms"]:
+        if P["ceiling"] == 0:  # the slow start without reports: doubles every probe interval at capacity
+            if min(m.now - P["probe_at"], waited) < m.C["probe_ms"]:
                 return None
 
             def double() -> None:
@@ -156,7 +158,7 @@ class Adaptive(Policy):
                 m.set_capacity(m.S["capacity"] * 2)
 
             return double
-        if self._probe_due(m):  # a ceiling learnt, nothing refused for a window: a probe by time
+        if self._probe_due(m, waited):  # a ceiling learnt, nothing refused for a window: a probe by time
             return lambda: self._probe(m)
         return None
 

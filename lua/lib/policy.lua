@@ -15,10 +15,10 @@ it). Each entry:
                      a policy may lower it: a config stored afresh)
   limited(rl, total, fence)   a rate-limited attempt, not paused
   success(rl, total)          a success, not paused
-  no_news()          (or none) callers wait while every slot is taken,
-                     nothing was refused in the window and no Retry-After
-                     holds: nil, or the growth by time due now, a
-                     function(rl, total) (see no_news() below)
+  no_news(waited)    (or none) callers wait while every slot is taken, the
+                     first in line for `waited` ms, nothing was refused in
+                     the window and no Retry-After holds: nil, or the growth
+                     by time due now, a function(rl, total) (no_news() below)
   new_max(before)    max_capacity changed from `before`, not paused
 rl and total are the window's counts with this attempt; fence is the
 reporting lease's fence, or nil.
@@ -83,8 +83,10 @@ POLICIES.seed = {
 -- The adaptive policy's probe: due after probe_wait just below the ceiling
 -- (backed off while refused); at or above it (the limit rose) every half
 -- interval, the step doubling while the provider keeps accepting.
-local function probe_due()
-  return NOW - P.probe_at >= (S.capacity < P.ceiling and P.probe_wait or math.floor(C.probe_ms / 2))
+local function probe_due(waited)
+  local since = NOW - P.probe_at
+  if waited and waited < since then since = waited end
+  return since >= (S.capacity < P.ceiling and P.probe_wait or math.floor(C.probe_ms / 2))
 end
 
 local function probe(why, rl, total)
@@ -181,18 +183,18 @@ POLICIES.adaptive = {
       probe('probe above the ceiling', rl, total)
     end
   end,
-  no_news = function()
+  no_news = function(waited)
     if P.ceiling == 0 then
       -- The slow start without reports: every probe interval spent with
       -- callers waiting at capacity and nothing refused doubles capacity.
-      local since = NOW - P.probe_at
+      local since = math.min(NOW - P.probe_at, waited)
       if since < C.probe_ms then return nil end
       return function(rl, total)
         set('policy', 'probe_at', NOW)
         set_capacity(S.capacity * 2, 'nothing refused for ' .. since .. ' ms, callers waiting at capacity: double',
           rl, total, 'ceiling', 0)
       end
-    elseif probe_due() then
+    elseif probe_due(waited) then
       -- A ceiling learnt, but nothing refused for a window: the probe a
       -- streak of successes would make, due by time alone.
       return function(rl, total)
@@ -255,22 +257,26 @@ local function record(policy, outcome, fence, rl, total)
   end
 end
 
--- No news is not bad news: a caller must wait while every slot is taken,
--- no Retry-After holds and no rate-limited attempt is in the window, so
--- the policy's no_news() may grow capacity by time, whether or not callers
--- report (a lease may live for hours and end without a report). Called by
--- acquire (a caller turned away: `turned_away`), refresh and probe (a live
--- waiter), it reads what it needs before the caller's first write and
--- returns the function that applies it (after), or nil. Needs S.capacity
--- and S.not_before.
-local function no_news(turned_away)
+-- No news is not bad news: callers wait while every slot is taken, no
+-- Retry-After holds and no rate-limited attempt is in the window, so the
+-- policy's no_news() may grow capacity by time, whether or not callers
+-- report (a lease may live for hours and end without a report). How long
+-- the demand has waited is the head waiter's wait (its holder record's
+-- since): a level's time counts only while someone waits at it. Run by
+-- refresh and probe; it reads what it needs before the caller's first
+-- write and returns the function that applies it (after), or nil. Needs
+-- S.capacity and S.not_before.
+local function no_news()
   if S.capacity == 0 or NOW < S.not_before then return nil end
   local policy = the_policy()
   if not policy.no_news then return nil end
   more('config', 'log_length')
   if S.capacity >= C.max_capacity or in_flight() < S.capacity then return nil end
-  if not turned_away and redis.call('ZCOUNT', K.waiters, LIVE, '+inf') == 0 then return nil end
-  local grow = policy.no_news()
+  local head = redis.call('ZRANGE', K.queue, 0, 0)[1]
+  if not head or (tonumber(redis.call('ZSCORE', K.waiters, head)) or 0) <= NOW then return nil end
+  local m = record_parse(redis.call('HGET', K.holders, head))
+  if not m then return nil end
+  local grow = policy.no_news(NOW - m.since)
   if not grow then return nil end
   local rl, total = window()
   if rl > 0 then return nil end
