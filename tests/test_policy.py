@@ -1,4 +1,4 @@
-"""The adaptive policy (SPEC §4) on an injected clock: the seed's own unit
+"""The adaptive policy on an injected clock: the seed's own unit
 scenarios, carried over to the fleet API, then the default policy's rules.
 
 Every test runs on a real Redis and on fakeredis, with decode_responses off
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from governor import Governor, GovernorConfig, LeaseLost, Outcome, protocol
-from governor.inspect import read_events_after
+from governor.views import read_events_after
 from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
 
 from .conftest import RAW_BACKENDS, FakeClock
-from .servers import wait_until
+from .support.servers import wait_until
 
 S, R, E, Q = Outcome.SUCCESS, Outcome.RATE_LIMITED, Outcome.ERROR, Outcome.QUOTA_EXHAUSTED
 
@@ -623,7 +623,7 @@ def test_operator_pause_over_a_policy_pause_resumes_at_the_resume_level(make_gov
 
 
 def test_a_lost_lease_brings_no_hold_either(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
-    # Its holder stalled past the TTL: its news may be an hour old (SPEC §3).
+    # Its holder stalled past the TTL: its news may be an hour old.
     gov = make_gov(seed(max_capacity=8, lease_ttl=10), clock=clock)
     lease = gov.try_acquire()
     assert lease is not None
