@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from governor import Governor, GovernorConfig, LeaseLost, Outcome, protocol
-from governor.views import read_events_after
 from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
+from governor.views import read_events_after
 
 from .conftest import RAW_BACKENDS, FakeClock
 from .support.servers import wait_until
@@ -782,7 +782,7 @@ def test_plain_semaphore_use_reaches_max_capacity_without_a_report(make_gov: Mak
 
 
 @RAW_BACKENDS
-def test_a_launch_gate_of_128_reaches_max_capacity_within_three_probe_intervals(make_gov: MakeGov, sync_client, clock) -> None:  # type: ignore[no-untyped-def]
+def test_a_launch_gate_of_128_reaches_max_within_three_probe_intervals(make_gov: MakeGov, sync_client, clock) -> None:  # type: ignore[no-untyped-def]
     """128 callers holding their leases for minutes (sub-agents behind a
     launch gate), no report, the default 60 s window (a probe every 15 s)."""
     gov = make_gov(no_news_config(128), clock=clock)
@@ -803,7 +803,7 @@ def test_a_launch_gate_of_128_reaches_max_capacity_within_three_probe_intervals(
 
 
 @RAW_BACKENDS
-def test_a_429_or_a_retry_after_stops_the_growth_and_seed_never_grows_by_time(make_gov: MakeGov, sync_client, clock, name: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_429_or_a_retry_after_stops_the_growth_seed_never_grows(make_gov: MakeGov, sync_client, clock, name) -> None:  # type: ignore[no-untyped-def]
     def waiting_fleet(config: GovernorConfig, suffix: str, *before: Outcome) -> tuple[Governor, Fleet]:
         gov = make_gov(config, clock=clock, governor_name=f"{name}-{suffix}")
         report(gov, *before)

@@ -548,7 +548,10 @@ class AsyncGovernor:
         return self._found(await self._execute(self._core.status(create)))
 
     async def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
-        """Change the ceiling; applied at once unless paused (then on resume)."""
+        """Change the ceiling, keeping what the policy learnt: a lower one
+        applies at once, a higher one the adaptive policy approaches as it
+        approaches any (seed, fixed: capacity at it at once); while paused,
+        the resume uses it."""
         return self._found(await self._execute(self._core.set_max_capacity(n, create)))
 
     async def set_shares(

@@ -534,7 +534,10 @@ class Governor:
         return self._found(self._execute(self._core.status(create)))
 
     def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
-        """Change the ceiling; applied at once unless paused (then on resume)."""
+        """Change the ceiling, keeping what the policy learnt: a lower one
+        applies at once, a higher one the adaptive policy approaches as it
+        approaches any (seed, fixed: capacity at it at once); while paused,
+        the resume uses it."""
         return self._found(self._execute(self._core.set_max_capacity(n, create)))
 
     def set_shares(
