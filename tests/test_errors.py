@@ -192,7 +192,7 @@ def test_map_errors_names_the_lua_file_and_line_of_a_library_fault() -> None:
     assert body[at - 1].startswith("local function record_format(")
 
 
-def test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line(redis_url: str) -> None:
+def test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line(scratch_redis_url: str) -> None:
     """A copy of the library, loaded under another name with one line of
     lua/status.lua made to fail (in memory: lua/ is untouched), as Redis
     reports it: the error names lua/status.lua and that line."""
@@ -202,7 +202,7 @@ def test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line(redis_u
     assert lines[number - 1] == "clock()"
     lines[number - 1] = "clock() local broken = nil; broken = broken + 1"
     copy = "\n".join(lines).replace(library_name(), "governor_faulty_copy")
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client = redis.Redis.from_url(scratch_redis_url, decode_responses=True)
     try:
         client.function_load(copy, replace=True)
         keys = governor_keys("faulty-copy").keys
@@ -217,14 +217,14 @@ def test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line(redis_u
         client.close()
 
 
-def test_a_governor_names_the_lua_file_and_line_of_a_library_fault(redis_url: str) -> None:
+def test_a_governor_names_the_lua_file_and_line_of_a_library_fault(scratch_redis_url: str) -> None:
     """The governor's own calls locate a fault: the library is replaced, under
     its own name, by a copy whose lua/status.lua fails at one line."""
     lines = library().split("\n")
     number = _first_line_of("lua/status.lua", "clock()")
     lines[number - 1] = "clock() local broken = nil; broken = broken + 1"
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    gov = Governor.from_url(redis_url, "faulty-library")
+    client = redis.Redis.from_url(scratch_redis_url, decode_responses=True)
+    gov = Governor.from_url(scratch_redis_url, "faulty-library")
     try:
         client.function_load("\n".join(lines), replace=True)
         with pytest.raises(StateError) as caught:

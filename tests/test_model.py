@@ -45,9 +45,9 @@ from governor.core import Call
 from governor.errors import CostTooLarge
 from governor.policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
 from governor.protocol import QUEUE_BAND, SENTINEL, HolderRecord
-from governor.scripts import function_name, library
+from governor.scripts import function_name
 
-from .conftest import FakeClock
+from .conftest import FakeClock, load_library
 from .support.model import Model, init_call, parse_hash
 
 #: operations run by every test of this module, for the report (-s prints them), and
@@ -259,7 +259,7 @@ class GovernorMachine(RuleBasedStateMachine):
     def create(self, config: GovernorConfig) -> None:
         name = f"model-{uuid.uuid4().hex[:12]}"
         self.gov = Governor(self.client, name, config, clock=self.clock)
-        self.client.function_load(library(), replace=True)
+        load_library(self.client)
         self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
         self.pubsub.subscribe(self.gov.keys.channel)
         self.pubsub.get_message(timeout=5)  # the confirmation: we listen from here on
@@ -532,7 +532,7 @@ def test_a_capacity_jump_admits_at_most_a_batch_per_call_like_the_model(redis_ur
     clock = FakeClock()
     config = GovernorConfig(max_capacity=1, policy="fixed")
     gov = Governor(client, f"model-batch-{uuid.uuid4().hex[:8]}", config, clock=clock)
-    client.function_load(library(), replace=True)
+    load_library(client)
     model = Model()
 
     def both(call: Call[Any]) -> list[Any]:
@@ -568,7 +568,7 @@ def replay(client: Any, steps: list[Any], config: GovernorConfig | None = None) 
     clock = FakeClock()
     config = config or GovernorConfig(max_capacity=1, lease_ttl=10.0, poll=1.0, queue_ttl=3.0)
     gov = Governor(client, f"model-replay-{uuid.uuid4().hex[:8]}", config, clock=clock)
-    client.function_load(library(), replace=True)
+    load_library(client)
     model = Model()
     try:
         for step in [lambda core: init_call(core, holds_leases=False), *steps]:

@@ -30,6 +30,8 @@ from governor.scripts import (
     parts,
 )
 
+from .conftest import load_library
+
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua"
 
@@ -58,7 +60,9 @@ def test_the_wheel_ships_every_script(wheel: Path) -> None:
     assert "governor = governor.cli:main" in entry
 
 
-def test_the_installed_wheel_loads_its_scripts_and_runs_them(wheel: Path, tmp_path: Path, redis_url: str) -> None:
+def test_the_installed_wheel_loads_its_scripts_and_runs_them(
+    wheel: Path, tmp_path: Path, scratch_redis_url: str
+) -> None:
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
@@ -70,12 +74,12 @@ def test_the_installed_wheel_loads_its_scripts_and_runs_them(wheel: Path, tmp_pa
         "import governor, governor.scripts as s, sys;"
         f"assert governor.__file__.startswith({str(target)!r}), governor.__file__;"
         f"assert str(s._lua_dir()).startswith({str(target)!r}), s._lua_dir();"
-        f"g = governor.Governor.from_url({redis_url!r}, 'wheel-check');"
+        f"g = governor.Governor.from_url({scratch_redis_url!r}, 'wheel-check');"
         "print(g.status().schema, s.library_name()); g.close()"
     )
     # -S (no .pth files) and another cwd: the source tree stays out of the way.
     site_packages = sysconfig.get_paths()["purelib"]
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client = redis.Redis.from_url(scratch_redis_url, decode_responses=True)
     try:
         if client.function_list(library=library_name()):
             client.function_delete(library_name())  # the wheel's client must load the library itself
@@ -150,7 +154,7 @@ def test_status_alone_is_registered_no_writes() -> None:
 def test_redis_sees_the_flags_of_every_function(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        client.function_load(library(), replace=True)
+        load_library(client)
         (entry,) = [_pairs(e) for e in client.function_list(library=library_name())]
         flags = {_pairs(f)["name"]: set(_pairs(f)["flags"]) for f in entry["functions"]}
         assert flags == {function_name(op): ({"no-writes"} if op == "status" else set()) for op in OPERATIONS}
