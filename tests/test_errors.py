@@ -13,6 +13,7 @@ import pytest
 import redis.exceptions
 
 from governor import (
+    AcquireTimeout,
     ConfigError,
     Governor,
     GovernorConfig,
@@ -22,7 +23,7 @@ from governor import (
     StateError,
     WrongKeyType,
 )
-from governor.errors import error_from_reply, map_errors
+from governor.errors import duration, error_from_reply, map_errors
 from governor.protocol import governor_keys
 from governor.scripts import field_table, function_name, library, library_name, locate, parts, where
 
@@ -285,3 +286,23 @@ def test_every_error_is_a_governor_error() -> None:
     for cls in (ConfigError, GovernorUnavailable, StateError):
         assert issubclass(cls, GovernorError)
     assert issubclass(ConfigError, ValueError) and issubclass(GovernorUnavailable, ConnectionError)
+
+
+def test_durations_in_messages_print_rounded(make_gov: Callable[..., Any]) -> None:
+    """A timeout computed from a deadline (gov.call's retry deadline, a
+    transport's) is a float like 1.99999746699973: messages round it."""
+    assert [duration(s) for s in (1.99999746699973, 0.25, 0.0499999, 59.96, 3600.4)] == [
+        "2.0 s",
+        "0.2 s",
+        "50 ms",
+        "60.0 s",
+        "3600 s",
+    ]
+    gov = make_gov(GovernorConfig(max_capacity=1, policy="fixed"))
+    held = gov.try_acquire()
+    assert held is not None
+    with pytest.raises(AcquireTimeout) as caught:
+        with gov.acquire(timeout=0.0499999):
+            pass
+    assert "no lease within 50 ms (at capacity: 1 in flight of 1" in str(caught.value), str(caught.value)
+    held.release()

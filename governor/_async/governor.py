@@ -50,6 +50,7 @@ from ..errors import (
     LeaseLost,
     NotReplicated,
     StateError,
+    duration,
     map_errors,
 )
 from ..headers import parse as parse_headers
@@ -311,7 +312,7 @@ class AsyncGovernor:
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             raise AcquireTimeout(
-                f"governor {self.name!r}: no lease within {timeout} s "
+                f"governor {self.name!r}: no lease within {duration(timeout or 0.0)} "
                 f"({waiter.reason or 'queued'}; {waiter.position} ahead at last look)",
                 name=self.name,
             )

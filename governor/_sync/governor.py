@@ -41,6 +41,7 @@ from ..errors import (
     LeaseLost,
     NotReplicated,
     StateError,
+    duration,
     map_errors,
 )
 from ..headers import parse as parse_headers
@@ -299,7 +300,7 @@ class Governor:
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             raise AcquireTimeout(
-                f"governor {self.name!r}: no lease within {timeout} s "
+                f"governor {self.name!r}: no lease within {duration(timeout or 0.0)} "
                 f"({waiter.reason or 'queued'}; {waiter.position} ahead at last look)",
                 name=self.name,
             )
