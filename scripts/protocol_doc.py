@@ -124,11 +124,12 @@ def section_common() -> str:
 def section_library() -> str:
     rows = [
         f"- Library name: `{scripts.library_name()}` (`governor_v<schema>_<first 12 hex of the source's sha1>`); "
-        f"a function is called as `FCALL {scripts.library_name()}_<operation> {len(protocol.KEYS)} <keys...> <argv...>`.",
+        f"a function is called as `FCALL {scripts.library_name()}_<operation> {len(protocol.KEYS)} "
+        "<keys...> <argv...>`.",
         f"- Functions ({len(scripts.OPERATIONS)}): "
         + ", ".join(f"`{op}`" + (" (no-writes)" if op in scripts.READ_ONLY else "") for op in scripts.OPERATIONS)
         + ".",
-        f'- A Redis without the library answers an error containing `{scripts.MISSING_FUNCTION}`: load it with '
+        f"- A Redis without the library answers an error containing `{scripts.MISSING_FUNCTION}`: load it with "
         "`FUNCTION LOAD REPLACE <library text>` (on every primary of a cluster), then send the call again, once.",
         "- The library text is `governor.scripts.library()`; the Node package ships the same bytes "
         "(`clients/typescript/library.lua`).",

@@ -57,7 +57,9 @@ def generated() -> str:
         "// governor/scripts.py, governor/config.py, governor/policies.py, governor/classify.py,\n"
         "// governor/backoff.py, governor/estimate.py). Do not edit: run `python scripts/ts_sync.py`.\n",
         _const("SCHEMA_VERSION", protocol.SCHEMA_VERSION, "the schema of keys and replies (the v3 of every key)"),
-        _const("LIBRARY_NAME", scripts.library_name(), "the Functions library's name: the schema and its source's hash"),
+        _const(
+            "LIBRARY_NAME", scripts.library_name(), "the Functions library's name: the schema and its source's hash"
+        ),
         _const("DEFAULT_PREFIX", protocol.DEFAULT_PREFIX, "the first part of every key"),
         _const("KEYS", [list(k) for k in protocol.KEYS], "every key of a governor and its Redis type, in KEYS order"),
         _const("OPERATIONS", list(scripts.OPERATIONS), "the library's functions (FCALL <LIBRARY_NAME>_<op>)"),
@@ -98,7 +100,11 @@ def generated() -> str:
         ),
         _const("BUDGET_CONFIG_FIELDS", {k: config_field(k) for k in BUDGET_KINDS}, "each budget's config field"),
         _const("POLICIES", policies, "each policy's stored fields at the default window, and those that follow it"),
-        _const("NOTICE_HOLD", NOTICE_HOLD, "seconds a new state holds when others listen (init's notice_ms, capped by poll)"),
+        _const(
+            "NOTICE_HOLD",
+            NOTICE_HOLD,
+            "seconds a new state holds when others listen (init's notice_ms, capped by poll)",
+        ),
         _const(
             "RETRY_DEFAULTS",
             {f.name: getattr(retry, f.name) for f in dataclasses.fields(retry)},
