@@ -85,7 +85,18 @@ export interface Refreshed {
   readonly unknown: string[];
 }
 export interface Renewed { readonly epoch: string; readonly ok: string[]; readonly adopted: Map<string, number>; readonly lost: string[] }
-export type Status = Readonly<Record<string, string | number>> & { readonly budgets: readonly (readonly string[])[] };
+/** An active budget in a status reply. */
+export interface BudgetStatus {
+  readonly kind: string;
+  readonly limit: number;
+  readonly burst: number;
+  readonly level: number;
+  /** tokens (or requests) the live leases reserved */
+  readonly reserved: number;
+  readonly source: string;
+}
+/** A status reply: the fields of STATUS_FIELDS (numbers where they are counts or ms) and the active budgets. */
+export type Status = Readonly<Record<string, string | number>> & { readonly budgets: readonly BudgetStatus[] };
 
 export interface Wake {
   readonly epoch: string;
@@ -350,12 +361,18 @@ export class Core {
     if (kind === "missing") return MISSING;
     if (kind !== "status") throw this.unexpected(op, kind);
     this.seen();
-    const out: Record<string, string | number | string[][]> = {};
+    const out: Record<string, string | number | BudgetStatus[]> = {};
     for (let i = 0; i + 1 < rest.length; i += 2) {
       const name = text(rest[i]);
       const value = rest[i + 1];
-      if (name === "budgets") out[name] = Array.isArray(value) ? value.map((b) => (Array.isArray(b) ? b.map(text) : [text(b)])) : [];
-      else out[name] = STATUS_NUMBERS.has(name) ? int(value) : text(value);
+      if (name === "budgets") {
+        const flat = Array.isArray(value) ? value.map(text) : [];
+        const budgets: BudgetStatus[] = [];
+        for (let j = 0; j + 5 < flat.length; j += 6) {
+          budgets.push({ kind: flat[j]!, limit: Number(flat[j + 1]), burst: Number(flat[j + 2]), level: Number(flat[j + 3]), reserved: Number(flat[j + 4]), source: flat[j + 5]! });
+        }
+        out[name] = budgets;
+      } else out[name] = STATUS_NUMBERS.has(name) ? int(value) : text(value);
     }
     if (out["budgets"] === undefined) out["budgets"] = [];
     const fence = out["fence"];

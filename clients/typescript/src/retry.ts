@@ -244,7 +244,6 @@ export async function callWithRetry<T>(gov: Governor, fn: (lease: Lease) => Prom
       again = true;
     } finally {
       if (!handedOver) await lease.release().catch(() => undefined);
-      if (handedOver && !lease.released) await lease.release().catch(() => undefined);
       if (again && attempt < policy.maxAttempts) {
         const wait = retryWait(attempt, retryAfter, policy);
         if (deadline === null || performance.now() / 1000 + wait < deadline) await sleepFor(wait, options.signal);

@@ -178,7 +178,7 @@ test("a state lost while a lease is held: the lease is adopted with a higher fen
 
 test("the library is loaded again after FUNCTION FLUSH", async () => {
   const gov = governor();
-  (await gov.acquire()).release();
+  await (await gov.acquire()).release();
   await gov.redis().call("FUNCTION", "FLUSH");
   const lease = await gov.acquire();
   await lease.release();
