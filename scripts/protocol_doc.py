@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from governor import protocol, scripts  # noqa: E402
+from governor import policies, protocol, scripts  # noqa: E402
 from governor.config import GovernorConfig  # noqa: E402
 
 DOC = ROOT / "docs" / "protocol.md"
@@ -139,7 +139,7 @@ def section_library() -> str:
 
 def section_functions() -> str:
     out = [
-        f"Each function's header, as its Lua file states it. A reply written `{{2, 'kind', ...}}` there is "
+        f"Each function's header, as its Lua file states it. A reply written `{{SCHEMA, 'kind', ...}}` there is "
         f"the array `[{protocol.SCHEMA_VERSION}, 'kind', ...]`: its first element is the schema version "
         f"(`SCHEMA_VERSION`, {protocol.SCHEMA_VERSION}).\n"
     ]
@@ -182,7 +182,7 @@ def section_fields() -> str:
     source = (ROOT / "governor" / "protocol.py").read_text(encoding="utf-8")
     notes = _comments(source)
     out = []
-    for hash_name, fields in protocol.fields().items():
+    for hash_name, fields in policies.fields().items():
         out.append(f"**`{hash_name}`** ({len(fields)} fields)\n")
         out.append("| field | kind | meaning |")
         out.append("|---|---|---|")

@@ -132,11 +132,8 @@ function int(value: unknown): number {
   return Number(text(value));
 }
 
-const STATUS_NUMBERS = new Set([
-  "now", "capacity", "max_capacity", "paused", "paused_until", "not_before", "in_flight", "queued",
-  "window_rate_limited", "window_attempts", "window_ms", "streak", "fence", "ceiling", "quota_exhausted",
-  "quota_at", "created",
-]);
+/** the status fields that are text; every other one is a count, a level or a time in ms */
+const STATUS_TEXT = new Set(["epoch", "policy", "pause_kind", "pause_reason", "blocked"]);
 
 export const OUTCOME_CODES = { success: "s", rate_limited: "r", error: "e", quota_exhausted: "q" } as const;
 export type Outcome = keyof typeof OUTCOME_CODES;
@@ -325,12 +322,14 @@ export class Core {
       if (!Number.isFinite(retryAfter) || retryAfter < 0) throw new ConfigError(`retryAfter must be finite seconds >= 0, got ${retryAfter}`);
       ra = String(ms(Math.min(retryAfter, 86400)));
     }
-    const figures = BUDGET_KINDS.map((kind) => {
+    // kind, "limit,remaining" pairs: only the kinds the response announced
+    const figures: string[] = [];
+    for (const kind of BUDGET_KINDS) {
       const [limit, remaining] = limits?.[kind] ?? [null, null];
-      return limit === null && remaining === null ? "" : `${limit ?? ""},${remaining ?? ""}`;
-    });
+      if (limit !== null || remaining !== null) figures.push(kind, `${limit ?? ""},${remaining ?? ""}`);
+    }
     let budgetArgs: string[] = [usage === undefined ? "" : `${usage.input},${usage.output}`, ...figures];
-    if (budgetArgs.every((a) => a === "")) budgetArgs = [];
+    if (budgetArgs.length === 1 && budgetArgs[0] === "") budgetArgs = []; // the common report: '' is read for what is not sent
     const args = [OUTCOME_CODES[outcome], ra, leaseId ?? "", fence === undefined ? "" : String(fence), release && leaseId !== undefined ? "1" : "0", ...budgetArgs];
     return this.call("report", args, (reply) => {
       const [kind] = this.check(reply, "report");
@@ -372,7 +371,7 @@ export class Core {
           budgets.push({ kind: flat[j]!, limit: Number(flat[j + 1]), burst: Number(flat[j + 2]), level: Number(flat[j + 3]), reserved: Number(flat[j + 4]), source: flat[j + 5]! });
         }
         out[name] = budgets;
-      } else out[name] = STATUS_NUMBERS.has(name) ? int(value) : text(value);
+      } else out[name] = STATUS_TEXT.has(name) ? text(value) : int(value);
     }
     if (out["budgets"] === undefined) out["budgets"] = [];
     const fence = out["fence"];

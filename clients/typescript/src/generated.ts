@@ -6,7 +6,7 @@
 export const SCHEMA_VERSION = 3 as const;
 
 /** the Functions library's name: the schema and its source's hash */
-export const LIBRARY_NAME = "governor_v3_895bb399eb34" as const;
+export const LIBRARY_NAME = "governor_v3_779831b43c95" as const;
 
 /** the first part of every key */
 export const DEFAULT_PREFIX = "governor" as const;
@@ -168,6 +168,7 @@ export const STATUS_FIELDS = [
   "policy",
   "capacity",
   "max_capacity",
+  "reserve",
   "paused",
   "pause_kind",
   "pause_reason",
