@@ -14,6 +14,14 @@ client must get right (grants, the queue, priorities, expiry, renewal and
 adoption after a loss, cancel-safety, reports and holds, budgets, tenants,
 operator calls); seeded random walks add what no one thought of.
 
+A step may also carry ``call``: what the client was asked to do, in its
+own terms (lease id, mode, tokens, class and tenant names; an outcome,
+retry-after seconds, usage and rate-limit figures; ...), with the
+vector's ``client`` settings (lease and queue TTL, seconds): a client
+builds its ARGV from it, with its clock at ARGV[1], and checks it is the
+step's ``argv`` (the class's rank and the tenant's weight come from the
+stored config ``init`` answered).
+
 Placeholders a runner substitutes: ``$channel`` in ARGV[2] (its
 governor's wake channel). Each runner picks a fresh governor name per
 vector, derives the keys from it as docs/protocol.md says, subscribes to
@@ -70,7 +78,12 @@ class Recorder:
         self.core = GovernorCore("conformance", config, clock=lambda: self.clock[0])
         self.model = Model()
         self.model.listeners = 1  # the runner's own subscription
-        self.vector: dict[str, Any] = {"name": name, "about": about, "steps": []}
+        self.vector: dict[str, Any] = {
+            "name": name,
+            "about": about,
+            "client": {"lease_ttl": config.lease_ttl, "queue_ttl": config.queue_ttl},
+            "steps": [],
+        }
         self.epochs = 0
         self.last: dict[str, Any] = {name: {} for name in COMPARED}
 
@@ -96,9 +109,11 @@ class Recorder:
             call.parse([int(text[0]), *text[1:]])  # the client learns (stored config, fence floor)
         except Exception:  # noqa: BLE001 - a refused cost raises; the reply is what matters here
             pass
+        described = getattr(step, "call", None)
         self.vector["steps"].append(
             {
                 "op": call.script,
+                **({} if described is None else {"call": described}),
                 "argv": args,
                 "reply": text,
                 "published": list(self.model.published[published:]),
@@ -154,16 +169,66 @@ def recovered_init(core: GovernorCore) -> Call[Any]:
     return core.init(holds_leases=True, listening=True)
 
 
-def acquire(lease_id: str, wait: bool = True, fresh: bool = True, **kw: Any) -> Callable[[GovernorCore], Call[Any]]:
-    def step(core: GovernorCore) -> Call[Any]:
-        where = core.place(kw.pop("priority", None), kw.pop("tenant", None)) if kw else core.place()
-        return core.acquire(lease_id, "host-1/1", wait=wait, fresh=fresh, place=where, **kw)
+def _tokens(value: Tokens | int | None) -> list[int] | None:
+    if value is None:
+        return None
+    tokens = Tokens.of(value)
+    return [tokens.input, tokens.output]
 
+
+def acquire(lease_id: str, wait: bool = True, fresh: bool = True, **kw: Any) -> Callable[[GovernorCore], Call[Any]]:
+    priority, tenant, tokens = kw.pop("priority", None), kw.pop("tenant", None), kw.pop("tokens", None)
+
+    def step(core: GovernorCore) -> Call[Any]:
+        where = core.place(priority, tenant)
+        return core.acquire(lease_id, "host-1/1", wait=wait, fresh=fresh, place=where, tokens=tokens)
+
+    mode = ("wait" if fresh else "again") if wait else "try"
+    step.call = {  # type: ignore[attr-defined]
+        "id": lease_id,
+        "holder": "host-1/1",
+        "mode": mode,
+        "tokens": _tokens(tokens),
+        "priority": priority,
+        "tenant": tenant,
+    }
     return step
 
 
+def describe(name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, Any] | None:
+    """A call's language-neutral description, from which a client builds its ARGV."""
+    if name in ("release", "cancel"):
+        return {"id": args[0]}
+    if name == "renew":
+        return {"leases": [list(triple) for triple in args[0]]}
+    if name == "refresh":
+        return {"ids": list(args[0])}
+    if name == "report":
+        outcome, retry_after, lease_id, fence = (*args, None)[:4]
+        return {
+            "outcome": outcome.name.lower(),
+            "retry_after": retry_after,
+            "lease": lease_id,
+            "fence": fence,
+            "release": kw.get("release", False),
+            "usage": _tokens(kw.get("usage")),
+            "limits": {kind: list(pair) for kind, pair in (kw.get("limits") or {}).items()},
+        }
+    if name in ("status", "probe", "resume"):
+        return {}
+    if name == "pause":
+        return {"reason": args[0], "duration": args[1]}
+    if name == "set_max_capacity":
+        return {"n": args[0]}
+    return None
+
+
 def op(name: str, *args: Any, **kw: Any) -> Callable[[GovernorCore], Call[Any]]:
-    return lambda core: getattr(core, name)(*args, **kw)
+    def step(core: GovernorCore) -> Call[Any]:
+        return getattr(core, name)(*args, **kw)  # type: ignore[no-any-return]
+
+    step.call = describe(name, args, kw)  # type: ignore[attr-defined]
+    return step
 
 
 FIXED = GovernorConfig(max_capacity=2, policy="fixed", lease_ttl=9.0, queue_ttl=3.0, poll=1.0)
@@ -535,7 +600,8 @@ def text() -> str:
             lines.append(f" {json.dumps(key)}: {json.dumps(value)},")
     lines.append(' "vectors": [')
     for i, vector in enumerate(data["vectors"]):
-        lines.append(f'  {{"name": {json.dumps(vector["name"])}, "about": {json.dumps(vector["about"])}, "steps": [')
+        head = ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in vector.items() if k != "steps")
+        lines.append(f'  {{{head}, "steps": [')
         steps = [f"   {json.dumps(step, separators=(',', ':'))}" for step in vector["steps"]]
         lines.append(",\n".join(steps))
         lines.append("  ]}" + ("," if i < len(data["vectors"]) - 1 else ""))

@@ -7,15 +7,23 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { Redis } from "ioredis";
-import { Core, functionName, governorKeys, type Operation } from "../src/core.js";
+import { Core, functionName, governorKeys, type Call, type Operation, type Outcome } from "../src/core.js";
 import { resolveConfig } from "../src/config.js";
 import { library } from "../src/governor.js";
 import { CostTooLarge } from "../src/errors.js";
 import { KEYS, LIBRARY_NAME } from "../src/generated.js";
 import { privateRedis, uniqueName, until } from "./support.js";
 
+interface Described {
+  id?: string; holder?: string; mode?: "wait" | "again" | "try"; tokens?: [number, number] | null;
+  priority?: string | null; tenant?: string | null; leases?: [string, string, string][]; ids?: string[];
+  outcome?: Outcome; retry_after?: number | null; lease?: string | null; fence?: number | null; release?: boolean;
+  usage?: [number, number] | null; limits?: Record<string, [number | null, number | null]>;
+  reason?: string; duration?: number | null; n?: number;
+}
 interface Step {
   op: Operation | "lose_state";
+  call?: Described | null;
   argv?: string[];
   reply?: unknown[];
   published?: string[];
@@ -24,7 +32,7 @@ interface Step {
 interface Vectors {
   library: string;
   compared_keys: string[];
-  vectors: { name: string; about: string; steps: Step[] }[];
+  vectors: { name: string; about: string; client: { lease_ttl: number; queue_ttl: number }; steps: Step[] }[];
 }
 
 const data = JSON.parse(readFileSync(new URL("../../../../tests/conformance/vectors.json", import.meta.url), "utf8")) as Vectors;
@@ -39,6 +47,36 @@ function comparable(op: string, reply: unknown[]): unknown {
 
 function strings(value: unknown): unknown {
   return Array.isArray(value) ? value.map(strings) : String(value);
+}
+
+/** The call this package builds from a step's description (null: none described). */
+function build(core: Core, op: Operation, d: Described): Call<unknown> | null {
+  const u = <T>(x: T | null | undefined): T | undefined => (x === null ? undefined : x);
+  const tokens = (t: [number, number] | null | undefined) => (t === null || t === undefined ? undefined : { input: t[0], output: t[1] });
+  switch (op) {
+    case "acquire":
+      return core.acquire(d.id!, d.holder!, d.mode!, tokens(d.tokens) ?? { input: 0, output: 0 }, core.place(u(d.priority), u(d.tenant)));
+    case "release":
+      return core.release(d.id!);
+    case "cancel":
+      return core.cancel(d.id!);
+    case "renew":
+      return core.renew(d.leases!);
+    case "refresh":
+      return core.refresh(d.ids!);
+    case "report":
+      return core.report(d.outcome!, u(d.retry_after), u(d.lease), u(d.fence), d.release ?? false, tokens(d.usage), d.limits as never);
+    case "status":
+    case "probe":
+    case "resume":
+      return core.status(op);
+    case "pause":
+      return core.pause(d.reason!, u(d.duration));
+    case "set_max":
+      return core.setMax(d.n!);
+    default:
+      return null;
+  }
 }
 
 /** Parse a reply with this package's parser of that function. */
@@ -86,7 +124,9 @@ test("the Lua answers as the vectors say, and this package reads every reply", a
         };
         sub.on("message", onMessage);
         await sub.subscribe(keys.channel);
-        const core = new Core(keys.name, resolveConfig({}));
+        let now = 0;
+        const core = new Core(keys.name, resolveConfig({ leaseTtl: vector.client.lease_ttl, queueTtl: vector.client.queue_ttl, clock: () => now }));
+        let built = 0;
         const expected: Record<string, Record<string, string | number>> = {};
         for (const name of data.compared_keys) expected[name] = {};
         try {
@@ -95,6 +135,14 @@ test("the Lua answers as the vectors say, and this package reads every reply", a
             if (step.op === "lose_state") {
               await client.del(...keys.keys);
             } else {
+              if (step.call !== undefined && step.call !== null) {
+                now = Number(step.argv![0]) / 1000;
+                const call = build(core, step.op, step.call);
+                if (call !== null) {
+                  built += 1;
+                  assert.deepEqual(call.args.map((a) => (a === keys.channel ? "$channel" : a)), step.argv, `${where}: the ARGV this package builds`);
+                }
+              }
               const argv = step.argv!.map((a) => (a === "$channel" ? keys.channel : a));
               const before = heard.length;
               const reply = await client.fcall(functionName(step.op), keys.keys.length, ...keys.keys, ...argv);
@@ -122,6 +170,7 @@ test("the Lua answers as the vectors say, and this package reads every reply", a
               }
             }
           }
+          assert.ok(built > 0 || vector.steps.every((st) => st.call === undefined || st.call === null), `${vector.name}: no ARGV built`);
         } finally {
           await sub.unsubscribe(keys.channel);
           sub.off("message", onMessage);
