@@ -630,7 +630,11 @@ class Background {
     }
     if (waitListening && !this.listening && this.subscribing !== null && this.failures === 0) {
       const limit = Math.min(this.gov.config.redisTimeout, timeout ?? Infinity);
-      await Promise.race([this.subscribing, sleep(limit)]);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([this.subscribing, new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, limit * 1000);
+      })]);
+      clearTimeout(timer);
     }
   }
 
