@@ -34,24 +34,6 @@ function monotonic(): number {
   return performance.now() / 1000;
 }
 
-function sleep(seconds: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) {
-      reject(abortError(signal));
-      return;
-    }
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(abortError(signal));
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, Math.max(0, seconds * 1000));
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
-
 function abortError(signal: AbortSignal | undefined): AbortError {
   const reason: unknown = signal?.reason;
   return new AbortError(`acquire aborted${reason instanceof Error ? `: ${reason.message}` : ""}; nothing is held`, undefined, { cause: reason });
