@@ -172,8 +172,10 @@ export interface FromUrlOptions {
   cluster?: boolean;
 }
 
+let defaultHolder: string | undefined;
+
 function holderLabel(holder: string | undefined): string {
-  if (holder === undefined) return `${hostname()}/${process.pid}`;
+  if (holder === undefined) return (defaultHolder ??= `${hostname()}/${process.pid}`);
   if (typeof holder !== "string" || Buffer.byteLength(holder) > 200) throw new ConfigError("holder must be a string of at most 200 bytes");
   return holder;
 }
@@ -584,6 +586,8 @@ class Background {
   addLease(lease: Lease): void {
     this.leases.set(lease.id, lease);
     if (this.nextRenew === 0) this.nextRenew = monotonic() + this.gov.config.leaseTtl / 3;
+    // The heartbeat runs while a lease is held: wake the worker if it stopped.
+    if (this.timer === null && !this.running && !this.stopped) this.schedule(Math.max(0, this.nextRenew - monotonic()));
   }
 
   dropLease(lease: Lease): void {
@@ -607,8 +611,8 @@ class Background {
         this.subscribing = null; // the worker's loop tries again
       });
       this.schedule(0);
-    } else if (this.timer === null && !this.running) {
-      this.schedule(0);
+    } else if (this.timer === null && !this.running && (this.waiters.size > 0 || this.leases.size > 0)) {
+      this.schedule(0); // the worker stopped when it had nothing to look after
     }
     if (waitListening && !this.listening && this.subscribing !== null && this.failures === 0) {
       const limit = Math.min(this.gov.config.redisTimeout, timeout ?? Infinity);
