@@ -1,4 +1,4 @@
-"""Budgets beside concurrency: requests and tokens per minute (SPEC §9).
+"""Budgets beside concurrency: requests and tokens per minute.
 
 A provider account is limited in requests and tokens per minute (Anthropic:
 input and output tokens apart) as well as in what it serves at once. Each

@@ -83,7 +83,7 @@ class GovernorConfig:
     #: or simulation makes)
     restart_hold: bool = True
     #: replicas that must confirm every grant and renewal (Redis ``WAIT``) before a
-    #: caller or the heartbeat relies on it; 0: none (see README, Guarantees)
+    #: caller or the heartbeat relies on it; 0: none (see docs/guarantees.md)
     wait_replicas: int = 0
     #: when Redis cannot be reached: ``"fail"`` closed (raise GovernorUnavailable, the
     #: default), or ``"local"``: admit at most ``local_capacity`` callers per governor object
@@ -344,7 +344,7 @@ def _within(name: str, value: float, low: float, high: float) -> None:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How ``Governor.call`` retries throttled calls (SPEC §5). Times in seconds."""
+    """How ``Governor.call`` retries throttled calls. Times in seconds."""
 
     #: calls in all, the first included; quota exhaustion is never retried
     max_attempts: int = 8

@@ -138,7 +138,7 @@ def map_errors(name: str | None, locate: Callable[[str], str] | None = None) -> 
     except (redis.exceptions.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
         raise GovernorUnavailable(
             f"{_who(name)}Redis refused access ({exc}); check the credentials and the ACL "
-            "(README: Guarantees and failure modes)",
+            "(docs/operating.md: Security)",
             name=name,
         ) from exc
     except redis.exceptions.OutOfMemoryError as exc:

@@ -1,4 +1,4 @@
-"""The policies: how capacity answers the provider (SPEC §4).
+"""The policies: how capacity answers the provider.
 
 A policy is a unit: its config class here (its own validated numbers), its
 entry in the ``POLICIES`` table of ``lua/lib/policy.lua`` (its reaction to a
@@ -114,7 +114,7 @@ class AdaptivePolicy(Policy):
       and adds one per success while nothing was refused: it doubles per
       call latency, the way TCP's slow start does, without a blind burst.
       ``resume_fraction=1.0`` starts at ``max_capacity``. A new
-      ``max_capacity`` set at run time applies at once (SPEC §4).
+      ``max_capacity`` set at run time applies at once.
     - A 429 of a lease granted after the last cut, at ``level`` leases in
       flight: a probe refused (at or above the remembered ``ceiling``) puts
       capacity back to ``level - 1`` (the next probe of the same level waits
@@ -177,7 +177,7 @@ class AdaptivePolicy(Policy):
 
 @dataclass(frozen=True)
 class SeedPolicy(Policy):
-    """The seed governor's rules exactly (SPEC §4)."""
+    """The seed governor's rules exactly."""
 
     name: ClassVar[str] = "seed"
     #: rate-limited attempts in the window that halve capacity

@@ -640,7 +640,7 @@ def test_set_max(run: Run, make: Callable[..., Governor], behind: FakeClock, nam
     out = ok(run("set-max", "3"))
     assert f"governor {name!r}: max_capacity set to 3" in out
     assert "max_capacity  8 -> 3" in out and "capacity      4 -> 3" in out
-    assert "streak        1 -> 0" in out  # set-max clears what the policy learnt (v2)
+    assert "streak        1 -> 0" in out  # set-max clears what the policy learnt
     assert "blocked       - -> 'at capacity: 3 in flight of 3'" in out
     assert "now: FULL: 3 in flight of 3" in out and "  blocked: at capacity: 3 in flight of 3" in out
     assert gov.status().max_capacity == 3

@@ -1,5 +1,5 @@
 """Bad input and broken environments: each has a defined outcome, a clear
-error, and corrupts nothing (SPEC §6 errors; DEVELOPERS standards)."""
+error, and corrupts nothing."""
 
 from __future__ import annotations
 

@@ -311,7 +311,7 @@ def test_every_outcome_is_recorded_and_another_refused(make_gov: MakeGov) -> Non
     assert (status.window_attempts, status.window_rate_limited, status.quota_exhausted) == (3, 1, 1)
     call = core.report(Outcome.SUCCESS, None, None)
     with pytest.raises(protocol.ConfigError, match="outcome must be s, r, e or q, got x"):
-        gov._run(type(call)(call.script, (*call.args[:2], "x", *call.args[3:]), call.parse))
+        gov._connection.run(type(call)(call.script, (*call.args[:2], "x", *call.args[3:]), call.parse))
 
 
 # -- policies ------------------------------------------------------------------------------

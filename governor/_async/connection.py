@@ -180,7 +180,7 @@ class Connection:
         after a restart without persistence, a FUNCTION FLUSH, a new cluster
         node. A process whose Redis has it sends none (a load costs Redis a
         compile of the whole library). A user whose ACL refuses FUNCTION LOAD
-        (a worker of a shared Redis, README: Security) fails naming the
+        (a worker of a shared Redis, docs/operating.md: Security) fails naming the
         operator's command that loads it."""
         try:
             await self.client.function_load(library(), replace=True)

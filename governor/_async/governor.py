@@ -440,7 +440,7 @@ class AsyncGovernor:
         (reserving ``tokens``, waiting in class ``priority`` for ``tenant``),
         call, classify the outcome, report it (with the usage an SDK result
         carries), release, and retry throttled calls with the provider's
-        Retry-After or the backoff (SPEC §5). Quota exhaustion raises
+        Retry-After or the backoff. Quota exhaustion raises
         QuotaExhausted at once; other errors propagate."""
         return await retry_call(
             self,

@@ -427,7 +427,7 @@ class Governor:
         (reserving ``tokens``, waiting in class ``priority`` for ``tenant``),
         call, classify the outcome, report it (with the usage an SDK result
         carries), release, and retry throttled calls with the provider's
-        Retry-After or the backoff (SPEC §5). Quota exhaustion raises
+        Retry-After or the backoff. Quota exhaustion raises
         QuotaExhausted at once; other errors propagate."""
         return retry_call(
             self,

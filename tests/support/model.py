@@ -1,4 +1,4 @@
-"""A reference model of SPEC §3-§4 in plain Python: no Redis, no Lua.
+"""A reference model of admission and the policies in plain Python: no Redis, no Lua.
 
 :class:`Model` answers the same calls as the scripts in ``lua/`` (same
 ARGV, same replies, same stored hashes and sets), so a property test can
@@ -19,7 +19,7 @@ priority classes (band), aging and start-time fair queueing between
 weighted tenants (tag, each class's vtime, the shares of idle tenants pruned), with
 waiter deadlines; grants on release/expiry/capacity change; fences.
 
-Besides answering, the model checks the rules SPEC §3 states as
+Besides answering, the model checks the admission rules as
 invariants, independently of how the scripts are written: every admission
 happens while not paused, not held, with room in every budget and with no
 live waiter of a smaller score left behind; FIFO within a class and
@@ -80,7 +80,7 @@ class Place:
 
 
 class ModelViolation(AssertionError):
-    """A rule of SPEC §3 was broken (by the model's own bookkeeping)."""
+    """An admission rule was broken (by the model's own bookkeeping)."""
 
 
 def _zsorted(zset: dict[str, int]) -> list[tuple[str, int]]:
@@ -465,7 +465,7 @@ class Model:
         place: tuple[int, str] = (0, ""),
         aged: bool = False,
     ) -> int:
-        """One admission: check the rules of SPEC §3 and §9, the tenant's cap
+        """One admission: check the admission rules and the budgets, the tenant's cap
         and the reserve (by the live leases' records, not the counts), take
         the next fence."""
         S = self.S
