@@ -273,3 +273,41 @@ def test_a_requests_budget_is_shared_exactly(
     assert python[0] > 0 and int(done["admitted"]) > 0, (python[0], done)
     assert start_level.level <= total <= start_level.level + refill + 1, (total, start_level, elapsed)
     assert end.level < 1 + refill, end
+
+
+def test_node_and_python_share_a_governor_on_a_redis_cluster(
+    redis_url: str, control: redis.Redis, events: str, node: NodeWorkers
+) -> None:
+    """The Node worker is given one node's URL, on which the governor's slot
+    is not: it switches to a cluster client on MOVED, loads the library on
+    every primary, and holds a lease a Python waiter then gets, fence above."""
+    from tests.support.cluster import RedisCluster
+
+    cluster = RedisCluster().start()
+    try:
+        first = redis.Redis(host="127.0.0.1", port=cluster.ports[0])
+        mine = []  # the slot ranges of the node the Node worker is given
+        for start, end, primary, *_ in first.execute_command("CLUSTER", "SLOTS"):
+            if int(primary[1]) == cluster.ports[0]:
+                mine.append((int(start), int(end)))
+        first.close()
+        name = next(
+            n
+            for n in (f"interop-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+            if not any(a <= redis.cluster.key_slot(f"{{{n}}}".encode()) <= b for a, b in mine)
+        )
+        config = GovernorConfig(max_capacity=1, policy="fixed", restart_hold=False, lease_ttl=10.0)
+        node.start(
+            url=cluster.url, name=name, config=node_config(config), control=redis_url, events=events,
+            mode="once", holder="node-on-cluster", hold=0.5,
+        )  # fmt: skip
+        (entered,) = recorded(control, events, "entered")
+        gov = Governor.from_url(cluster.url, name, config)
+        try:
+            lease = gov.acquire(timeout=20)
+            assert lease.fence > int(entered["fence"])
+            lease.release()
+        finally:
+            gov.close()
+    finally:
+        cluster.cleanup()
