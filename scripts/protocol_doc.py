@@ -244,7 +244,33 @@ def section_timing() -> str:
     )
 
 
+def section_config() -> str:
+    from governor.policies import REGISTRY
+
+    c = GovernorConfig()
+    pairs = c.script_fields()
+    rows = [
+        "The pairs a client with the default config sends (`GovernorConfig().script_fields()`):",
+        "",
+        "```text",
+        *(f"{k} {v!r}" if v == "" else f"{k} {v}" for k, v in zip(pairs[::2], pairs[1::2], strict=True)),
+        "```",
+        "",
+        "| policy | its fields and defaults (window 60 s) | durations that follow the window |",
+        "|---|---|---|",
+    ]
+    for name, cls in REGISTRY.items():
+        fields = cls().script_fields(window=c.window)
+        shown = ", ".join(f"`{k}={v}`" for k, v in fields.items()) or "none"
+        follows = ", ".join(
+            f"`{cls.stored[a][0]}` = {share:g} x `window_ms`" for a, share in cls.follows_window.items()
+        )
+        rows.append(f"| `{name}` | {shown} | {follows or 'none'} |")
+    return "\n".join(rows)
+
+
 SECTIONS = {
+    "config": section_config,
     "keys": section_keys,
     "common": section_common,
     "library": section_library,
