@@ -376,6 +376,12 @@ export class Core {
     if (out["budgets"] === undefined) out["budgets"] = [];
     const fence = out["fence"];
     if (typeof fence === "number") this.sawFence(fence);
+    const top = out["max_capacity"];
+    if (this.storedConfig !== null && typeof top === "number") {
+      // the ceiling an operator may have changed; set_max lowers a reserve with it
+      this.storedConfig["max_capacity"] = String(top);
+      if (Number(this.storedConfig["reserve"] ?? "0") >= top) this.storedConfig["reserve"] = String(top - 1);
+    }
     return out as unknown as Status;
   }
 }

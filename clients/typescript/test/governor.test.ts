@@ -183,3 +183,12 @@ test("the library is loaded again after FUNCTION FLUSH", async () => {
   const lease = await gov.acquire();
   await lease.release();
 });
+
+test("an operator's change is learnt on the !config wake", async () => {
+  const name = uniqueName();
+  const worker = governor({ maxCapacity: 4 }, name);
+  await (await worker.acquire()).release(); // its worker listens from here on
+  const operator = governor({ maxCapacity: 4 }, name);
+  await operator.setMaxCapacity(9);
+  await until(() => worker.core.storedConfig?.["max_capacity"] === "9", 5, "the stored config learnt anew");
+});
