@@ -150,6 +150,8 @@ def test_a_mixed_fleet_never_holds_more_than_capacity_and_fences_are_unique(
     fences = [int(e["fence"]) for e in entered]
     assert len(set(fences)) == len(fences), "a fence was handed out twice"
     assert result.peak == 4, f"the fleet never filled its capacity: {result}"
+    by_role = {role: sum(1 for e in entered if e.get("role") == role) for role in ("python", "node")}
+    print(f"mixed fleet: {result}; holds by language {by_role}; fences {min(fences)}..{max(fences)}")
 
 
 def test_fifo_and_priority_classes_hold_across_languages(
@@ -227,6 +229,7 @@ def test_a_killed_node_holder_gives_its_slot_back_within_one_ttl(
         gov.close()
     # Renewed at most lease_ttl / 3 before the kill: the slot stays taken
     # until the lease's TTL runs out, then a refresh (every poll) reclaims it.
+    print(f"killed Node holder: slot back {back:.3f} s after SIGKILL (lease_ttl {config.lease_ttl} s)")
     assert back <= config.lease_ttl + config.poll + 0.5, f"slot back {back:.3f} s after the kill"
     assert back >= config.lease_ttl * 2 / 3 - 0.2, f"slot back {back:.3f} s after the kill: before the TTL ran out"
 
@@ -269,6 +272,10 @@ def test_a_requests_budget_is_shared_exactly(
     finally:
         gov.close()
     total = python[0] + int(done["admitted"])
+    print(
+        f"budget: python {python[0]} + node {done['admitted']} = {total} admitted; "
+        f"bucket held {start_level.level:g}, {start_level.limit / 60 * elapsed:.2f} refilled in {elapsed:.2f} s"
+    )
     refill = start_level.limit / 60 * elapsed
     assert python[0] > 0 and int(done["admitted"]) > 0, (python[0], done)
     assert start_level.level <= total <= start_level.level + refill + 1, (total, start_level, elapsed)
