@@ -87,7 +87,9 @@ def clean_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv
 
 
-def test_the_installed_wheel_governs_a_call_and_runs_status(clean_venv: Path, tmp_path: Path, scratch_redis_url: str) -> None:
+def test_the_installed_wheel_governs_a_call_and_runs_status(
+    clean_venv: Path, tmp_path: Path, scratch_redis_url: str
+) -> None:
     """In the clean environment, from another folder (the checkout out of
     reach): the wheel's client loads its own Lua, governs a call, and
     `governor status` shows the governor."""
@@ -111,7 +113,8 @@ def test_the_installed_wheel_governs_a_call_and_runs_status(clean_venv: Path, tm
         assert answer == "42" and schema == str(protocol.SCHEMA_VERSION) and name == library_name()
         assert client.function_list(library=library_name()), "the wheel's client did not load the library"
         status = subprocess.run(
-            [str(clean_venv / "bin" / "governor"), "--url", scratch_redis_url, "--name", "wheel-check", "status", "--json"],
+            [str(clean_venv / "bin" / "governor"), "--url", scratch_redis_url, "--name", "wheel-check", "status",
+             "--json"],  # fmt: skip
             env=env,
             cwd=tmp_path,
             capture_output=True,
