@@ -112,9 +112,9 @@ def test_the_installed_wheel_governs_a_call_and_runs_status(
         answer, schema, name = done.stdout.split()
         assert answer == "42" and schema == str(protocol.SCHEMA_VERSION) and name == library_name()
         assert client.function_list(library=library_name()), "the wheel's client did not load the library"
+        command = ["status", "--json"]
         status = subprocess.run(
-            [str(clean_venv / "bin" / "governor"), "--url", scratch_redis_url, "--name", "wheel-check", "status",
-             "--json"],  # fmt: skip
+            [str(clean_venv / "bin" / "governor"), "--url", scratch_redis_url, "--name", "wheel-check", *command],
             env=env,
             cwd=tmp_path,
             capture_output=True,
