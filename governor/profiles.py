@@ -207,8 +207,6 @@ class Profile:
     model_paths: ClassVar[tuple[str, ...]] = ()
     #: whether the provider sends rate-limit headers the budgets can read
     headers: ClassVar[bool] = True
-    #: statuses that mean throttled or overloaded
-    throttle_statuses: ClassVar[frozenset[int]] = frozenset({429, 503, 529})
     #: error names (type, code, status, AWS error type) that mean throttled or overloaded whatever the status
     throttle_names: ClassVar[frozenset[str]] = frozenset(
         {"rate_limit_error", "overloaded_error", "rate_limit_exceeded", "overloaded"}

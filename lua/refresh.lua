@@ -1,11 +1,13 @@
 --[[ refresh.lua: the waiters' safety net; one call per process per poll.
 
 Keeps the places of a batch of waiters, runs the time-driven recovery
-probe (a pause whose window drained lifts here even when no one reports),
-admits whom it can, and tells each waiter where it stands, so a lost
-pub/sub message costs at most one poll interval.
+probe (a pause whose window drained lifts here even when no one reports)
+and the policy's growth by time (no_news of lib/policy.lua: waiters at a
+full capacity with nothing refused), admits whom it can, and tells each
+waiter where it stands, so a lost pub/sub message costs at most one poll
+interval.
 
-Uses    lib/admission.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua, lib/policy.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
@@ -13,11 +15,11 @@ ARGV
   ARGV[3] queue_ttl_ms  int ms >= 1   new deadline of each waiter's place
   ARGV[4..] ids         string        the waiters of one process
 Reply
-  {2, 'refreshed', epoch, reason, hint_ms, status1, fence1, remaining1, ...}
+  {SCHEMA, 'refreshed', epoch, reason, hint_ms, status1, fence1, remaining1, ...}
     status = 'granted' (the lease's fence and ms left) | 'queued' (0, 0: queued or parked)
            | 'unknown' (0, 0: not queued, not granted; enqueue again)
     reason: the admission rule's, '' when a new caller would be admitted
-  {2, 'missing'}    no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}    no such governor: run init.lua, then call again
 ]]
 
 local queue_ttl = arg_int(3, 'queue_ttl_ms', 1)
@@ -26,10 +28,12 @@ clock()
 if not load(WRITE) then return missing_reply() end
 prepare()
 check_types()  -- one call per process per poll: cheap enough to check all
+local grow = no_news()
 keep_alive()
 
 reclaim()
 recover()
+if grow then grow() end
 local granted = grant()
 local reason, hint = blocked(NO_TOKENS)
 local reply = {SCHEMA, 'refreshed', S.epoch, reason or '', hint}

@@ -1,9 +1,10 @@
 """docker-compose.yml and docker/: the demo fleet's structure, without Docker.
 
 The compose file is parsed as YAML and checked against the CLI it drives:
-every command of the project's image must parse with the real click
-commands (options and values included), ports and URLs must agree between
-services, and Prometheus must scrape the exporter. Where a compose tool is
+every command of the project's image (``governor ...`` or ``python -m bench
+...``) must parse with the real click commands (options and values
+included), ports and URLs must agree between services, and Prometheus must
+scrape the exporter. Where a compose tool is
 installed, it validates the file too.
 """
 
@@ -13,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -62,24 +64,23 @@ def option(command: list[str], name: str) -> str:
 
 
 def parse(command: list[str]) -> tuple[str, click.Context]:
-    """Parse a command of the image (its entrypoint is `governor`) with the real CLI,
-    validating every option and value; returns the subcommand and its context."""
+    """Parse a command of the image with the real CLI it names (``governor ...``
+    or ``python -m bench ...``), validating every option and value; returns
+    the subcommand and its context."""
+    if command[:3] == ["python", "-m", "bench"]:
+        group: click.Group = pytest.importorskip("bench.cli").sim_group
+        rest = command[3:]
+    else:
+        assert command[0] == "governor", f"{command}: neither `governor` nor `python -m bench`"
+        group, rest = cli_module.main, command[1:]
     global_args: list[str] = []
-    rest = list(command)
     while rest and rest[0] in GLOBAL_OPTIONS:
         global_args += rest[:2]
         rest = rest[2:]
     assert rest, f"no subcommand in {command}"
-    parent = cli_module.main.make_context("governor", [*global_args, rest[0]])
-    subcommand = cli_module.main.get_command(parent, rest[0])
-    assert subcommand is not None, f"{rest[0]!r} is not a governor command"
-    if rest[0] in cli_module.SIM_COMMANDS:
-        try:
-            found = cli_module.sim_commands(cli_module.import_sim())
-        except ImportError as error:
-            pytest.skip(f"the simulation commands are not importable here: {error}")
-        if rest[0] not in found:
-            pytest.fail(f"`governor {rest[0]}` is not among the simulation commands {sorted(found)}")
+    parent = group.make_context(command[0], [*global_args, rest[0]])
+    subcommand = group.get_command(parent, rest[0])
+    assert subcommand is not None, f"{rest[0]!r} is not a command of {command[0]}"
     return rest[0], subcommand.make_context(rest[0], rest[1:], parent=parent)
 
 
@@ -120,6 +121,27 @@ def test_services_agree_on_ports_urls_and_hosts(services: dict[str, Any]) -> Non
             assert needs["redis"]["condition"] == "service_healthy"
 
 
+def test_published_ports_are_loopback_and_each_overridable_by_a_documented_variable(
+    services: dict[str, Any],
+) -> None:
+    """A newcomer's machine may already run Redis on 6379 or Prometheus on
+    9090: the demo publishes elsewhere by default, each port moved by one
+    variable the file's header names with its default."""
+    header = COMPOSE.read_text(encoding="utf-8").split("\nx-governor")[0]
+    published = {}
+    for name, service in services.items():
+        for mapping in service.get("ports", []):
+            match = re.fullmatch(r"127\.0\.0\.1:\$\{(\w+):-(\d+)\}:(\d+)", mapping)
+            assert match, f"{name} publishes {mapping!r}: not loopback, or not overridable"
+            variable, default, _ = match.groups()
+            assert re.search(rf"{variable}\s+.*default {default}\b", header), f"{variable} is not documented"
+            published[name] = int(default)
+    assert published["redis"] != 6379 and published["prometheus"] != 9090
+    assert len(set(published.values())) == len(published)
+    _, ctx = parse(services["exporter"]["command"])
+    assert ctx.params["addr"] == "0.0.0.0"  # in its container: Prometheus scrapes it from another
+
+
 def test_prometheus_scrapes_the_exporter(services: dict[str, Any]) -> None:
     port = option(services["exporter"]["command"], "--port")
     mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in services["prometheus"]["volumes"])
@@ -153,13 +175,14 @@ def test_the_image_installs_the_extras_the_services_need() -> None:
     dockerfile = (ROOT / "docker/Dockerfile").read_text(encoding="utf-8")
     extras = set(re.search(r'pip install "\.\[([a-z,]+)\]"', dockerfile).group(1).split(","))  # type: ignore[union-attr]
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert {"sim", "metrics"} <= extras <= set(declared["optional-dependencies"])
+    assert {"bench", "metrics"} <= extras <= set(declared["optional-dependencies"])
     assert declared["scripts"]["governor"] == "governor.cli:main"
-    assert 'ENTRYPOINT ["governor"]' in dockerfile
+    assert "ENTRYPOINT" not in dockerfile and re.search(r"^WORKDIR /src$", dockerfile, re.M)  # bench/ is there
     for source in re.findall(r"^COPY (\S+)", dockerfile, re.M):
         assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
     ignore = (ROOT / "docker/Dockerfile.dockerignore").read_text(encoding="utf-8").split()
-    assert ignore[ignore.index("*") :].count("*") == 1 and "!governor" in ignore and "!lua" in ignore
+    assert ignore[ignore.index("*") :].count("*") == 1
+    assert {"!governor", "!lua", "!bench"} <= set(ignore)
 
 
 def compose_tool() -> list[str] | None:
@@ -180,3 +203,35 @@ def test_a_compose_tool_accepts_the_file() -> None:
         [*tool, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60, cwd=ROOT
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_source_archive_holds_what_the_compose_file_needs(tmp_path: Path) -> None:
+    """An sdist that ships docker-compose.yml ships what it builds and mounts:
+    the Dockerfile, its ignore file, what the Dockerfile copies, the
+    Prometheus files."""
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (archive,) = tmp_path.glob("fleet_governor-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    if "docker-compose.yml" not in names:
+        return  # nothing to be complete for
+    compose = load(COMPOSE)
+    needed = {"docker/Dockerfile.dockerignore"}
+    for service in compose["services"].values():
+        if "build" in service:
+            needed.add(str(Path(service["build"]["dockerfile"])))
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if source.startswith("./"):
+                needed.add(source[2:])
+    dockerfile = (ROOT / "docker/Dockerfile").read_text(encoding="utf-8")
+    for line in dockerfile.splitlines():
+        if line.startswith("COPY "):
+            needed.update(line.split()[1:-1])
+    for path in sorted(needed):
+        assert path in names or any(n.startswith(path.rstrip("/") + "/") for n in names), f"{path} is not in the sdist"

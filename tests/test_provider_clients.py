@@ -2,7 +2,7 @@
 
 Each test runs the provider's official SDK (google-genai, boto3, openai for
 Azure, anthropic, litellm) over real HTTP on loopback against the mock
-provider (governor/sim/provider.py, served on a thread of its own), with
+provider (bench/provider.py, served on a thread of its own), with
 the governed client built as a user builds it, and reads what the governor
 recorded back from Redis (``status()``: attempts, rate-limited, in flight,
 holds, budgets). Nothing waits on a wall clock: the mock's refusals are
@@ -25,7 +25,7 @@ import pytest
 from governor import AsyncGovernor, Governor, GovernorConfig, Outcome
 from governor.config import RetryPolicy
 from governor.errors import AcquireTimeout, ConfigError, GovernorError, GovernorUnavailable, QuotaExhausted
-from governor.sim.provider import MockProvider, ProviderConfig
+from bench.provider import MockProvider, ProviderConfig
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM reads its bundled price list, offline
 genai = pytest.importorskip("google.genai")

@@ -1,6 +1,6 @@
-"""Redis state loss must not break a running fleet (SPEC §2, issue: the next
+"""Redis state loss must not break a running fleet: the next
 call re-creates the state from the client's config and carries on, and a
-re-created governor never comes back unlimited)."""
+re-created governor never comes back unlimited."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import redis
 from governor import Governor, GovernorConfig, Outcome
 from governor.protocol import SENTINEL
 
-from .servers import RedisServer, wait_until
+from .support.servers import RedisServer, wait_until
 
 MakeGov = Callable[..., Governor]
 
