@@ -42,8 +42,32 @@ The same by hand: ``OpenAI(max_retries=0)``, ``Anthropic(max_retries=0)``
 (and their Async twins), or ``client.with_options(max_retries=0)`` for a
 client made elsewhere, which is what :func:`without_retries` does.
 
+The other providers, each under its profile (governor/profiles.py):
+
+- :func:`azure_openai_client` / :func:`async_azure_openai_client`: Azure
+  OpenAI (``x-ms-retry-after-ms``; its ``-1``/``0`` headers are no figure).
+- :func:`gemini_client`: ``google.genai.Client`` for the Gemini API or
+  Vertex AI (``vertexai=True``): the SDK's own HTTP clients over the
+  governed transport; a Governor governs ``client.models``, an
+  AsyncGovernor ``client.aio.models``. The SDK's retries are off by default
+  and ``http_options.retry_options`` is refused.
+- :func:`governor.providers.bedrock.bedrock_client`: boto3's
+  ``bedrock-runtime`` client, governed through botocore's ``before-send``
+  event, boto3's retries cut to one attempt.
+- :func:`governor.providers.litellm.litellm_client`: ``completion`` and
+  ``acompletion`` of LiteLLM through the governor;
+  :func:`governor.providers.litellm.governor_hook` for the LiteLLM proxy.
+
+A governor error raised inside an SDK's transport (an acquire timeout,
+Redis unreachable, an unknown priority class) reaches the caller as that
+error through every client; the anthropic SDK, which wraps every other
+exception of its transport as ``APIConnectionError``, gets an instance of a
+subclass of both the governor error and ``anthropic.AnthropicError``
+(:func:`governor.transport.sdk_twin`).
+
 The SDKs are imported when one of these functions is called, never on
-``import governor``; they come with the ``providers`` extra.
+``import governor``; they come with the extras ``providers`` (openai,
+anthropic), ``gemini``, ``bedrock`` and ``litellm``.
 """
 
 from __future__ import annotations
@@ -275,7 +299,7 @@ def _build(
             f"{class_name.lower()}_client(governor=...) builds its own http_client over the governed transport; "
             "to govern an http_client of your own, give it transport=GovernedTransport(governor, <its transport>)"
         )
-    module = _import(module_name, module_name)
+    module = _import(module_name, "providers")
     if governor is not None:
         place: dict[str, Any] = {"priority": priority, "tenant": tenant}
         place["profile"] = "azure" if "Azure" in class_name else module_name
