@@ -1341,8 +1341,12 @@ async def _read_gemini_body(request: web.Request, config: ProviderConfig) -> tup
     if verb not in ("generateContent", "streamGenerateContent"):
         return bad(f"Method {verb!r} is not served by the mock provider.", 404, "NOT_FOUND")
     if not request.headers.get("x-goog-api-key") and not request.headers.get("Authorization", "").startswith("Bearer "):
-        return bad("Method doesn't allow unregistered callers. Please use API Key or other form of API consumer "
-                   "identity to call this API.", 403, "PERMISSION_DENIED")  # fmt: skip
+        return bad(
+            "Method doesn't allow unregistered callers. Please use API Key or other form of API consumer "
+            "identity to call this API.",
+            403,
+            "PERMISSION_DENIED",
+        )
     body = await _json_object(request)
     if isinstance(body, str):
         return bad(body)
@@ -1669,8 +1673,11 @@ class _ConverseEvents:
         return _event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": _text(tokens, first)}})
 
     def end(self, completion: int, truncated: bool) -> bytes:
-        usage = {"inputTokens": self.call.prompt, "outputTokens": completion,
-                 "totalTokens": self.call.prompt + completion}  # fmt: skip
+        usage = {
+            "inputTokens": self.call.prompt,
+            "outputTokens": completion,
+            "totalTokens": self.call.prompt + completion,
+        }
         latency = max(0, round((self.now() - self.arrival) * 1000))
         return (
             _event("contentBlockStop", {"contentBlockIndex": 0})
@@ -1679,8 +1686,11 @@ class _ConverseEvents:
         )
 
     def overloaded(self) -> bytes:
-        headers = {":exception-type": "serviceUnavailableException", ":content-type": "application/json",
-                   ":message-type": "exception"}  # fmt: skip
+        headers = {
+            ":exception-type": "serviceUnavailableException",
+            ":content-type": "application/json",
+            ":message-type": "exception",
+        }
         return event_frame(headers, json.dumps({"message": "Bedrock is unable to process your request."}).encode())
 
 
@@ -1719,10 +1729,16 @@ def _gemini_error(
                 }
             ],
         },
-        {"@type": "type.googleapis.com/google.rpc.Help",
-         "links": [{"description": "Learn more about Gemini API quotas",
-                    "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}]},
-    ]  # fmt: skip
+        {
+            "@type": "type.googleapis.com/google.rpc.Help",
+            "links": [
+                {
+                    "description": "Learn more about Gemini API quotas",
+                    "url": "https://ai.google.dev/gemini-api/docs/rate-limits",
+                }
+            ],
+        },
+    ]
     if wait is not None and math.isfinite(wait):
         details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{max(0.0, wait):.3f}s"})
     body = {"error": {"code": 429, "message": text, "status": "RESOURCE_EXHAUSTED", "details": details}}
@@ -1733,8 +1749,9 @@ def _bedrock_error(kind: str, reason: str | None, headers: dict[str, str]) -> we
     """Bedrock's throttling answers: 429 ``ThrottlingException`` (its message names
     tokens or requests, or the day's tokens), named in ``x-amzn-ErrorType``."""
     if kind == QUOTA:
-        return _bedrock_response(429, "ThrottlingException", "Too many tokens per day, please wait before trying "
-                                 "again.", headers)  # fmt: skip
+        return _bedrock_response(
+            429, "ThrottlingException", "Too many tokens per day, please wait before trying again.", headers
+        )
     what = "requests" if reason in (REQUESTS, "concurrency") else "tokens"
     return _bedrock_response(429, "ThrottlingException", f"Too many {what}, please wait before trying again.", headers)
 

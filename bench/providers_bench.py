@@ -98,8 +98,12 @@ def host(kind: str, strategy: str, url: str, redis_url: str, agents: int, second
 
         from governor.providers.bedrock import bedrock_client
 
-        common = {"endpoint_url": url, "region_name": "us-east-1", "aws_access_key_id": "k",
-                  "aws_secret_access_key": "k"}  # fmt: skip
+        common = {
+            "endpoint_url": url,
+            "region_name": "us-east-1",
+            "aws_access_key_id": "k",
+            "aws_secret_access_key": "k",
+        }
         if gov is not None:
             client = bedrock_client(governor=gov, retry=retry, **common)
         else:
@@ -108,7 +112,9 @@ def host(kind: str, strategy: str, url: str, redis_url: str, agents: int, second
         messages = [{"role": "user", "content": [{"text": PROMPT}]}]
 
         def once() -> None:
-            client.converse(modelId="amazon.nova-lite-v1:0", messages=messages, inferenceConfig={"maxTokens": MAX_TOKENS})
+            client.converse(
+                modelId="amazon.nova-lite-v1:0", messages=messages, inferenceConfig={"maxTokens": MAX_TOKENS}
+            )
 
     def agent() -> None:
         nonlocal errors

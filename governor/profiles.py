@@ -425,8 +425,12 @@ class Vertex(Gemini):
 
 
 #: Bedrock models whose output tokens count several times against the tokens quota (the burndown rate)
-BURNDOWN = (("anthropic.claude-3-7", 5), ("anthropic.claude-sonnet-4", 5), ("anthropic.claude-opus-4", 5),
-            ("anthropic.claude-haiku-4", 5))  # fmt: skip
+BURNDOWN = (
+    ("anthropic.claude-3-7", 5),
+    ("anthropic.claude-sonnet-4", 5),
+    ("anthropic.claude-opus-4", 5),
+    ("anthropic.claude-haiku-4", 5),
+)
 
 
 def burndown(path: str) -> int:

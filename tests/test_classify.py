@@ -547,8 +547,9 @@ def test_openai_try_again_in_the_message_is_the_retry_hint() -> None:
 
 def test_a_per_day_quota_is_quota_exhaustion_until_midnight_pacific() -> None:
     now = 1_790_000_000.0  # 2026-09-21 14:13:20 UTC: 07:13:20 in Los Angeles (PDT, UTC-7)
-    reading = REGISTRY["gemini"].classify(429, {}, google_429("GenerateRequestsPerDayPerProjectPerModel-FreeTier"),
-                                          now=now)  # fmt: skip
+    reading = REGISTRY["gemini"].classify(
+        429, {}, google_429("GenerateRequestsPerDayPerProjectPerModel-FreeTier"), now=now
+    )
     assert reading.kind is QUOTA
     assert reading.until == next_midnight(now) == 1_790_060_400.0  # 2026-09-22 07:00 UTC = midnight PDT
     verdict = classify_http(429, {}, google_429("GenerateRequestsPerDayPerProjectPerModel-FreeTier"))
@@ -561,8 +562,15 @@ def test_a_per_minute_google_quota_is_a_throttle() -> None:
 
 
 def test_vertex_rest_errors_come_as_a_list_of_one() -> None:
-    body = [{"error": {"code": 429, "message": "Resource exhausted. Please try again later.",
-                       "status": "RESOURCE_EXHAUSTED"}}]  # fmt: skip
+    body = [
+        {
+            "error": {
+                "code": 429,
+                "message": "Resource exhausted. Please try again later.",
+                "status": "RESOURCE_EXHAUSTED",
+            }
+        }
+    ]
     assert classify_http(429, {}, body).kind is RATE
 
 
@@ -597,8 +605,12 @@ def test_google_genai_errors_are_classified_by_the_gemini_profile() -> None:
 
 def test_azure_zero_limits_are_no_figure() -> None:
     limits = REGISTRY["azure"].rate_limits(
-        {"x-ratelimit-limit-requests": "0", "x-ratelimit-remaining-requests": "-1", "x-ratelimit-limit-tokens": "1000",
-         "x-ratelimit-remaining-tokens": "900"}  # fmt: skip
+        {
+            "x-ratelimit-limit-requests": "0",
+            "x-ratelimit-remaining-requests": "-1",
+            "x-ratelimit-limit-tokens": "1000",
+            "x-ratelimit-remaining-tokens": "900",
+        }
     )
     assert "requests" not in limits.budgets
     assert limits.budgets["tokens"].limit == 1000

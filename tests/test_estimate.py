@@ -694,9 +694,11 @@ def test_sdk_sse_decoder_agrees_on_events() -> None:
 def test_gemini_estimate_reads_contents_and_max_output_tokens() -> None:
     from governor.estimate import estimate_gemini
 
-    body = {"contents": [{"role": "user", "parts": [{"text": "x" * 400}]}],
-            "systemInstruction": {"parts": [{"text": "y" * 40}]},
-            "generationConfig": {"maxOutputTokens": 50, "candidateCount": 2}}  # fmt: skip
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": "x" * 400}]}],
+        "systemInstruction": {"parts": [{"text": "y" * 40}]},
+        "generationConfig": {"maxOutputTokens": 50, "candidateCount": 2},
+    }
     assert estimate_gemini(json.dumps(body).encode()) == Tokens(3 + 110 + 2 * 4, 100)
     assert estimate_gemini(b"") == Tokens()
 
@@ -712,19 +714,38 @@ def test_bedrock_estimate_is_input_plus_max_tokens_times_the_burndown() -> None:
 
 
 def test_usage_of_gemini_and_bedrock_answers() -> None:
-    gemini = {"usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "thoughtsTokenCount": 7,
-                                "totalTokenCount": 22}}  # fmt: skip
+    gemini = {
+        "usageMetadata": {
+            "promptTokenCount": 10,
+            "candidatesTokenCount": 5,
+            "thoughtsTokenCount": 7,
+            "totalTokenCount": 22,
+        }
+    }
     assert usage_of(gemini) == Tokens(10, 12)
-    bedrock = {"usage": {"inputTokens": 10, "outputTokens": 5, "totalTokens": 15, "cacheReadInputTokens": 100,
-                         "cacheWriteInputTokens": 3}}  # fmt: skip
+    bedrock = {
+        "usage": {
+            "inputTokens": 10,
+            "outputTokens": 5,
+            "totalTokens": 15,
+            "cacheReadInputTokens": 100,
+            "cacheWriteInputTokens": 3,
+        }
+    }
     assert usage_of(bedrock) == Tokens(13, 5)  # cache reads are given back to Bedrock's quota
 
 
 def test_anthropic_profile_leaves_cache_reads_out_of_input() -> None:
     from governor.profiles import REGISTRY
 
-    message = {"usage": {"input_tokens": 50, "output_tokens": 30, "cache_read_input_tokens": 1000,
-                         "cache_creation_input_tokens": 20}}  # fmt: skip
+    message = {
+        "usage": {
+            "input_tokens": 50,
+            "output_tokens": 30,
+            "cache_read_input_tokens": 1000,
+            "cache_creation_input_tokens": 20,
+        }
+    }
     assert usage_of(message) == Tokens(1070, 30)
     assert REGISTRY["anthropic"].usage(message) == Tokens(70, 30)
 
@@ -732,8 +753,10 @@ def test_anthropic_profile_leaves_cache_reads_out_of_input() -> None:
 def test_gemini_stream_usage_is_the_last_chunk_s() -> None:
     stream = StreamUsage()
     for sent in (8, 16):
-        chunk = {"candidates": [{"content": {"parts": [{"text": "ok"}]}}],
-                 "usageMetadata": {"promptTokenCount": 7, "candidatesTokenCount": sent}}  # fmt: skip
+        chunk = {
+            "candidates": [{"content": {"parts": [{"text": "ok"}]}}],
+            "usageMetadata": {"promptTokenCount": 7, "candidatesTokenCount": sent},
+        }
         stream.feed(b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n")
     stream.finish()
     assert stream.usage == Tokens(7, 16)

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
+from bench.provider import MockProvider, ProviderConfig
 from governor import AsyncGovernor, Governor, GovernorConfig, Outcome
 from governor.config import RetryPolicy
 from governor.errors import AcquireTimeout, ConfigError, GovernorError, GovernorUnavailable, QuotaExhausted
-from bench.provider import MockProvider, ProviderConfig
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM reads its bundled price list, offline
 genai = pytest.importorskip("google.genai")
@@ -145,10 +145,15 @@ def made(client: Any) -> Any:
 
 
 def gemini(gov: Governor | AsyncGovernor, served: Served, **options: Any) -> Any:
-    return made(gemini_client(
-        governor=gov, retry=options.pop("retry", FAST), api_key="test-key",
-        http_options={"base_url": served.url}, **options,
-    ))  # fmt: skip
+    return made(
+        gemini_client(
+            governor=gov,
+            retry=options.pop("retry", FAST),
+            api_key="test-key",
+            http_options={"base_url": served.url},
+            **options,
+        )
+    )
 
 
 def tokens_config(**extra: Any) -> GovernorConfig:
@@ -258,10 +263,17 @@ async def test_gemini_async_retries_a_throttle(make_agov: MakeAGov, served: Serv
 
 
 def bedrock(gov: Governor | None, served: Served, **options: Any) -> Any:
-    return made(bedrock_client(
-        governor=gov, endpoint_url=served.url, region_name="us-east-1", aws_access_key_id="test",
-        aws_secret_access_key="test", **({"retry": FAST} if gov is not None else {}), **options,
-    ))  # fmt: skip
+    return made(
+        bedrock_client(
+            governor=gov,
+            endpoint_url=served.url,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            **({"retry": FAST} if gov is not None else {}),
+            **options,
+        )
+    )
 
 
 def test_bedrock_converse_is_reported_with_burndown_usage(make_gov: MakeGov, served: Served) -> None:
@@ -329,10 +341,15 @@ def test_azure_x_ms_retry_after_ms_holds_the_fleet(make_gov: MakeGov, served: Se
 
     gov = make_gov(GovernorConfig(max_capacity=4, retry_after_cap=30.0))
     server = mock(served, limit=0, retry_after=20.0)
-    client = made(azure_openai_client(
-        governor=gov, retry=RetryPolicy(max_attempts=1, max_retry_after=30.0),
-        api_key="k", api_version="2024-10-21", azure_endpoint=server.url,
-    ))  # fmt: skip
+    client = made(
+        azure_openai_client(
+            governor=gov,
+            retry=RetryPolicy(max_attempts=1, max_retry_after=30.0),
+            api_key="k",
+            api_version="2024-10-21",
+            azure_endpoint=server.url,
+        )
+    )
     start = time.time()
     with pytest.raises(openai.RateLimitError) as caught:
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
@@ -441,8 +458,13 @@ def openai_shape(served: Served) -> dict[str, Any]:
 
 
 def anthropic_shape(served: Served) -> dict[str, Any]:
-    return {"model": "anthropic/claude-sonnet-4", "api_base": served.url, "api_key": "k", "messages": HI,
-            "max_tokens": 32}  # fmt: skip
+    return {
+        "model": "anthropic/claude-sonnet-4",
+        "api_base": served.url,
+        "api_key": "k",
+        "messages": HI,
+        "max_tokens": 32,
+    }
 
 
 @LITELLM
@@ -523,8 +545,9 @@ async def test_litellm_proxy_hook_leases_each_proxied_call(make_agov: MakeAGov, 
     response = await litellm.acompletion(**arguments, max_retries=0)
     await hook.async_post_call_success_hook(data, None, response)
     assert await acounts(gov) == (1, 0, 0, 0)
-    data = await hook.async_pre_call_hook(None, None, {**openai_shape(mock(served, limit=0)), "metadata": {}},
-                                          "completion")  # fmt: skip
+    data = await hook.async_pre_call_hook(
+        None, None, {**openai_shape(mock(served, limit=0)), "metadata": {}}, "completion"
+    )
     with pytest.raises(litellm.RateLimitError) as caught:
         await litellm.acompletion(**{k: v for k, v in data.items() if k != "metadata"}, max_retries=0)
     await hook.async_post_call_failure_hook(data, caught.value, None)

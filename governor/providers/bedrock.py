@@ -45,7 +45,8 @@ from ..profiles import REGISTRY
 from ..transport import judge_response
 
 if TYPE_CHECKING:
-    from .._sync.governor import Governor, Lease
+    from .._sync.governor import Governor
+    from .._sync.lease import Lease
     from ..config import RetryPolicy
 
 log = logging.getLogger("governor")

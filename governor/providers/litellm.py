@@ -40,15 +40,27 @@ from ..errors import ConfigError, GovernorError
 from ..estimate import estimate_request, usage_of
 
 if TYPE_CHECKING:
-    from .._async.governor import AsyncGovernor, AsyncLease
-    from .._sync.governor import Governor, Lease
+    from .._async.governor import AsyncGovernor
+    from .._async.lease import AsyncLease
+    from .._sync.governor import Governor
+    from .._sync.lease import Lease
     from ..config import RetryPolicy
 
 log = logging.getLogger("governor")
 
 #: the request fields of litellm.completion the estimate reads
-ESTIMATED = ("messages", "prompt", "input", "system", "tools", "functions", "response_format", "max_tokens",
-             "max_completion_tokens", "n")  # fmt: skip
+ESTIMATED = (
+    "messages",
+    "prompt",
+    "input",
+    "system",
+    "tools",
+    "functions",
+    "response_format",
+    "max_tokens",
+    "max_completion_tokens",
+    "n",
+)
 
 
 def _litellm() -> Any:
@@ -127,9 +139,15 @@ class GovernedLiteLLM:
             return _SyncStream(result, self.governor) if streamed else result
 
         return retry_call(
-            self.governor, call, (), {}, classify=default_classifier, tokens=estimate(arguments), judge=_judge,
+            self.governor,
+            call,
+            (),
+            {},
+            classify=default_classifier,
+            tokens=estimate(arguments),
+            judge=_judge,
             **self._options,
-        )  # fmt: skip
+        )
 
     async def acompletion(self, **kwargs: Any) -> Any:
         """``litellm.acompletion(**kwargs)`` under an :class:`~governor.AsyncGovernor`."""
@@ -146,9 +164,15 @@ class GovernedLiteLLM:
             return _AsyncStream(result, self.governor) if streamed else result
 
         return await retry_call(
-            self.governor, call, (), {}, classify=default_classifier, tokens=estimate(arguments), judge=_judge,
+            self.governor,
+            call,
+            (),
+            {},
+            classify=default_classifier,
+            tokens=estimate(arguments),
+            judge=_judge,
             **self._options,
-        )  # fmt: skip
+        )
 
 
 def _judge(result: Any, lease: Any) -> Verdict | None:
@@ -279,14 +303,18 @@ class GovernorHook:
         return response
 
     async def async_post_call_failure_hook(
-        self, request_data: dict[str, Any], original_exception: Exception, user_api_key_dict: Any,
+        self,
+        request_data: dict[str, Any],
+        original_exception: Exception,
+        user_api_key_dict: Any,
         traceback_str: str | None = None,
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         lease = _take(request_data)
         if lease is not None:
             verdict = default_classifier(original_exception)
-            await self._report(lease, verdict.kind, verdict.retry_after, Tokens() if verdict.kind is not
-                               Outcome.ERROR else None)  # fmt: skip
+            await self._report(
+                lease, verdict.kind, verdict.retry_after, Tokens() if verdict.kind is not Outcome.ERROR else None
+            )
         return None
 
     async def async_post_call_streaming_iterator_hook(
