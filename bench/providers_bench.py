@@ -47,14 +47,17 @@ MAX_TOKENS = 200
 PROMPT = "Summarise the state of the fleet in one paragraph. " * 4
 
 
-def provider_config(seed: int = 1) -> ProviderConfig:
+def provider_config(seed: int = 1, headers: bool = False) -> ProviderConfig:
+    """The account; ``headers``: the OpenAI and Anthropic shapes announce it
+    (the mock sends the headers of each configured limit)."""
     return ProviderConfig(
         limit=200,
         latency_mean=0.3,
         latency_sigma=0.3,
         per_token_latency=0.002,
-        tpm=TOKENS,
-        rate_period=PERIOD,
+        # headers say "per minute": an account that announces its limit has a minute's period
+        tpm=TOKENS * round(60 / PERIOD) if headers else TOKENS,
+        rate_period=60.0 if headers else PERIOD,
         burst=0.25,
         completion_mean=100.0,
         completion_sigma=0.6,
@@ -76,6 +79,9 @@ def host(kind: str, strategy: str, url: str, redis_url: str, agents: int, second
     lock = threading.Lock()
     stop = time.monotonic() + seconds
 
+    if kind.startswith("litellm"):
+        out.put(_litellm_host(kind, strategy, url, redis_url, agents, seconds))
+        return
     if kind == "gemini":
         from google import genai
         from google.genai import types
@@ -135,9 +141,58 @@ def host(kind: str, strategy: str, url: str, redis_url: str, agents: int, second
         gov.close()
 
 
+def _litellm_host(kind: str, strategy: str, url: str, redis_url: str, agents: int, seconds: float) -> int:
+    """A host of ``agents`` coroutines calling ``litellm.acompletion`` (governed: through ``litellm_client``)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    from governor import AsyncGovernor, GovernorConfig
+    from governor.config import RetryPolicy
+    from governor.providers.litellm import litellm_client
+
+    litellm.suppress_debug_info = True
+    shape: dict[str, Any] = {
+        "api_key": "k",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": MAX_TOKENS,
+    }
+    if kind == "litellm-openai":
+        shape.update(model="openai/gpt-4o-mini", api_base=url + "/v1")
+    else:
+        shape.update(model="anthropic/claude-sonnet-4", api_base=url)
+
+    async def main() -> int:
+        errors = 0
+        gov = None
+        if strategy == "governed":
+            gov = AsyncGovernor.from_url(redis_url, f"bench-{kind}", GovernorConfig(max_capacity=64))
+            llm = litellm_client(gov, retry=RetryPolicy(max_attempts=6, deadline=30.0))
+            call: Any = llm.acompletion
+            extra: dict[str, Any] = {}
+        else:
+            call, extra = litellm.acompletion, {"num_retries": 5}
+        stop = time.monotonic() + seconds
+
+        async def agent() -> None:
+            nonlocal errors
+            while time.monotonic() < stop:
+                try:
+                    await call(**shape, **extra)
+                except Exception:  # noqa: BLE001 - a call that failed in the end: counted
+                    errors += 1
+
+        await asyncio.gather(*(agent() for _ in range(agents)))
+        if gov is not None:
+            await gov.aclose()
+        return errors
+
+    return asyncio.run(main())
+
+
 def run(kind: str, strategy: str, hosts: int, agents: int, seconds: float, redis_url: str) -> dict[str, Any]:
     loop = asyncio.new_event_loop()
-    provider = MockProvider(provider_config())
+    config = provider_config(headers=kind.startswith("litellm"))
+    provider = MockProvider(config)
     url = loop.run_until_complete(provider.start())
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
@@ -159,7 +214,7 @@ def run(kind: str, strategy: str, hosts: int, agents: int, seconds: float, redis
     start, end = seconds / 2, seconds
     steady = [(a, e, k) for a, e, k in record.responses if start <= a < end]
     refused = sum(1 for _, _, k in steady if k != OK)
-    rate = TOKENS / PERIOD
+    rate = config.refill_rate("tokens") or 1.0
     goodput = record.tokens_between(start, end) / (end - start)
     return {
         "provider": kind,
@@ -178,7 +233,9 @@ def run(kind: str, strategy: str, hosts: int, agents: int, seconds: float, redis
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--provider", choices=("gemini", "bedrock"), action="append")
+    parser.add_argument(
+        "--provider", choices=("gemini", "bedrock", "litellm-openai", "litellm-anthropic"), action="append"
+    )
     parser.add_argument("--strategy", choices=("governed", "sdk"), action="append")
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--agents", type=int, default=12)
