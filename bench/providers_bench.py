@@ -66,8 +66,11 @@ def provider_config(seed: int = 1, headers: bool = False) -> ProviderConfig:
     )
 
 
-def host(kind: str, strategy: str, url: str, redis_url: str, agents: int, seconds: float, out: Any) -> None:
-    """One host process: ``agents`` threads calling the provider for ``seconds``."""
+def host(
+    kind: str, strategy: str, url: str, redis_url: str, agents: int, seconds: float, out: Any, ready: Any, go: Any
+) -> None:
+    """One host process: ``agents`` threads calling the provider for ``seconds``
+    from the moment every host is ready (``ready``, then ``go``)."""
     from governor import Governor, GovernorConfig
     from governor.config import RetryPolicy
 
@@ -77,10 +80,10 @@ def host(kind: str, strategy: str, url: str, redis_url: str, agents: int, second
     retry = RetryPolicy(max_attempts=6, deadline=30.0)
     errors = 0
     lock = threading.Lock()
-    stop = time.monotonic() + seconds
+    stop = 0.0
 
     if kind.startswith("litellm"):
-        out.put(_litellm_host(kind, strategy, url, redis_url, agents, seconds))
+        out.put(_litellm_host(kind, strategy, url, redis_url, agents, seconds, ready, go))
         return
     if kind == "gemini":
         from google import genai
@@ -131,6 +134,9 @@ def host(kind: str, strategy: str, url: str, redis_url: str, agents: int, second
                 with lock:
                     errors += 1
 
+    ready.put(True)
+    go.wait(300)
+    stop = time.monotonic() + seconds
     threads = [threading.Thread(target=agent, daemon=True) for _ in range(agents)]
     for thread in threads:
         thread.start()
@@ -141,7 +147,9 @@ def host(kind: str, strategy: str, url: str, redis_url: str, agents: int, second
         gov.close()
 
 
-def _litellm_host(kind: str, strategy: str, url: str, redis_url: str, agents: int, seconds: float) -> int:
+def _litellm_host(
+    kind: str, strategy: str, url: str, redis_url: str, agents: int, seconds: float, ready: Any, go: Any
+) -> int:
     """A host of ``agents`` coroutines calling ``litellm.acompletion`` (governed: through ``litellm_client``)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
@@ -171,6 +179,8 @@ def _litellm_host(kind: str, strategy: str, url: str, redis_url: str, agents: in
             extra: dict[str, Any] = {}
         else:
             call, extra = litellm.acompletion, {"num_retries": 5}
+        ready.put(True)
+        await asyncio.get_running_loop().run_in_executor(None, go.wait, 300)
         stop = time.monotonic() + seconds
 
         async def agent() -> None:
@@ -196,15 +206,20 @@ def run(kind: str, strategy: str, hosts: int, agents: int, seconds: float, redis
     url = loop.run_until_complete(provider.start())
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    loop.call_soon_threadsafe(provider.reset)
-    time.sleep(0.2)
     queue: Any = multiprocessing.Queue()
+    ready: Any = multiprocessing.Queue()
+    go = multiprocessing.Event()
     procs = [
-        multiprocessing.Process(target=host, args=(kind, strategy, url, redis_url, agents, seconds, queue))
+        multiprocessing.Process(target=host, args=(kind, strategy, url, redis_url, agents, seconds, queue, ready, go))
         for _ in range(hosts)
     ]
     for proc in procs:
         proc.start()
+    for _ in procs:
+        ready.get(timeout=300)  # every host has imported its SDK and built its client
+    loop.call_soon_threadsafe(provider.reset)
+    time.sleep(0.2)
+    go.set()
     failed = sum(queue.get(timeout=seconds + 120) for _ in procs)
     for proc in procs:
         proc.join(30)
