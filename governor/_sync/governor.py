@@ -11,6 +11,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
@@ -46,7 +47,9 @@ from ..errors import (
     GovernorError,
     GovernorNotFound,
     GovernorUnavailable,
+    HashMissing,
     LeaseLost,
+    Migrating,
     NotReplicated,
     StateError,
     WrongKeyType,
@@ -256,6 +259,8 @@ class Governor:
         self._local = Semaphore(self._core.config.local_capacity)
         #: callers' script calls in progress, at most redis_connections at once
         self._slots = Semaphore(self._core.config.redis_connections)
+        #: (local time, what happened) of the last grant or renewal the replicas did not confirm
+        self._unconfirmed: tuple[float, str] | None = None
 
     @classmethod
     def from_url(
@@ -703,8 +708,14 @@ class Governor:
     def status(self, *, create: bool = True) -> Status:
         """The governor's state, read-only in Redis. A governor that does not
         exist yet is created from this object's config, unless ``create`` is
-        False: then GovernorNotFound is raised (what operator tools want)."""
-        return self._found(self._execute(self._core.status(create)))
+        False: then GovernorNotFound is raised (what operator tools want).
+        While this object's grants are not confirmed by ``wait_replicas``
+        replicas, ``blocked`` says so."""
+        status = self._found(self._execute(self._core.status(create)))
+        unconfirmed = self._unconfirmed
+        if unconfirmed is not None and self._core.local_now() - unconfirmed[0] < self.config.lease_ttl:
+            status = replace(status, blocked=unconfirmed[1] + (f"; {status.blocked}" if status.blocked else ""))
+        return status
 
     def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
         """Change the ceiling; applied at once unless paused (then on resume)."""
@@ -737,15 +748,17 @@ class Governor:
         ``resume()`` or for ``duration`` seconds."""
         return self._found(self._execute(self._core.pause(reason, duration, create)))
 
-    def resume(self, *, create: bool = True) -> Status:
-        """Lift any pause and any Retry-After hold."""
-        return self._found(self._execute(self._core.resume(create)))
+    def resume(self, *, lift_recovery_hold: bool = False, create: bool = True) -> Status:
+        """Lift any pause and any Retry-After hold. A recovery hold (after a
+        loss: ``Status.hold_until``) stays unless ``lift_recovery_hold``:
+        holders from before the loss may still run unseen until it ends."""
+        return self._found(self._execute(self._core.resume(create, lift_recovery_hold)))
 
     def reset(self, *, create: bool = True) -> Status:
-        """Forget what the policy learnt (window, pause, hold, adaptive memory);
-        capacity goes back to max_capacity (the adaptive policy: to its slow
-        start from the resume level). The stored config, holders and
-        waiters are kept."""
+        """Forget what the policy learnt (window, pause, Retry-After hold,
+        adaptive memory); capacity goes back to max_capacity (the adaptive
+        policy: to its slow start from the resume level). The stored config,
+        holders, waiters and a recovery hold are kept."""
         return self._found(self._execute(self._core.reset(with_config=False, create=create)))
 
     def configure(self, *, create: bool = True) -> Status:
@@ -777,7 +790,7 @@ class Governor:
         try:
             if call.recreate and self._core.stored_config is None:
                 self._init()  # the first call learns the stored config (or creates the state)
-            result = self._run(call)
+            result = self._run_repaired(call)
             if result is MISSING:
                 if not call.recreate:
                     return call.if_missing  # type: ignore[no-any-return]
@@ -789,6 +802,24 @@ class Governor:
         finally:
             if slot:
                 self._slots.release()
+
+    def _run_repaired(self, call: Call[T]) -> Any:
+        """``_run``; a config or policy hash lost while the state stayed is
+        stored again (init) and the call made again; a cluster slot that
+        is migrating is asked again for up to ``redis_timeout``."""
+        give_up = time.monotonic() + self.config.redis_timeout
+        pause = 0.005
+        while True:
+            try:
+                return self._run(call)
+            except HashMissing:
+                self._init()
+                return self._run(call)
+            except Migrating:
+                if time.monotonic() + pause > give_up:
+                    raise
+                sleep(pause)
+                pause = min(pause * 2, 0.1)
 
     def _init(self) -> str:
         """Create the state if it is missing (init.lua) and learn the stored
@@ -813,22 +844,37 @@ class Governor:
                 reply, confirmed = self._send(call)
         except WrongKeyType as error:
             raise self._which_key(error) from error
-        except WrongNode:
-            if self._url is None or isinstance(self._client, redis_cluster.RedisCluster):
+        except WrongNode as error:
+            if isinstance(self._client, redis_cluster.RedisCluster):  # the slot moved: the client follows it
+                raise Migrating(
+                    f"governor {self.name!r}: the governor's cluster slot moved to another node ({error}); "
+                    "retried until the caller's timeout",
+                    name=self.name,
+                ) from error
+            if self._url is None:
                 raise
             self._switch_to_cluster()
             return self._run(call)
         result = call.parse(reply)
-        if not confirmed:
+        if confirmed is not True:
+            what = (
+                f"grants are not confirmed: {call.script} was acknowledged by {confirmed} of "
+                f"wait_replicas={self.config.wait_replicas} replica(s) within replica_timeout="
+                f"{self.config.replica_wait:g} s"
+            )
+            self._unconfirmed = (self._core.local_now(), what)
             raise NotReplicated(
-                f"governor {self.name!r}: {call.script} was not confirmed by {self.config.wait_replicas} "
-                f"replica(s) within {self.config.redis_timeout / 2} s",
+                f"governor {self.name!r}: {what}. The replicas lag more than that, or fewer are connected: check "
+                "`INFO replication` on the primary (connected_slaves, each replica's lag); raise replica_timeout "
+                "(below redis_timeout and lease_ttl / 3) or lower wait_replicas. The grant was given back",
                 name=self.name,
             )
+        if call.confirm and self.config.wait_replicas:
+            self._unconfirmed = None
         return result
 
-    def _send(self, call: Call[T], reload: bool = True) -> tuple[Any, bool]:
-        """The function's reply, and whether the replicas confirmed it: with
+    def _send(self, call: Call[T], reload: bool = True) -> tuple[Any, bool | int]:
+        """The function's reply, and True when the replicas confirmed it (else how many did): with
         ``wait_replicas``, a call whose answer is relied on (a grant, a
         renewal) goes in one pipeline with a ``WAIT`` on the same connection.
         A server that lost the library (a restart, FUNCTION FLUSH, a new
@@ -841,15 +887,15 @@ class Governor:
                 return self._client.fcall(*command), True
             pipe = self._client.pipeline(transaction=False)
             pipe.fcall(*command)
-            # Half of redis_timeout, so a slow replica is told apart from a hung Redis.
-            pipe.execute_command("WAIT", replicas, ms(self.config.redis_timeout / 2))
+            # Below redis_timeout (GovernorConfig checks), so a slow replica is told apart from a hung Redis.
+            pipe.execute_command("WAIT", replicas, ms(self.config.replica_wait))
             reply, acknowledged = pipe.execute()
         except redis.exceptions.ResponseError as error:
             if not reload or MISSING_FUNCTION not in str(error):
                 raise
             self._load_library()
             return self._send(call, reload=False)
-        return reply, int(acknowledged) >= replicas
+        return reply, True if int(acknowledged) >= replicas else int(acknowledged)
 
     def _load_library(self) -> None:
         """Load the library (on every primary of a cluster) when Redis said a

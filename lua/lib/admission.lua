@@ -377,6 +377,7 @@ local function reclaim(force)
   if not force and NOW < S.reclaim_due then return end
   check_types()
   set('state', 'reclaim_due', NOW + RECLAIM_MS)
+  ORIGIN.keys_lost()  -- leases or holders gone while the state stayed (lib/origin.lua)
   local expired = redis.call('ZRANGEBYSCORE', K.leases, '(0', NOW, 'LIMIT', 0, BATCH)  -- not the sentinel
   if #expired > 0 then
     local counted = redis.call('EXISTS', K.held) == 1  -- each lease's record is read only then
@@ -596,9 +597,7 @@ local function blocked(tokens, place)
       return 'paused: ' .. S.pause_reason, hint
     end
   end
-  if NOW < S.not_before then
-    return 'holding until the provider\'s retry-after', S.not_before - NOW
-  end
+  if NOW < S.not_before then return ORIGIN.held(), S.not_before - NOW end  -- a Retry-After or a recovery hold
   local buckets = S.budgets ~= ''  -- none active: the token buckets are not asked
   for _, budget in ipairs(BUDGETS) do
     if buckets or not budget.bucket then
