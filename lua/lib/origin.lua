@@ -43,8 +43,11 @@ lift-hold flag ends it, and says so in the log.
 
 A lost key. leases and holders each keep a sentinel (lib/common.lua): either
 missing means that key was evicted or deleted while the state stayed.
-reclaim() looks (at most once a second) and handles it as a loss: the held
-counts are counted again from what exists (recount), new epoch, the hold.
+reclaim() looks (at most once a second) and handles it as a loss: without
+the holders' records the leases go too, the held counts are counted again
+from what exists (recount), new epoch (the holders' renewals adopt their
+leases), the hold. Until reclaim looks (at most RECLAIM_MS), admissions
+count what is left.
 ]]
 
 local SERVER = nil  -- {run = run_id, replid = master_replid, stamp = ...}, learnt once per library load
@@ -186,6 +189,11 @@ ORIGIN.keys_lost = function()
   if not redis.call('ZSCORE', K.leases, SENTINEL) then gone[#gone + 1] = 'leases' end
   if redis.call('HEXISTS', K.holders, SENTINEL) == 0 then gone[#gone + 1] = 'holders' end
   if #gone == 0 then return end
+  if gone[#gone] == 'holders' then
+    -- the leases' records (tenant, class, reservation) are gone: the leases
+    -- go too, and their holders re-register within the hold (adoption)
+    redis.call('DEL', K.leases)
+  end
   redis.call('ZADD', K.leases, 'NX', 0, SENTINEL)
   redis.call('HSETNX', K.holders, SENTINEL, '')
   created(K.leases)
