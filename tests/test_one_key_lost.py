@@ -48,7 +48,9 @@ def _tenant_witness(holders: Holders, tenant: str) -> Any:
 
 
 @pytest.mark.parametrize("key", ["leases", "holders"])
-def test_leases_or_holders_lost_is_a_loss_not_a_stall(make_gov: Any, clock: FakeClock, sync_client: Any, key: str) -> None:
+def test_leases_or_holders_lost_is_a_loss_not_a_stall(
+    make_gov: Any, clock: FakeClock, sync_client: Any, key: str
+) -> None:
     holders = Holders(now=clock)
     try:
         fleet = make_gov(CONFIG, clock=clock)

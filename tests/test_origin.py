@@ -91,7 +91,10 @@ def test_the_readme_example_on_a_redis_started_a_second_ago_gets_its_first_lease
 
     time.sleep(max(0.0, 1.0 - fresh.uptime()))  # started one second before, as a newcomer's would be
     started = time.monotonic()
-    exec(compile(code, "README.md", "exec"), {"call_the_provider": call_the_provider, "ProviderThrottled": ProviderThrottled})
+    exec(
+        compile(code, "README.md", "exec"),
+        {"call_the_provider": call_the_provider, "ProviderThrottled": ProviderThrottled},
+    )
     figure("README example on a new Redis: first lease after", entered[0] - started)
     assert entered and entered[0] - started < 1.0
 
@@ -218,7 +221,7 @@ def test_an_rdb_snapshot_loaded_at_a_restart_is_a_loss(holders: Holders) -> None
         server.cleanup()
     print(f"\nRDB snapshot restored: {seen}")
     came_back = [e for e in entries if e["kind"] == "came-back"]
-    assert came_back and "RDB snapshot" in came_back[0]["why"] or "another Redis server" in came_back[0]["why"]
+    assert (came_back and "RDB snapshot" in came_back[0]["why"]) or "another Redis server" in came_back[0]["why"]
     assert seen.peak <= CAME_BACK.max_capacity, f"the witness saw {seen}"
     assert not seen.shared, f"fences held twice at once: {seen.shared}"
     assert any(h for h in holders.events if h.get("role") == "newcomer"), "the newcomer was admitted in the end"
@@ -352,7 +355,9 @@ def test_configure_reset_and_resume_keep_the_recovery_hold(
         holders.close()
 
 
-def test_lifting_the_recovery_hold_is_an_explicit_named_choice(make_gov: Any, sync_client: Any, clock: FakeClock) -> None:
+def test_lifting_the_recovery_hold_is_an_explicit_named_choice(
+    make_gov: Any, sync_client: Any, clock: FakeClock
+) -> None:
     config = GovernorConfig(max_capacity=4, lease_ttl=6.0, resume_fraction=1.0)
     gov = make_gov(config, clock=clock)
     gov.status()

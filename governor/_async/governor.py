@@ -68,7 +68,7 @@ from ..headers import parse as parse_headers
 from ..protocol import ms
 from ..scripts import MISSING_FUNCTION, function_name, library, library_name
 
-# sync: from ._compat import Semaphore, shielded
+# sync: from ._compat import Semaphore, shielded, sleep
 from ._compat import AcquireContext, Semaphore, shielded, sleep
 from .background import _Background, _Waiter
 from .retry import retry_call, retry_decorator

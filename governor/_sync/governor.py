@@ -61,7 +61,7 @@ from ..headers import parse as parse_headers
 from ..protocol import ms
 from ..scripts import MISSING_FUNCTION, function_name, library, library_name
 
-from ._compat import Semaphore, shielded
+from ._compat import Semaphore, shielded, sleep
 from .background import _Background, _Waiter
 from .retry import retry_call, retry_decorator
 

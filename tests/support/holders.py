@@ -53,7 +53,9 @@ class Holders:
             entry = self._open.pop(self._key(lease), None)
             if entry is not None:
                 t = self.now()
-                self.events.append({"kind": "left", "key": self._key(lease), "how": "released", "t": t, "held_until": t})
+                self.events.append(
+                    {"kind": "left", "key": self._key(lease), "how": "released", "t": t, "held_until": t}
+                )
 
     def believed(self, key: str, fence: int, start: float, end: float, role: str = "cut-off") -> None:
         """A modelled holder: it held ``fence`` from ``start`` until ``end`` (its TTL ran out)."""
