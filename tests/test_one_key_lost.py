@@ -38,11 +38,11 @@ def _admit(gov: Governor, holders: Holders, n: int, tenant: str | None = None) -
     return leases
 
 
-def _tenant_witness(holders: Holders, tenant: str) -> Any:
+def _tenant_witness(holders: Holders, tenant: str, until: float) -> Any:
     only = Holders(now=holders.now)
     only.events = [e for e in holders.events if e.get("role") == tenant or e["key"] in {
         x["key"] for x in holders.events if x.get("role") == tenant}]  # fmt: skip
-    seen = only.witness(CAP)
+    seen = only.witness(CAP, until=until)
     only.close()
     return seen
 
@@ -79,9 +79,9 @@ def test_leases_or_holders_lost_is_a_loss_not_a_stall(
             lease.release()
         again = _admit(newcomer, holders, 1, "capped")
         assert len(again) == 1, newcomer.status().blocked  # the capped tenant is not stuck
-        seen = holders.witness(CAPACITY)
+        seen = holders.witness(CAPACITY, until=clock.now + 1.0)  # the admitted hold on
         assert seen.peak <= CAPACITY and not seen.shared, f"the witness saw {seen}"
-        assert _tenant_witness(holders, "capped").peak <= CAP
+        assert _tenant_witness(holders, "capped", clock.now + 1.0).peak <= CAP
         kinds = [_text(e[b"kind"] if b"kind" in e else e["kind"]) for _, e in sync_client.xrange(fleet.keys.events)]
         assert "lost-key" in kinds
     finally:

@@ -343,14 +343,14 @@ def test_configure_reset_and_resume_keep_the_recovery_hold(
         clock.advance(1.0)
         after = getattr(fleet, operator)()  # the operator's natural reaction, one second later
         admitted = _admit_all(fleet, holders, 4)
-        seen = holders.witness(4)
+        seen = holders.witness(4, until=clock.now + 1.0)  # the admitted hold on
         print(f"\n{operator} one second after the restart: {seen}")
         assert admitted == 0 and seen.peak <= 4, f"{operator} lifted the recovery hold: {seen}"
         assert after.hold_until == st.hold_until and after.blocked.startswith("recovery hold:")
         assert st.recovery_hold and st.hold_reason.startswith("the state was lost")
         clock.advance(config.lease_ttl)  # the hold is over, and so is the cut-off holder's belief
         assert _admit_all(fleet, holders, 4) == 4
-        assert holders.witness(4).peak <= 4
+        assert holders.witness(4, until=clock.now + 1.0).peak <= 4
     finally:
         holders.close()
 
@@ -393,7 +393,7 @@ def test_the_hold_covers_the_longest_lease_ttl_any_client_announced(
         for _ in range(4):  # 0.5 s steps up to 2 s past the loss
             clock.advance(0.5)
             _admit_all(short, holders, 4)
-        seen = holders.witness(4)
+        seen = holders.witness(4, until=clock.now + 1.0)  # the admitted hold on
         print(f"\nlease_ttl 1.5 re-creates under a cut-off holder of lease_ttl 6: {seen}")
         assert seen.peak <= 4 and not seen.shared, f"the witness saw {seen}"
         assert st.hold_until == pytest.approx(st.now + 6.0) and st.ttl_max == 6.0  # recorded, learnt
