@@ -1,4 +1,4 @@
-"""What a strategy achieved: the figures of the swarm benchmark (SPEC §7).
+"""What a strategy achieved: the figures of the swarm benchmark.
 
 All times are seconds since the run's start (the provider's clock; hosts
 report Unix times, which are converted with the provider's start time).

@@ -1,4 +1,4 @@
-"""Which provider failures are throttles, which are billing, which are neither (SPEC §5).
+"""Which provider failures are throttles, which are billing, which are neither.
 
 ``Governor.call`` asks a :data:`Classifier` about every exception its
 function raises and acts on the answer, an :class:`~governor.core.Outcome`

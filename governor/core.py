@@ -21,7 +21,17 @@ from .budgets import KINDS as BUDGET_KINDS
 from .budgets import Budget, Tokens, parse_budgets
 from .config import GovernorConfig
 from .errors import ConfigError, CostTooLarge, StateError
-from .protocol import DEFAULT_TENANT, SCHEMA_VERSION, GovernorKeys, Outcome, Wake, governor_keys, ms, validate_tenant
+from .protocol import (
+    DEFAULT_TENANT,
+    MAX_CAPACITY,
+    SCHEMA_VERSION,
+    GovernorKeys,
+    Outcome,
+    Wake,
+    governor_keys,
+    ms,
+    validate_tenant,
+)
 
 __all__ = ["Outcome", "Wake"]  # defined in governor.protocol, used through here too
 
@@ -97,6 +107,8 @@ class Status:
     now: float  #: the clock the scripts used
     #: why a new caller would wait now, in the admission rule's words ('' if it would not)
     blocked: str = ""
+    #: slots of capacity only the highest class takes (the stored config's reserve; 0: none)
+    reserve: int = 0
     #: the active budgets (requests and tokens per minute), in governor.budgets.KINDS order
     budgets: tuple[Budget, ...] = ()
     schema: int = SCHEMA_VERSION  #: schema version of the state and replies
@@ -517,16 +529,16 @@ class GovernorCore:
         lease_args = (lease_id or "", "" if fence is None else str(fence), "1" if release and lease_id else "0")
         if usage is not None and not isinstance(usage, Tokens):
             raise ConfigError(f"usage must be a Tokens or None, got {usage!r}")
-        figures = []
+        figures: list[str] = []  # kind, "limit,remaining" pairs: only the kinds announced
         for kind in BUDGET_KINDS:
             limit, remaining = (limits or {}).get(kind, (None, None))
             for value in (limit, remaining):
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                     raise ConfigError(f"{kind} limits must be integers >= 0 or None, got {value!r}")
-            both = ("" if limit is None else str(limit), "" if remaining is None else str(remaining))
-            figures.append("" if both == ("", "") else ",".join(both))
+            if limit is not None or remaining is not None:
+                figures += [kind, f"{'' if limit is None else limit},{'' if remaining is None else remaining}"]
         budget_args = ("" if usage is None else usage.arg(), *figures)
-        if budget_args == ("",) * len(budget_args):
+        if budget_args == ("",):
             budget_args = ()  # the common report: the script reads '' for what is not sent
         return self._call("report", (outcome.value, ra, *lease_args, *budget_args), self._parse_reported)
 
@@ -580,8 +592,8 @@ class GovernorCore:
     def set_max_capacity(self, n: int, create: bool = True) -> Call[Status]:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"max_capacity must be an integer >= 1, got {n!r}")
-        if n > 1_000_000:
-            raise ConfigError(f"max_capacity must be <= 1000000, got {n!r}")
+        if n > MAX_CAPACITY:
+            raise ConfigError(f"max_capacity must be <= {MAX_CAPACITY}, got {n!r}")
         return self._call("set_max", (str(n),), self._parse_status, recreate=create)
 
     def set_shares(
@@ -645,11 +657,9 @@ class GovernorCore:
         try:
             self._saw_fence(int(f["fence"]))
             self._saw_ttl(f["ttl_max"])
-            if self.stored_config is not None:  # the ceiling an operator may have changed
-                top = int(f["max_capacity"])
-                self.stored_config["max_capacity"] = str(top)
-                if int(self.stored_config.get("reserve", "0")) >= top:  # set_max lowers the reserve with it
-                    self.stored_config["reserve"] = str(top - 1)
+            if self.stored_config is not None:  # what an operator may have changed (set_max, set_shares)
+                self.stored_config["max_capacity"] = f["max_capacity"]
+                self.stored_config["reserve"] = f["reserve"]
             return Status(
                 name=self.name,
                 capacity=int(f["capacity"]),
@@ -674,6 +684,7 @@ class GovernorCore:
                 created=int(f["created"]) / 1000,
                 now=int(f["now"]) / 1000,
                 blocked=f["blocked"],
+                reserve=int(f["reserve"]),
                 budgets=parse_budgets(budget_section, text),
                 hold_until=_seconds(f["hold_until"]),
                 hold_reason=f["hold_reason"],

@@ -4,7 +4,7 @@ A lease that is no longer live is lost, unless the state it was granted in
 is gone (Redis restarted or flushed, the epoch changed): then the lease is
 adopted into the new state, so the running holders count again.
 
-Uses    lib/admission.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/admission.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now        int ms or ''  injected clock, '' for Redis TIME
@@ -12,10 +12,10 @@ ARGV
   ARGV[3] ttl_ms     int ms >= 1   new time to live of every lease
   ARGV[4..] triples  id, epoch the lease was granted in, holder label
 Reply
-  {2, 'renewed', epoch, status1, fence1, status2, fence2, ...}
+  {SCHEMA, 'renewed', epoch, status1, fence1, status2, fence2, ...}
     status = 'ok' (fence 0: unchanged) | 'adopted' (fence: the new fence)
            | 'lost' (fence 0)
-  {2, 'missing'}     no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}     no such governor: run init.lua, then call again
 ]]
 
 local ttl = arg_int(3, 'ttl_ms', 1)
@@ -51,7 +51,7 @@ for i = 4, #ARGV, 3 do
     reply[#reply + 1] = 'ok'
     reply[#reply + 1] = 0
   elseif epoch ~= S.epoch then
-    if live_count == nil then live_count = in_flight() end
+    if CALL.live == nil then CALL.live = in_flight() end
     local fence = add_lease(id, ttl, holder, NO_TOKENS, ADOPTED)  -- its reservation and place were the lost state's
     log('adopt', 'lease', id, 'fence', fence, 'why', 'holder of a lease from a lost state renewed')
     reply[#reply + 1] = 'adopted'

@@ -1,6 +1,6 @@
 --[[ report.lua: one outcome of a provider call; feeds the window and policy.
 
-Uses    lib/admission.lua, lib/policy.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/policy.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now             int ms or ''  injected clock, '' for Redis TIME
@@ -21,16 +21,16 @@ ARGV
   ARGV[8] usage           "input,output" or ''  the tokens the call used
                           (governor.budgets.Tokens.arg): settles the live
                           lease's reservation in every budget
-  ARGV[9..12] limits      "limit,remaining" or ''  per budget kind, in the
-                          order requests, tokens, input_tokens, output_tokens:
-                          the response's rate-limit figures (either may be
-                          empty; governor/headers.py reads them), which
-                          calibrate that budget (calibrate() of lib/admission.lua)
+  ARGV[9..] limits        kind, "limit,remaining" pairs, one per budget kind
+                          (BUDGET_KINDS) the response announced: its
+                          rate-limit figures (either may be empty;
+                          governor/headers.py reads them), which calibrate
+                          that budget (calibrate() of lib/budgets.lua)
 Reply
-  {2, 'reported'}  recorded (and the lease released if asked)
-  {2, 'lost'}      the lease was not live: nothing recorded (any remains of
+  {SCHEMA, 'reported'}  recorded (and the lease released if asked)
+  {SCHEMA, 'lost'}      the lease was not live: nothing recorded (any remains of
                    it are removed when a release was asked)
-  {2, 'missing'}   no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
 local outcome = ARGV[3]
@@ -46,16 +46,20 @@ local release = lease ~= nil and ARGV[7] == '1'
 local usage = nil
 if ARGV[8] ~= nil and ARGV[8] ~= '' then usage = arg_tokens(8, 'usage') end
 local limits = {}  -- {kind, limit or nil, remaining or nil}
-for i, kind in ipairs(BUDGET_KINDS) do
-  local v = ARGV[8 + i]
-  if v ~= nil and v ~= '' then
-    local l, r = string.match(v, '^(%d*),(%d*)$')
-    local limit, remaining = tonumber(l), tonumber(r)
-    if not l or (l == '' and r == '') or (limit or 0) > MAX_INT or (remaining or 0) > MAX_INT then
-      fail('BADARG', kind .. ' limits must be "limit,remaining" integers (either empty), got ' .. tostring(v))
-    end
-    limits[#limits + 1] = {kind, limit, remaining}
+if #ARGV > 8 and (#ARGV - 8) % 2 ~= 0 then fail('BADARG', 'report takes its limits as (kind, "limit,remaining") pairs') end
+for i = 9, #ARGV, 2 do
+  local kind, v = ARGV[i], ARGV[i + 1]
+  if not KIND_OF[kind] or (limits[kind]) then
+    fail('BADARG', 'limits name each budget kind at most once, one of ' .. table.concat(BUDGET_KINDS, ', ')
+      .. ', got ' .. tostring(kind))
   end
+  local l, r = string.match(v, '^(%d*),(%d*)$')
+  local limit, remaining = tonumber(l), tonumber(r)
+  if not l or (l == '' and r == '') or (limit or 0) > MAX_INT or (remaining or 0) > MAX_INT then
+    fail('BADARG', kind .. ' limits must be "limit,remaining" integers (either empty), got ' .. tostring(v))
+  end
+  limits[kind] = true
+  limits[#limits + 1] = {kind, limit, remaining}
 end
 clock()
 if not load(REPORT) then return missing_reply() end
@@ -78,7 +82,7 @@ keep_alive()
 -- when it is given back while held counts leases (caps, a reserve).
 local settles = lease and usage and #active_budgets() > 0
 local counted = release and redis.call('EXISTS', K.held) == 1
-if counted then guard(13) end
+if counted then guard(K.held) end
 local lease_record = nil
 if settles or counted then lease_record = record_parse(redis.call('HGET', K.holders, lease)) end
 local known = release and (lease_record ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)
@@ -93,7 +97,7 @@ end
 if lease then
   local expiry = tonumber(redis.call('ZSCORE', K.leases, lease))
   if not expiry or expiry <= NOW then
-    if waiting then guard_grant(false, 7, 5) end  -- waiters, holders (and what grant() adds)
+    if waiting then guard_grant(false, K.waiters, K.holders) end  -- (and what grant() adds)
     give_back()
     if waiting then grant() end  -- its tenant's first parked waiter may be back in the queue
     return finish({SCHEMA, 'lost'})
@@ -102,10 +106,10 @@ end
 
 local rl, total
 if outcome ~= 'q' then rl, total = window() end  -- reads tell the window keys' types
-guard(10)  -- events: the policy may log after the first write
-if not lease then guard(4) end  -- leases: the policy and grant() count it after the first write
-if waiting then guard_grant(false, 7) end  -- waiters (and what grant() adds): written by grant()
-if waiting and not release then guard(5) end  -- holders: grant() reads the head's record (else HEXISTS told)
+guard(K.events)  -- the policy may log after the first write
+if not lease then guard(K.leases) end  -- the policy and grant() count it after the first write
+if waiting then guard_grant(false, K.waiters) end  -- (and what grant() adds): written by grant()
+if waiting and not release then guard(K.holders) end  -- grant() reads the head's record (else HEXISTS told)
 reclaim()
 if outcome == 'q' then
   set('state', 'quota_exhausted', S.quota_exhausted + 1)

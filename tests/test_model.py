@@ -1,4 +1,4 @@
-"""The Lua scripts against the reference model (SPEC §8): one random sequence
+"""The Lua scripts against the reference model: one random sequence
 of operations drives both, and after every step they must agree exactly.
 
 Each operation is built by the governor's own core (``gov._core.acquire``,
@@ -10,7 +10,7 @@ reply, the whole state, config and policy hashes, the leases and holders
 (capacity, pause, max, not_before, window counts, blocked); at the end,
 the messages published on the wake channel. Every policy (adaptive, seed,
 fixed) is drawn. The model
-checks SPEC §3 on its own: no admission while paused or held or at
+checks the admission rules on its own: no admission while paused or held or at
 capacity, FIFO grants, no lease granted twice, growing fences.
 
 No background worker runs (the core calls are executed directly) and time

@@ -1,4 +1,4 @@
-"""The adaptive policy (SPEC §4) on an injected clock: the seed's own unit
+"""The adaptive policy on an injected clock: the seed's own unit
 scenarios, carried over to the fleet API, then the default policy's rules.
 
 Every test runs on a real Redis and on fakeredis, with decode_responses off
@@ -401,7 +401,7 @@ def test_adaptive_reset_and_configure_start_slow_a_new_max_applies_at_once(make_
     assert gov.reset().capacity == 16  # a reset starts slow again
     held: list = []  # type: ignore[type-arg]
     assert flood(gov, held) == 16
-    st = gov.set_max_capacity(48)  # a new max_capacity applies at once (SPEC 4)
+    st = gov.set_max_capacity(48)  # a new max_capacity applies at once
     assert (st.capacity, st.ceiling) == (48, 0)
     assert flood(gov, held) == 48
     for lease in held:
@@ -614,7 +614,7 @@ def test_operator_pause_over_a_policy_pause_resumes_at_the_resume_level(make_gov
 
 
 def test_a_lost_lease_brings_no_hold_either(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
-    # Its holder stalled past the TTL: its news may be an hour old (SPEC §3).
+    # Its holder stalled past the TTL: its news may be an hour old.
     gov = make_gov(seed(max_capacity=8, lease_ttl=10), clock=clock)
     lease = gov.try_acquire()
     assert lease is not None

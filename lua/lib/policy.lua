@@ -1,10 +1,11 @@
---[[ lib/policy.lua: the policies (SPEC §4), one entry each in POLICIES.
+--[[ lib/policy.lua: the policies, one entry each in POLICIES.
 
-Uses lib/common.lua and lib/admission.lua. A policy is a unit: its entry
-here (its state fields, its reaction to a rate-limited attempt and to a
-success, its reset), its config class in governor/policies.py (its stored
-numbers, read here from C) and its entry in tests/model.py. record() adds
-one attempt to the window and hands it to the governor's policy.
+Uses lib/common.lua, lib/capacity.lua.
+A policy is a unit: its entry here (its state fields, its reaction to a
+rate-limited attempt and to a success, its reset), its config class in
+governor/policies.py (its stored numbers, read here from C) and its entry in
+tests/model.py. record() adds one attempt to the window and hands it to the
+governor's policy.
 
 Every policy's state lives in the policy hash (P); streak, the successes
 in a row since the last change, is every policy's (pause and resume clear
@@ -88,7 +89,7 @@ POLICIES.adaptive = {
     -- success adds one (success() below, nothing refused yet): a round of
     -- leases that all succeed doubles capacity, as in TCP's slow start, so
     -- max_capacity is reached after about log2(1 / resume_fraction) rounds.
-    -- A new max_capacity applies at once (SPEC §4): set_max keeps P, so it
+    -- A new max_capacity applies at once: set_max keeps P, so it
     -- is not fresh. No entry of its own in the decision log: the create,
     -- recreate or reset entry that follows carries the capacity it starts at.
     if fresh then set('state', 'capacity', math.min(S.capacity, resume_level())) end

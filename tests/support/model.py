@@ -1,4 +1,4 @@
-"""A reference model of SPEC §3-§4 in plain Python: no Redis, no Lua.
+"""A reference model of admission and the policies in plain Python: no Redis, no Lua.
 
 :class:`Model` answers the same calls as the scripts in ``lua/`` (same
 ARGV, same replies, same stored hashes and sets), so a property test can
@@ -19,7 +19,7 @@ priority classes (band), aging and start-time fair queueing between
 weighted tenants (tag, each class's vtime, the shares of idle tenants pruned), with
 waiter deadlines; grants on release/expiry/capacity change; fences.
 
-Besides answering, the model checks the rules SPEC §3 states as
+Besides answering, the model checks the admission rules as
 invariants, independently of how the scripts are written: every admission
 happens while not paused, not held, with room in every budget and with no
 live waiter of a smaller score left behind; FIFO within a class and
@@ -35,6 +35,7 @@ from typing import Any
 
 from governor.budgets import KINDS as BUDGET_KINDS
 from governor.budgets import Tokens
+from governor.policies import all_fields
 from governor.protocol import (
     CONFIG,
     DEFAULT_TENANT,
@@ -46,7 +47,6 @@ from governor.protocol import (
     SCHEMA_VERSION,
     SENTINEL,
     HolderRecord,
-    all_fields,
 )
 
 from .model_policies import POLICIES, Policy
@@ -80,7 +80,7 @@ class Place:
 
 
 class ModelViolation(AssertionError):
-    """A rule of SPEC §3 was broken (by the model's own bookkeeping)."""
+    """An admission rule was broken (by the model's own bookkeeping)."""
 
 
 def _zsorted(zset: dict[str, int]) -> list[tuple[str, int]]:
@@ -161,7 +161,7 @@ class Model:
     def policy(self) -> Policy:
         return POLICIES[self.raw_config["policy"]]
 
-    # -- helpers (lua/lib/common.lua, lua/lib/admission.lua) ------------------
+    # -- helpers (lua/lib/common.lua) ------------------
 
     def in_flight(self) -> int:
         return sum(1 for e in self.leases.values() if e > self.now)
@@ -291,7 +291,7 @@ class Model:
                 return f"at capacity below the highest class: {others} in flight of {capacity} - {reserve} reserved"
         return None
 
-    # -- caps and the reserve (lua/lib/admission.lua) ---------------------------
+    # -- caps and the reserve (lua/lib/shares.lua) ---------------------------
 
     def _cap_of(self, tenant: str) -> tuple[int, int] | None:
         """(cap, slot) of ``tenant`` in the stored tenant_caps, or None."""
@@ -376,7 +376,7 @@ class Model:
             for _ in range(n - self.held.get(tenant, 0)):
                 self._unpark(tenant)
 
-    # -- budgets (governor/budgets.py; the token buckets of lua/lib/admission.lua) --
+    # -- budgets (governor/budgets.py; the token buckets of lua/lib/budgets.lua) --
 
     def active(self) -> list[str]:
         return [k for k in self.S["budgets"].split(",") if k]
@@ -465,7 +465,7 @@ class Model:
         place: tuple[int, str] = (0, ""),
         aged: bool = False,
     ) -> int:
-        """One admission: check the rules of SPEC §3 and §9, the tenant's cap
+        """One admission: check the admission rules and the budgets, the tenant's cap
         and the reserve (by the live leases' records, not the counts), take
         the next fence."""
         S = self.S
@@ -628,6 +628,7 @@ class Model:
             "policy": C["policy"],
             "capacity": S["capacity"],
             "max_capacity": C["max_capacity"],
+            "reserve": C["reserve"],
             "paused": S["paused"],
             "pause_kind": S["pause_kind"],
             "pause_reason": S["pause_reason"],
@@ -881,10 +882,9 @@ class Model:
         release = lease_id != "" and a[4] == "1"
         usage = parse_tokens(a[5]) if len(a) > 5 and a[5] else None
         limits = []
-        for kind, figures in zip(BUDGET_KINDS, a[6:10], strict=False):
-            if figures:
-                limit, remaining = figures.split(",")
-                limits.append((kind, int(limit) if limit else None, int(remaining) if remaining else None))
+        for kind, figures in zip(a[6::2], a[7::2], strict=True):  # kind, "limit,remaining" pairs
+            limit, remaining = figures.split(",")
+            limits.append((kind, int(limit) if limit else None, int(remaining) if remaining else None))
         if self.state is None:
             return [SCHEMA, "missing"]
         S = self.S

@@ -1,4 +1,4 @@
-"""The reference model's policies (SPEC §4), one unit each, as in the
+"""The reference model's policies, one unit each, as in the
 POLICIES table of ``lua/lib/policy.lua``: ``seed`` halves, pauses, +1 per
 streak; ``adaptive`` starts low, learns the lowest refused in-flight level
 (ceiling), holds just below it and probes it; ``fixed`` never moves capacity. Each entry
