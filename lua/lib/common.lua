@@ -90,6 +90,7 @@ local OPS = {}
 --   caps    tenant -> {cap, slot} or false, as this call found them (lib/shares.lua)
 --   held    field of held -> leases in flight, as this call read and changed them (lib/shares.lua)
 --   live    the leases in flight, once counted (lib/admission.lua)
+--   foreign why a read-only call found the state written by another server (lib/origin.lua)
 local CALL = {}
 local NOW, LIVE, CHANNEL
 local READ_ONLY     -- the call may not write (status): a state that came back is only reported

@@ -1,10 +1,11 @@
 --[[ lib/origin.lua: where the state came from, the layout handshake, the
 recovery hold, and a key of the state lost.
 
-Uses lib/common.lua, lib/admission.lua. Sets ORIGIN.stamp and ORIGIN.check
+Uses lib/common.lua, lib/shares.lua, lib/capacity.lua.
+Defines: the functions of ORIGIN (declared in lib/common.lua). Sets ORIGIN.stamp and ORIGIN.check
 (called by load() of lib/common.lua), ORIGIN.hold and ORIGIN.held (init.lua,
 blocked() of lib/admission.lua), ORIGIN.keys_lost (reclaim() of
-lib/admission.lua) and ORIGIN.status_why (status_reply of lib/admin.lua).
+lib/upkeep.lua, acquire.lua) and ORIGIN.status_why (status_reply of lib/admin.lua).
 
 The origin stamp. Every writing call that finds the state stamps it (field
 origin) "layout:min_layout:run_id:replid": the layout this library writes
@@ -51,8 +52,6 @@ count what is left.
 ]]
 
 local SERVER = nil  -- {run = run_id, replid = master_replid, stamp = ...}, learnt once per library load
-local FOREIGN = nil  -- a read-only call's note: why the state is not this server's
-RESETS[#RESETS + 1] = function() FOREIGN = nil end
 
 -- The state's hold and the clients' longest TTL, read without a check (a
 -- state of an older layout lacks them): never fails, for any path.
@@ -173,7 +172,7 @@ ORIGIN.check = function(raw)
   end
   local why = 'the state ' .. which_case(replid)
   if READ_ONLY then
-    FOREIGN = why .. '; the next writing call handles it as a loss and holds'
+    CALL.foreign = why .. '; the next writing call handles it as a loss and holds'
     return
   end
   check_types()
@@ -205,7 +204,7 @@ end
 -- Why status sees the state unusable as it is ('' none): another server's
 -- state, or a lost key.
 ORIGIN.status_why = function()
-  if FOREIGN then return FOREIGN end
+  if CALL.foreign then return CALL.foreign end
   local gone = {}
   if not redis.call('ZSCORE', K.leases, SENTINEL) then gone[#gone + 1] = 'leases' end
   if redis.call('HEXISTS', K.holders, SENTINEL) == 0 then gone[#gone + 1] = 'holders' end
