@@ -197,7 +197,19 @@ def map_errors(name: str | None, locate: Callable[[str], str] | None = None) -> 
         ) from exc
     except redis.exceptions.BusyLoadingError as exc:
         raise GovernorUnavailable(f"{_who(name)}Redis is loading its data set; retry shortly", name=name) from exc
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.ClusterError) as exc:
+    except redis.exceptions.ClusterError as exc:
+        if "TTL exhausted" not in str(exc):
+            raise GovernorUnavailable(
+                f"{_who(name)}Redis is unreachable ({type(exc).__name__}: {exc}); check the URL and that Redis is up",
+                name=name,
+            ) from exc
+        raise Migrating(
+            f"{_who(name)}the cluster client was redirected again and again for the governor's slot (TTL "
+            "exhausted): its slot is migrating between two nodes, or a failover is under way; retried until the "
+            "caller's timeout",
+            name=name,
+        ) from exc
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         raise GovernorUnavailable(
             f"{_who(name)}Redis is unreachable ({type(exc).__name__}: {exc}); check the URL and that Redis is up",
             name=name,
@@ -208,16 +220,16 @@ def map_errors(name: str | None, locate: Callable[[str], str] | None = None) -> 
             f"for a moment (TRYAGAIN: {exc}); retried until the caller's timeout",
             name=name,
         ) from exc
-    except redis.exceptions.AskError as exc:
-        raise Migrating(
-            f"{_who(name)}the governor's cluster slot is migrating to {exc.node_addr} (ASK); retried until the "
-            "caller's timeout",
-            name=name,
-        ) from exc
     except redis.exceptions.MovedError as exc:
         raise WrongNode(
             f"{_who(name)}this Redis is part of a cluster and the governor's slot is served by {exc.node_addr}: "
             "use a redis.cluster.RedisCluster client (Governor.from_url detects a cluster by itself)",
+            name=name,
+        ) from exc
+    except redis.exceptions.AskError as exc:  # after MovedError: a MovedError is an AskError
+        raise Migrating(
+            f"{_who(name)}the governor's cluster slot is migrating to {exc.node_addr} (ASK); retried until the "
+            "caller's timeout",
             name=name,
         ) from exc
     except redis.exceptions.ResponseError as exc:

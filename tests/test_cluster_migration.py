@@ -81,6 +81,7 @@ def test_a_migrating_slot_fails_fast_naming_the_migration_and_never_exceeds(clus
     holders = Holders()
     errors: Counter[str] = Counter()
     messages: list[str] = []
+    error_times: list[float] = []
     stop = threading.Event()
     gov = Governor.from_url(cluster.url, name, CONFIG)
 
@@ -93,6 +94,7 @@ def test_a_migrating_slot_fails_fast_naming_the_migration_and_never_exceeds(clus
             except GovernorError as error:
                 errors[type(error).__name__] += 1
                 messages.append(str(error))
+                error_times.append(time.monotonic())
                 if isinstance(error, ConfigError):
                     errors["ConfigError"] += 1
                 time.sleep(0.02)
@@ -124,6 +126,10 @@ def test_a_migrating_slot_fails_fast_naming_the_migration_and_never_exceeds(clus
     after = [e for e in holders.events if e["kind"] == "entered" and e["t"] > moved]
     print(f"\nslot migration: {seen}; errors {dict(errors)}; admissions after: {len(after)}")
     print("first messages:", messages[:3])
+    if error_times:
+        print(f"errors from {min(error_times) - started:.3f} s to {max(error_times) - started:.3f} s after the start")
+    before = [e for e in holders.events if e["kind"] == "entered" and e["t"] < started]
+    print(f"admissions before the migration: {len(before)}")
     assert seen.peak <= CONFIG.max_capacity and not seen.shared, f"the witness saw {seen}"
     assert errors["ConfigError"] == 0 and errors["WrongNode"] == 0, dict(errors)
     assert all("migrat" in m for m in messages), messages[:5]

@@ -140,6 +140,14 @@ class Connection:
                 reply, confirmed = await self._send(call)
         except WrongKeyType as error:
             raise await self._which_key(error) from error
+        except Migrating as error:
+            # a standalone client of from_url redirected by ASK: a cluster client follows it
+            if self.url is None or isinstance(self.client, redis_cluster.RedisCluster):
+                raise
+            if not isinstance(error.__cause__, redis.exceptions.AskError):
+                raise
+            await self._switch_to_cluster()
+            return await self.run(call)
         except WrongNode as error:
             if isinstance(self.client, redis_cluster.RedisCluster):  # the slot moved: the client follows it
                 raise Migrating(
