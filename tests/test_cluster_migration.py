@@ -21,7 +21,7 @@ import pytest
 import redis
 import redis.cluster
 
-from governor import AcquireTimeout, ConfigError, Governor, GovernorConfig, GovernorError, Migrating
+from governor import AcquireTimeout, ConfigError, Governor, GovernorConfig, GovernorError
 
 from .support.cluster import RedisCluster
 from .support.faultkit import figure
@@ -137,4 +137,6 @@ def test_a_migrating_slot_fails_fast_naming_the_migration_and_never_exceeds(clus
 
 
 def test_migrating_is_a_governor_unavailable() -> None:
+    from governor import Migrating
+
     assert issubclass(Migrating, GovernorError) and not issubclass(Migrating, ConfigError)
