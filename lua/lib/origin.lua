@@ -133,20 +133,19 @@ local function lost(kind, why)
 end
 
 -- The case a stamp of another run id is, from this server's replication
--- and persistence (INFO, on this rare path only).
+-- and persistence (INFO, on this rare path only). A primary's replication
+-- id changes at every start, so only a promoted replica is told for sure.
 local function which_case(replid)
   if replid ~= '' and replid == info_field('replication', 'master_replid2') then
     return 'came from a replica promoted to primary (grants the old primary made in its last moments may be '
       .. 'missing)'
   end
-  if replid ~= '' and replid == info_field('replication', 'master_replid') then
-    if info_field('persistence', 'aof_enabled') == '1' then
-      return 'was loaded from the append-only file at a restart (grants after its last fsync may be missing)'
-    end
-    return 'was loaded from an RDB snapshot at a restart (grants after the snapshot may be missing)'
+  if info_field('persistence', 'aof_enabled') == '1' then
+    return 'was loaded from the append-only file at a restart, or copied from another server (grants made '
+      .. 'after it was written may be missing)'
   end
-  return 'was written by another Redis server (a restore, a failover or a cluster slot migration: grants '
-    .. 'made after it was copied may be missing)'
+  return 'was loaded from an RDB snapshot at a restart, or copied from another server (a restore, a cluster '
+    .. 'slot migration: grants made after it was saved may be missing)'
 end
 
 -- A state stamped otherwise than this server would (raw: its stamp, false
