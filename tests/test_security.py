@@ -632,8 +632,8 @@ def test_malformed_ids_and_numbers_are_refused_by_every_script(real: redis.Redis
         with pytest.raises(ConfigError, match="mode must be"):  # ARGV[7] missing
             gov._connection.run(Call("acquire", acquire[:6], core._parse_acquire))
         with pytest.raises(ConfigError, match="outcome must be"):
-            gov._connection.run(Call("report", (*core.report(Outcome.SUCCESS, None, None).args[:2], "x", "", "", "", "0"),
-                          core._parse_reported))  # fmt: skip
+            report = core.report(Outcome.SUCCESS, None, None)
+            gov._connection.run(Call("report", (*report.args[:2], "x", "", "", "", "0"), core._parse_reported))
         with pytest.raises(ConfigError, match="holder"):
             gov._connection.run(core.acquire(new_id(), "x" * 201, wait=True))
         with pytest.raises(ConfigError, match="holder"):
