@@ -112,12 +112,10 @@ class Status:
     #: the active budgets (requests and tokens per minute), in governor.budgets.KINDS order
     budgets: tuple[Budget, ...] = ()
     schema: int = SCHEMA_VERSION  #: schema version of the state and replies
-    #: the recovery hold's end (after a loss, a state that came back, a lost key; None: none):
-    #: configure(), reset() and resume() keep it, resume(lift_recovery_hold=True) ends it
+    #: the recovery hold's end (after a loss; None: none): only resume(lift_recovery_hold=True) ends it
     hold_until: float | None = None
     hold_reason: str = ""  #: why the recovery hold runs ('' none)
-    #: the longest lease TTL a client of this governor announced: the length of a recovery hold
-    ttl_max: float = 0.0
+    ttl_max: float = 0.0  #: the longest lease TTL a client announced: the length of a recovery hold
     #: "layout:min_layout:run_id:replid" of the Redis server that wrote the state ('' unstamped)
     origin: str = ""
 
@@ -137,7 +135,7 @@ class Status:
 
     @property
     def recovery_hold(self) -> bool:
-        """True while the recovery hold runs (see ``hold_until``)."""
+        """True while the recovery hold runs (``hold_until``)."""
         return self.hold_until is not None and self.hold_until > self.now
 
     @property
@@ -315,12 +313,9 @@ class GovernorCore:
 
     def _saw_ttl(self, ttl_ms: Any) -> None:
         """The longest lease TTL the state recorded, as a reply told it."""
-        try:
-            value = int(text(ttl_ms))
-        except ValueError:
-            return
-        if value > self.ttl_max_ms:
-            self.ttl_max_ms = value
+        value = text(ttl_ms)
+        if value.isdigit() and int(value) > self.ttl_max_ms:
+            self.ttl_max_ms = int(value)
 
     def _saw_fence(self, fence: int) -> None:
         if fence > self.fence_floor:
@@ -332,15 +327,11 @@ class GovernorCore:
         """Create the state if it is missing, from the stored config this
         client last saw (else its own); either way learn the stored config.
 
-        It is a *recovery* (start cautiously, hold admissions for the
-        longest lease TTL known while holders re-register) when this client
-        saw the state recently enough that idle expiry cannot explain its
-        loss, or holds leases. Otherwise the script holds only when other
-        clients listen (they re-register on the announcement), or, in the
-        strict mode (``restart_hold``), when the Redis server is younger
-        than a lease TTL. ``listening``: this client's own worker is
-        subscribed to the channel.
-        """
+        A *recovery* (hold for the longest lease TTL known, start at the
+        resume level) when this client holds leases or saw the state within
+        ``idle_expiry``; else init.lua holds only when others listen or in
+        the strict mode (``restart_hold``). ``listening``: this client's
+        own worker is subscribed to the channel."""
         recovered = holds_leases or (
             self.last_seen is not None and self.local_now() - self.last_seen < self.config.idle_expiry
         )

@@ -196,8 +196,7 @@ def library() -> str:
         flags = "{'no-writes'}" if op in READ_ONLY else "{}"
         registrations.append(
             f"redis.register_function{{function_name = '{function_name(op)}', flags = {flags},\n"
-            f"  callback = function(keys, argv) begin(keys, argv, {'true' if op in READ_ONLY else 'false'}) "
-            f"return OPS.{op}() end}}"
+            f"  callback = function(keys, argv) begin(keys, argv) return OPS.{op}() end}}"
         )
     body = "\n".join(text for _, text in parts())
     return f"#!lua name={library_name()}\n{body}\n" + "\n".join(registrations) + "\n"

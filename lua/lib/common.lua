@@ -93,7 +93,7 @@ local OPS = {}
 --   foreign why a read-only call found the state written by another server (lib/origin.lua)
 local CALL = {}
 local NOW, LIVE, CHANNEL
-local READ_ONLY     -- the call may not write (status): a state that came back is only reported
+local READ_ONLY     -- the call may not write (status.lua sets it): a state that came back is only reported
 -- Where the state came from (lib/origin.lua sets both): STAMP() is this
 -- server's origin stamp, learnt once per library load; CHECK(raw) handles a
 -- state stamped otherwise (raw false: an older layout's state, unstamped).
@@ -107,10 +107,10 @@ local CREATED       -- keys the call may have created: they get their expiry at 
 -- expiry touch_all gave them: acquiring into an empty fleet sets none.
 local SENTINEL = '~'
 
-local function begin(keys, argv, read_only)
+local function begin(keys, argv)
   KEYS, ARGV = keys, argv
   for i = 1, #KEY_NAMES do K[KEY_NAMES[i]] = keys[i] end
-  NOW, LIVE, CHANNEL, READ_ONLY = nil, nil, argv[2], read_only
+  NOW, LIVE, CHANNEL, READ_ONLY = nil, nil, argv[2], false
   S, C, P, DIRTY, STORE, CREATED = nil, nil, nil, nil, nil, nil
   CALL = {}
 end
