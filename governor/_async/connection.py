@@ -30,6 +30,7 @@ from ..errors import (
     NotReplicated,
     WrongKeyType,
     WrongNode,
+    duration,
     map_errors,
     wrong_key_type,
 )
@@ -164,7 +165,7 @@ class Connection:
             what = (
                 f"grants are not confirmed: {call.script} was acknowledged by {confirmed} of "
                 f"wait_replicas={self._config.wait_replicas} replica(s) within replica_timeout="
-                f"{self._config.replica_wait:g} s"
+                f"{duration(self._config.replica_wait)}"
             )
             self.unconfirmed = (time.monotonic(), what)
             raise NotReplicated(
