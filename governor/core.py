@@ -116,8 +116,6 @@ class Status:
     hold_until: float | None = None
     hold_reason: str = ""  #: why the recovery hold runs ('' none)
     ttl_max: float = 0.0  #: the longest lease TTL a client announced: the length of a recovery hold
-    #: "layout:min_layout:run_id:replid" of the Redis server that wrote the state ('' unstamped)
-    origin: str = ""
 
     def budget(self, kind: str) -> Budget | None:
         """The active budget of ``kind``, or None when that kind is not governed."""
@@ -137,12 +135,6 @@ class Status:
     def recovery_hold(self) -> bool:
         """True while the recovery hold runs (``hold_until``)."""
         return self.hold_until is not None and self.hold_until > self.now
-
-    @property
-    def layout(self) -> tuple[int, int] | None:
-        """(the layout that wrote the state, the oldest client layout that may use it); None: unstamped."""
-        parts = self.origin.split(":")
-        return (int(parts[0]), int(parts[1])) if len(parts) == 4 and parts[0].isdigit() and parts[1].isdigit() else None
 
 
 class Missing:
@@ -680,7 +672,6 @@ class GovernorCore:
                 hold_until=_seconds(f["hold_until"]),
                 hold_reason=f["hold_reason"],
                 ttl_max=int(f["ttl_max"]) / 1000,
-                origin=f["origin"],
             )
         except (KeyError, ValueError, ConfigError) as exc:
             raise StateError(f"governor {self.name!r}: unreadable status reply ({exc})", name=self.name) from exc

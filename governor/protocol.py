@@ -430,7 +430,6 @@ STATUS_FIELDS: tuple[str, ...] = (
     "hold_until",
     "hold_reason",
     "ttl_max",
-    "origin",
     "budgets",
 )
 

@@ -69,7 +69,7 @@ local function status_reply()
     window_ms = C.window_ms, streak = P.streak or 0, fence = S.fence, ceiling = P.ceiling or 0,
     quota_exhausted = S.quota_exhausted, quota_at = S.quota_at, created = S.created, blocked = why_blocked(),
     hold_until = S.hold_until or 0, hold_reason = S.hold_reason or '', ttl_max = S.ttl_max or 0,
-    origin = S.origin or '', budgets = budget_section(),
+    budgets = budget_section(),
   }
   local reply = {SCHEMA, 'status'}
   for _, name in ipairs(STATUS_FIELDS) do
