@@ -29,6 +29,7 @@ from .errors import (
     QuotaExhausted,
     RedisFull,
     StateError,
+    UsageTooLarge,
     WrongKeyType,
     WrongNode,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "StateError",
     "Status",
     "Tokens",
+    "UsageTooLarge",
     "Verdict",
     "WrongKeyType",
     "WrongNode",

@@ -419,6 +419,7 @@ STATUS_FIELDS: tuple[str, ...] = (
     "quota_at",
     "created",
     "blocked",
+    "held_back",
     "budgets",
 )
 

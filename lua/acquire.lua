@@ -87,6 +87,10 @@ else
   local reason, hint = blocked(tokens, place)
   if waiting == 0 and not reason then
     -- Nobody waits and the rule admits: at once (FIFO holds trivially).
+    if oversize(tokens) then  -- add_lease logs it
+      more('config', 'log_length')
+      guard(10)
+    end
     return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens, place), ttl, S.epoch})
   end
   if mode == 'try' then
@@ -107,5 +111,5 @@ if granted[id] then
   return finish({SCHEMA, 'granted', granted[id], ttl, S.epoch})
 end
 local reason, hint = blocked(tokens, place)
-local position = redis.call('ZRANK', K.queue, id) or redis.call('ZCARD', K.queue)  -- parked: behind the queue
+local position = redis.call('ZRANK', K.queue, id) or -1  -- parked at its tenant's cap: -1
 return finish({SCHEMA, 'queued', position, reason or 'behind earlier waiters', hint, S.epoch})

@@ -93,6 +93,7 @@ if others > 0 and notice > hold then
   hold, why = notice, 'created while ' .. others .. ' other clients listen'
 end
 if recovered then set('state', 'capacity', resume_level()) end
+if hold > 0 then reborn() end  -- what the fleet spent before the loss is not known
 if hold > 0 then
   set('state', 'not_before', NOW + hold)
   log(recovered and 'recreate' or 'create', 'until', NOW + hold, 'listeners', others,

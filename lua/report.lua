@@ -26,6 +26,12 @@ ARGV
                           the response's rate-limit figures (either may be
                           empty; governor/headers.py reads them), which
                           calibrate that budget (calibrate() of lib/admission.lua)
+  ARGV[13] refusals       '0' | '1' | ''  ('r' only) '0': the provider does not
+                          count a refused call against its limits, so its
+                          reservation is given back by the usage; else it is
+                          spent (never given back). Either way every bucket
+                          whose remaining the figures do not announce is then
+                          clamped to 0 (refused() of lib/admission.lua)
 Reply
   {2, 'reported'}  recorded (and the lease released if asked)
   {2, 'lost'}      the lease was not live: nothing recorded (any remains of
@@ -45,6 +51,10 @@ if ARGV[6] ~= '' then fence = arg_int(6, 'fence') end
 local release = lease ~= nil and ARGV[7] == '1'
 local usage = nil
 if ARGV[8] ~= nil and ARGV[8] ~= '' then usage = arg_tokens(8, 'usage') end
+local refusals_count = ARGV[13] ~= '0'
+if ARGV[13] ~= nil and ARGV[13] ~= '' and ARGV[13] ~= '0' and ARGV[13] ~= '1' then
+  fail('BADARG', 'refusals must be 0, 1 or empty, got ' .. tostring(ARGV[13]))
+end
 local limits = {}  -- {kind, limit or nil, remaining or nil}
 for i, kind in ipairs(BUDGET_KINDS) do
   local v = ARGV[8 + i]
@@ -122,8 +132,13 @@ else
     end
   end
 end
-if settles and lease_record then settle(lease_record.tokens, usage) end
-for _, figures in ipairs(limits) do calibrate(figures[1], figures[2], figures[3]) end
+if settles and lease_record then settle(lease_record.tokens, usage, outcome == 'r' and refusals_count) end
+local announced = {}
+for _, figures in ipairs(limits) do
+  calibrate(figures[1], figures[2], figures[3])
+  if figures[3] then announced[figures[1]] = true end
+end
+if outcome == 'r' then refused(announced) end
 give_back()
 if waiting then grant() end
 return finish({SCHEMA, 'reported'})

@@ -171,6 +171,7 @@ class Lease:
         self.holder = holder  #: label shown to operators
         self.tokens = tokens  #: what the lease reserved from the budgets (settled by its report)
         where = place if place is not None else governor._core.place()
+        self._place = where
         self.priority = where.priority  #: the priority class it waited in
         self.tenant = where.tenant  #: the tenant whose share it counts in
         #: admitted by the local fallback limit while Redis was unreachable
@@ -185,6 +186,10 @@ class Lease:
     @property
     def governor(self) -> Governor:
         return self._governor
+
+    def _renewal(self) -> tuple[str, str, str, Place, Tokens]:
+        """What its renewal carries: a new state adopts it with its place and reservation."""
+        return (self.id, self.epoch, self.holder, self._place, self.tokens)
 
     @property
     def lost(self) -> bool:
@@ -471,9 +476,9 @@ class Governor:
         by which it surely lives), or the next step."""
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
+            where = "parked at its tenant's cap" if waiter.position < 0 else f"{waiter.position} ahead"
             raise AcquireTimeout(
-                f"governor {self.name!r}: no lease within {timeout} s "
-                f"({waiter.reason or 'queued'}; {waiter.position} ahead at last look)",
+                f"governor {self.name!r}: no lease within {timeout} s ({waiter.reason or 'queued'}; {where} at last look)",
                 name=self.name,
             )
         slice_ = self.config.queue_ttl if remaining is None else min(remaining, self.config.queue_ttl)
@@ -642,6 +647,7 @@ class Governor:
         release: bool = False,
         usage: Tokens | None = None,
         headers: Mapping[str, str] | None = None,
+        refusals_count: bool = True,
     ) -> None:
         """Feed one provider outcome to the fleet's policy and budgets.
 
@@ -654,10 +660,17 @@ class Governor:
         call used) settles the lease's reservation; ``headers`` (the
         response's) calibrate the budgets from the provider's rate-limit
         headers (governor/headers.py; unreadable ones change nothing and are
-        counted, never raised).
+        counted, never raised). A rate-limited outcome clamps the fleet's
+        buckets to 0 (as a remaining of 0 would) unless its headers say what
+        remains; ``refusals_count`` (the provider profile's) says whether the
+        provider counted the refused call: its reservation is then spent,
+        else given back before the clamp. A usage beyond MAX_USAGE raises
+        UsageTooLarge.
         """
         if usage is not None and not isinstance(usage, Tokens):
             raise ConfigError(f"usage must be a Tokens (input and output tokens) or None, got {usage!r}")
+        if usage is not None:
+            usage.as_usage()  # before the lease is given up: a refused report changes nothing
         limits = self._limits(headers)
         if lease is not None and lease._governor is not self:
             raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
@@ -669,7 +682,10 @@ class Governor:
             if not lease.released:  # a lease released before its report is not checked
                 lease_id = lease.id
         releasing = release and lease is not None and self._forget(lease)
-        call = self._core.report(outcome, retry_after, lease_id, fence, release=releasing, usage=usage, limits=limits)
+        call = self._core.report(
+            outcome, retry_after, lease_id, fence, release=releasing, usage=usage, limits=limits,
+            refusals_count=refusals_count,
+        )
         try:
             # Shielded when it releases: a caller cancelled meanwhile must not leak the slot.
             recorded = shielded(self._execute(call)) if releasing else self._execute(call)

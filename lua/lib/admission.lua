@@ -2,10 +2,10 @@
 pauses and holds.
 
 Uses the names of lib/common.lua. Defines: record_parse, record_format,
-NO_TOKENS, arg_tokens, VTIMES, ADOPTED, arg_place, in_flight, PAUSE_FIELDS, prepare, reclaim, window,
+NO_TOKENS, arg_tokens, VTIMES, arg_place, in_flight, PAUSE_FIELDS, prepare, reclaim, window,
 resume_level, pause, resume, recover, BUDGET_KINDS, budget_fields, active_budgets, budget_level,
-settle, calibrate, CAPS_CONFIG, caps_config, cap_of, held, unhold, unpark, BUDGETS, never, blocked, add_lease, enqueue,
-guard_grant, grant.
+settle, refused, reborn, oversize, announced_budgets, calibrate, CAPS_CONFIG, caps_config, cap_of, held, unhold, unpark, BUDGETS, never, blocked, add_lease, enqueue,
+guard_grant, grant, waiting_on.
 
 The rule (SPEC §3, §9): a caller is admitted when the governor is not
 paused, no hold runs (not_before), every budget has room for the lease's
@@ -69,9 +69,6 @@ end
 
 -- Each class's virtual time, by rank + 1: one state field per class (MAX_CLASSES).
 local VTIMES = {'vtime_0', 'vtime_1', 'vtime_2', 'vtime_3', 'vtime_4', 'vtime_5', 'vtime_6'}
-
--- The place of a lease adopted from a lost state (its own was the lost state's).
-local ADOPTED = {rank = 0, tenant = DEFAULT_TENANT}
 
 -- ARGV[i], ARGV[i + 1], ARGV[i + 2]: a caller's class rank (0: the
 -- highest), tenant and the tenant's weight (GovernorConfig.weight_of).
@@ -149,18 +146,73 @@ local function budget_level(kind)
   return math.min(level, capacity_of(kind))
 end
 
+-- A level is written here only: its debt is bounded to one capacity's
+-- worth below 0 (a bucket in debt is full again within two of its refills),
+-- so no charge, however large, stalls the fleet for longer.
 local function set_level(kind, level)
-  set('state', kind .. '_level', level)
+  set('state', kind .. '_level', math.max(level, -capacity_of(kind)))
   set('state', kind .. '_at', NOW)
 end
 
 -- A lease's report settles its reservation: what it did not use goes back,
--- what it used beyond is charged (a level may go below 0).
-local function settle(reserved, used)
+-- what it used beyond is charged (a level may go below 0, down to the
+-- debt bound). `spent`: a refused call the provider counted keeps its
+-- reservation (charged beyond it, never given back).
+local function settle(reserved, used, spent)
   for _, kind in ipairs(active_budgets()) do
     local delta = budget_cost(kind, reserved) - budget_cost(kind, used)
+    if spent then delta = math.min(delta, 0) end
     if delta ~= 0 then set_level(kind, math.min(budget_level(kind) + delta, capacity_of(kind))) end
   end
+end
+
+-- A rate-limited outcome: the provider's bucket is empty, so each active
+-- bucket whose level the report's headers did not announce (`announced`:
+-- kind -> true) is clamped to 0, as a remaining of 0 would. A refusal
+-- never raises a level, so refusals cannot admit one another in a loop.
+-- Needs C.log_length and the events key's type checked.
+local function refused(announced)
+  for _, kind in ipairs(active_budgets()) do
+    local level = budget_level(kind)
+    if not announced[kind] and level > 0 then
+      set_level(kind, 0)
+      log('budget', 'budget', kind, 'limit', S[kind .. '_limit'], 'burst', S[kind .. '_burst'], 'level', 0,
+        'source', S[kind .. '_source'], 'why', 'rate-limited: clamped to 0')
+    end
+  end
+end
+
+-- A state created after a loss (init.lua): each active bucket starts empty,
+-- not full, since what the fleet spent in the last minute is not known;
+-- it refills at its limit. Needs C.log_length and the events key's type checked.
+local function reborn()
+  for _, kind in ipairs(active_budgets()) do
+    set_level(kind, 0)
+    log('budget', 'budget', kind, 'limit', S[kind .. '_limit'], 'burst', S[kind .. '_burst'], 'level', 0,
+      'source', S[kind .. '_source'], 'why', 'state lost: the bucket starts empty (the fleet\'s spending is not known)')
+  end
+end
+
+-- The first active budget whose limit a header announced (not a
+-- configured ceiling) and that a lease of `tokens` costs more than:
+-- kind, cost, limit; else nil. Such a lease goes in when the bucket is
+-- full (the provider's answer to it is the only way a higher limit is
+-- heard of), at most once per refill of the whole bucket.
+local function oversize(tokens)
+  for _, kind in ipairs(active_budgets()) do
+    local cost, limit = budget_cost(kind, tokens), S[kind .. '_limit']
+    if cost > limit and S[kind .. '_source'] ~= 'configured' then return kind, cost, limit end
+  end
+  return nil
+end
+
+-- Whether some active budget's limit came from a header (an admission may
+-- then log an oversize lease: its caller guards events).
+local function announced_budgets()
+  for _, kind in ipairs(active_budgets()) do
+    if S[kind .. '_source'] ~= 'configured' then return true end
+  end
+  return false
 end
 
 -- A response's rate-limit figures for one kind (limit and remaining, nil
@@ -327,7 +379,9 @@ local function unhold(m, waiting)
 end
 
 -- The caps or the reserve changed (set_shares, a config stored afresh):
--- held counted again from the live leases' records; each parked waiter
+-- held counted again from the records of the leases in leases (expired
+-- ones not yet reclaimed included: reclaim() takes them off when it
+-- removes them); each parked waiter
 -- whose tenant still has a cap moves to its new slot, keeping its order,
 -- the others go back to the queue (all of them when `fresh`: a new state,
 -- whose tags start again), and each capped tenant's room is filled from
@@ -339,7 +393,9 @@ local function recount(fresh)
   local shaped = C.tenant_caps ~= '' or C.reserve > 0
   set('state', 'capped', shaped and 1 or 0)
   if shaped then
-    local ids = redis.call('ZRANGEBYSCORE', K.leases, LIVE, '+inf')
+    -- every lease still in leases, expired or not: each counts until it leaves
+    -- leases (reclaim, release, report, cancel, renew unhold it then)
+    local ids = redis.call('ZRANGEBYSCORE', K.leases, '(0', '+inf')  -- not the sentinel
     for i = 1, #ids, 1000 do
       local chunk = {unpack(ids, i, math.min(i + 999, #ids))}
       local records = redis.call('HMGET', K.holders, unpack(chunk))
@@ -547,11 +603,12 @@ for i = 1, #BUDGET_KINDS do
       if on() then set_level(kind, budget_level(kind) - budget_cost(kind, tokens)) end
     end,
     never = function(tokens)
-      if not on() then return nil end
+      -- (a header's limit may rise again: a cost above it waits for a full bucket, oversize())
+      if not on() or S[kind .. '_source'] ~= 'configured' then return nil end
       local cost = budget_cost(kind, tokens)
       if cost > S[kind .. '_limit'] then
         return 'a cost of ' .. cost .. ' is above the ' .. kind .. ' budget\'s whole limit of '
-          .. S[kind .. '_limit'] .. ' per minute'
+          .. S[kind .. '_limit'] .. ' per minute (configured)'
       end
       return nil
     end}
@@ -609,10 +666,29 @@ local function blocked(tokens, place)
   return nil, 0
 end
 
+-- What holds waiter `id` (queued or parked): the admission rule's reason
+-- for its own cost and place, else 'behind N earlier waiters' (its rank in
+-- the queue), and a hint (ms). Needs prepare().
+local function waiting_on(id)
+  local m = record_parse(redis.call('HGET', K.holders, id))
+  local score = tonumber(redis.call('ZSCORE', K.queue, id))
+  local tokens, place = NO_TOKENS, nil
+  if m then
+    local aged = score ~= nil and score < QUEUE_BAND
+    tokens, place = m.tokens, {rank = m.rank, tenant = m.tenant, aged = aged}
+  end
+  local why, hint = blocked(tokens, place)
+  if why then return why, hint end
+  local ahead = redis.call('ZRANK', K.queue, id) or 0
+  return 'behind ' .. ahead .. ' earlier waiter(s) of its class or above', 0
+end
+
 -- A new lease: the fence (HINCRBY, the first write), then its holder
 -- record, then its expiry; it takes its cost from every budget. A holders
 -- key of another type undoes the fence and fails, so nothing is left written.
-local function add_lease(id, ttl, holder, tokens, place)
+-- A lease of a cost above a header's limit is logged ('oversize': the
+-- caller has guarded events when announced_budgets()), unless `adopted`.
+local function add_lease(id, ttl, holder, tokens, place, adopted)
   if live_count == nil then live_count = in_flight() end
   local fence = redis.call('HINCRBY', K.state, 'fence', 1)
   local level = live_count + 1
@@ -626,6 +702,13 @@ local function add_lease(id, ttl, holder, tokens, place)
   hold(place)
   S.fence = fence
   local buckets = S.budgets ~= ''
+  if buckets and not adopted then
+    local kind, cost, limit = oversize(tokens)
+    if kind then
+      log('oversize', 'budget', kind, 'cost', cost, 'limit', limit, 'holder', holder,
+        'why', 'a cost above the announced limit: admitted on a full bucket, its response may raise the limit')
+    end
+  end
   for _, budget in ipairs(BUDGETS) do
     if buckets or not budget.bucket then budget.take(tokens) end
   end
@@ -655,7 +738,8 @@ end
 
 -- guard(...), and the keys grant() may write beyond them: aging while some
 -- waiter waits to age (or when `ages`: the call adds one), events when one
--- is due now (age() logs). Needs prepare().
+-- is due now (age() logs) or a header's limit may make a grant oversize
+-- (add_lease logs). Needs prepare().
 local function guard_grant(ages, ...)
   local keys = {...}
   if ages or S.aging_due > 0 then keys[#keys + 1] = 11 end
@@ -664,7 +748,7 @@ local function guard_grant(ages, ...)
     keys[#keys + 1] = 14
     keys[#keys + 1] = 11
   end
-  if S.aging_due > 0 and NOW >= S.aging_due then keys[#keys + 1] = 10 end
+  if (S.aging_due > 0 and NOW >= S.aging_due) or announced_budgets() then keys[#keys + 1] = 10 end
   guard(unpack(keys))
 end
 
