@@ -24,9 +24,9 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.instructions import _Callgrind, missing_tools
+from bench.redis_server import RedisServer, callgrind
 from governor import Governor, GovernorConfig, Outcome, scripts
-from governor.sim.instructions import _Callgrind, missing_tools
-from governor.sim.redis_server import RedisServer, callgrind
 
 #: the steps of lua/report.lua, each named by the text it starts with
 STEPS = {

@@ -27,8 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from governor import AsyncGovernor, Governor, GovernorConfig
 
-from .faultkit import Processes
-from .servers import RedisServer, redis_server_binary, wait_until
+from .support.faultkit import Processes
+from .support.servers import RedisServer, redis_server_binary, wait_until
 
 
 class FakeClock:

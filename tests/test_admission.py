@@ -21,7 +21,7 @@ from governor import (
     Outcome,
 )
 
-from .servers import wait_until
+from .support.servers import wait_until
 
 MakeGov = Callable[..., Governor]
 

@@ -11,7 +11,7 @@ import pytest
 
 from governor import AcquireTimeout, AsyncGovernor, Governor, GovernorConfig, LeaseLost, Outcome
 
-from .servers import until
+from .support.servers import until
 
 MakeAGov = Callable[..., AsyncGovernor]
 

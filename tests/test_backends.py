@@ -9,11 +9,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from bench import redis_server
 from governor import Governor, GovernorConfig
-from governor.sim import redis_server
 
 from .conftest import NO_REDIS, NoRedis, choose_session_redis, docker_answers, redis_container
-from .servers import RedisServer
+from .support.servers import RedisServer
 
 
 def _never() -> bool:

@@ -15,8 +15,8 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from governor.sim import bench, instructions, redis_server
-from governor.sim.cli import bench_command
+from bench import bench, instructions, redis_server
+from bench.cli import bench_command
 
 
 def _keys_left(url: str) -> list[bytes]:

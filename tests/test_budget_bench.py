@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from governor.errors import ConfigError
-from governor.sim import budget_bench
-from governor.sim.budget_bench import (
+from bench import budget_bench
+from bench.budget_bench import (
     STRATEGIES,
     AgentClass,
     BudgetScenario,
@@ -35,8 +34,9 @@ from governor.sim.budget_bench import (
     scenarios,
     table,
 )
-from governor.sim.cli import budgets_command
-from governor.sim.provider import LIMITED, OK, TOKENS, ProviderConfig, RunRecord
+from bench.cli import budgets_command
+from bench.provider import LIMITED, OK, TOKENS, ProviderConfig, RunRecord
+from governor.errors import ConfigError
 
 #: tokens bind quickly: 1,000 tokens a second, a bucket of 6,000; four agents ask for far more
 SMALL = BudgetScenario(
@@ -163,8 +163,8 @@ async def test_a_short_run_computes_every_figure(redis_url: str) -> None:
     if "fleet-budgets" in cells:
         learned = cells["fleet-budgets"]["learned_at"]
         assert learned is not None and learned < 3.0  # the limit came with the first answers' headers
-    text = markdown(result, ["python -m governor.sim budgets"])
-    assert "## small-tokens" in text and "| none |" in text and "python -m governor.sim budgets" in text
+    text = markdown(result, ["python -m bench budgets"])
+    assert "## small-tokens" in text and "| none |" in text and "python -m bench budgets" in text
     assert "small-tokens" in table(result)
 
 

@@ -46,8 +46,8 @@ from governor.providers import (
     without_retries,
 )
 
-from . import scripted_provider as sp
-from .servers import until
+from .support import scripted_provider as sp
+from .support.servers import until
 
 MakeGov = Callable[..., Governor]
 MakeAGov = Callable[..., AsyncGovernor]

@@ -32,7 +32,7 @@ from governor.classify import (
 )
 from governor.errors import ConfigError
 
-from . import scripted_provider as sp
+from .support import scripted_provider as sp
 
 RATE, QUOTA, ERROR = Outcome.RATE_LIMITED, Outcome.QUOTA_EXHAUSTED, Outcome.ERROR
 REQUEST = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")

@@ -26,7 +26,6 @@ import redis
 from click.testing import CliRunner, Result
 
 from governor import Governor, GovernorConfig, Outcome
-from governor import cli as cli_module
 from governor import inspect as gi
 from governor.cli import main, render
 from governor.cli.app import safe_url
@@ -36,7 +35,7 @@ from governor.core import Granted, Queued, new_id
 from governor.protocol import KEY_NAMES, SCHEMA_VERSION, STATUS_FIELDS, governor_keys
 
 from .conftest import FakeClock, governors, scrape
-from .servers import RedisServer, free_port, wait_until
+from .support.servers import RedisServer, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 BEHIND = 10.0
@@ -373,7 +372,7 @@ OPERATOR_COMMANDS: dict[str, tuple[list[str], list[str], bool, bool]] = {
 
 
 def test_the_exit_status_table_covers_every_command() -> None:
-    commands = set(main.list_commands(click.Context(main))) - set(cli_module.SIM_COMMANDS)
+    commands = set(main.list_commands(click.Context(main)))
     assert commands == set(OPERATOR_COMMANDS)
 
 
@@ -882,44 +881,16 @@ def test_redis_cli_base() -> None:
     assert redis_cli_base("unix:///run/redis.sock?db=2") == (["redis-cli", "-s", "/run/redis.sock", "-n", "2"], None)
 
 
-# -- the simulation commands -------------------------------------------------------------
+# -- the command list -------------------------------------------------------------------------
 
 
-def test_help_lists_every_command(run: Run) -> None:
+def test_help_lists_the_operator_commands_only(run: Run) -> None:
     out = ok(run("--help", gov=None))
     for command in ("status", "list", "watch", "leases", "queue", "events", "set-max", "pause", "resume", "reset",
-                    "configure", "set-shares"):  # fmt: skip
+                    "configure", "set-shares", "keys", "exporter"):  # fmt: skip
         assert command in out
-    for command in ("keys", "exporter", *cli_module.SIM_COMMANDS):
-        assert command in out
-
-
-def test_sim_commands_without_their_extra(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    def missing_extra() -> Any:
-        raise ModuleNotFoundError("No module named 'aiohttp'", name="aiohttp")
-
-    monkeypatch.setattr(cli_module, "import_sim", missing_extra)
-    for command in cli_module.SIM_COMMANDS:
-        refused(
-            run(command, "--port", "1", gov=None), "needs the simulation extra", "pip install 'fleet-governor[sim]'"
-        )
-
-
-def test_sim_commands_missing_from_the_package(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "governor.sim.cli", None)  # import fails with ModuleNotFoundError
-    refused(run("demo", gov=None), "is not part of this version")
-
-
-def test_sim_commands_are_registered_when_present(run: Run) -> None:
-    try:
-        sim = cli_module.import_sim()
-    except ImportError as error:
-        pytest.skip(f"governor.sim.cli is not importable here: {error}")
-    commands = cli_module.sim_commands(sim)
-    assert set(commands) <= set(cli_module.SIM_COMMANDS)
-    for name, command in commands.items():
-        assert main.get_command(click.Context(main), name) is command
-        assert "Usage:" in ok(run(name, "--help", gov=None))
+    operator = set(main.list_commands(click.Context(main)))
+    assert not operator & {"demo", "bench", "provider", "swarm", "worker", "budgets", "matrix", "shares"}
 
 
 # -- the exporter -------------------------------------------------------------------------

@@ -26,9 +26,9 @@ from governor import AsyncGovernor, Governor, GovernorConfig, Outcome
 from governor.core import new_id
 from governor.protocol import governor_keys
 
-from .cluster import RedisCluster
 from .conftest import FakeClock
-from .servers import wait_until
+from .support.cluster import RedisCluster
+from .support.servers import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -1,9 +1,10 @@
 """docker-compose.yml and docker/: the demo fleet's structure, without Docker.
 
 The compose file is parsed as YAML and checked against the CLI it drives:
-every command of the project's image must parse with the real click
-commands (options and values included), ports and URLs must agree between
-services, and Prometheus must scrape the exporter. Where a compose tool is
+every command of the project's image (``governor ...`` or ``python -m bench
+...``) must parse with the real click commands (options and values
+included), ports and URLs must agree between services, and Prometheus must
+scrape the exporter. Where a compose tool is
 installed, it validates the file too.
 """
 
@@ -62,24 +63,23 @@ def option(command: list[str], name: str) -> str:
 
 
 def parse(command: list[str]) -> tuple[str, click.Context]:
-    """Parse a command of the image (its entrypoint is `governor`) with the real CLI,
-    validating every option and value; returns the subcommand and its context."""
+    """Parse a command of the image with the real CLI it names (``governor ...``
+    or ``python -m bench ...``), validating every option and value; returns
+    the subcommand and its context."""
+    if command[:3] == ["python", "-m", "bench"]:
+        group: click.Group = pytest.importorskip("bench.cli").sim_group
+        rest = command[3:]
+    else:
+        assert command[0] == "governor", f"{command}: neither `governor` nor `python -m bench`"
+        group, rest = cli_module.main, command[1:]
     global_args: list[str] = []
-    rest = list(command)
     while rest and rest[0] in GLOBAL_OPTIONS:
         global_args += rest[:2]
         rest = rest[2:]
     assert rest, f"no subcommand in {command}"
-    parent = cli_module.main.make_context("governor", [*global_args, rest[0]])
-    subcommand = cli_module.main.get_command(parent, rest[0])
-    assert subcommand is not None, f"{rest[0]!r} is not a governor command"
-    if rest[0] in cli_module.SIM_COMMANDS:
-        try:
-            found = cli_module.sim_commands(cli_module.import_sim())
-        except ImportError as error:
-            pytest.skip(f"the simulation commands are not importable here: {error}")
-        if rest[0] not in found:
-            pytest.fail(f"`governor {rest[0]}` is not among the simulation commands {sorted(found)}")
+    parent = group.make_context(command[0], [*global_args, rest[0]])
+    subcommand = group.get_command(parent, rest[0])
+    assert subcommand is not None, f"{rest[0]!r} is not a command of {command[0]}"
     return rest[0], subcommand.make_context(rest[0], rest[1:], parent=parent)
 
 
@@ -153,13 +153,14 @@ def test_the_image_installs_the_extras_the_services_need() -> None:
     dockerfile = (ROOT / "docker/Dockerfile").read_text(encoding="utf-8")
     extras = set(re.search(r'pip install "\.\[([a-z,]+)\]"', dockerfile).group(1).split(","))  # type: ignore[union-attr]
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert {"sim", "metrics"} <= extras <= set(declared["optional-dependencies"])
+    assert {"bench", "metrics"} <= extras <= set(declared["optional-dependencies"])
     assert declared["scripts"]["governor"] == "governor.cli:main"
-    assert 'ENTRYPOINT ["governor"]' in dockerfile
+    assert "ENTRYPOINT" not in dockerfile and re.search(r"^WORKDIR /src$", dockerfile, re.M)  # bench/ is there
     for source in re.findall(r"^COPY (\S+)", dockerfile, re.M):
         assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
     ignore = (ROOT / "docker/Dockerfile.dockerignore").read_text(encoding="utf-8").split()
-    assert ignore[ignore.index("*") :].count("*") == 1 and "!governor" in ignore and "!lua" in ignore
+    assert ignore[ignore.index("*") :].count("*") == 1
+    assert {"!governor", "!lua", "!bench"} <= set(ignore)
 
 
 def compose_tool() -> list[str] | None:

@@ -17,8 +17,8 @@ import pytest
 
 from governor import AcquireTimeout, AsyncGovernor, Governor, GovernorConfig, Outcome
 
-from .servers import until, wait_until
-from .workers import fleet_host
+from .support.servers import until, wait_until
+from .support.workers import fleet_host
 
 MakeAGov = Callable[..., AsyncGovernor]
 

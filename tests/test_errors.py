@@ -26,7 +26,7 @@ from governor.errors import error_from_reply, map_errors
 from governor.protocol import governor_keys
 from governor.scripts import field_table, function_name, library, library_name, locate, parts, where
 
-from .servers import RedisServer, free_port
+from .support.servers import RedisServer, free_port
 
 MakeGov = Callable[..., Governor]
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ import pytest
 from governor import AsyncGovernor, Governor, GovernorConfig
 from governor.events import Admitted, Event, emit, subscribe, unsubscribe
 
-from .servers import free_port
+from .support.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MakeGov = Callable[..., Governor]

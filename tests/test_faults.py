@@ -37,9 +37,9 @@ from governor import (
 from governor.policies import SeedPolicy
 from governor.protocol import SENTINEL
 
-from . import fault_workers
-from .faultkit import FAST, Processes, figure, next_event
-from .servers import RedisServer, wait_until
+from .support import fault_workers
+from .support.faultkit import FAST, Processes, figure, next_event
+from .support.servers import RedisServer, wait_until
 
 
 def kill(process: BaseProcess, sig: signal.Signals = signal.SIGKILL) -> None:

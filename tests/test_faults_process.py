@@ -50,9 +50,9 @@ from governor import (
 )
 from governor.protocol import SENTINEL
 
-from . import process_workers
-from .faultkit import FAST, SPAWN, Processes, figure, next_event
-from .servers import RedisServer, free_port, wait_until
+from .support import process_workers
+from .support.faultkit import FAST, SPAWN, Processes, figure, next_event
+from .support.servers import RedisServer, free_port, wait_until
 
 #: a private Redis the test has just started held no fleet's leases before: no
 #: admission hold for the restart it might have been

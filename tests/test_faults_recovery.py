@@ -32,11 +32,11 @@ import redis
 
 from governor import Governor, GovernorConfig
 
-from . import recovery_workers
-from .faultkit import FAST, Processes, figure
-from .proxy import Proxy
-from .servers import RedisServer, wait_until
-from .witness import Hold, Overlap, holds_from, overlap, read_events, witness
+from .support import recovery_workers
+from .support.faultkit import FAST, Processes, figure
+from .support.proxy import Proxy
+from .support.servers import RedisServer, wait_until
+from .support.witness import Hold, Overlap, holds_from, overlap, read_events, witness
 
 #: short times (each test sets its own lease TTL)
 #: resume_fraction 1.0: no adaptive slow start, so the fleet fills capacity at once before the fault, and a

@@ -24,7 +24,7 @@ from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
 from governor.protocol import KEY_NAMES, KEYS, QUEUE_BAND, SCHEMA_VERSION, SENTINEL, governor_keys
 
 from .conftest import FakeClock
-from .servers import wait_until
+from .support.servers import wait_until
 
 MakeGov = Callable[..., Governor]
 BEHIND = 100.0  # the injected clock runs this many seconds behind the server's

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from governor import Governor, GovernorConfig
 
-from .servers import wait_until
+from .support.servers import wait_until
 
 MakeGov = Callable[..., Governor]
 

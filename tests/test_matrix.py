@@ -1,4 +1,4 @@
-"""The robustness matrix (governor/sim/matrix.py): how cells are sized from
+"""The robustness matrix (bench/matrix.py): how cells are sized from
 their latency, and how the worst cell of each goal is found. No swarm runs
 here: the figures are made up where the answer is known."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from governor.sim.matrix import Cell, CellResult, grid, matrix_command, worst_cases, write_outputs
+from bench.matrix import Cell, CellResult, grid, matrix_command, worst_cases, write_outputs
 
 
 def test_the_grid_is_every_combination_and_slow_latencies_run_fewer_windows() -> None:
@@ -73,7 +73,7 @@ def test_outputs_read_back(tmp_path: Path) -> None:
     results = [result(5, 0.95, 0.99, 0.002, 0.9, 0.97, [(5, 2, 1, 1)])]
     results[0].capacity = [(0.0, 4, 3), (1.0, 5, 5)]
     results[0].served = [(0.0, 5, 3), (1.0, 5, 5)]
-    json_path, md_path, png_path = write_outputs(results, tmp_path, "python -m governor.sim matrix --limits 5")
+    json_path, md_path, png_path = write_outputs(results, tmp_path, "python -m bench matrix --limits 5")
     data = json.loads(json_path.read_text())
     again = CellResult.from_json(data["cells"][0])
     assert again.cell == results[0].cell and again.strategies == results[0].strategies

@@ -26,7 +26,7 @@ from governor.metrics import GovernorCollector, observe_admission, start_exporte
 from governor.protocol import SCHEMA_VERSION, governor_keys
 
 from .conftest import FakeClock, Samples, scrape
-from .servers import free_port
+from .support.servers import free_port
 
 MakeGov = Callable[..., Governor]
 

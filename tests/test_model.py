@@ -4,7 +4,7 @@ of operations drives both, and after every step they must agree exactly.
 Each operation is built by the governor's own core (``gov._core.acquire``,
 ``refresh``, ``cancel``, ``renew``, ``release``, ``report``, ...), run on
 Redis through the functions library (FCALL), and handed with the same ARGV
-to :class:`tests.model.Model`. After every step the test compares the
+to :class:`tests.support.model.Model`. After every step the test compares the
 reply, the whole state, config and policy hashes, the leases and holders
 (sentinels included), the queue (in order) and waiters, and the status
 (capacity, pause, max, not_before, window counts, blocked); at the end,
@@ -48,7 +48,7 @@ from governor.protocol import QUEUE_BAND, SENTINEL, HolderRecord
 from governor.scripts import function_name, library
 
 from .conftest import FakeClock
-from .model import Model, init_call, parse_hash
+from .support.model import Model, init_call, parse_hash
 
 #: operations run by every test of this module, for the report (-s prints them), and
 #: how often the random runs reached each budget path (the test fails if one never is)

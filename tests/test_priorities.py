@@ -254,7 +254,7 @@ def test_threads_of_two_classes_through_the_facade(make_gov: MakeGov) -> None:
 
 
 def _until_queued(gov: Governor, n: int) -> None:
-    from .servers import wait_until
+    from .support.servers import wait_until
 
     wait_until(lambda: gov.status().queued == n, 10, what=f"{n} queued")
 

@@ -12,8 +12,8 @@ from types import TracebackType
 import pytest
 import redis
 
-from .proxy import Proxy
-from .servers import RedisServer, wait_until
+from .support.proxy import Proxy
+from .support.servers import RedisServer, wait_until
 
 
 class EchoServer:

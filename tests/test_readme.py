@@ -25,7 +25,7 @@ import redis
 
 from governor.protocol import SCHEMA_VERSION
 
-from .scripted_provider import OK, ScriptedProvider, openai_rate_limited
+from .support.scripted_provider import OK, ScriptedProvider, openai_rate_limited
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -23,8 +23,8 @@ from governor.protocol import QUEUE_BAND, HolderRecord
 from governor.scripts import library
 
 from .conftest import FakeClock
-from .model import init_call
-from .servers import RedisServer
+from .support.model import init_call
+from .support.servers import RedisServer
 
 BOUND_US = 50_000
 TTL_MS = 30_000

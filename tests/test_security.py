@@ -52,8 +52,8 @@ from governor.protocol import KEY_NAMES, KEYS, SENTINEL, governor_keys
 from governor.scripts import library, library_name
 
 from .conftest import FakeClock
-from .model import init_call
-from .servers import RedisServer, free_port, until, wait_until
+from .support.model import init_call
+from .support.servers import RedisServer, free_port, until, wait_until
 
 NAME = "acl-gov"
 PASSWORD = "s3cret-worker-password"

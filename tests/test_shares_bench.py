@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from governor.errors import ConfigError
-from governor.sim import shares_bench
-from governor.sim.cli import shares_command
-from governor.sim.shares_bench import (
+from bench import shares_bench
+from bench.cli import shares_command
+from bench.shares_bench import (
     SCENARIO_NAMES,
     Group,
     HostJob,
@@ -43,6 +42,7 @@ from governor.sim.shares_bench import (
     shares_per_interval,
     table,
 )
+from governor.errors import ConfigError
 
 #: a second or so per scenario, on a small fleet
 TINY = Settings(seconds=1.2, settle=0.3, agents=24, capacity=4, hold_mean=0.02, hosts=2, in_process=True,
@@ -264,10 +264,10 @@ async def test_a_short_run_of_every_scenario_computes_every_figure(redis_url: st
     aging = result["results"]["aging"]
     assert aging["groups"]["batch"]["calls"] > 0 and aging["aged"] > 0  # the decision log says who aged
     assert len(goals(result)) == 7
-    text = markdown(result, ["python -m governor.sim shares"])
+    text = markdown(result, ["python -m bench shares"])
     for name in SCENARIO_NAMES:
         assert f"## {name}" in text
-    assert "python -m governor.sim shares" in text and "interactive" in table(result)
+    assert "python -m bench shares" in text and "interactive" in table(result)
 
 
 async def test_agents_on_host_processes(redis_url: str) -> None:

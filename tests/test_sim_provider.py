@@ -23,10 +23,7 @@ import anthropic
 import openai
 import pytest
 
-from governor import Outcome
-from governor.classify import default_classifier
-from governor.errors import ConfigError
-from governor.sim.provider import (
+from bench.provider import (
     ABANDONED,
     CALL_TAG,
     INPUT,
@@ -49,6 +46,9 @@ from governor.sim.provider import (
     rfc3339,
     round_thousand,
 )
+from governor import Outcome
+from governor.classify import default_classifier
+from governor.errors import ConfigError
 
 BODY = {"model": "sim-1", "messages": [{"role": "user", "content": "hello there"}]}
 AUTH = {"Authorization": "Bearer sk-test"}
@@ -329,7 +329,7 @@ def test_schedule_text() -> None:
 
 
 def test_the_provider_command_serves_until_stopped() -> None:
-    command = [sys.executable, "-m", "governor.sim", "provider", "--port", "0", "--limit", "3", "--tpm", "60000",
+    command = [sys.executable, "-m", "bench", "provider", "--port", "0", "--limit", "3", "--tpm", "60000",
                "--rpm", "600", "--rpm-bucket", "--burst", "0.5"]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
@@ -352,7 +352,7 @@ def test_the_provider_command_serves_until_stopped() -> None:
 
 def test_the_provider_command_refuses_bad_settings() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "governor.sim", "provider", "--schedule", "soon"],
+        [sys.executable, "-m", "bench", "provider", "--schedule", "soon"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -13,7 +13,7 @@ import redis
 from governor import Governor, GovernorConfig, Outcome
 from governor.protocol import SENTINEL
 
-from .servers import RedisServer, wait_until
+from .support.servers import RedisServer, wait_until
 
 MakeGov = Callable[..., Governor]
 

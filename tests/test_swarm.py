@@ -27,18 +27,15 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from governor import AsyncGovernor, Governor, Outcome
-from governor.errors import ConfigError
-from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
-from governor.sim import analysis, embedded
-from governor.sim import console as console_module
-from governor.sim.cli import swarm_command
-from governor.sim.console import Console
-from governor.sim.embedded import Backend, open_backend
-from governor.sim.host import HostResult, config_from_json, config_to_json
-from governor.sim.provider import LIMITED, OK, ProviderConfig, RunRecord
-from governor.sim.report import draw_chart, legend, table, write_chart, write_json
-from governor.sim.scenario import (
+from bench import analysis, embedded
+from bench import console as console_module
+from bench.cli import swarm_command
+from bench.console import Console
+from bench.embedded import Backend, open_backend
+from bench.host import HostResult, config_from_json, config_to_json
+from bench.provider import LIMITED, OK, ProviderConfig, RunRecord
+from bench.report import draw_chart, legend, table, write_chart, write_json
+from bench.scenario import (
     Scenario,
     governor_config,
     governor_names,
@@ -47,7 +44,10 @@ from governor.sim.scenario import (
     strategy_reports,
     ungoverned_at,
 )
-from governor.sim.swarm import run_swarm
+from bench.swarm import run_swarm
+from governor import AsyncGovernor, Governor, Outcome
+from governor.errors import ConfigError
+from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
 
 from .conftest import FakeClock
 
@@ -164,7 +164,7 @@ def test_the_embedded_redis_is_a_private_server_else_fakeredis(monkeypatch: pyte
 
 def test_external_provider_and_workers(redis_url: str, tmp_path: Path) -> None:
     """What docker-compose runs: a provider and a worker in their own processes."""
-    python = [sys.executable, "-m", "governor.sim"]
+    python = [sys.executable, "-m", "bench"]
     provider_cmd = [*python, "provider", "--port", "0", "--limit", "2", "--latency", "0.05"]
     worker_cmd = [*python, "worker", "--redis-url", redis_url, "--namespace", "governor-sim-test"]
     with (
@@ -360,7 +360,7 @@ def test_an_unfinished_run_says_how_much_was_done() -> None:
 
 
 def test_json_and_chart_of_a_result(tmp_path: Path) -> None:
-    from governor.sim.swarm import StrategyRun, SwarmResult
+    from bench.swarm import StrategyRun, SwarmResult
 
     config = ProviderConfig(limit=2, latency_mean=1.0)
     record = _record([1, 2, 3], [1.5])
@@ -374,9 +374,9 @@ def test_json_and_chart_of_a_result(tmp_path: Path) -> None:
         {"fleet": StrategyRun(m, record, [(0.5, 2, 1, 0, False)])},
         {"hosts": "test"},
     )
-    write_json(result, tmp_path / "r.json", "python -m governor.sim swarm")
+    write_json(result, tmp_path / "r.json", "python -m bench swarm")
     data = json.loads((tmp_path / "r.json").read_text())
-    assert data["command"] == "python -m governor.sim swarm"
+    assert data["command"] == "python -m bench swarm"
     assert data["strategies"]["fleet"]["trace"]["governor"]["rows"] == [[0.5, 2, 1, 0, 0]]
     write_chart(result, tmp_path / "r.png")
     assert (tmp_path / "r.png").stat().st_size > 1000
@@ -482,7 +482,7 @@ async def test_hosts_as_threads_close_their_governors_after_their_agents(
 def _demo_like_result() -> Any:
     """Two strategies on a limit halved at 4 s and restored at 8 s: one stopped at
     12 s, one finished at 9 s, before a whole 2 s window after the restore."""
-    from governor.sim.swarm import StrategyRun, SwarmResult
+    from bench.swarm import StrategyRun, SwarmResult
 
     config = ProviderConfig(limit=32, latency_mean=0.25, schedule=((4.0, 16), (8.0, 32)))
     runs = {}
@@ -521,7 +521,7 @@ def test_a_recovery_the_run_ended_before_is_not_measured_not_never() -> None:
 
 
 def test_the_default_table_fits_an_80_column_terminal() -> None:
-    from governor.sim.swarm import StrategyRun
+    from bench.swarm import StrategyRun
 
     result = _demo_like_result()
     fixed = result.runs["fixed"]
@@ -537,7 +537,7 @@ def test_the_default_table_fits_an_80_column_terminal() -> None:
 
 
 def test_demo_and_swarm_take_wide() -> None:
-    from governor.sim.cli import demo_command
+    from bench.cli import demo_command
 
     for command in (demo_command, swarm_command):
         assert "--wide" in CliRunner().invoke(command, ["--help"]).output

@@ -52,7 +52,7 @@ from governor.transport import (
 )
 
 from .conftest import FakeClock
-from .servers import until, wait_until
+from .support.servers import until, wait_until
 
 MakeGov = Callable[..., Governor]
 MakeAGov = Callable[..., AsyncGovernor]
@@ -986,7 +986,7 @@ def test_headers_reported_are_the_ones_parsed() -> None:
     assert set(limits.budgets) == {"requests", "input_tokens", "output_tokens"}
 
 
-# -- against the mock provider (governor.sim.provider) -------------------------------------------
+# -- against the mock provider (bench.provider) -------------------------------------------
 
 #: a period of ten hours: the mock's buckets hardly refill during a test
 SLOW = {"rate_period": 36_000.0, "latency_mean": 0.01, "latency_sigma": 0.0, "completion_tokens": 20}
@@ -1000,7 +1000,7 @@ def settled(previous: tuple[int, int, float, int, str], used: int, remaining: in
 
 
 async def test_mock_provider_openai_async(agov: AsyncGovernor) -> None:
-    from governor.sim.provider import MockProvider, ProviderConfig
+    from bench.provider import MockProvider, ProviderConfig
 
     async with MockProvider(ProviderConfig(rpm=100, tpm=100_000, **SLOW)) as mock:
         async with async_openai_client(governor=agov, retry=FAST, base_url=f"{mock.url}/v1", api_key="t") as client:
@@ -1031,7 +1031,7 @@ async def test_mock_provider_openai_async(agov: AsyncGovernor) -> None:
 
 
 async def test_mock_provider_anthropic_sync_and_async(make_gov: MakeGov, agov: AsyncGovernor) -> None:
-    from governor.sim.provider import MockProvider, ProviderConfig
+    from bench.provider import MockProvider, ProviderConfig
 
     gov = make_gov(GovernorConfig(), clock=FakeClock())
     async with MockProvider(ProviderConfig(rpm=100, input_tpm=100_000, output_tpm=20_000, **SLOW)) as mock:
@@ -1064,7 +1064,7 @@ async def test_mock_provider_anthropic_sync_and_async(make_gov: MakeGov, agov: A
 
 
 async def test_mock_provider_overload_inside_a_stream(agov: AsyncGovernor) -> None:
-    from governor.sim.provider import MockProvider, ProviderConfig
+    from bench.provider import MockProvider, ProviderConfig
 
     async with MockProvider(ProviderConfig(stream_error_rate=1.0, seed=3, **{**SLOW, "completion_tokens": 40})) as mock:
         async with async_anthropic_client(governor=agov, retry=FAST, base_url=mock.url, api_key="t") as client:
@@ -1078,7 +1078,7 @@ async def test_mock_provider_overload_inside_a_stream(agov: AsyncGovernor) -> No
 async def test_mock_provider_throttle_is_retried(make_agov: MakeAGov) -> None:
     """Two calls at once against a hidden concurrency limit of one: the one refused
     is retried by the transport after the provider's Retry-After, and both succeed."""
-    from governor.sim.provider import MockProvider, ProviderConfig
+    from bench.provider import MockProvider, ProviderConfig
 
     agov = make_agov(GovernorConfig())  # the real clock: the provider's hold must pass
     patient = RetryPolicy(max_attempts=10, deadline=20.0, base=0.005, cap=0.05, max_retry_after=2.0)

@@ -11,7 +11,7 @@ import pytest
 
 from governor import AcquireTimeout, Governor, GovernorConfig, GovernorUnavailable, Outcome
 
-from .servers import RedisServer, wait_until
+from .support.servers import RedisServer, wait_until
 
 FAST = {"lease_ttl": 0.6, "poll": 0.2, "queue_ttl": 1.0, "redis_timeout": 1.0}
 

@@ -1,7 +1,7 @@
 """The robustness matrix: the swarm benchmark over a grid of provider limits,
 latencies, host counts and refusal costs, judged against the policy's goals.
 
-One *cell* is one swarm run (:func:`governor.sim.swarm.run_swarm`) of the
+One *cell* is one swarm run (:func:`bench.swarm.run_swarm`) of the
 strategies ``fleet`` (the default adaptive policy), ``none`` (SDK-style
 retries) and ``fixed`` (a fleet semaphore at ``max_capacity``) on one
 provider: a hidden concurrency limit, a lognormal latency, H host processes,
@@ -29,8 +29,8 @@ The goals (issue 13), each printed with its worst cell:
 Cells whose ideal rate is above what this machine can drive (``--machine-rps``)
 are run and marked: their figures measure the machine, not the policy.
 
-    python -m governor.sim matrix --out docs/benchmarks            # every cell
-    python -m governor.sim matrix --limits 37 --latencies 0.25     # a subset
+    python -m bench matrix --out docs/benchmarks            # every cell
+    python -m bench matrix --limits 37 --latencies 0.25     # a subset
 """
 
 from __future__ import annotations
@@ -419,7 +419,7 @@ def matrix_command(
         for cell in skipped:
             click.echo(f"skipped (machine-bound: {cell.ideal_rps:.0f} calls/s ideal): {cell.name}")
     given = sys.argv[2:] if sys.argv[1:2] == ["matrix"] else sys.argv[1:]
-    command = " ".join(["python -m governor.sim matrix", *given])
+    command = " ".join(["python -m bench matrix", *given])
     results: list[CellResult] = []
     with open_backend(redis_url, allow_fake=False) as backend:
         for i, cell in enumerate(cells, 1):

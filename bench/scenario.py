@@ -45,9 +45,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ..config import GovernorConfig
-from ..errors import ConfigError
-from ..policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
+from governor.config import GovernorConfig
+from governor.errors import ConfigError
+from governor.policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
 
 #: the strategies run by default
 STRATEGIES: tuple[str, ...] = ("none", "fixed", "per-host", "fleet-seed", "fleet")

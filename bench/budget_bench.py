@@ -1,8 +1,8 @@
-"""The budgets benchmark (``python -m governor.sim budgets``): a fleet of agents
+"""The budgets benchmark (``python -m bench budgets``): a fleet of agents
 against a provider account limited in requests and tokens per minute, with
 nobody telling the fleet the limits.
 
-Scenarios (:func:`scenarios`), each a :class:`~governor.sim.provider.ProviderConfig`
+Scenarios (:func:`scenarios`), each a :class:`~bench.provider.ProviderConfig`
 with a one-minute period (the governor's budgets are per minute) and agent
 classes whose prompts are lognormal (a long tail) and whose completions are
 lognormal capped by their ``max_tokens``:
@@ -88,8 +88,9 @@ from typing import Any
 import redis.asyncio
 from redis.asyncio.connection import Connection
 
-from .. import __version__
-from ..errors import ConfigError
+from governor import __version__
+from governor.errors import ConfigError
+
 from . import hostpool
 from .provider import CALL_TAG, LIMITED, RATE, REQUESTS, TOKENS, TOTAL, MockProvider, ProviderConfig, RunRecord
 
@@ -278,7 +279,7 @@ class Settings:
 
 def governor_config(settings: Settings) -> Any:
     """The fleet strategies' GovernorConfig: no budget configured (they are learnt)."""
-    from ..config import GovernorConfig
+    from governor.config import GovernorConfig
 
     return GovernorConfig(
         max_capacity=settings.max_capacity,
@@ -301,7 +302,7 @@ def missing_strategy(strategy: str) -> str | None:
 
     if importlib.util.find_spec("governor.transport") is None:
         return "fleet-budgets needs governor.transport (the governed transport), which this version lacks"
-    from .. import providers
+    from governor import providers
 
     if "governor" not in inspect.signature(providers.async_openai_client).parameters:
         return "fleet-budgets needs governor.providers.async_openai_client(governor=...)"
@@ -393,10 +394,10 @@ async def run_host(job: HostJob, redis_client: Any = None) -> HostResult:
     :func:`counting_client` of ``redis_url`` when not given."""
     import openai
 
-    from .. import AsyncGovernor
-    from ..config import RetryPolicy
-    from ..errors import AcquireTimeout
-    from ..providers import async_openai_client
+    from governor import AsyncGovernor
+    from governor.config import RetryPolicy
+    from governor.errors import AcquireTimeout
+    from governor.providers import async_openai_client
 
     scenario = BudgetScenario.from_json(job.scenario)
     settings = Settings(**job.settings)
@@ -479,13 +480,13 @@ async def run_host(job: HostJob, redis_client: Any = None) -> HostResult:
 
 
 def host_main() -> None:
-    """A host process of this benchmark (governor/sim/hostpool.py): one job per cell."""
+    """A host process of this benchmark (bench/hostpool.py): one job per cell."""
     hostpool.serve(HostJob.from_json, run_host)
 
 
 def _hosts() -> hostpool.HostPool[HostResult]:
     """Host processes started once for a whole run, fed one job per cell."""
-    return hostpool.HostPool("governor.sim.budget_bench", HostResult.from_json)
+    return hostpool.HostPool("bench.budget_bench", HostResult.from_json)
 
 
 # -- the driver -----------------------------------------------------------------------------------
@@ -560,8 +561,8 @@ async def _run_cell(
     client: Any,
     prefix: str,
 ) -> dict[str, Any]:
-    from .. import AsyncGovernor
-    from ..errors import GovernorError
+    from governor import AsyncGovernor
+    from governor.errors import GovernorError
 
     name = f"{prefix}-{scenario.name}-{strategy}" if strategy != "none" else None
     watched = None
@@ -769,9 +770,9 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
         "# Budgets benchmark",
         "",
         "A fleet of agents against a provider account limited in requests and tokens per minute "
-        "(the mock provider, `governor.sim.provider`), with no limit configured anywhere: "
+        "(the mock provider, `bench.provider`), with no limit configured anywhere: "
         "each strategy in turn, the real `openai` SDK (async) in every agent. "
-        "See `governor/sim/budget_bench.py` for the scenarios and how each figure is measured.",
+        "See `bench/budget_bench.py` for the scenarios and how each figure is measured.",
         "",
         f"Each cell ran {settings['seconds']:g} s ({settings['settle']:g} s left out of steady state), "
         f"agents on {env['hosts']}, the provider in the driver's process, Redis "
@@ -783,7 +784,7 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
         lines += ["Reproduce:", "", "```", *commands, "```", ""]
         if len(commands) > 1:
             lines += ["(each scenario alone, with `--update`; all of them in one run: "
-                      "`python -m governor.sim budgets --out DIR`)", ""]  # fmt: skip
+                      "`python -m bench budgets --out DIR`)", ""]  # fmt: skip
     verdicts = goals(result)
     if verdicts:
         lines += ["## Goals", "", "| goal | measured | met |", "|---|---|---|"]

@@ -1,5 +1,5 @@
-"""Host processes for the benchmarks that drive several (``governor budgets``,
-``governor shares``): started once for a whole run, fed one job per cell
+"""Host processes for the benchmarks that drive several (``python -m bench budgets``,
+``python -m bench shares``): started once for a whole run, fed one job per cell
 or scenario as a JSON line on stdin, each answering with one JSON line.
 
 A benchmark module ``M`` gives :func:`serve` its job parser and its runner

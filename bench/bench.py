@@ -1,4 +1,4 @@
-"""The overhead benchmarks of ``governor bench``, each side by side on one Redis.
+"""The overhead benchmarks of ``python -m bench bench``, each side by side on one Redis.
 
 1. *Uncontended pairs*: acquire + release pairs per second against raw
    ``INCR`` + ``DECR`` pairs on the same client, sync and asyncio. Both are
@@ -44,10 +44,10 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from .. import AsyncGovernor, Governor, GovernorConfig, Outcome
-from ..core import GovernorCore, Granted, Queued
-from ..protocol import governor_keys
-from ..scripts import function_name, library
+from governor import AsyncGovernor, Governor, GovernorConfig, Outcome
+from governor.core import GovernorCore, Granted, Queued
+from governor.protocol import governor_keys
+from governor.scripts import function_name, library
 
 #: the targets of SPEC §7's overhead goals
 TARGETS = {

@@ -5,11 +5,11 @@ For each strategy the driver creates the strategy's governor(s) afresh
 provider (which restarts its limit schedule at the common start time),
 hands one job per host to the hosts, samples the governors' capacity while
 they run, then reads what the provider recorded and computes the figures
-(:mod:`governor.sim.analysis`). The governors' keys are deleted afterwards.
+(:mod:`bench.analysis`). The governors' keys are deleted afterwards.
 
 The provider runs in this process unless ``provider_url`` points at one
-started with ``python -m governor.sim provider`` (its settings are then
-read from it). Hosts are processes (:mod:`governor.sim.workers`), or
+started with ``python -m bench provider`` (its settings are then
+read from it). Hosts are processes (:mod:`bench.workers`), or
 threads when the Redis is an in-process fakeredis.
 """
 
@@ -26,8 +26,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import AsyncGovernor, GovernorConfig, __version__
-from ..errors import GovernorError
+from governor import AsyncGovernor, GovernorConfig, __version__
+from governor.errors import GovernorError
+
 from .analysis import StrategyMetrics, analyse, ideal_finish
 from .embedded import Backend
 from .host import HostJob, HostResult, config_to_json
@@ -204,7 +205,7 @@ async def run_swarm(
 
     ``provider_url``: use a provider started elsewhere (its settings win).
     ``external_workers``: hosts are workers already running on ``namespace``
-    (``python -m governor.sim worker``), not processes started here.
+    (``python -m bench worker``), not processes started here.
     ``echo``: where the output of the host processes started here goes,
     line by line (default: straight to this process's stdout and stderr).
 
@@ -368,7 +369,8 @@ async def _ungoverned(
     "limited" or "error")."""
     import aiohttp
 
-    from ..backoff import retry_wait
+    from governor.backoff import retry_wait
+
     from .provider import LIMITED, OK
 
     calls: list[tuple[float, float, str]] = []
@@ -458,7 +460,7 @@ async def _sample(governors: list[AsyncGovernor]) -> tuple[int, int, int, bool] 
 
 def _decisions(backend: Backend, governors: list[AsyncGovernor], start_at: float) -> list[dict[str, Any]]:
     """Every governor's decision log, times in seconds since the start, oldest first."""
-    from ..inspect import read_events_after
+    from governor.inspect import read_events_after
 
     client = backend.sync_client()
     out: list[dict[str, Any]] = []

@@ -1,8 +1,8 @@
 """Private ``redis-server`` processes: the one launcher of the project.
 
-Used by ``governor demo`` and ``governor bench`` when no Redis is given
-(:mod:`governor.sim.embedded`), by ``governor bench --instructions`` under
-callgrind (:mod:`governor.sim.instructions`), and by the tests
+Used by ``python -m bench demo`` and ``python -m bench bench`` when no Redis is given
+(:mod:`bench.embedded`), by ``python -m bench bench --instructions`` under
+callgrind (:mod:`bench.instructions`), and by the tests
 (``tests/servers.py`` re-exports it) for standalone servers, replicas
 (``--replicaof`` in ``extra``) and cluster nodes (``--cluster-enabled``).
 
@@ -13,7 +13,7 @@ on the same port. ``wrapper`` puts a program in front of the binary, e.g.
 :func:`callgrind` for ``valgrind --tool=callgrind``.
 
 Only the standard library and redis-py are imported: the tests import
-this module without the ``sim`` extra's aiohttp and matplotlib.
+this module without the ``bench`` extra's aiohttp and matplotlib.
 """
 
 from __future__ import annotations

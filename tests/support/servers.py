@@ -1,7 +1,7 @@
 """Private redis-server processes for the tests, and waiting helpers.
 
 The servers come from the project's one launcher,
-:mod:`governor.sim.redis_server` (standalone, replicas with
+:mod:`bench.redis_server` (standalone, replicas with
 ``--replicaof``, cluster nodes; stop, kill, pause and restart on the same
 port). Here a test that needs one is skipped, with the reason, when the
 ``redis-server`` binary is missing; ``wait_until`` and ``until`` are the
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from governor.sim import redis_server
-from governor.sim.redis_server import RedisServerMissing, free_port, redis_server_binary
+from bench import redis_server
+from bench.redis_server import RedisServerMissing, free_port, redis_server_binary
 
 __all__ = ["REDIS_SERVER", "RedisServer", "free_port", "redis_server_binary", "until", "wait_until"]
 

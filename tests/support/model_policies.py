@@ -2,7 +2,7 @@
 POLICIES table of ``lua/lib/policy.lua``: ``seed`` halves, pauses, +1 per
 streak; ``adaptive`` starts low, learns the lowest refused in-flight level
 (ceiling), holds just below it and probes it; ``fixed`` never moves capacity. Each entry
-acts on a :class:`tests.model.Model` (its state, config and policy hashes).
+acts on a :class:`tests.support.model.Model` (its state, config and policy hashes).
 """
 
 from __future__ import annotations

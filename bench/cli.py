@@ -2,19 +2,19 @@
 ``matrix``, ``shares``.
 
 Each is a ``click.Command`` the main CLI registers with ``cli.add_command``;
-``python -m governor.sim`` offers them too. This module imports only click
-and the governor's config at load time; aiohttp and matplotlib (the ``sim``
+``python -m bench`` offers them too. This module imports only click
+and the governor's config at load time; aiohttp and matplotlib (the ``bench``
 extra) are imported when a command runs.
 
-    python -m governor.sim demo                     # one minute, embedded Redis
-    python -m governor.sim demo --redis-url redis://localhost:6379/0
-    python -m governor.sim bench                    # overhead benchmarks
-    python -m governor.sim bench --instructions     # server instructions (callgrind)
-    python -m governor.sim swarm --out docs/benchmarks   # the full benchmark
-    python -m governor.sim provider --port 8000 --limit 40 --latency 0.2
-    python -m governor.sim worker --redis-url redis://redis:6379/0
-    python -m governor.sim budgets --out docs/benchmarks   # requests and tokens per minute
-    python -m governor.sim shares --out docs/benchmarks    # priorities, tenants' shares, aging
+    python -m bench demo                     # one minute, embedded Redis
+    python -m bench demo --redis-url redis://localhost:6379/0
+    python -m bench bench                    # overhead benchmarks
+    python -m bench bench --instructions     # server instructions (callgrind)
+    python -m bench swarm --out docs/benchmarks   # the full benchmark
+    python -m bench provider --port 8000 --limit 40 --latency 0.2
+    python -m bench worker --redis-url redis://redis:6379/0
+    python -m bench budgets --out docs/benchmarks   # requests and tokens per minute
+    python -m bench shares --out docs/benchmarks    # priorities, tenants' shares, aging
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import Any, TypeVar
 
 import click
 
-from ..errors import ConfigError
+from governor.errors import ConfigError
+
 from .matrix import matrix_command
 from .scenario import STRATEGIES, Scenario, parse_option, parse_ungoverned
 
@@ -213,11 +214,11 @@ def swarm_options(
             click.option("--client", type=click.Choice(["aiohttp", "openai"]), default="aiohttp",
                          show_default=True, help="How agents call the provider (openai: the real SDK)."),
             click.option("--provider-url", default=None,
-                         help="Use a provider started with `python -m governor.sim provider` (its settings win)."),
+                         help="Use a provider started with `python -m bench provider` (its settings win)."),
             click.option("--workers", type=click.Choice(["local", "external"]), default="local",
                          show_default=True,
                          help="local: start the host processes here; external: use running "
-                              "`python -m governor.sim worker` processes on the same Redis."),
+                              "`python -m bench worker` processes on the same Redis."),
             click.option("--namespace", default=None,
                          help="Job namespace of external workers [default: governor-sim]."),
             click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -270,7 +271,7 @@ def _scenario(kw: dict[str, Any], notes: tuple[str, ...] = ()) -> Scenario:
 class ProgressLine:
     """One live line per strategy on a terminal; a line per few seconds otherwise.
 
-    It draws through a :class:`~governor.sim.console.Console`, which ends the
+    It draws through a :class:`~bench.console.Console`, which ends the
     live line before anything else is printed (a log record, a host's output).
     """
 
@@ -896,7 +897,7 @@ def sim_group() -> None:
     benchmarks."""
 
 
-# COMMANDS: those `python -m governor.sim` and the main CLI (governor.cli.SIM_COMMANDS) offer.
+# COMMANDS: those `python -m bench` and the main CLI (governor.cli.SIM_COMMANDS) offer.
 COMMANDS = (
     demo_command,
     bench_command,
@@ -912,4 +913,4 @@ for _command in COMMANDS:
 
 
 def main() -> None:
-    sim_group(prog_name="python -m governor.sim", auto_envvar_prefix=None)
+    sim_group(prog_name="python -m bench", auto_envvar_prefix=None)

@@ -1,4 +1,4 @@
-"""The shares benchmark (``python -m governor.sim shares``): priority classes
+"""The shares benchmark (``python -m bench shares``): priority classes
 and tenants' weighted fair shares in the fleet's one queue, measured on real
 governors at a saturated limit.
 
@@ -90,8 +90,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..errors import ConfigError
+from governor import __version__
+from governor.errors import ConfigError
+
 from . import hostpool
 from .analysis import percentile
 
@@ -340,9 +341,9 @@ async def run_host(job: HostJob, redis_client: Any = None) -> HostResult:
     is the governor's, one of ``redis_url`` when not given."""
     import redis.asyncio
 
-    from .. import AsyncGovernor
-    from ..config import GovernorConfig
-    from ..errors import AcquireTimeout
+    from governor import AsyncGovernor
+    from governor.config import GovernorConfig
+    from governor.errors import AcquireTimeout
 
     scenario = ShareScenario.from_json(job.scenario)
     settings = Settings(**job.settings)
@@ -430,13 +431,13 @@ async def run_host(job: HostJob, redis_client: Any = None) -> HostResult:
 
 
 def host_main() -> None:
-    """A host process of this benchmark (governor/sim/hostpool.py): one job per scenario."""
+    """A host process of this benchmark (bench/hostpool.py): one job per scenario."""
     hostpool.serve(HostJob.from_json, run_host)
 
 
 def _hosts() -> hostpool.HostPool[HostResult]:
     """Host processes started once for a whole run, fed one job per scenario."""
-    return hostpool.HostPool("governor.sim.shares_bench", HostResult.from_json)
+    return hostpool.HostPool("bench.shares_bench", HostResult.from_json)
 
 
 # -- the driver -----------------------------------------------------------------------------------
@@ -504,10 +505,10 @@ async def _run_scenario(
     prefix: str,
     keep: bool = False,
 ) -> dict[str, Any]:
-    from .. import AsyncGovernor
-    from ..config import GovernorConfig
-    from ..errors import GovernorError
-    from ..inspect import read_events
+    from governor import AsyncGovernor
+    from governor.config import GovernorConfig
+    from governor.errors import GovernorError
+    from governor.inspect import read_events
 
     name = f"{prefix}-{scenario.name}"
     values = config_values(scenario, settings)
@@ -573,7 +574,7 @@ async def _poll_tenants(
 ) -> None:
     """From ``begin`` to ``end`` (wall clock), as often as Redis answers: the
     leases in Redis per tenant (seconds from ``start_at``, counts), into ``out``."""
-    from ..protocol import HolderRecord
+    from governor.protocol import HolderRecord
 
     await asyncio.sleep(max(0.0, begin - time.time()))
     while time.time() < end:
@@ -993,7 +994,7 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
         f'(`policy="fixed"`, `max_capacity={s["capacity"]}`) saturated by {s["agents"]} agents that each '
         f"hold a lease for a lognormal {1000 * s['hold_mean']:g} ms (shape {s['hold_sigma']:g}) and ask again "
         "at once. No provider is called: what is measured is the order of admission. "
-        "See `governor/sim/shares_bench.py` for the scenarios and how each figure is measured.",
+        "See `bench/shares_bench.py` for the scenarios and how each figure is measured.",
         "",
         f"Each scenario ran {s['settle']:g} s to settle, then {s['seconds']:g} s measured; agents on "
         f"{env['hosts']}, Redis {env.get('redis_version') or '?'}; {env['cpus']} CPUs, Python {env['python']}, "

@@ -2,7 +2,7 @@
 
 A :class:`HostJob` says what to run; :func:`run_host` runs it and returns a
 :class:`HostResult`. Both are plain JSON so a job can travel to a worker
-process on another machine (see :mod:`governor.sim.workers`).
+process on another machine (see :mod:`bench.workers`).
 
 Each agent makes ``calls`` successful calls, one after another, through
 the public API only:
@@ -40,12 +40,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .. import AsyncGovernor, GovernorConfig, Outcome, events
-from ..backoff import retry_wait
-from ..classify import Classification, default_classifier
-from ..config import RetryPolicy
-from ..errors import AcquireTimeout, GovernorError, LeaseLost, QuotaExhausted
-from ..policies import REGISTRY, Policy
+from governor import AsyncGovernor, GovernorConfig, Outcome, events
+from governor.backoff import retry_wait
+from governor.classify import Classification, default_classifier
+from governor.config import RetryPolicy
+from governor.errors import AcquireTimeout, GovernorError, LeaseLost, QuotaExhausted
+from governor.policies import REGISTRY, Policy
 
 #: error messages kept per host, so a failing run says why without a flood
 MAX_ERROR_SAMPLES = 5
@@ -188,7 +188,7 @@ class _Caller:
 
     async def open(self) -> None:
         if self.job.client == "openai":
-            from ..providers import async_openai_client
+            from governor.providers import async_openai_client
 
             self._openai = async_openai_client(
                 base_url=self.job.provider_url.rstrip("/") + "/v1", api_key="sk-sim", timeout=60.0

@@ -59,7 +59,7 @@ benchmark driver in another process: ``GET /sim/config``, ``POST /sim/reset``
 (start a new run: counters cleared, buckets full, schedule restarted),
 ``GET /sim/stats`` (everything recorded since the reset) and ``GET /sim/live``.
 
-aiohttp is imported here, so this module needs the ``sim`` extra.
+aiohttp is imported here, so this module needs the ``bench`` extra.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..errors import ConfigError
+from governor.errors import ConfigError
 
 #: what a response was, as recorded in the log: served; refused for concurrency, for the
 #: requests limit, for a token limit, for the quota; an overload error inside a stream;

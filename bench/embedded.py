@@ -2,7 +2,7 @@
 
 In order of preference: the URL the user gave; a private ``redis-server``
 on a free loopback port (nothing on disk, stopped afterwards), started by
-the one launcher, :mod:`governor.sim.redis_server`; else an in-process
+the one launcher, :mod:`bench.redis_server`; else an in-process
 fakeredis with Lua, which only threads of this process can reach, so the
 hosts become threads.
 """

@@ -1,8 +1,8 @@
 """How host jobs reach the hosts: worker processes fed through Redis, or threads.
 
-A *worker* (``python -m governor.sim worker --redis-url URL``) is a host
+A *worker* (``python -m bench worker --redis-url URL``) is a host
 process that takes jobs from a Redis list, runs each with
-:func:`~governor.sim.host.run_host` and pushes the result back. The swarm
+:func:`~bench.host.run_host` and pushes the result back. The swarm
 driver starts H of them on this machine, or uses workers already running
 elsewhere (``--workers external``: one container per host in a compose
 file, all on the same Redis and namespace). Keys, all under the namespace
@@ -150,7 +150,7 @@ class QueueHosts:
     async def start(self, count: int) -> None:
         self._count = count
         if self.spawn:
-            command = [sys.executable, "-m", "governor.sim", "worker", "--redis-url", self.redis_url]
+            command = [sys.executable, "-m", "bench", "worker", "--redis-url", self.redis_url]
             command += ["--namespace", self.namespace]
             if self._echo is None:
                 self._processes = [subprocess.Popen(command, text=True) for _ in range(count)]
@@ -186,7 +186,7 @@ class QueueHosts:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"only {fresh} of {self._count} workers are ready on namespace {self.namespace!r} "
-                    f"after {timeout:.0f} s; start them with: python -m governor.sim worker "
+                    f"after {timeout:.0f} s; start them with: python -m bench worker "
                     f"--redis-url URL --namespace {self.namespace}"
                 )
             await asyncio.sleep(0.1)

@@ -1,0 +1,5 @@
+"""``python -m bench demo|bench|swarm|provider|worker``."""
+
+from .cli import main
+
+main()

@@ -1,5 +1,0 @@
-"""``python -m governor.sim demo|bench|swarm|provider|worker``."""
-
-from .cli import main
-
-main()
