@@ -428,9 +428,7 @@ class GovernorCore:
             raise self._unexpected("cancel", kind)
         return text(rest[0])
 
-    def renew(
-        self, leases: Sequence[tuple[str, str, str] | tuple[str, str, str, Place, Tokens]]
-    ) -> Call[Renewed]:
+    def renew(self, leases: Sequence[tuple[str, str, str] | tuple[str, str, str, Place, Tokens]]) -> Call[Renewed]:
         """Renew leases in one call: (id, epoch, holder, place, tokens) each,
         the place and tokens it was granted with, so a lease adopted by a new
         state (after a loss) keeps its tenant, class and reservation; an

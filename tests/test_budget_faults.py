@@ -263,7 +263,9 @@ def test_adopted_leases_keep_their_tenant_class_and_reservation(make_gov: MakeGo
 def test_a_reset_with_a_dead_lease_not_yet_reclaimed_keeps_the_cap(
     make_gov: MakeGov, clock: FakeClock, sync_client: Any
 ) -> None:
-    gov = make_gov(GovernorConfig(max_capacity=8, lease_ttl=10, queue_ttl=60, tenant_caps={"a": 2}, **FIXED), clock=clock)
+    gov = make_gov(
+        GovernorConfig(max_capacity=8, lease_ttl=10, queue_ttl=60, tenant_caps={"a": 2}, **FIXED), clock=clock
+    )
     core, a = gov._core, gov._core.place(None, "a")
     crashed = gov._execute(core.acquire(new_id(), "crashed", wait=False, place=a))  # nobody will renew it
     assert isinstance(crashed, Granted)
@@ -286,12 +288,16 @@ def test_caps_set_over_more_than_a_batch_of_expired_leases_are_exact(
     gov = make_gov(GovernorConfig(max_capacity=200, lease_ttl=10, queue_ttl=60, **FIXED), clock=clock)
     core = gov._core
     for _ in range(70):  # holders that will crash: nobody renews them
-        assert isinstance(gov._execute(core.acquire(new_id(), "dead", wait=False, place=core.place(None, "a"))), Granted)
+        assert isinstance(
+            gov._execute(core.acquire(new_id(), "dead", wait=False, place=core.place(None, "a"))), Granted
+        )
     clock.advance(9)
     live = []
     for _ in range(80):
         lease_id = new_id()
-        assert isinstance(gov._execute(core.acquire(lease_id, "live", wait=False, place=core.place(None, "a"))), Granted)
+        assert isinstance(
+            gov._execute(core.acquire(lease_id, "live", wait=False, place=core.place(None, "a"))), Granted
+        )
         live.append(lease_id)
     clock.advance(1.5)  # the 70 ran out
     gov.set_shares(tenant_caps={"a": 80})
@@ -364,9 +370,7 @@ def test_a_cost_above_a_configured_ceiling_is_still_refused(make_gov: MakeGov, c
 # -- 7. reasons name the waiter's cost and the rule --------------------------------------------------
 
 
-def test_a_waiter_parked_at_its_cap_is_told_so_and_status_is_not_open(
-    make_gov: MakeGov, clock: FakeClock
-) -> None:
+def test_a_waiter_parked_at_its_cap_is_told_so_and_status_is_not_open(make_gov: MakeGov, clock: FakeClock) -> None:
     gov = make_gov(GovernorConfig(max_capacity=4, poll=0.2, queue_ttl=5, tenant_caps={"a": 1}, **FIXED), clock=clock)
     held = gov.try_acquire(tenant="a")
     assert held is not None

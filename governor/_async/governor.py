@@ -488,7 +488,8 @@ class AsyncGovernor:
         if remaining is not None and remaining <= 0:
             where = "parked at its tenant's cap" if waiter.position < 0 else f"{waiter.position} ahead"
             raise AcquireTimeout(
-                f"governor {self.name!r}: no lease within {timeout} s ({waiter.reason or 'queued'}; {where} at last look)",
+                f"governor {self.name!r}: no lease within {timeout} s "
+                f"({waiter.reason or 'queued'}; {where} at last look)",
                 name=self.name,
             )
         slice_ = self.config.queue_ttl if remaining is None else min(remaining, self.config.queue_ttl)
@@ -695,7 +696,13 @@ class AsyncGovernor:
                 lease_id = lease.id
         releasing = release and lease is not None and await self._forget(lease)
         call = self._core.report(
-            outcome, retry_after, lease_id, fence, release=releasing, usage=usage, limits=limits,
+            outcome,
+            retry_after,
+            lease_id,
+            fence,
+            release=releasing,
+            usage=usage,
+            limits=limits,
             refusals_count=refusals_count,
         )
         try:
