@@ -508,7 +508,7 @@ async def _run_scenario(
     from governor import AsyncGovernor
     from governor.config import GovernorConfig
     from governor.errors import GovernorError
-    from governor.inspect import read_events
+    from governor.views import read_events
 
     name = f"{prefix}-{scenario.name}"
     values = config_values(scenario, settings)

@@ -4,7 +4,7 @@ A provider account is limited in requests and tokens per minute (Anthropic:
 input and output tokens apart) as well as in what it serves at once. Each
 of these is a *budget kind*: a bucket in the ``state`` hash, refilled
 continuously at its limit per minute up to its burst, and checked by the
-one admission rule (lua/lib/admission.lua ``BUDGETS``) in the same atomic
+one admission rule (lua/lib/admission.lua ``BUDGETS``; the buckets in lua/lib/budgets.lua) in the same atomic
 call as concurrency. A caller is admitted only when every active budget
 has room for its cost; the reason it waits names the budget.
 

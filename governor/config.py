@@ -28,6 +28,7 @@ from .policies import REGISTRY, Policy, policy_from
 from .protocol import (
     DEFAULT_PREFIX,
     MAX_CAP,
+    MAX_CAPACITY,
     MAX_CAPPED,
     MAX_CLASSES,
     MAX_WEIGHT,
@@ -41,7 +42,6 @@ __all__ = ["ON_UNAVAILABLE", "GovernorConfig", "RetryPolicy", "ms"]
 
 Unavailable = Literal["fail", "local"]
 ON_UNAVAILABLE: tuple[str, ...] = ("fail", "local")
-MAX_CAPACITY_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -142,8 +142,8 @@ class GovernorConfig:
         if self.redis_connections > 1000 or self.wait_replicas > 100:
             raise ConfigError("redis_connections must be <= 1000 and wait_replicas <= 100")
         _at_least("max_capacity", self.max_capacity, 1)
-        if self.max_capacity > MAX_CAPACITY_LIMIT:
-            raise ConfigError(f"max_capacity must be <= {MAX_CAPACITY_LIMIT}, got {self.max_capacity}")
+        if self.max_capacity > MAX_CAPACITY:
+            raise ConfigError(f"max_capacity must be <= {MAX_CAPACITY}, got {self.max_capacity}")
         if not 0 <= self.reserve < self.max_capacity:
             raise ConfigError(
                 f"reserve must be an integer in [0, max_capacity - 1 = {self.max_capacity - 1}], got {self.reserve!r}"

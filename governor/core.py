@@ -21,7 +21,17 @@ from .budgets import KINDS as BUDGET_KINDS
 from .budgets import Budget, Tokens, parse_budgets
 from .config import GovernorConfig
 from .errors import ConfigError, CostTooLarge, StateError
-from .protocol import DEFAULT_TENANT, SCHEMA_VERSION, GovernorKeys, Outcome, Wake, governor_keys, ms, validate_tenant
+from .protocol import (
+    DEFAULT_TENANT,
+    MAX_CAPACITY,
+    SCHEMA_VERSION,
+    GovernorKeys,
+    Outcome,
+    Wake,
+    governor_keys,
+    ms,
+    validate_tenant,
+)
 
 __all__ = ["Outcome", "Wake"]  # defined in governor.protocol, used through here too
 
@@ -100,6 +110,8 @@ class Status:
     #: not be (the classes below the highest at the reserve, tenants at their caps), in
     #: the admission rule's words, '; '-separated ('' nobody)
     held_back: str = ""
+    #: slots of capacity only the highest class takes (the stored config's reserve; 0: none)
+    reserve: int = 0
     #: the active budgets (requests and tokens per minute), in governor.budgets.KINDS order
     budgets: tuple[Budget, ...] = ()
     schema: int = SCHEMA_VERSION  #: schema version of the state and replies
@@ -504,17 +516,17 @@ class GovernorCore:
             usage = usage.as_usage()
         if not isinstance(refusals_count, bool):
             raise ConfigError(f"refusals_count must be a bool, got {refusals_count!r}")
-        figures = []
+        figures: list[str] = []  # kind, "limit,remaining" pairs: only the kinds announced
         for kind in BUDGET_KINDS:
             limit, remaining = (limits or {}).get(kind, (None, None))
             for value in (limit, remaining):
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                     raise ConfigError(f"{kind} limits must be integers >= 0 or None, got {value!r}")
-            both = ("" if limit is None else str(limit), "" if remaining is None else str(remaining))
-            figures.append("" if both == ("", "") else ",".join(both))
+            if limit is not None or remaining is not None:
+                figures += [kind, f"{'' if limit is None else limit},{'' if remaining is None else remaining}"]
         refused = "0" if outcome is Outcome.RATE_LIMITED and not refusals_count else ""
-        budget_args = ("" if usage is None else usage.arg(), *figures, refused)
-        if budget_args == ("",) * len(budget_args):
+        budget_args = ("" if usage is None else usage.arg(), refused, *figures)
+        if budget_args == ("", ""):
             budget_args = ()  # the common report: the script reads '' for what is not sent
         return self._call("report", (outcome.value, ra, *lease_args, *budget_args), self._parse_reported)
 
@@ -568,8 +580,8 @@ class GovernorCore:
     def set_max_capacity(self, n: int, create: bool = True) -> Call[Status]:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ConfigError(f"max_capacity must be an integer >= 1, got {n!r}")
-        if n > 1_000_000:
-            raise ConfigError(f"max_capacity must be <= 1000000, got {n!r}")
+        if n > MAX_CAPACITY:
+            raise ConfigError(f"max_capacity must be <= {MAX_CAPACITY}, got {n!r}")
         return self._call("set_max", (str(n),), self._parse_status, recreate=create)
 
     def set_shares(
@@ -631,11 +643,9 @@ class GovernorCore:
         f = {key: text(value) for key, value in raw.items()}
         try:
             self._saw_fence(int(f["fence"]))
-            if self.stored_config is not None:  # the ceiling an operator may have changed
-                top = int(f["max_capacity"])
-                self.stored_config["max_capacity"] = str(top)
-                if int(self.stored_config.get("reserve", "0")) >= top:  # set_max lowers the reserve with it
-                    self.stored_config["reserve"] = str(top - 1)
+            if self.stored_config is not None:  # what an operator may have changed (set_max, set_shares)
+                self.stored_config["max_capacity"] = f["max_capacity"]
+                self.stored_config["reserve"] = f["reserve"]
             return Status(
                 name=self.name,
                 capacity=int(f["capacity"]),
@@ -661,6 +671,7 @@ class GovernorCore:
                 now=int(f["now"]) / 1000,
                 blocked=f["blocked"],
                 held_back=f["held_back"],
+                reserve=int(f["reserve"]),
                 budgets=parse_budgets(budget_section, text),
             )
         except (KeyError, ValueError, ConfigError) as exc:

@@ -10,7 +10,7 @@ replies into this tree; an unknown reply code is an error, never ignored.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import redis.exceptions
@@ -132,8 +132,10 @@ def wrong_key_type(detail: str, name: str | None) -> WrongKeyType:
 
 
 @contextmanager
-def map_errors(name: str | None) -> Iterator[None]:
-    """Translate redis-py errors raised inside the block into the tree above."""
+def map_errors(name: str | None, locate: Callable[[str], str] | None = None) -> Iterator[None]:
+    """Translate redis-py errors raised inside the block into the tree above;
+    ``locate`` names the Lua file and line in a library fault's message
+    (:func:`governor.scripts.locate`, given where the library's functions run)."""
     try:
         yield
     except GovernorError:
@@ -182,9 +184,7 @@ def map_errors(name: str | None) -> Iterator[None]:
             ) from exc
         if text.startswith(("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")):
             raise GovernorUnavailable(f"{_who(name)}Redis cannot serve now: {text}", name=name) from exc
-        if "user_function:" in text:  # a fault in the library: name the Lua file and line
-            from .scripts import locate
-
+        if locate is not None:  # a fault in the library: name the Lua file and line
             text = locate(text)
         raise StateError(f"{_who(name)}Redis answered with an error: {text}", name=name) from exc
     except redis.exceptions.RedisError as exc:

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .errors import ConfigError
-from .protocol import COUNT, DURATION, FLAG, POSITIVE, SHARE, STEP, Kind, ms
+from .protocol import CONFIG, COUNT, DURATION, FLAG, POLICY_STATE, POSITIVE, SHARE, STATE, STEP, Kind, ms
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class Policy:
     follows_window: ClassVar[dict[str, float]] = {}
 
     def __post_init__(self) -> None:
-        for f in fields(self):
+        for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is None and f.name in self.follows_window:
                 continue
@@ -249,3 +249,21 @@ def _kinds(merged: dict[str, Kind], what: str) -> dict[str, Kind]:
             if merged[field] is not kind:
                 raise AssertionError(f"policy {what} field {field} has two kinds")
     return merged
+
+
+def fields() -> dict[str, dict[str, Kind]]:
+    """Every stored field and its kind, by hash: the base fields of
+    :mod:`governor.protocol` and each policy's own (its config and learnt state)."""
+    config = {**CONFIG, "policy": Kind("POLICY", "str", values=POLICY_NAMES), **config_kinds()}
+    return {"state": dict(STATE), "config": config, "policy": {**POLICY_STATE, **state_kinds()}}
+
+
+def all_fields() -> dict[str, Kind]:
+    """Every stored field's kind, whatever its hash (a name is in one hash only)."""
+    out: dict[str, Kind] = {}
+    for hash_fields in fields().values():
+        for name, kind in hash_fields.items():
+            if name in out:
+                raise AssertionError(f"field {name} is in two hashes")
+            out[name] = kind
+    return out

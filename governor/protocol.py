@@ -164,10 +164,12 @@ class Kind:
 
 
 MAX_INT = 2**53  # above it a Lua number is no longer an exact integer
+#: the highest max_capacity (and so capacity, a cap, a reserve) a governor takes
+MAX_CAPACITY = 1_000_000
 COUNT = Kind("COUNT", "int", 0, MAX_INT)  #: a counter, a fence or a time in ms (0: none)
-LEVEL = Kind("LEVEL", "int", 0, 1_000_000)  #: a capacity
-CEILING = Kind("CEILING", "int", 1, 1_000_000)  #: max_capacity
-POSITIVE = Kind("POSITIVE", "int", 1, 1_000_000)  #: a count that must be >= 1
+LEVEL = Kind("LEVEL", "int", 0, MAX_CAPACITY)  #: a capacity
+CEILING = Kind("CEILING", "int", 1, MAX_CAPACITY)  #: max_capacity
+POSITIVE = Kind("POSITIVE", "int", 1, MAX_CAPACITY)  #: a count that must be >= 1
 FLAG = Kind("FLAG", "int", 0, 1)
 SHARE = Kind("SHARE", "num", 0, 1)
 TEXT = Kind("TEXT", "str")
@@ -176,7 +178,7 @@ STEP = Kind("STEP", "int", 1, MAX_INT)  #: a probe step
 KINDS: tuple[Kind, ...] = (COUNT, LEVEL, CEILING, POSITIVE, FLAG, SHARE, TEXT, DURATION, STEP)
 
 
-#: the queue's order (lua/lib/admission.lua): a waiter's score is ``band *
+#: the queue's order (lua/lib/queue.lua): a waiter's score is ``band *
 #: QUEUE_BAND + tag``; band 0 holds the aged waiters (they waited
 #: GovernorConfig.aging), band r + 1 the class of rank r (0: the highest), so
 #: ``ZRANGE queue 0 0`` is the head: a higher class first, then the smaller
@@ -192,7 +194,7 @@ QUANTUM = 1000
 MAX_CLASSES = 7
 MAX_WEIGHT = 1000
 
-#: caps and the reserve (lua/lib/admission.lua): ``held`` counts the leases
+#: caps and the reserve (lua/lib/shares.lua): ``held`` counts the leases
 #: of each tenant with a cap (GovernorConfig.tenant_caps) and, under
 #: LOWER_HELD (no tenant's name), of the classes below the highest while a
 #: reserve is set (GovernorConfig.reserve), from the grant until the lease
@@ -204,7 +206,7 @@ MAX_WEIGHT = 1000
 #: tenant that ends puts its first parked waiter back at the front of its class.
 PARK_SLOT = 2**40
 MAX_CAPPED = 1000
-MAX_CAP = 1_000_000
+MAX_CAP = MAX_CAPACITY
 LOWER_HELD = "@"
 
 
@@ -292,29 +294,9 @@ CONFIG: dict[str, Kind] = {
 POLICY_STATE: dict[str, Kind] = {"streak": COUNT}
 
 
-def fields() -> dict[str, dict[str, Kind]]:
-    """Every stored field and its kind, by hash: the base fields here and
-    each policy's own (its config and learnt state)."""
-    from .policies import POLICY_NAMES, config_kinds, state_kinds
-
-    config = {**CONFIG, "policy": Kind("POLICY", "str", values=POLICY_NAMES), **config_kinds()}
-    return {"state": dict(STATE), "config": config, "policy": {**POLICY_STATE, **state_kinds()}}
-
-
 def required() -> dict[str, tuple[str, ...]]:
     """The fields every governor's hashes hold, whatever its policy."""
     return {"state": tuple(STATE), "config": tuple(CONFIG), "policy": tuple(POLICY_STATE)}
-
-
-def all_fields() -> dict[str, Kind]:
-    """Every stored field's kind, whatever its hash (a name is in one hash only)."""
-    out: dict[str, Kind] = {}
-    for hash_fields in fields().values():
-        for name, kind in hash_fields.items():
-            if name in out:
-                raise AssertionError(f"field {name} is in two hashes")
-            out[name] = kind
-    return out
 
 
 #: the entry ``leases`` (score 0: never live) and ``holders`` (value '') each
@@ -402,6 +384,7 @@ STATUS_FIELDS: tuple[str, ...] = (
     "policy",
     "capacity",
     "max_capacity",
+    "reserve",
     "paused",
     "pause_kind",
     "pause_reason",

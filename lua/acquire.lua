@@ -1,6 +1,6 @@
 --[[ acquire.lua: ask for a lease; join the queue when it must wait.
 
-Uses    lib/admission.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/shares.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
@@ -20,17 +20,17 @@ ARGV
   ARGV[10] tenant       string        whose share it counts in, 1-64 of [A-Za-z0-9-_.:]
   ARGV[11] weight       int 1..1000   the tenant's weight (GovernorConfig.weight_of)
 Reply
-  {2, 'granted', fence, remaining_ms, epoch}     remaining_ms: what the lease has left
-  {2, 'queued', position, reason, hint_ms, epoch}   (wait, again)
-  {2, 'denied', reason, hint_ms, epoch}             (try)
-  {2, 'refused', reason, epoch}   the cost is above a budget's whole limit:
+  {SCHEMA, 'granted', fence, remaining_ms, epoch}     remaining_ms: what the lease has left
+  {SCHEMA, 'queued', position, reason, hint_ms, epoch}   (wait, again)
+  {SCHEMA, 'denied', reason, hint_ms, epoch}             (try)
+  {SCHEMA, 'refused', reason, epoch}   the cost is above a budget's whole limit:
                                   it can never be admitted (any mode)
-  {2, 'missing'}    no such governor: run init.lua, then call again
-  position counts from 0 (a waiter parked at its tenant's cap: the queue's
+  {SCHEMA, 'missing'}    no such governor: run init.lua, then call again
+  position counts from 0 (a waiter parked at its tenant's cap: -1)
   length); hint_ms > 0 is when asking again may pay off; reason is the
   admission rule's (blocked() of lib/admission.lua).
 Nobody waiting and room: admitted at once. A waiter's place in the queue
-is its class's band and its fair-queueing tag (lib/admission.lua enqueue).
+is its class's band and its fair-queueing tag (lib/queue.lua enqueue).
 ]]
 
 local id = arg_id(3, 'id')
@@ -68,7 +68,7 @@ local impossible = never(tokens)
 if impossible then
   if in_queue then
     prepare()
-    guard(7, 5, 11)  -- waiters, holders, aging (queue and parked were read by ZSCORE)
+    guard(K.waiters, K.holders, K.aging)  -- (queue and parked were read by ZSCORE)
     redis.call('ZREM', K.queue, id)
     redis.call('ZREM', K.parked, id)
     redis.call('ZREM', K.waiters, id)
@@ -80,7 +80,7 @@ end
 
 if in_queue then
   prepare()
-  guard_grant(false, 7, 5, 4)  -- waiters, holders, leases (and what grant() adds): written after this write
+  guard_grant(false, K.waiters, K.holders, K.leases)  -- (and what grant() adds): written after this write
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
 else
   local waiting = redis.call('ZCOUNT', K.waiters, LIVE, '+inf')  -- live waiters: dead ones never count
@@ -97,8 +97,8 @@ else
     return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, S.epoch})
   end
   prepare(true, place.rank)
-  -- queue, holders, leases, aging (waiters was read by ZCOUNT, enqueue's ZSCORE reads shares first)
-  guard_grant(place.rank > 0 and C.aging_ms > 0, 6, 5, 4)
+  -- (waiters was read by ZCOUNT, enqueue's ZSCORE reads shares first; aging when the caller will age)
+  guard_grant(place.rank > 0 and C.aging_ms > 0, K.queue, K.holders, K.leases)
   enqueue(id, place)
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
   redis.call('HSET', K.holders, id, record_format(0, ttl, NOW, tokens.input, tokens.output, 0, place.rank, place.tenant,

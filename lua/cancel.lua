@@ -4,15 +4,15 @@ Removes the id from the queue, or, when it was granted in the meantime,
 releases the lease so the slot goes to the next waiter. Never swallows a
 slot, never leaks one; idempotent.
 
-Uses    lib/admission.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
   ARGV[3] id       string        the waiter's (and would-be lease's) id
 Reply
-  {2, 'cancelled', was}   was = 'queued' | 'granted' | 'none'
-  {2, 'missing'}          no such governor: nothing to cancel
+  {SCHEMA, 'cancelled', was}   was = 'queued' | 'granted' | 'none'
+  {SCHEMA, 'missing'}          no such governor: nothing to cancel
 ]]
 
 local id = arg_id(3, 'id')
@@ -20,8 +20,8 @@ clock()
 if not load(WRITE) then return missing_reply() end
 prepare()
 keep_alive()
--- waiters, holders, leases, parked, held (and what grant() adds): touched after the first write
-guard_grant(false, 7, 5, 4, 14, 13)
+-- touched after the first write (and what grant() adds)
+guard_grant(false, K.waiters, K.holders, K.leases, K.parked, K.held)
 local was = 'none'
 if redis.call('ZREM', K.queue, id) + redis.call('ZREM', K.parked, id) > 0 then
   was = 'queued'

@@ -1,6 +1,6 @@
 --[[ init.lua: create a governor's state from a client's config if missing.
 
-Uses    lib/admission.lua, lib/policy.lua, lib/admin.lua, lib/config.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/capacity.lua, lib/queue.lua, lib/admin.lua, lib/config.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME
@@ -16,11 +16,11 @@ ARGV
   ARGV[10..] config    name, value pairs (lib/config.lua): the config the
                        client last saw stored, else its own
 Reply
-  {2, 'created', epoch, name1, value1, ...}   a new state was written
-  {2, 'exists', epoch, name1, value1, ...}    the state was there; nothing changed
+  {SCHEMA, 'created', epoch, name1, value1, ...}   a new state was written
+  {SCHEMA, 'exists', epoch, name1, value1, ...}    the state was there; nothing changed
   The pairs are the stored config (the exact stored strings).
 
-Every other script answers {2, 'missing'} when the state hash is gone (a
+Every other script answers {SCHEMA, 'missing'} when the state hash is gone (a
 first use, Redis restarted without persistence, FLUSHDB, idle expiry); the
 client then runs this script and calls again. The new state is announced
 on the channel (a message holding only the epoch): every listening client

@@ -3,7 +3,7 @@
 An operator pause is lifted by resume.lua or when its duration is over,
 never by the policy's window-drain rule.
 
-Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/capacity.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME
@@ -12,7 +12,7 @@ ARGV
   ARGV[4] duration_ms  int ms >= 0   0: until resumed
 Reply
   the status reply of status.lua, after the pause
-  {2, 'missing'}   no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
 local reason = ARGV[3]

@@ -1,13 +1,13 @@
 --[[ probe.lua: time-driven recovery; reclaims, lifts a drained pause, admits.
 
-Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
 Reply
   the status reply of status.lua, after the probe
-  {2, 'missing'}   no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
 clock()

@@ -5,7 +5,7 @@ probe (a pause whose window drained lifts here even when no one reports),
 admits whom it can, and tells each waiter where it stands, so a lost
 pub/sub message costs at most one poll interval.
 
-Uses    lib/admission.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
@@ -13,7 +13,7 @@ ARGV
   ARGV[3] queue_ttl_ms  int ms >= 1   new deadline of each waiter's place
   ARGV[4..] ids         string        the waiters of one process
 Reply
-  {2, 'refreshed', epoch, reason, hint_ms, status1, value1, ms1, why1, ...}
+  {SCHEMA, 'refreshed', epoch, reason, hint_ms, status1, value1, ms1, why1, ...}
     status = 'granted' (value: the lease's fence, ms: left, why '')
            | 'queued' (value: waiters ahead of it, -1 parked at its tenant's
              cap; ms: when asking again may pay off, 0: no idea; why: what
@@ -21,7 +21,7 @@ Reply
            | 'unknown' (0, 0, '': not queued, not granted; enqueue again)
     reason: the admission rule's for a new caller of no cost, '' when it
     would be admitted
-  {2, 'missing'}    no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}    no such governor: run init.lua, then call again
 ]]
 
 local queue_ttl = arg_int(3, 'queue_ttl_ms', 1)

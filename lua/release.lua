@@ -1,16 +1,16 @@
 --[[ release.lua: give a lease back; the slot goes to the head of the queue.
 
-Uses    lib/admission.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
   ARGV[3] id       string        the lease id
 Reply
-  {2, 'released', removed}  removed = 1 if the lease was there (live or
+  {SCHEMA, 'released', removed}  removed = 1 if the lease was there (live or
                             expired but not yet reclaimed), 0 if already
                             gone (idempotent: releasing twice is harmless)
-  {2, 'missing'}            no such governor, and callers queued
+  {SCHEMA, 'missing'}            no such governor, and callers queued
 With nobody queued (or parked) it reads no state and no clock: the lease
 and its holder record go, and its counts in held (caps, the reserve);
 nothing else changes (a lost state answers 'released').
@@ -25,12 +25,12 @@ if waiting then
   if not load(WRITE) then return missing_reply() end
   prepare()
   keep_alive()
-  guard_grant(false, 7)  -- waiters (and what grant() adds): written by grant()
+  guard_grant(false, K.waiters)  -- (and what grant() adds): written by grant()
 end
 -- A read tells holders' type before the first write; ZREM tells leases'.
 -- While held counts leases (caps, a reserve), the record says what this one counted in.
 local counted = redis.call('EXISTS', K.held) == 1
-if counted then guard(13) end
+if counted then guard(K.held) end
 local raw, known
 if counted then
   raw = redis.call('HGET', K.holders, id)

@@ -6,7 +6,7 @@ adopted into the new state, so the running holders count again, each with
 the place and reservation it was granted with (its renewal carries them):
 its tenant's cap, the reserve and the budgets count it as before the loss.
 
-Uses    lib/admission.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/upkeep.lua, lib/admission.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now        int ms or ''  injected clock, '' for Redis TIME
@@ -16,10 +16,10 @@ ARGV
                      class rank, tenant, weight (as acquire.lua's ARGV[9..11]),
                      tokens reserved ("input,output" or '')
 Reply
-  {2, 'renewed', epoch, status1, fence1, status2, fence2, ...}
+  {SCHEMA, 'renewed', epoch, status1, fence1, status2, fence2, ...}
     status = 'ok' (fence 0: unchanged) | 'adopted' (fence: the new fence)
            | 'lost' (fence 0)
-  {2, 'missing'}     no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}     no such governor: run init.lua, then call again
 ]]
 
 local ttl = arg_int(3, 'ttl_ms', 1)
@@ -61,7 +61,7 @@ for i = 4, #ARGV, WIDTH do
     reply[#reply + 1] = 'ok'
     reply[#reply + 1] = 0
   elseif epoch ~= S.epoch then
-    if live_count == nil then live_count = in_flight() end
+    if CALL.live == nil then CALL.live = in_flight() end
     local fence = add_lease(id, ttl, holder, reserved[i], places[i], true)  -- counted in its cap, the reserve, the budgets
     log('adopt', 'lease', id, 'fence', fence, 'tenant', places[i].tenant, 'rank', places[i].rank,
       'why', 'holder of a lease from a lost state renewed')

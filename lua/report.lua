@@ -1,6 +1,6 @@
 --[[ report.lua: one outcome of a provider call; feeds the window and policy.
 
-Uses    lib/admission.lua, lib/policy.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/policy.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now             int ms or ''  injected clock, '' for Redis TIME
@@ -21,22 +21,22 @@ ARGV
   ARGV[8] usage           "input,output" or ''  the tokens the call used
                           (governor.budgets.Tokens.arg): settles the live
                           lease's reservation in every budget
-  ARGV[9..12] limits      "limit,remaining" or ''  per budget kind, in the
-                          order requests, tokens, input_tokens, output_tokens:
-                          the response's rate-limit figures (either may be
-                          empty; governor/headers.py reads them), which
-                          calibrate that budget (calibrate() of lib/admission.lua)
-  ARGV[13] refusals       '0' | '1' | ''  ('r' only) '0': the provider does not
+  ARGV[9] refusals        '0' | '1' | ''  ('r' only) '0': the provider does not
                           count a refused call against its limits, so its
                           reservation is given back by the usage; else it is
                           spent (never given back). Either way every bucket
                           whose remaining the figures do not announce is then
-                          clamped to 0 (refused() of lib/admission.lua)
+                          clamped to 0 (refused() of lib/budgets.lua)
+  ARGV[10..] limits       kind, "limit,remaining" pairs, one per budget kind
+                          (BUDGET_KINDS) the response announced: its
+                          rate-limit figures (either may be empty;
+                          governor/headers.py reads them), which calibrate
+                          that budget (calibrate() of lib/budgets.lua)
 Reply
-  {2, 'reported'}  recorded (and the lease released if asked)
-  {2, 'lost'}      the lease was not live: nothing recorded (any remains of
+  {SCHEMA, 'reported'}  recorded (and the lease released if asked)
+  {SCHEMA, 'lost'}      the lease was not live: nothing recorded (any remains of
                    it are removed when a release was asked)
-  {2, 'missing'}   no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
 local outcome = ARGV[3]
@@ -51,21 +51,25 @@ if ARGV[6] ~= '' then fence = arg_int(6, 'fence') end
 local release = lease ~= nil and ARGV[7] == '1'
 local usage = nil
 if ARGV[8] ~= nil and ARGV[8] ~= '' then usage = arg_tokens(8, 'usage') end
-local refusals_count = ARGV[13] ~= '0'
-if ARGV[13] ~= nil and ARGV[13] ~= '' and ARGV[13] ~= '0' and ARGV[13] ~= '1' then
-  fail('BADARG', 'refusals must be 0, 1 or empty, got ' .. tostring(ARGV[13]))
+local refusals = ARGV[9]
+if refusals ~= nil and refusals ~= '' and refusals ~= '0' and refusals ~= '1' then
+  fail('BADARG', 'refusals must be 0, 1 or empty, got ' .. tostring(refusals))
 end
 local limits = {}  -- {kind, limit or nil, remaining or nil}
-for i, kind in ipairs(BUDGET_KINDS) do
-  local v = ARGV[8 + i]
-  if v ~= nil and v ~= '' then
-    local l, r = string.match(v, '^(%d*),(%d*)$')
-    local limit, remaining = tonumber(l), tonumber(r)
-    if not l or (l == '' and r == '') or (limit or 0) > MAX_INT or (remaining or 0) > MAX_INT then
-      fail('BADARG', kind .. ' limits must be "limit,remaining" integers (either empty), got ' .. tostring(v))
-    end
-    limits[#limits + 1] = {kind, limit, remaining}
+if #ARGV > 9 and (#ARGV - 9) % 2 ~= 0 then fail('BADARG', 'report takes its limits as (kind, "limit,remaining") pairs') end
+for i = 10, #ARGV, 2 do
+  local kind, v = ARGV[i], ARGV[i + 1]
+  if not KIND_OF[kind] or (limits[kind]) then
+    fail('BADARG', 'limits name each budget kind at most once, one of ' .. table.concat(BUDGET_KINDS, ', ')
+      .. ', got ' .. tostring(kind))
   end
+  local l, r = string.match(v, '^(%d*),(%d*)$')
+  local limit, remaining = tonumber(l), tonumber(r)
+  if not l or (l == '' and r == '') or (limit or 0) > MAX_INT or (remaining or 0) > MAX_INT then
+    fail('BADARG', kind .. ' limits must be "limit,remaining" integers (either empty), got ' .. tostring(v))
+  end
+  limits[kind] = true
+  limits[#limits + 1] = {kind, limit, remaining}
 end
 clock()
 if not load(REPORT) then return missing_reply() end
@@ -88,7 +92,7 @@ keep_alive()
 -- when it is given back while held counts leases (caps, a reserve).
 local settles = lease and usage and #active_budgets() > 0
 local counted = release and redis.call('EXISTS', K.held) == 1
-if counted then guard(13) end
+if counted then guard(K.held) end
 local lease_record = nil
 if settles or counted then lease_record = record_parse(redis.call('HGET', K.holders, lease)) end
 local known = release and (lease_record ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)
@@ -103,7 +107,7 @@ end
 if lease then
   local expiry = tonumber(redis.call('ZSCORE', K.leases, lease))
   if not expiry or expiry <= NOW then
-    if waiting then guard_grant(false, 7, 5) end  -- waiters, holders (and what grant() adds)
+    if waiting then guard_grant(false, K.waiters, K.holders) end  -- (and what grant() adds)
     give_back()
     if waiting then grant() end  -- its tenant's first parked waiter may be back in the queue
     return finish({SCHEMA, 'lost'})
@@ -112,10 +116,10 @@ end
 
 local rl, total
 if outcome ~= 'q' then rl, total = window() end  -- reads tell the window keys' types
-guard(10)  -- events: the policy may log after the first write
-if not lease then guard(4) end  -- leases: the policy and grant() count it after the first write
-if waiting then guard_grant(false, 7) end  -- waiters (and what grant() adds): written by grant()
-if waiting and not release then guard(5) end  -- holders: grant() reads the head's record (else HEXISTS told)
+guard(K.events)  -- the policy may log after the first write
+if not lease then guard(K.leases) end  -- the policy and grant() count it after the first write
+if waiting then guard_grant(false, K.waiters) end  -- (and what grant() adds): written by grant()
+if waiting and not release then guard(K.holders) end  -- grant() reads the head's record (else HEXISTS told)
 reclaim()
 if outcome == 'q' then
   set('state', 'quota_exhausted', S.quota_exhausted + 1)
@@ -132,13 +136,13 @@ else
     end
   end
 end
-if settles and lease_record then settle(lease_record.tokens, usage, outcome == 'r' and refusals_count) end
-local announced = {}
+if settles and lease_record then settle(lease_record.tokens, usage, outcome == 'r' and refusals ~= '0') end
+local announced = {}  -- the kinds whose remaining the provider told
 for _, figures in ipairs(limits) do
   calibrate(figures[1], figures[2], figures[3])
   if figures[3] then announced[figures[1]] = true end
 end
-if outcome == 'r' then refused(announced) end
+if outcome == 'r' then refused(announced) end  -- a refusal is information, not a refund
 give_back()
 if waiting then grant() end
 return finish({SCHEMA, 'reported'})

@@ -7,7 +7,7 @@ lib/policy.lua). With config pairs, they replace the stored config first
 stays (``reset()``). Leases and the queue are kept: holders keep running,
 waiters keep their places.
 
-Uses    lib/admission.lua, lib/policy.lua, lib/admin.lua, lib/config.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua, lib/config.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
@@ -15,7 +15,7 @@ ARGV
   ARGV[3..] config name, value pairs (lib/config.lua), or none
 Reply
   the status reply of status.lua, after the reset
-  {2, 'missing'}   no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
 local cfg, raw = nil, nil

@@ -5,14 +5,14 @@ pause it starts at the resume level, max(1, floor(max_capacity * resume_fraction
 The decision log gets a 'resume' entry only when something changed: a
 pause was lifted or a running hold (not_before in the future) cleared.
 
-Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        where grants to waiters are announced
 Reply
   the status reply of status.lua, after the resume
-  {2, 'missing'}   no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
 clock()

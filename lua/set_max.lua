@@ -5,7 +5,7 @@ policy's memory is forgotten (its reset). Paused: capacity stays 0 and the resum
 the new n; a pause is never lifted by this. A reserve (config reserve) of n
 or more is lowered to n - 1.
 
-Uses    lib/admission.lua, lib/policy.lua, lib/admin.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/policy.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
@@ -13,11 +13,11 @@ ARGV
   ARGV[3] n        int >= 1      the new max_capacity
 Reply
   the status reply of status.lua, after the change
-  {2, 'missing'}   no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
 local n = arg_int(3, 'max_capacity', 1)
-if n > 1000000 then fail('BADARG', 'max_capacity must be <= 1000000') end
+if n > MAX_CAPACITY then fail('BADARG', 'max_capacity must be <= ' .. MAX_CAPACITY) end
 clock()
 check_types()
 if not load_all() then return missing_reply() end

@@ -9,7 +9,7 @@ the leases in flight are counted again, parked waiters move to their
 tenant's new place (or back to the queue: no cap now), O(leases + parked).
 What the policy learnt is kept.
 
-Uses    lib/admission.lua, lib/policy.lua, lib/admin.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now             int ms or ''  injected clock, '' for Redis TIME
@@ -21,7 +21,7 @@ ARGV
   ARGV[7] reserve         int >= 0      slots only the highest class takes, below max_capacity
 Reply
   the status reply of status.lua, after the change
-  {2, 'missing'}   no such governor: run init.lua, then call again
+  {SCHEMA, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
 -- ARGV[i]: "tenant=n,..." pairs, each n in [1, high], at most `most` of them.

@@ -3,19 +3,19 @@
 Counts are derived at NOW, so leases past their expiry and waiters past
 their deadline are not counted even before a writing script reclaims them.
 
-Uses    lib/admission.lua, lib/admin.lua (after lib/common.lua)
+Uses    lib/common.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel  string        unused (common to every script)
 Reply
-  {2, 'status', name1, value1, name2, value2, ...} with the names of
+  {SCHEMA, 'status', name1, value1, name2, value2, ...} with the names of
     governor.protocol.STATUS_FIELDS: now, epoch, policy, capacity,
     max_capacity, paused (0|1), pause_kind, pause_reason, paused_until (ms,
     0 none), not_before (ms, 0 none), in_flight, queued, window_rate_limited,
     window_attempts, window_ms, streak, fence, ceiling, quota_exhausted,
     quota_at (ms), created (ms), blocked (why a new caller would wait, '')
-  {2, 'missing'}   no such governor
+  {SCHEMA, 'missing'}   no such governor
 ]]
 
 clock()

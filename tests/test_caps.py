@@ -1,5 +1,5 @@
 """Tenants' caps and the highest class's reserve, in the one admission rule
-(lua/lib/admission.lua): real Redis and fakeredis, an injected clock. The
+(lua/lib/shares.lua): real Redis and fakeredis, an injected clock. The
 tests keep their own witness of who holds a lease (the ids they were
 granted and have not released), never the governor's counts."""
 

@@ -182,13 +182,13 @@ def test_locate_rewrites_every_user_function_line() -> None:
 
 
 def test_map_errors_names_the_lua_file_and_line_of_a_library_fault() -> None:
-    line = _first_line_of("lua/lib/admission.lua", "local function record_format(")
+    line = _first_line_of("lua/lib/common.lua", "local function record_format(")
     text = f"ERR user_function:{line}: attempt to compare nil with number script: f, on @user_function:{line}."
-    with pytest.raises(StateError) as caught, map_errors("g"):
+    with pytest.raises(StateError) as caught, map_errors("g", locate):
         raise redis.exceptions.ResponseError(text)
-    assert "lua/lib/admission.lua:" in str(caught.value) and "user_function" not in str(caught.value)
-    body = (LUA / "lib" / "admission.lua").read_text().split("\n")
-    at = int(str(caught.value).split("lua/lib/admission.lua:")[1].split(":")[0])
+    assert "lua/lib/common.lua:" in str(caught.value) and "user_function" not in str(caught.value)
+    body = (LUA / "lib" / "common.lua").read_text().split("\n")
+    at = int(str(caught.value).split("lua/lib/common.lua:")[1].split(":")[0])
     assert body[at - 1].startswith("local function record_format(")
 
 
@@ -206,7 +206,7 @@ def test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line(redis_u
     try:
         client.function_load(copy, replace=True)
         keys = governor_keys("faulty-copy").keys
-        with pytest.raises(StateError) as caught, map_errors("faulty-copy"):
+        with pytest.raises(StateError) as caught, map_errors("faulty-copy", locate):
             client.fcall(function_name("status").replace(library_name(), "governor_faulty_copy"), len(keys),
                          *keys, "", "chan")  # fmt: skip
         status_line = (LUA / "status.lua").read_text().split("\n").index("clock()") + 1
@@ -214,6 +214,27 @@ def test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line(redis_u
         assert "arithmetic" in str(caught.value) and "user_function" not in str(caught.value)
     finally:
         client.function_delete("governor_faulty_copy")
+        client.close()
+
+
+def test_a_governor_names_the_lua_file_and_line_of_a_library_fault(redis_url: str) -> None:
+    """The governor's own calls locate a fault: the library is replaced, under
+    its own name, by a copy whose lua/status.lua fails at one line."""
+    lines = library().split("\n")
+    number = _first_line_of("lua/status.lua", "clock()")
+    lines[number - 1] = "clock() local broken = nil; broken = broken + 1"
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    gov = Governor.from_url(redis_url, "faulty-library")
+    try:
+        client.function_load("\n".join(lines), replace=True)
+        with pytest.raises(StateError) as caught:
+            gov.status()
+        status_line = (LUA / "status.lua").read_text().split("\n").index("clock()") + 1
+        assert f"lua/status.lua:{status_line}" in str(caught.value), str(caught.value)
+        assert "user_function" not in str(caught.value)
+    finally:
+        gov.close()
+        client.function_delete(library_name())
         client.close()
 
 

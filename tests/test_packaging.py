@@ -17,8 +17,18 @@ from typing import Any
 import pytest
 import redis
 
-from governor import protocol
-from governor.scripts import COMMON, FRAGMENTS, OPERATIONS, READ_ONLY, function_name, library, library_name, parts
+from governor import policies, protocol
+from governor.scripts import (
+    COMMON,
+    FRAGMENTS,
+    OPERATIONS,
+    READ_ONLY,
+    field_table,
+    function_name,
+    library,
+    library_name,
+    parts,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua"
@@ -170,9 +180,12 @@ def _lua_fields() -> dict[str, dict[str, set[str]]]:
     def add(hash_name: str, field: str, where: str) -> None:
         found[hash_name].setdefault(field, set()).add(where)
 
-    for path in sorted(LUA.rglob("*.lua")):
-        where = str(path.relative_to(ROOT))
-        code = _code(path.read_text(encoding="utf-8"))
+    (suffixes,) = re.findall(
+        r"local function budget_fields\(kind\)\s*return ([^\n]*)", _code((LUA / "lib" / "budgets.lua").read_text())
+    )
+    sources = [(str(path.relative_to(ROOT)), path.read_text(encoding="utf-8")) for path in sorted(LUA.rglob("*.lua"))]
+    for where, source in [*sources, ("(generated)", field_table())]:
+        code = _code(source)
         for hash_name, field in re.findall(r"\bset\('(\w+)', '(\w+)'", code):
             add(hash_name, field, where)
         for hash_name, rest in re.findall(r"\bmore\('(\w+)'((?:,\s*'\w+')*)", code):
@@ -189,11 +202,10 @@ def _lua_fields() -> dict[str, dict[str, set[str]]]:
         for name, body in re.findall(r"local (ADMIT|WRITE|REPORT|PAUSE_FIELDS|STATUS_LOAD|VTIMES) = \{([^}]*)\}", code):
             for field in _quoted(body):
                 add("state", field, f"{where} {name}")
-        # each budget kind's fields: budget_fields(kind) of lib/admission.lua, for every kind of BUDGET_KINDS
+        # each budget kind's fields: budget_fields(kind) of lib/budgets.lua, for every kind of BUDGET_KINDS
         for kinds in re.findall(r"local BUDGET_KINDS = \{([^}]*)\}", code):
-            (names,) = re.findall(r"local function budget_fields\(kind\)\s*return ([^\n]*)", code)
             for kind in _quoted(kinds):
-                for suffix in re.findall(r"kind \.\. '(_\w+)'", names):
+                for suffix in re.findall(r"kind \.\. '(_\w+)'", suffixes):
                     add("state", kind + suffix, f"{where} budget_fields")
         for body in re.findall(r"\bload\(\{([^}]*)\}", code):
             for field in _quoted(body):
@@ -211,10 +223,10 @@ def _lua_fields() -> dict[str, dict[str, set[str]]]:
 
 def test_every_field_the_lua_names_is_a_protocol_field_of_that_hash() -> None:
     """One vocabulary: a field the Lua reads or writes is a field of that
-    hash in governor.protocol.fields() (with governor/policies.py's), and
+    hash in governor.policies.fields() (with governor/policies.py's), and
     every protocol field is used by some Lua."""
     found = _lua_fields()
-    known = protocol.fields()
+    known = policies.fields()
     assert set(found) == set(known)
     problems = []
     for hash_name, used in found.items():

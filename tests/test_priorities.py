@@ -1,5 +1,5 @@
 """Priority classes, aging and weighted fair shares between tenants, in the
-fleet's one queue (lua/lib/admission.lua): real Redis and fakeredis, an
+fleet's one queue (lua/lib/queue.lua): real Redis and fakeredis, an
 injected clock, one slot handed over at a time so the order is exact."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from governor import ConfigError, Governor, GovernorConfig, GovernorNotFound
 from governor.core import Granted, Queued, new_id, text
 from governor.errors import GovernorError
-from governor.inspect import read_events
 from governor.protocol import QUEUE_BAND
+from governor.views import read_events
 
 from .conftest import RAW_BACKENDS, FakeClock
 

@@ -31,7 +31,8 @@ from governor.protocol import (
     Wake,
     ms,
 )
-from governor.scripts import OPERATIONS, function_name
+from governor.scripts import COMMON as COMMON_NAME
+from governor.scripts import FRAGMENTS, OPERATIONS, field_table, function_name
 
 from .conftest import FakeClock
 
@@ -50,25 +51,19 @@ def every_file() -> list[Path]:
     return sorted(LUA.rglob("*.lua"))
 
 
-def lua_list(source: str, name: str) -> list[str]:
-    """The quoted strings of ``local NAME = {...}`` in ``source``."""
-    (body,) = re.findall(rf"local {name} = \{{([^}}]*)\}}", source)
-    return re.findall(r"'([^']*)'", body)
-
-
 COMMON = code(LUA / "lib" / "common.lua")
 
 # -- keys ----------------------------------------------------------------------------------
 
 
-def test_the_lua_binds_the_keys_of_the_protocol_in_its_order() -> None:
-    assert tuple(lua_list(COMMON, "KEY_NAMES")) == KEY_NAMES
-    assert tuple(zip(lua_list(COMMON, "KEY_NAMES"), lua_list(COMMON, "TYPES"), strict=True)) == KEYS
-    # every loop over the keys and check_types cover all of them
-    loops = re.findall(r"for i = 1, ([^ ]+) do K\[|for i = 1, ([^ ]+) do redis\.call\('PEXPIRE'", COMMON)
-    assert len(loops) == 2 and all("#KEY_NAMES" in pair for pair in loops), loops
-    (checked,) = re.findall(r"local function check_types\(\)\s*guard\(([^)]*)\)", COMMON)
-    assert [int(i) for i in checked.split(",")] == list(range(1, len(KEYS) + 1))
+def test_the_lua_binds_every_key_of_the_generated_blueprint() -> None:
+    """KEY_NAMES and TYPES are generated from governor.protocol.KEYS; every
+    loop over the keys (binding K, check_types, the expiry push) covers all."""
+    generated = field_table()
+    assert f"local KEY_NAMES = {{{', '.join(repr(n) for n in KEY_NAMES)}}}" in generated
+    assert "KEY_NAMES = {" not in COMMON and "TYPES = {" not in COMMON
+    loops = re.findall(r"for i = 1, ([^ ]+) do (?:K\[|check_type\(|redis\.call\('PEXPIRE')", COMMON)
+    assert loops == ["#KEY_NAMES"] * 3, loops
 
 
 def test_every_key_the_lua_names_is_a_protocol_key() -> None:
@@ -85,15 +80,56 @@ def test_every_key_the_lua_names_is_a_protocol_key() -> None:
             assert 1 <= int(index) <= len(KEYS), (path.name, index)
 
 
-def test_each_guard_comment_names_the_keys_it_guards() -> None:
-    """guard(7, 5, 4) -- waiters, holders, leases: the numbers are the keys named."""
-    found = 0
+def test_keys_are_named_never_numbered() -> None:
+    """guard(K.waiters, K.holders): no Lua reaches a key by its position."""
+    guarded = 0
     for path in every_file():
-        for numbers, comment in re.findall(r"\bguard\(([\d, ]+)\)[^\n]*?--\s*([^\n]*)", path.read_text()):
-            names = [w.strip() for w in re.split(r"[:(]", comment, maxsplit=1)[0].split(",")]
-            assert names == [KEY_NAMES[int(i) - 1] for i in numbers.split(",")], (path.name, numbers, comment)
-            found += 1
-    assert found >= 4
+        source = code(path)
+        assert not re.findall(r"KEYS\[\d+\]", source), path.name
+        for function, args in re.findall(r"\b(guard|guard_grant)\(((?:[^()]|\([^()]*\))*)\)", source):
+            names = [a.strip() for a in args.split(",")][1 if function == "guard_grant" else 0 :]
+            if names in (["..."], ["unpack(keys)"]):
+                continue  # the definitions
+            assert all(re.fullmatch(r"K\.\w+", n) for n in names), (path.name, args)
+            guarded += 1
+    assert guarded >= 8
+
+
+def _defined(source: str) -> set[str]:
+    """The names a fragment defines at its top level."""
+    source = re.sub(r"'(?:[^'\\]|\\.)*'", "''", source)
+    names = set(re.findall(r"^local function (\w+)", source, re.M))
+    return names | {n.strip() for line in re.findall(r"^local ([\w, ]+) =", source, re.M) for n in line.split(",")}
+
+
+def _needed(source: str, before: tuple[str, ...]) -> list[str]:
+    """The fragments among ``before`` whose names ``source`` uses, in order."""
+    source = re.sub(r"'(?:[^'\\]|\\.)*'", "''", source)
+    words = set(re.findall(r"(?<![.\w])([A-Za-z_]\w*)\b", source))
+    return [f for f in before if words & _defined(code(LUA / "lib" / f"{f}.lua"))]
+
+
+def _uses_line(path: Path) -> list[str]:
+    (line,) = re.findall(r"^Uses +([^\n]*)", path.read_text(encoding="utf-8"), re.M)
+    return re.findall(r"lib/(\w+)\.lua", line)
+
+
+@pytest.mark.parametrize("fragment", FRAGMENTS)
+def test_each_fragment_uses_only_earlier_ones_and_says_which(fragment: str) -> None:
+    """The library's order is right: a fragment uses only names defined
+    above it (common and the fragments before it), and its Uses line names
+    exactly those it uses."""
+    order = (COMMON_NAME, *FRAGMENTS)
+    path = LUA / "lib" / f"{fragment}.lua"
+    later = order[order.index(fragment) + 1 :]
+    assert not _needed(code(path), later), f"{fragment} uses a later fragment: reorder governor.scripts.FRAGMENTS"
+    assert _uses_line(path) == _needed(code(path), order[: order.index(fragment)])
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_each_operations_uses_line_names_what_it_uses(operation: str) -> None:
+    path = LUA / f"{operation}.lua"
+    assert _uses_line(path) == _needed(code(path), (COMMON_NAME, *FRAGMENTS))
 
 
 def test_the_sentinel_is_the_protocols() -> None:
@@ -131,14 +167,6 @@ def test_every_operation_has_its_replies() -> None:
     assert all(len(set(kinds)) == len(kinds) for kinds in REPLIES.values())
 
 
-def test_the_status_reply_names_the_status_fields_in_order() -> None:
-    admin = code(LUA / "lib" / "admin.lua")
-    (body,) = re.findall(r"local function status_reply\(\).*?return \{(.*?)\n  \}", admin, flags=re.S)
-    names = re.findall(r"'(\w+)'", re.sub(r"redis\.call\([^)]*\)", "count", body))
-    assert names[0] == "status"
-    assert tuple(names[1:]) == STATUS_FIELDS
-
-
 def test_a_real_status_reply_has_the_status_fields_in_order(make_gov: MakeGov, sync_client: Any) -> None:
     gov = make_gov(GovernorConfig(max_capacity=3), clock=FakeClock())
     status = gov.status()  # creates the governor, loads the library
@@ -155,7 +183,7 @@ def test_a_real_status_reply_has_the_status_fields_in_order(make_gov: MakeGov, s
 
 
 def test_the_holder_record_format_is_the_protocols() -> None:
-    admission = code(LUA / "lib" / "admission.lua")
+    admission = code(LUA / "lib" / "common.lua")
     (params, body) = re.findall(r"local function record_format\(([^)]*)\)\s*return (.*?)\nend", admission, re.S)[0]
     body = " ".join(body.split())
     params_list = [p.strip() for p in params.split(",")]
@@ -310,10 +338,6 @@ def test_the_lua_policies_are_the_registry() -> None:
         assert lua[name]["config"] == [field for field, _ in cls.stored.values()], name
         own_state = [field for field in cls.state if field not in protocol.POLICY_STATE]
         assert lua[name]["state"] == own_state, name
-
-
-def test_the_base_config_is_the_protocols() -> None:
-    assert tuple(lua_list(code(LUA / "lib" / "config.lua"), "BASE_CONFIG")) == tuple(protocol.CONFIG)
 
 
 def test_every_policy_round_trips_through_a_real_init(make_gov: MakeGov, sync_client: Any) -> None:

@@ -50,7 +50,8 @@ from ..estimate import usage_of
 from ._compat import shielded, sleep
 
 if TYPE_CHECKING:
-    from .governor import AsyncGovernor, AsyncLease
+    from .governor import AsyncGovernor
+    from .lease import AsyncLease
 
 log = logging.getLogger("governor")
 T = TypeVar("T")

@@ -11,14 +11,15 @@ from typing import Any
 
 import click
 
-from .. import inspect as gi
+from .. import views
 from ..config import GovernorConfig, parse_weights
 from ..core import Status
 from ..errors import ConfigError
 from ..policies import POLICY_NAMES, REGISTRY, Policy
-from ..protocol import MAX_CAP, MAX_WEIGHT, STATUS_FIELDS, ms, validate_tenant
+from ..protocol import MAX_CAP, MAX_CAPACITY, MAX_WEIGHT, STATUS_FIELDS, ms, validate_tenant
+from ..views import SharesSettings
 from .app import App, F, command, fail, global_options, json_option, pass_app
-from .render import SharesSettings, aging_line, emit_json, shown, span, state_line, status_dict, weights_line, when
+from .render import aging_line, emit_json, shown, span, state_line, status_dict, weights_line, when
 
 #: status reply fields that traffic moves between any two reads: not compared
 MOVING = ("now", "epoch", "created", "fence", "in_flight", "queued", "quota_exhausted", "quota_at")
@@ -109,7 +110,7 @@ def parse_duration(ctx: click.Context, param: click.Parameter, value: str | None
 
 
 @command("set-max")
-@click.argument("n", type=click.IntRange(min=1, max=1_000_000))
+@click.argument("n", type=click.IntRange(min=1, max=MAX_CAPACITY))
 @json_option
 @global_options()
 @pass_app
@@ -226,7 +227,7 @@ def configure(app: App, /, policy: str | None, as_json: bool, **settings: Any) -
     """
     gov, before = app.existing()
     client = app.client()
-    old = gi.read_config(client, gov.keys)
+    old = views.read_config(client, gov.keys)
     current = GovernorConfig.from_stored(old, app.config(), gov.name)
     assert isinstance(current.policy, Policy)
     given = {k: v for k, v in settings.items() if v is not None}
@@ -234,7 +235,7 @@ def configure(app: App, /, policy: str | None, as_json: bool, **settings: Any) -
     after = app.governor(gov.name, new).configure(create=False)
     assert isinstance(new.policy, Policy)
     confirm_change(
-        f"configured: policy {new.policy.name}", before, after, as_json, (old, gi.read_config(client, gov.keys))
+        f"configured: policy {new.policy.name}", before, after, as_json, (old, views.read_config(client, gov.keys))
     )
 
 
@@ -341,7 +342,7 @@ def set_shares(
         validate_tenant(tenant)
     gov, before = app.existing()
     client = app.client()
-    old = gi.read_config(client, gov.keys)
+    old = views.read_config(client, gov.keys)
     changes: dict[str, Any] = {}
     if weights or unset or clear:
         try:
@@ -366,7 +367,7 @@ def set_shares(
     if reserve is not None:
         changes["reserve"] = reserve
     after = gov.set_shares(**changes, create=False)
-    new = gi.read_config(client, gov.keys)
+    new = views.read_config(client, gov.keys)
     settings = SharesSettings.from_stored(new)
     caps_now = new.get("tenant_caps", "") or "none"
     action = (

@@ -1,9 +1,9 @@
 --[[ lib/admin.lua: what the rarely run scripts share.
 
-Uses lib/common.lua and lib/admission.lua. load_all() reads and checks
-every field of the three hashes (HGETALL each); status_reply() is the
-reply of status, probe and the operator scripts (which also call
-check_types() of lib/common.lua before they write).
+Uses lib/common.lua, lib/budgets.lua, lib/admission.lua.
+load_all() reads and checks every field of the three hashes (HGETALL each);
+status_reply() is the reply of status, probe and the operator scripts (which
+also call check_types() of lib/common.lua before they write).
 ]]
 
 -- Every field of the state, config and policy hashes, each checked (see
@@ -75,19 +75,24 @@ local function budget_section()
   return out
 end
 
+-- The status reply: each of STATUS_FIELDS (governor.protocol), in its
+-- order, with its value.
 local function status_reply()
   local rl, total = window()
-  return {
-    SCHEMA, 'status',
-    'now', NOW, 'epoch', S.epoch, 'policy', C.policy,
-    'capacity', S.capacity, 'max_capacity', C.max_capacity,
-    'paused', S.paused, 'pause_kind', S.pause_kind, 'pause_reason', S.pause_reason,
-    'paused_until', S.paused_until, 'not_before', S.not_before,
-    'in_flight', in_flight(), 'queued', redis.call('ZCOUNT', K.waiters, LIVE, '+inf'),
-    'window_rate_limited', rl, 'window_attempts', total,
-    'window_ms', C.window_ms, 'streak', P.streak or 0, 'fence', S.fence,
-    'ceiling', P.ceiling or 0, 'quota_exhausted', S.quota_exhausted,
-    'quota_at', S.quota_at, 'created', S.created, 'blocked', why_blocked(), 'held_back', held_back(),
-    'budgets', budget_section(),
+  local values = {
+    now = NOW, epoch = S.epoch, policy = C.policy, capacity = S.capacity, max_capacity = C.max_capacity,
+    reserve = C.reserve, paused = S.paused, pause_kind = S.pause_kind, pause_reason = S.pause_reason,
+    paused_until = S.paused_until, not_before = S.not_before, in_flight = in_flight(),
+    queued = redis.call('ZCOUNT', K.waiters, LIVE, '+inf'), window_rate_limited = rl, window_attempts = total,
+    window_ms = C.window_ms, streak = P.streak or 0, fence = S.fence, ceiling = P.ceiling or 0,
+    quota_exhausted = S.quota_exhausted, quota_at = S.quota_at, created = S.created, blocked = why_blocked(),
+    held_back = held_back(), budgets = budget_section(),
   }
+  local reply = {SCHEMA, 'status'}
+  for _, name in ipairs(STATUS_FIELDS) do
+    if values[name] == nil then fail('BADSTATE', 'status field ' .. name .. ' has no value') end
+    reply[#reply + 1] = name
+    reply[#reply + 1] = values[name]
+  end
+  return reply
 end

@@ -3,18 +3,22 @@
 governor/scripts.py builds one Redis Functions library from: the field
 table generated from governor/protocol.py and governor/policies.py (SCHEMA,
 MAX_INT, the kind tables, FIELDS: every stored field's kind, REQUIRED), this
-file, the fragments of lua/lib/, then each operation's file as the body of
-OPS.<operation>, registered as a function (its "Uses" line names the
-fragments it relies on). Redis runs the library's top level once, when it
-loads it; each call runs begin(keys, argv), then the operation.
+file, the fragments of lua/lib/ (one per concern, in the order of
+governor/scripts.py FRAGMENTS: budgets, shares, capacity, upkeep,
+admission, queue, policy, admin, config), then each operation's file as
+the body of OPS.<operation>, registered as a function. Each file's "Uses"
+line names the fragments it relies on, all above it. Redis runs the
+library's top level once, when it loads it; each call runs begin(keys,
+argv), then the operation. This file also holds the holder records and the
+arguments every operation parses.
 
 KEYS (every function receives all of them, in this order: governor.protocol.KEYS)
   KEYS[1]  state     hash    admission state: capacity, pause, hold, fence, vtime
   KEYS[2]  config    hash    the stored config and its policy's numbers
   KEYS[3]  policy    hash    what the policy learnt (its own fields)
   KEYS[4]  leases    zset    lease id -> expiry, ms
-  KEYS[5]  holders   hash    lease or waiter id -> holder record (lib/admission.lua)
-  KEYS[6]  queue     zset    waiter id -> band * QUEUE_BAND + tag (lib/admission.lua)
+  KEYS[5]  holders   hash    lease or waiter id -> holder record (record_format)
+  KEYS[6]  queue     zset    waiter id -> band * QUEUE_BAND + tag (lib/queue.lua)
   KEYS[7]  waiters   zset    waiter id -> deadline, ms (dropped unless refreshed)
   KEYS[8]  attempts  zset    "seq:o" -> time, ms: every attempt in the window
   KEYS[9]  limited   zset    "seq:o" -> time, ms: rate-limited attempts in window
@@ -69,12 +73,16 @@ local RECLAIM_MS = 1000
 
 -- Per call. The library's top level runs once, when Redis loads it; each
 -- call of an operation starts with begin(keys, argv), which binds the
--- call's KEYS and ARGV and clears what the previous call left (RESETS: the
--- fragments' own per-call values).
+-- call's KEYS and ARGV and clears what the previous call left.
 local KEYS, ARGV = {}, {}
 local K = {}
 local OPS = {}
-local RESETS = {}
+-- What the fragments learnt during this call, made afresh by begin():
+--   active  the active budget kinds, their fields read (lib/budgets.lua)
+--   caps    tenant -> {cap, slot} or false, as this call found them (lib/shares.lua)
+--   held    field of held -> leases in flight, as this call read and changed them (lib/shares.lua)
+--   live    the leases in flight, once counted (lib/admission.lua)
+local CALL = {}
 local NOW, LIVE, CHANNEL
 local S, C, P       -- the state, config and policy hashes as the call read them (nil: none yet)
 local DIRTY         -- hash name -> field -> true: changed by the call, written back by save()
@@ -84,17 +92,13 @@ local CREATED       -- keys the call may have created: they get their expiry at 
 -- valid id), so they are not deleted when the last lease goes and keep the
 -- expiry touch_all gave them: acquiring into an empty fleet sets none.
 local SENTINEL = '~'
-local KEY_NAMES = {'state', 'config', 'policy', 'leases', 'holders', 'queue', 'waiters', 'attempts', 'limited',
-  'events', 'aging', 'shares', 'held', 'parked'}
-local TYPES = {'hash', 'hash', 'hash', 'zset', 'hash', 'zset', 'zset', 'zset', 'zset', 'stream', 'zset', 'zset',
-  'hash', 'zset'}
 
 local function begin(keys, argv)
   KEYS, ARGV = keys, argv
   for i = 1, #KEY_NAMES do K[KEY_NAMES[i]] = keys[i] end
   NOW, LIVE, CHANNEL = nil, nil, argv[2]
   S, C, P, DIRTY, STORE, CREATED = nil, nil, nil, nil, nil, nil
-  for i = 1, #RESETS do RESETS[i]() end
+  CALL = {}
 end
 
 -- The call's table of a hash ('state', 'config' or 'policy'), made on first use.
@@ -160,18 +164,28 @@ local function clock()
 end
 
 -- Type checks for the keys a script touches after its first write that no
--- read has told: guard(i, ...) by key index, check_types() all of them.
+-- read has told: guard(K.waiters, ...) for the keys named, check_types()
+-- for all of them.
+local function check_type(key, want)
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'none' and t ~= want then
+    fail('WRONGTYPE', key .. ' is a ' .. t .. ', expected a ' .. want)
+  end
+end
+
 local function guard(...)
-  for _, i in ipairs({...}) do
-    local t = redis.call('TYPE', KEYS[i])['ok']
-    if t ~= 'none' and t ~= TYPES[i] then
-      fail('WRONGTYPE', KEYS[i] .. ' is a ' .. t .. ', expected a ' .. TYPES[i])
+  for _, key in ipairs({...}) do
+    for i = 1, #KEYS do
+      if KEYS[i] == key then
+        check_type(key, TYPES[i])
+        break
+      end
     end
   end
 end
 
 local function check_types()
-  guard(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
+  for i = 1, #KEY_NAMES do check_type(KEYS[i], TYPES[i]) end
 end
 
 -- A stored value as its field's kind (FIELDS, generated from
@@ -310,7 +324,7 @@ local function created(key)
 end
 
 -- The decision log: what changed, why, and the figures behind it.
--- Needs C.log_length (prepare() of lib/admission.lua reads it).
+-- Needs C.log_length (prepare() of lib/upkeep.lua reads it).
 local function log(kind, ...)
   redis.call('XADD', K.events, 'MAXLEN', '~', C.log_length, '*',
     'kind', kind, 'at', NOW, 'capacity', S.capacity, 'paused', S.capacity == 0 and 1 or 0, ...)
@@ -327,4 +341,67 @@ local function finish(reply)
   end
   save()
   return reply
+end
+
+-- Records and arguments.
+
+-- holders entries: "fence|ttl_ms|since_ms|input|output|level|rank|tenant|holder"
+-- (governor.protocol.HolderRecord): input and output are the tokens the
+-- lease reserved, {input = , output = } as a table ("tokens"); level is
+-- the leases in flight when it was granted, itself included (0: a waiter);
+-- rank and tenant its place ({rank = , tenant = }, arg_place).
+local function record_parse(raw)
+  if not raw then return nil end
+  local fence, ttl, since, input, output, level, rank, tenant, holder =
+    string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
+  if not fence then return nil end
+  return {fence = tonumber(fence), ttl = tonumber(ttl), since = tonumber(since),
+    tokens = {input = tonumber(input), output = tonumber(output)}, level = tonumber(level),
+    rank = tonumber(rank), tenant = tenant, holder = holder}
+end
+
+local function record_format(fence, ttl, since, input, output, level, rank, tenant, holder)
+  return int(fence) .. '|' .. int(ttl) .. '|' .. int(since) .. '|' .. int(input) .. '|' .. int(output) .. '|'
+    .. int(level) .. '|' .. int(rank) .. '|' .. tenant .. '|' .. holder
+end
+
+local NO_TOKENS = {input = 0, output = 0}
+
+-- ARGV[i]: tokens as "input,output" (governor.budgets.Tokens.arg), '' for none.
+local function arg_tokens(i, what)
+  local v = ARGV[i]
+  if v == nil or v == '' then return NO_TOKENS end
+  local input, output = string.match(v, '^(%d+),(%d+)$')
+  local a, b = tonumber(input), tonumber(output)
+  if not a or a > MAX_INT or b > MAX_INT then
+    fail('BADARG', what .. ' must be "input,output" integer tokens in [0, 2^53], got ' .. tostring(v))
+  end
+  return {input = a, output = b}
+end
+
+-- ARGV[i], ARGV[i + 1], ARGV[i + 2]: a caller's class rank (0: the
+-- highest), tenant and the tenant's weight (GovernorConfig.weight_of).
+local function arg_place(i)
+  local rank, weight = tonumber(ARGV[i]), tonumber(ARGV[i + 2])
+  if rank == nil or rank ~= math.floor(rank) or rank < 0 or rank >= MAX_CLASSES then
+    fail('BADARG', 'rank must be an integer in [0, ' .. (MAX_CLASSES - 1) .. '], got ' .. tostring(ARGV[i]))
+  end
+  local tenant = ARGV[i + 1]
+  if tenant == nil or #tenant > 64 or not string.match(tenant, '^[%w%-_.:]+$') then
+    fail('BADARG', 'tenant must be 1-64 characters of [A-Za-z0-9-_.:], got ' .. tostring(tenant))
+  end
+  if weight == nil or weight ~= math.floor(weight) or weight < 1 or weight > MAX_WEIGHT then
+    fail('BADARG', 'weight must be an integer in [1, ' .. MAX_WEIGHT .. '], got ' .. tostring(ARGV[i + 2]))
+  end
+  return {rank = rank, tenant = tenant, weight = weight}
+end
+
+local function in_flight()
+  return redis.call('ZCOUNT', K.leases, LIVE, '+inf')
+end
+
+-- The window: (rate-limited, all) attempts of the last window_ms.
+local function window()
+  local horizon = '(' .. (NOW - C.window_ms)
+  return redis.call('ZCOUNT', K.limited, horizon, '+inf'), redis.call('ZCOUNT', K.attempts, horizon, '+inf')
 end

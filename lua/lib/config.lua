@@ -1,17 +1,12 @@
 --[[ lib/config.lua: a client's config, as init.lua and reset.lua store it.
 
-Uses lib/common.lua, lib/admission.lua and lib/policy.lua. The config
-arrives as name, value pairs (governor/config.py
-GovernorConfig.script_fields): the base fields of the config hash, then
-the fields of its policy (POLICIES[policy].config). Each is checked for
-kind and range here again (FIELDS), so a tampered client cannot store an
-absurd value; a missing, unknown or other policy's field is refused.
+Uses lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/policy.lua.
+The config arrives as name, value pairs (governor/config.py
+GovernorConfig.script_fields): the base fields of the config hash, then the
+fields of its policy (POLICIES[policy].config). Each is checked for kind and
+range here again (FIELDS), so a tampered client cannot store an absurd
+value; a missing, unknown or other policy's field is refused.
 ]]
-
-local BASE_CONFIG = {'policy', 'max_capacity', 'window_ms', 'resume_fraction', 'retry_after_cap_ms', 'idle_ms',
-  'log_length', 'priorities', 'default_priority', 'aging_ms', 'tenant_weights', 'default_weight', 'tenant_caps',
-  'reserve',
-  'requests_per_minute', 'tokens_per_minute', 'input_tokens_per_minute', 'output_tokens_per_minute'}
 
 -- Read name/value config pairs from ARGV[first..]: the values as numbers
 -- (strings for policy), and the exact strings the client sent. Returns
@@ -105,7 +100,7 @@ local function apply_config(cfg, raw)
     if ceiling > 0 then on[#on + 1] = kind end
   end
   set('state', 'budgets', table.concat(on, ','))
-  active = nil
+  CALL.active = nil
   set('policy', 'streak', 0)
   POLICIES[cfg.policy].reset()
   recount(true)  -- the caps and the reserve as stored now; parked waiters queue again

@@ -1,10 +1,11 @@
 --[[ lib/policy.lua: the policies (SPEC §4), one entry each in POLICIES.
 
-Uses lib/common.lua and lib/admission.lua. A policy is a unit: its entry
-here (its state fields, its reaction to a rate-limited attempt and to a
-success, its reset), its config class in governor/policies.py (its stored
-numbers, read here from C) and its entry in tests/model.py. record() adds
-one attempt to the window and hands it to the governor's policy.
+Uses lib/common.lua, lib/capacity.lua.
+A policy is a unit: its entry here (its state fields, its reaction to a
+rate-limited attempt and to a success, its reset), its config class in
+governor/policies.py (its stored numbers, read here from C) and its entry in
+tests/model.py. record() adds one attempt to the window and hands it to the
+governor's policy.
 
 Every policy's state lives in the policy hash (P); streak, the successes
 in a row since the last change, is every policy's (pause and resume clear

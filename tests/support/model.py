@@ -35,6 +35,7 @@ from typing import Any
 
 from governor.budgets import KINDS as BUDGET_KINDS
 from governor.budgets import Tokens
+from governor.policies import all_fields
 from governor.protocol import (
     CONFIG,
     DEFAULT_TENANT,
@@ -46,7 +47,6 @@ from governor.protocol import (
     SCHEMA_VERSION,
     SENTINEL,
     HolderRecord,
-    all_fields,
 )
 
 from .model_policies import POLICIES, Policy
@@ -161,7 +161,7 @@ class Model:
     def policy(self) -> Policy:
         return POLICIES[self.raw_config["policy"]]
 
-    # -- helpers (lua/lib/common.lua, lua/lib/admission.lua) ------------------
+    # -- helpers (lua/lib/common.lua) ------------------
 
     def in_flight(self) -> int:
         return sum(1 for e in self.leases.values() if e > self.now)
@@ -291,7 +291,7 @@ class Model:
                 return f"at capacity below the highest class: {others} in flight of {capacity} - {reserve} reserved"
         return None
 
-    # -- caps and the reserve (lua/lib/admission.lua) ---------------------------
+    # -- caps and the reserve (lua/lib/shares.lua) ---------------------------
 
     def _cap_of(self, tenant: str) -> tuple[int, int] | None:
         """(cap, slot) of ``tenant`` in the stored tenant_caps, or None."""
@@ -376,7 +376,7 @@ class Model:
             for _ in range(n - self.held.get(tenant, 0)):
                 self._unpark(tenant)
 
-    # -- budgets (governor/budgets.py; the token buckets of lua/lib/admission.lua) --
+    # -- budgets (governor/budgets.py; the token buckets of lua/lib/budgets.lua) --
 
     def active(self) -> list[str]:
         return [k for k in self.S["budgets"].split(",") if k]
@@ -654,6 +654,7 @@ class Model:
             "policy": C["policy"],
             "capacity": S["capacity"],
             "max_capacity": C["max_capacity"],
+            "reserve": C["reserve"],
             "paused": S["paused"],
             "pause_kind": S["pause_kind"],
             "pause_reason": S["pause_reason"],
@@ -925,12 +926,11 @@ class Model:
         fence = int(a[3]) if a[3] != "" else None
         release = lease_id != "" and a[4] == "1"
         usage = parse_tokens(a[5]) if len(a) > 5 and a[5] else None
-        spent = not (len(a) > 10 and a[10] == "0")  # refusals counted by the provider (the default)
+        spent = not (len(a) > 6 and a[6] == "0")  # refusals counted by the provider (the default)
         limits = []
-        for kind, figures in zip(BUDGET_KINDS, a[6:10], strict=False):
-            if figures:
-                limit, remaining = figures.split(",")
-                limits.append((kind, int(limit) if limit else None, int(remaining) if remaining else None))
+        for kind, figures in zip(a[7::2], a[8::2], strict=True):  # kind, "limit,remaining" pairs
+            limit, remaining = figures.split(",")
+            limits.append((kind, int(limit) if limit else None, int(remaining) if remaining else None))
         if self.state is None:
             return [SCHEMA, "missing"]
         S = self.S

@@ -1,0 +1,154 @@
+--[[ lib/queue.lua: the queue: enqueue, aging, grants.
+
+Uses lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/admission.lua.
+Defines: enqueue, guard_grant, age, grant.
+
+The queue (governor.protocol.QUEUE_BAND): a waiter's score is band *
+QUEUE_BAND + tag, band 0 for the aged, rank + 1 for its class, so the head
+is the highest class's smallest tag. Tags are start-time fair queueing
+within each class: a waiter of tenant t (weight w) in class r starts at
+max(vtime_r, F), F the finish tag of "r:t" in the shares zset (scored r *
+QUEUE_BAND + F), which moves on by ceil(QUANTUM / w), and a grant moves
+its class's vtime_r up to its tag: FIFO within a class and tenant, tenants
+granted in proportion to their weights, an idle tenant back at vtime_r (no
+credit hoarded). Each class keeps its own virtual time, so one class's
+grants never reset another's shares. A waiter of a lower class that waited
+aging_ms goes to band 0 with its tag (age()).
+]]
+
+-- A new waiter joins the queue (the caller has guarded queue, aging and
+-- shares): its tag starts at max(vtime, the finish tag of its tenant in
+-- its class), which moves on by the tenant's quantum; a waiter of a lower
+-- class waits to age.
+local function enqueue(id, place)
+  local vtime = VTIMES[place.rank + 1]
+  more('state', vtime)  -- read by prepare(_, rank) already; before the call's first write, as every read
+  local share, base = place.rank .. ':' .. place.tenant, place.rank * QUEUE_BAND  -- fair within a class
+  local finish = tonumber(redis.call('ZSCORE', K.shares, share))  -- the first write: the read tells the type
+  local start = math.max(S[vtime], (finish or base) - base)
+  redis.call('ZADD', K.shares, base + start + math.ceil(QUANTUM / place.weight), share)
+  if not finish then created(K.shares) end
+  redis.call('ZADD', K.queue, (place.rank + 1) * QUEUE_BAND + start, id)
+  if place.rank > 0 and C.aging_ms > 0 then
+    local due = NOW + C.aging_ms
+    redis.call('ZADD', K.aging, due, id)
+    if S.aging_due == 0 then created(K.aging) end
+    if S.aging_due == 0 or due < S.aging_due then set('state', 'aging_due', due) end
+  end
+end
+
+-- guard(...), and the keys grant() may write beyond them: aging while some
+-- waiter waits to age (or when `ages`: the call adds one), events when one
+-- is due now (age() logs) or a header's limit may make a grant oversize
+-- (add_lease logs). Needs prepare().
+local function guard_grant(ages, ...)
+  local keys = {...}
+  if ages or S.aging_due > 0 then keys[#keys + 1] = K.aging end
+  if C.tenant_caps ~= '' or C.reserve > 0 then  -- parked waiters leave parked and aging
+    keys[#keys + 1] = K.held
+    keys[#keys + 1] = K.parked
+    keys[#keys + 1] = K.aging
+  end
+  if (S.aging_due > 0 and NOW >= S.aging_due) or announced_budgets() then keys[#keys + 1] = K.events end
+  guard(unpack(keys))
+end
+
+-- Waiters that waited aging_ms go ahead of every class (band 0), keeping
+-- their tags, at most BATCH per call; one decision-log entry says so.
+-- Needs prepare().
+local function age()
+  if S.aging_due == 0 or NOW < S.aging_due then return end
+  local due = redis.call('ZRANGEBYSCORE', K.aging, '-inf', NOW, 'LIMIT', 0, BATCH)
+  local moved, first = 0, nil
+  for _, id in ipairs(due) do
+    local score = tonumber(redis.call('ZSCORE', K.queue, id))
+    if score and score >= QUEUE_BAND then
+      redis.call('ZADD', K.queue, score % QUEUE_BAND, id)
+      moved = moved + 1
+      first = first or id
+    end
+  end
+  if #due > 0 then redis.call('ZREM', K.aging, unpack(due)) end
+  local next_due = redis.call('ZRANGE', K.aging, 0, 0, 'WITHSCORES')[2]
+  set('state', 'aging_due', next_due and tonumber(next_due) or 0)
+  if moved > 0 then
+    local m = record_parse(redis.call('HGET', K.holders, first))
+    log('age', 'waiters', moved, 'holder', m and m.holder or '', 'after_ms', C.aging_ms,
+      'why', 'waited aging_ms: ahead of every class now')
+  end
+end
+
+-- Admit waiters from the head of the queue while the rule lets them in, at
+-- most BATCH per call (a capacity rise under a long queue is admitted over
+-- the next calls: every refresh, release and report grants), and announce
+-- the grants on CHANNEL as "epoch id:fence id:fence ..." (all but
+-- `caller`, who learns of its grant from the reply). Returns id -> fence.
+-- Held back by a hold or a timed pause with callers queued, it announces
+-- "epoch @ms" instead: ask again in ms, when the time is up (nothing else
+-- may happen then to grant them: the holders may all be done by then).
+-- Needs prepare(); the caller has guarded waiters, holders, leases, aging.
+local function grant(caller)
+  age()
+  local granted = {}
+  local words = {}
+  local skipped, admitted = 0, 0
+  local capped = C.tenant_caps ~= ''
+  while skipped <= BATCH and admitted < BATCH do
+    local first = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
+    local head = first[1]
+    if not head then break end
+    local score = tonumber(first[2])
+    -- pause, hold, concurrency (the class from the band): no record needed
+    local band = math.floor(score / QUEUE_BAND)
+    local why, hint, budget = blocked(NO_TOKENS, {rank = math.max(band - 1, 0), aged = band == 0})
+    local m, impossible = nil, nil
+    if not why then
+      m = record_parse(redis.call('HGET', K.holders, head))
+      if m and (capped or #active_budgets() > 0) then
+        impossible = never(m.tokens)
+        if not impossible then
+          why, hint, budget = blocked(m.tokens, {rank = m.rank, tenant = m.tenant, aged = band == 0})
+        end
+      end
+    end
+    if why and budget and budget.park then
+      -- Its tenant is at its cap: it waits parked, the next is asked.
+      local _, slot = cap_of(m.tenant)
+      set('state', 'park_seq', S.park_seq + 1)
+      redis.call('ZREM', K.queue, head)
+      redis.call('ZADD', K.parked, slot * PARK_SLOT + S.park_seq, head)
+      created(K.parked)
+      skipped = skipped + 1
+    elseif why then
+      if hint > 0 and admitted == 0 then redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. int(hint)) end
+      break
+    else
+      local deadline = tonumber(redis.call('ZSCORE', K.waiters, head))
+      redis.call('ZREM', K.queue, head)
+      redis.call('ZREM', K.waiters, head)
+      if score >= QUEUE_BAND and m and m.rank > 0 and S.aging_due > 0 then redis.call('ZREM', K.aging, head) end
+      if impossible then
+        -- A budget's limit fell below its cost: its refresh is refused (acquire again).
+        redis.call('HDEL', K.holders, head)
+        redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. 1)  -- ask again now
+        skipped = skipped + 1
+      elseif deadline and deadline > NOW and m then
+        granted[head] = add_lease(head, m.ttl, m.holder, m.tokens, m)
+        -- A class's grants come in tag order (the head is its smallest tag, and
+        -- a newcomer starts at vtime at least), so its vtime is the last one's
+        -- tag, written without a read; an aged waiter's older tag leaves it.
+        local vtime = VTIMES[m.rank + 1]
+        if vtime and score >= QUEUE_BAND then set('state', vtime, score % QUEUE_BAND) end
+        if head ~= caller then words[#words + 1] = head .. ':' .. int(granted[head]) end
+        admitted = admitted + 1
+      else
+        redis.call('HDEL', K.holders, head)
+        skipped = skipped + 1
+      end
+    end
+  end
+  if #words > 0 then
+    redis.call('PUBLISH', CHANNEL, S.epoch .. ' ' .. table.concat(words, ' '))
+  end
+  return granted
+end

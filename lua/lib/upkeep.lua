@@ -1,0 +1,85 @@
+--[[ lib/upkeep.lua: what a writing call reads first and what it removes.
+
+Uses lib/common.lua, lib/budgets.lua, lib/shares.lua.
+Defines: reclaim, PAUSE_FIELDS, ADMIT, WRITE, REPORT, prepare. prepare()
+reads, before a call's first write, every field the later steps of the call
+may use; reclaim() removes expired leases, dead waiters and old window
+events.
+]]
+
+-- Remove what no longer counts: expired leases and waiters that stopped
+-- refreshing (at most BATCH of each), window events older than the window.
+-- At most once per RECLAIM_MS; `force` for the scripts that run rarely.
+-- Needs S.reclaim_due (load it).
+local function reclaim(force)
+  if not force and NOW < S.reclaim_due then return end
+  check_types()
+  set('state', 'reclaim_due', NOW + RECLAIM_MS)
+  local expired = redis.call('ZRANGEBYSCORE', K.leases, '(0', NOW, 'LIMIT', 0, BATCH)  -- not the sentinel
+  if #expired > 0 then
+    local counted = redis.call('EXISTS', K.held) == 1  -- each lease's record is read only then
+    local records = redis.call('HMGET', K.holders, unpack(counted and expired or {expired[1]}))
+    local first = record_parse(records[1])
+    redis.call('ZREM', K.leases, unpack(expired))
+    redis.call('HDEL', K.holders, unpack(expired))
+    if counted then
+      for i = 1, #expired do unhold(record_parse(records[i]), true) end
+    end
+    log('expire', 'leases', #expired, 'holder', first and first.holder or '',
+      'why', 'holders stopped renewing (crashed or stalled past their TTL)')
+  end
+  local dead = redis.call('ZRANGEBYSCORE', K.waiters, '-inf', NOW, 'LIMIT', 0, BATCH)
+  if #dead > 0 then
+    redis.call('ZREM', K.waiters, unpack(dead))
+    redis.call('ZREM', K.queue, unpack(dead))
+    redis.call('ZREM', K.parked, unpack(dead))
+    if (S.aging_due or 1) > 0 then redis.call('ZREM', K.aging, unpack(dead)) end
+    redis.call('HDEL', K.holders, unpack(dead))
+  end
+  -- A tenant whose finish tag is behind its class's vtime starts there
+  -- anyway: its entry says nothing, so idle tenants leave no trace (when
+  -- the call read the queue's fields: a call that knows nobody waits leaves
+  -- this to the next).
+  for rank = 0, MAX_CLASSES - 1 do
+    local vtime = S[VTIMES[rank + 1]]
+    if vtime and vtime > 0 then
+      redis.call('ZREMRANGEBYSCORE', K.shares, rank * QUEUE_BAND, rank * QUEUE_BAND + vtime)
+    end
+  end
+  local horizon = '(' .. (NOW - C.window_ms)
+  redis.call('ZREMRANGEBYSCORE', K.attempts, '-inf', horizon)
+  redis.call('ZREMRANGEBYSCORE', K.limited, '-inf', horizon)
+end
+
+local PAUSE_FIELDS = {'paused', 'pause_kind', 'pause_reason', 'paused_until', 'saved_capacity'}
+-- What the operations load first (load): acquire's admission fields, and
+-- with reclaim's due time for those that reclaim.
+local ADMIT = {'epoch', 'capacity', 'not_before', 'touch_due', 'budgets', 'capped'}
+local WRITE = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'budgets'}
+local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'event_seq', 'budgets'}
+
+-- Read every field reclaim, recover, blocked, grant, pause and log may use,
+-- before a script's first write (reads after a write could fail it
+-- half-way). Capacity is 0 only while paused: the pause's own fields are
+-- read only then; the queue's aging unless `queued` is false (then the
+-- call must not enqueue or grant); the vtime of class `rank` (a caller
+-- joining it), and every class's when reclaim() is due (grant() only
+-- writes them).
+local function prepare(queued, rank)
+  local fields = {'reclaim_due', 'capped'}
+  if queued ~= false then fields[#fields + 1] = 'aging_due' end  -- unless nobody waits (a report's hot path)
+  if rank then fields[#fields + 1] = VTIMES[rank + 1] end  -- the class a caller joins
+  more('state', unpack(fields))
+  more('config', 'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms', 'aging_ms')
+  caps_config()
+  if C.tenant_caps ~= '' then
+    more('state', 'park_seq', unpack(VTIMES))  -- grant() parks, unpark() puts back at a class's vtime
+  elseif NOW >= S.reclaim_due then
+    more('state', unpack(VTIMES))  -- reclaim() prunes the shares by them
+  end
+  active_budgets()
+  if S.capacity == 0 then
+    more('state', unpack(PAUSE_FIELDS))
+    more('config', 'resume_fraction')
+  end
+end
