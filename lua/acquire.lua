@@ -1,6 +1,6 @@
 --[[ acquire.lua: ask for a lease; join the queue when it must wait.
 
-Uses    lib/common.lua, lib/shares.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua
+Uses    lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
@@ -89,7 +89,7 @@ else
     -- Nobody waits and the rule admits: at once (FIFO holds trivially).
     if oversize(tokens) then  -- add_lease logs it
       more('config', 'log_length')
-      guard(10)
+      guard(K.events)
     end
     return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens, place), ttl, S.epoch})
   end

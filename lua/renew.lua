@@ -6,7 +6,7 @@ adopted into the new state, so the running holders count again, each with
 the place and reservation it was granted with (its renewal carries them):
 its tenant's cap, the reserve and the budgets count it as before the loss.
 
-Uses    lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/upkeep.lua, lib/admission.lua
+Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/admission.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now        int ms or ''  injected clock, '' for Redis TIME

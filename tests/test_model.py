@@ -230,7 +230,7 @@ class GovernorMachine(RuleBasedStateMachine):
         elif kind in ("queued", "denied") and " budget: " in str(reply[3 if kind == "queued" else 2]):
             OPERATIONS["budget_wait"] += 1
         elif call.script == "report" and kind == "reported" and len(call.args) > 7:
-            usage, limits = call.args[7], call.args[8:]
+            usage, limits = call.args[7], call.args[9:]
             if usage and self.model.state is not None and self.model.active():
                 OPERATIONS["settled"] += 1
             if any(limits):
