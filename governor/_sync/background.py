@@ -44,6 +44,8 @@ class _Waiter:
         self.error: GovernorError | None = None
         self.reason = ""
         self.position = -1
+        #: its acquire had a slot to go out on (until then, Redis has not heard of it)
+        self.sent = False
 
 
 class _Background:

@@ -202,7 +202,7 @@ class Governor:
         while True:
             lease_id, granted, expires = self._wait_for_grant(label, deadline, timeout, tokens, place)
             try:
-                claimed = self._claim(lease_id, granted, expires, label)
+                claimed = self._claim(lease_id, granted, expires, label, tokens, place)
                 if claimed is not None:
                     return self._hold(lease_id, *claimed, label=label, tokens=tokens, place=place)
             except NotReplicated:
@@ -226,7 +226,8 @@ class Governor:
         try:
             self._background.start(wait_listening=True, timeout=timeout)
             sent_at = self._core.local_now()
-            result = self._execute(self._core.acquire(lease_id, label, wait=True, tokens=tokens, place=place))
+            call = self._core.acquire(lease_id, label, wait=True, tokens=tokens, place=place)
+            result = self._execute(call, sending=waiter)
             waiter.enqueued, waiter.confirmed_at = True, sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             while not isinstance(result, Granted):
@@ -240,12 +241,15 @@ class Governor:
         except GovernorUnavailable:
             raise  # no use telling an unreachable Redis; the place and any grant expire by TTL
         except BaseException:
-            shielded(self._abandon(lease_id))
+            if waiter.sent:  # cancelled before its acquire was sent: Redis never heard of it
+                shielded(self._abandon(lease_id))
             raise
         finally:
             self._background.remove_waiter(lease_id)
 
-    def _claim(self, lease_id: str, granted: Granted, expires: float, label: str) -> tuple[Granted, float] | None:
+    def _claim(
+        self, lease_id: str, granted: Granted, expires: float, label: str, tokens: Tokens, place: Place
+    ) -> tuple[Granted, float] | None:
         """Take a grant. One that may expire before the heartbeat's next
         renewal (its waiter stalled, or heard of it late) is renewed first,
         and so is one announced on pub/sub when replicas must confirm it:
@@ -254,7 +258,7 @@ class Governor:
         if expires - self._core.local_now() > self.config.renew_interval and not (pushed and self.config.wait_replicas):
             return granted, expires
         sent_at = self._core.local_now()
-        renewed = self._execute(self._core.renew([(lease_id, granted.epoch, label)]))
+        renewed = self._execute(self._core.renew([(lease_id, granted.epoch, label, place, tokens)]))
         expires = sent_at + self.config.lease_ttl
         if lease_id in renewed.ok:
             return granted, expires
@@ -327,7 +331,7 @@ class Governor:
         """Give up a place or a grant; never raises (the TTLs clean up after us).
         Returns what was given up: 'queued', 'granted', 'none' or 'failed'."""
         try:
-            return self._execute(self._core.cancel(lease_id))
+            return self._execute(self._core.cancel(lease_id), urgent=True)
         except GovernorError as error:
             log.warning(
                 "governor %r: cancel of %s failed (%s); its place expires by itself", self.name, lease_id, error
@@ -405,7 +409,7 @@ class Governor:
         if not self._forget(lease):
             return False
         # Shielded: a caller cancelled while releasing must not leak the slot.
-        shielded(self._execute(self._core.release(lease.id)))
+        shielded(self._execute(self._core.release(lease.id), urgent=True))
         return True
 
     # -- calls under the limit --------------------------------------------------------------
@@ -517,7 +521,7 @@ class Governor:
         )
         try:
             # Shielded when it releases: a caller cancelled meanwhile must not leak the slot.
-            recorded = shielded(self._execute(call)) if releasing else self._execute(call)
+            recorded = shielded(self._execute(call, urgent=True)) if releasing else self._execute(call)
         except GovernorUnavailable as error:
             if self.config.on_unavailable != "local":
                 raise
@@ -613,12 +617,21 @@ class Governor:
 
     # -- plumbing -----------------------------------------------------------------
 
-    def _execute(self, call: Call[T], *, slot: bool = True) -> T:
+    def _execute(
+        self, call: Call[T], *, slot: bool = True, sending: _Waiter | None = None, urgent: bool = False
+    ) -> T:
         """Run one script; when the state is missing, re-create it and run
         again. ``slot``: a caller's call, one of at most ``redis_connections``
-        at once (the background worker has a connection of its own)."""
+        at once (the background worker has a connection of its own).
+        ``sending``: the waiter whose id the call carries, marked sent once
+        the call has its slot (a caller cancelled before has nothing to give
+        back). ``urgent``: a call that gives a slot back (release, cancel, a
+        releasing report) goes ahead of the callers waiting for a slot, so a
+        crowd of new acquires never holds up the capacity they wait for."""
         if slot:
-            self._slots.acquire(None)
+            self._slots.acquire(None, urgent=urgent)
+        if sending is not None:
+            sending.sent = True
         try:
             if call.recreate and self._core.stored_config is None:
                 self._init()  # the first call learns the stored config (or creates the state)
