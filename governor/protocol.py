@@ -2,7 +2,7 @@
 
 Every key of a governor, every stored field (one vocabulary: the names an
 operator reads with ``redis-cli HGETALL`` are the names the scripts, the
-client, the CLI and the README use), the holder record, the outcome codes,
+client, the CLI and the docs use), the holder record, the outcome codes,
 every reply kind and the wake messages. ``governor/scripts.py`` builds the
 Lua field table of each script from :data:`FIELDS`, so a field's kind and
 range are written once; ``tests/test_protocol.py`` checks that the Lua

@@ -1,4 +1,4 @@
-"""Every request of an SDK client under the governor, with no change at the call site (SPEC §11).
+"""Every request of an SDK client under the governor, with no change at the call site.
 
 :class:`GovernedTransport` (and :class:`AsyncGovernedTransport`) wraps an
 httpx transport. The official SDKs take one through their ``http_client``::

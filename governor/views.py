@@ -240,7 +240,7 @@ def eviction_risk(client: Any) -> str:
     """Why this Redis may evict a governor's keys, or "" when it will not (or
     cannot tell: INFO refused by the ACL). An evicted lease set hides running
     holders and the fleet is over-admitted, so a Redis with a ``maxmemory``
-    must use ``maxmemory-policy noeviction`` (README: Redis requirements)."""
+    must use ``maxmemory-policy noeviction`` (docs/operating.md: Redis requirements)."""
     try:
         with map_errors(None):
             info = client.info("memory")

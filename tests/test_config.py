@@ -22,7 +22,7 @@ from governor.policies import (
     policy_from,
 )
 
-#: the policy numbers that were flat GovernorConfig fields before core v2
+#: the policy numbers, which belong to the policy and are not GovernorConfig fields
 GONE = (
     "decrease_count",
     "decrease_ratio",

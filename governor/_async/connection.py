@@ -28,6 +28,7 @@ from ..errors import (
     NotReplicated,
     WrongKeyType,
     WrongNode,
+    duration,
     map_errors,
     wrong_key_type,
 )
@@ -145,7 +146,7 @@ class Connection:
         if not confirmed:
             raise NotReplicated(
                 f"governor {self._name!r}: {call.script} was not confirmed by {self._config.wait_replicas} "
-                f"replica(s) within {self._config.redis_timeout / 2} s",
+                f"replica(s) within {duration(self._config.redis_timeout / 2)}",
                 name=self._name,
             )
         return result
@@ -180,7 +181,7 @@ class Connection:
         after a restart without persistence, a FUNCTION FLUSH, a new cluster
         node. A process whose Redis has it sends none (a load costs Redis a
         compile of the whole library). A user whose ACL refuses FUNCTION LOAD
-        (a worker of a shared Redis, README: Security) fails naming the
+        (a worker of a shared Redis, docs/operating.md: Security) fails naming the
         operator's command that loads it."""
         try:
             await self.client.function_load(library(), replace=True)

@@ -1,4 +1,4 @@
-"""call() and limit(): acquire, call, classify, report, release, retry (SPEC §5).
+"""call() and limit(): acquire, call, classify, report, release, retry.
 
 This file is the source of truth; scripts/unasync.py generates
 governor/_sync/retry.py from it, as it does the facade.

@@ -41,6 +41,7 @@ from ..errors import (
     LeaseLost,
     NotReplicated,
     StateError,
+    duration,
     map_errors,
 )
 from ..headers import parse as parse_headers
@@ -304,7 +305,7 @@ class Governor:
         if remaining is not None and remaining <= 0:
             where = "parked at its tenant's cap" if waiter.position < 0 else f"{waiter.position} ahead"
             raise AcquireTimeout(
-                f"governor {self.name!r}: no lease within {timeout} s "
+                f"governor {self.name!r}: no lease within {duration(timeout or 0.0)} "
                 f"({waiter.reason or 'queued'}; {where} at last look)",
                 name=self.name,
             )
@@ -432,7 +433,7 @@ class Governor:
         (reserving ``tokens``, waiting in class ``priority`` for ``tenant``),
         call, classify the outcome, report it (with the usage an SDK result
         carries), release, and retry throttled calls with the provider's
-        Retry-After or the backoff (SPEC §5). Quota exhaustion raises
+        Retry-After or the backoff. Quota exhaustion raises
         QuotaExhausted at once; other errors propagate."""
         return retry_call(
             self,
@@ -556,7 +557,10 @@ class Governor:
         return self._found(self._execute(self._core.status(create)))
 
     def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
-        """Change the ceiling; applied at once unless paused (then on resume)."""
+        """Change the ceiling, keeping what the policy learnt: a lower one
+        applies at once, a higher one the adaptive policy approaches as it
+        approaches any (seed, fixed: capacity at it at once); while paused,
+        the resume uses it."""
         return self._found(self._execute(self._core.set_max_capacity(n, create)))
 
     def set_shares(

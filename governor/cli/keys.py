@@ -151,7 +151,7 @@ def keys(app: App, as_json: bool) -> None:
 def library(app: App, load: bool, as_json: bool) -> None:
     """The functions library of this client's version on this Redis: whether
     it is loaded, which other governor libraries are; --load loads it (the
-    deploy step where workers may not FUNCTION LOAD, README: Security)."""
+    deploy step where workers may not FUNCTION LOAD, docs/operating.md: Security)."""
     client = app.client()
     name = library_name()
     with map_errors(None):
