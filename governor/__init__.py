@@ -33,6 +33,7 @@ from .errors import (
     QuotaExhausted,
     RedisFull,
     StateError,
+    UsageTooLarge,
     WrongKeyType,
     WrongNode,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "StateError",
     "Status",
     "Tokens",
+    "UsageTooLarge",
     "Verdict",
     "WrongKeyType",
     "WrongNode",

@@ -107,6 +107,10 @@ class Status:
     now: float  #: the clock the scripts used
     #: why a new caller would wait now, in the admission rule's words ('' if it would not)
     blocked: str = ""
+    #: while a new caller of the default class and tenant would be admitted: who would
+    #: not be (the classes below the highest at the reserve, tenants at their caps), in
+    #: the admission rule's words, '; '-separated ('' nobody)
+    held_back: str = ""
     #: slots of capacity only the highest class takes (the stored config's reserve; 0: none)
     reserve: int = 0
     #: the active budgets (requests and tokens per minute), in governor.budgets.KINDS order
@@ -182,7 +186,8 @@ class Refreshed:
     reason: str
     hint: float
     granted: dict[str, tuple[int, float]]  #: id -> (fence, seconds the lease had left)
-    queued: dict[str, int]  #: id -> position
+    #: id -> (waiters ahead of it, -1 parked at its tenant's cap; what holds it, for its own cost and place)
+    queued: dict[str, tuple[int, str]]
     unknown: tuple[str, ...]  #: no longer queued nor granted: enqueue again
 
 
@@ -451,10 +456,16 @@ class GovernorCore:
             raise self._unexpected("cancel", kind)
         return text(rest[0])
 
-    def renew(self, leases: Sequence[tuple[str, str, str]]) -> Call[Renewed]:
-        """Renew (id, epoch, holder) triples in one call."""
-        flat = [part for triple in leases for part in triple]
-        ids = [triple[0] for triple in leases]
+    def renew(self, leases: Sequence[tuple[str, str, str] | tuple[str, str, str, Place, Tokens]]) -> Call[Renewed]:
+        """Renew leases in one call: (id, epoch, holder, place, tokens) each,
+        the place and tokens it was granted with, so a lease adopted by a new
+        state (after a loss) keeps its tenant, class and reservation; an
+        (id, epoch, holder) triple stands for the default place and no tokens."""
+        flat: list[str] = []
+        for lease in leases:
+            place, tokens = (lease[3], lease[4]) if len(lease) == 5 else (self.place(), Tokens())
+            flat += [lease[0], lease[1], lease[2], *place.args(), "" if tokens == Tokens() else tokens.arg()]
+        ids = [lease[0] for lease in leases]
         return self._call("renew", (self._ttl_ms, *flat), self._renew_parser(ids), confirm=True)
 
     def _renew_parser(self, ids: Sequence[str]) -> Callable[[Any], Renewed | Missing]:
@@ -493,13 +504,18 @@ class GovernorCore:
         release: bool = False,
         usage: Tokens | None = None,
         limits: Mapping[str, tuple[int | None, int | None]] | None = None,
+        refusals_count: bool = True,
     ) -> Call[bool]:
         """True if recorded, False if the lease was no longer live (fenced off).
         ``lease_id`` is checked for liveness; ``fence`` alone (a lease already
         released) only tells the policy which admission wave the call was in.
         ``release``: the same call also releases the lease. ``usage``: the
-        tokens the call used, settling the lease's reservation. ``limits``:
-        budget kind -> (limit, remaining) from the response's headers."""
+        tokens the call used, settling the lease's reservation (UsageTooLarge
+        beyond MAX_USAGE). ``limits``: budget kind -> (limit, remaining) from
+        the response's headers. ``refusals_count``: whether the provider counts
+        a refused (rate-limited) call against its limits: its reservation is
+        then spent, else given back (the fleet's level is clamped to 0 either
+        way, unless the headers say what remains)."""
         if not isinstance(outcome, Outcome):
             raise ConfigError(f"outcome must be an Outcome, got {outcome!r}")
         ra = ""
@@ -512,6 +528,10 @@ class GovernorCore:
         lease_args = (lease_id or "", "" if fence is None else str(fence), "1" if release and lease_id else "0")
         if usage is not None and not isinstance(usage, Tokens):
             raise ConfigError(f"usage must be a Tokens or None, got {usage!r}")
+        if usage is not None:
+            usage = usage.as_usage()
+        if not isinstance(refusals_count, bool):
+            raise ConfigError(f"refusals_count must be a bool, got {refusals_count!r}")
         figures: list[str] = []  # kind, "limit,remaining" pairs: only the kinds announced
         for kind in BUDGET_KINDS:
             limit, remaining = (limits or {}).get(kind, (None, None))
@@ -520,8 +540,9 @@ class GovernorCore:
                     raise ConfigError(f"{kind} limits must be integers >= 0 or None, got {value!r}")
             if limit is not None or remaining is not None:
                 figures += [kind, f"{'' if limit is None else limit},{'' if remaining is None else remaining}"]
-        budget_args = ("" if usage is None else usage.arg(), *figures)
-        if budget_args == ("",):
+        refused = "0" if outcome is Outcome.RATE_LIMITED and not refusals_count else ""
+        budget_args = ("" if usage is None else usage.arg(), refused, *figures)
+        if budget_args == ("", ""):
             budget_args = ()  # the common report: the script reads '' for what is not sent
         return self._call("report", (outcome.value, ra, *lease_args, *budget_args), self._parse_reported)
 
@@ -548,16 +569,16 @@ class GovernorCore:
                 raise self._unexpected("refresh", kind)
             self._seen()
             granted: dict[str, tuple[int, float]] = {}
-            queued: dict[str, int] = {}
+            queued: dict[str, tuple[int, str]] = {}
             unknown: list[str] = []
-            _check_count("refresh", self.name, ids, len(rest) - 3, per=3)
-            for lease_id, i in zip(ids, range(3, len(rest), 3), strict=True):
+            _check_count("refresh", self.name, ids, len(rest) - 3, per=4)
+            for lease_id, i in zip(ids, range(3, len(rest), 4), strict=True):
                 status, value, remaining = text(rest[i]), int(text(rest[i + 1])), int(text(rest[i + 2]))
                 if status == "granted":
                     granted[lease_id] = (value, remaining / 1000)
                     self._saw_fence(value)
                 elif status == "queued":
-                    queued[lease_id] = value
+                    queued[lease_id] = (value, text(rest[i + 3]))
                 elif status == "unknown":
                     unknown.append(lease_id)
                 else:
@@ -667,6 +688,7 @@ class GovernorCore:
                 created=int(f["created"]) / 1000,
                 now=int(f["now"]) / 1000,
                 blocked=f["blocked"],
+                held_back=f["held_back"],
                 reserve=int(f["reserve"]),
                 budgets=parse_budgets(budget_section, text),
                 hold_until=_seconds(f["hold_until"]),

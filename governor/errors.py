@@ -44,6 +44,11 @@ class CostTooLarge(ConfigError):
     it could never be admitted, so it is refused at once instead of waiting."""
 
 
+class UsageTooLarge(ConfigError):
+    """A reported usage is beyond any call's (governor.budgets.MAX_USAGE): a
+    bug in the caller's counting, refused before it reaches the budgets."""
+
+
 class AcquireTimeout(GovernorError, TimeoutError):
     """No lease was granted within the timeout; the caller's place is given up."""
 

@@ -430,6 +430,7 @@ STATUS_FIELDS: tuple[str, ...] = (
     "hold_until",
     "hold_reason",
     "ttl_max",
+    "held_back",
     "budgets",
 )
 

@@ -1,6 +1,7 @@
 --[[ init.lua: create a governor's state from a client's config if missing.
 
-Uses    lib/common.lua, lib/capacity.lua, lib/queue.lua, lib/admin.lua, lib/config.lua, lib/origin.lua
+Uses    lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/capacity.lua, lib/queue.lua, lib/admin.lua, lib/config.lua,
+        lib/origin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME
@@ -125,6 +126,7 @@ if others > 0 then
     .. ' ms for them to re-register')
 end
 if S.hold_until > 0 then
+  reborn()  -- what the fleet spent before the loss is not known
   log(recovered and 'recreate' or 'create', 'until', S.hold_until, 'listeners', others, 'why', S.hold_reason)
 else
   log('create', 'why', 'first use: no evidence that a fleet held this governor, no hold')

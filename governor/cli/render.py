@@ -86,7 +86,11 @@ def status_dict(status: Status) -> dict[str, Any]:
 
 def blocked_line(status: Status) -> str:
     """Why a new caller waits, in the scripts' words, or that it does not."""
-    return status.blocked or "no: new callers are admitted"
+    if status.blocked:
+        return status.blocked
+    if status.held_back:
+        return f"not the default caller; held back: {status.held_back}"
+    return "no: new callers are admitted"
 
 
 def state_line(status: Status) -> str:
@@ -103,6 +107,11 @@ def state_line(status: Status) -> str:
         return f"HOLDING until {when(status.not_before)} ({span(left)} left); new callers queue"
     if state == "full":
         return f"FULL: {status.in_flight} in flight of {status.capacity}, {status.queued} queued; new callers queue"
+    if state == "limited":
+        return (
+            f"LIMITED: {max(0, status.capacity - status.in_flight)} free slot(s), but not for every caller "
+            f"(held back: {status.held_back})"
+        )
     return f"OPEN: {max(0, status.capacity - status.in_flight)} free slot(s); new callers are admitted"
 
 

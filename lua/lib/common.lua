@@ -408,9 +408,6 @@ local function arg_tokens(i, what)
   return {input = a, output = b}
 end
 
--- The place of a lease adopted from a lost state (its own was the lost state's).
-local ADOPTED = {rank = 0, tenant = DEFAULT_TENANT}
-
 -- ARGV[i], ARGV[i + 1], ARGV[i + 2]: a caller's class rank (0: the
 -- highest), tenant and the tenant's weight (GovernorConfig.weight_of).
 local function arg_place(i)
