@@ -86,7 +86,7 @@ class Governor:
                 "wait_replicas is not supported on a Redis Cluster client (WAIT needs the primary's connection)"
             )
         self._closed = False
-        self._background = _Background(self)
+        self._background = _Background(self, self._core)
         self._local = Semaphore(self._core.config.local_capacity)
         #: callers' script calls in progress, at most redis_connections at once
         self._slots = Semaphore(self._core.config.redis_connections)
@@ -633,6 +633,13 @@ class Governor:
         with map_errors(self.name):
             stored = self._connection.client.hgetall(self._core.keys.config)
         self._core.learn_stored_config(stored)
+
+    def _forked(self) -> None:
+        """In a child forked from the process that made this object (the
+        background worker finds it): this process's own local and
+        connection limits, as the parent's threads may hold its semaphores."""
+        self._local = Semaphore(self._core.config.local_capacity)
+        self._slots = Semaphore(self._core.config.redis_connections)
 
     def _check_open(self) -> None:
         if self._closed:
