@@ -63,6 +63,17 @@ class Place:
         return (str(self.rank), self.tenant, str(self.weight))
 
 
+@dataclass(frozen=True)
+class Ask:
+    """Who asks for a lease and for what, carried from acquire() to the
+    lease: the holder's label, the tokens reserved from the budgets, and
+    the place it waits in (its priority class and tenant)."""
+
+    holder: str
+    tokens: Tokens
+    place: Place
+
+
 #: the stored config fields a Place and set_shares are resolved from
 _SHARE_FIELDS = (
     "max_capacity",  # the reserve is checked against it

@@ -20,13 +20,13 @@ from ..config import GovernorConfig, RetryPolicy
 from ..core import (
     MISSING,
     UNSET,
+    Ask,
     Call,
     Clock,
     Denied,
     GovernorCore,
     Granted,
     Outcome,
-    Place,
     Queued,
     Status,
     _Unset,
@@ -48,7 +48,7 @@ from ..headers import parse as parse_headers
 from ._compat import Semaphore, shielded
 from .background import _Background, _Waiter
 from .connection import Connection, client_from_url
-from .lease import NO_TOKENS, Lease, _holder_label
+from .lease import Lease, _holder_label
 from .retry import retry_call, retry_decorator
 
 log = logging.getLogger("governor")
@@ -175,20 +175,18 @@ class Governor:
         self._check_open()
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise ConfigError(f"timeout must be None or seconds >= 0, got {timeout!r}")
-        label = _holder_label(holder)
-        reserve = Tokens.of(tokens)
-        place = self._core.place(priority, tenant)
+        ask = self._ask(holder, tokens, priority, tenant)
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         lease = None
         while lease is None:
             try:
-                lease = self._acquire_shared(label, deadline, timeout, reserve, place)
+                lease = self._acquire_shared(ask, deadline, timeout)
             except GovernorUnavailable as error:
                 if self.config.on_unavailable != "local":
                     raise
                 # None: no local permit within a poll; Redis may answer again
-                lease = self._acquire_local(label, deadline, error, slice_=self.config.poll, place=place)
+                lease = self._acquire_local(ask, deadline, error, slice_=self.config.poll)
         try:
             events.emit(events.Admitted(self.name, time.monotonic() - started, lease.local))
         except BaseException:  # interrupted here, the lease never reaches the caller: give it back
@@ -196,15 +194,17 @@ class Governor:
             raise
         return lease
 
-    def _acquire_shared(
-        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens, place: Place
-    ) -> Lease:
+    def _ask(self, holder: str | None, tokens: Tokens | int | None, priority: str | None, tenant: str | None) -> Ask:
+        """The public arguments of an acquire, checked, as one value."""
+        return Ask(_holder_label(holder), Tokens.of(tokens), self._core.place(priority, tenant))
+
+    def _acquire_shared(self, ask: Ask, deadline: float | None, timeout: float | None) -> Lease:
         while True:
-            lease_id, granted, expires = self._wait_for_grant(label, deadline, timeout, tokens, place)
+            lease_id, granted, expires = self._wait_for_grant(ask, deadline, timeout)
             try:
-                claimed = self._claim(lease_id, granted, expires, label)
+                claimed = self._claim(lease_id, granted, expires, ask.holder)
                 if claimed is not None:
-                    return self._hold(lease_id, *claimed, label=label, tokens=tokens, place=place)
+                    return self._hold(lease_id, *claimed, ask)
             except NotReplicated:
                 shielded(self._abandon(lease_id))  # Redis answers: give the grant back
                 raise
@@ -217,7 +217,7 @@ class Governor:
             # past the TTL): queue again, under a new id.
 
     def _wait_for_grant(
-        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens, place: Place
+        self, ask: Ask, deadline: float | None, timeout: float | None
     ) -> tuple[str, Granted, float]:
         """Queue (or be admitted at once); the grant and the local time by
         which it surely lives."""
@@ -226,13 +226,14 @@ class Governor:
         try:
             self._background.start(wait_listening=True, timeout=timeout)
             sent_at = self._core.local_now()
-            result = self._execute(self._core.acquire(lease_id, label, wait=True, tokens=tokens, place=place))
+            call = self._core.acquire(lease_id, ask.holder, wait=True, tokens=ask.tokens, place=ask.place)
+            result = self._execute(call)
             waiter.enqueued, waiter.confirmed_at = True, sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             while not isinstance(result, Granted):
                 if isinstance(result, Queued):
                     waiter.reason, waiter.position = result.reason, result.position
-                result, expires = self._wait_turn(waiter, deadline, timeout, label, tokens, place)
+                result, expires = self._wait_turn(waiter, deadline, timeout, ask)
             return lease_id, result, expires
         except NotReplicated:
             shielded(self._abandon(lease_id))  # Redis answers: give the place or grant back
@@ -263,12 +264,7 @@ class Governor:
         return None
 
     def _acquire_local(
-        self,
-        label: str,
-        deadline: float | None,
-        error: GovernorUnavailable,
-        slice_: float | None = None,
-        place: Place | None = None,
+        self, ask: Ask, deadline: float | None, error: GovernorUnavailable, slice_: float | None = None
     ) -> Lease | None:
         """The fallback while Redis is unreachable: a per-process limit of
         ``local_capacity``; the heartbeat registers these leases in Redis as
@@ -287,12 +283,12 @@ class Governor:
                 name=self.name,
             ) from error
         log.warning("governor %r: Redis unreachable, admitting under the local limit: %s", self.name, error)
-        lease = self._hold(new_id(), Granted(0, LOCAL_EPOCH), math.inf, label=label, local=True, place=place)
+        lease = self._hold(new_id(), Granted(0, LOCAL_EPOCH), math.inf, ask, local=True)
         self._background.start(wait_listening=False)
         return lease
 
     def _wait_turn(
-        self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str, tokens: Tokens, place: Place
+        self, waiter: _Waiter, deadline: float | None, timeout: float | None, ask: Ask
     ) -> tuple[Granted | Queued | Denied, float]:
         """Wait for the background worker's news: a grant (and the local time
         by which it surely lives), or the next step."""
@@ -313,9 +309,10 @@ class Governor:
         if waiter.retry:
             waiter.retry = False
             sent_at = self._core.local_now()
-            result = self._execute(
-                self._core.acquire(waiter.lease_id, label, wait=True, fresh=False, tokens=tokens, place=place)
+            call = self._core.acquire(
+                waiter.lease_id, ask.holder, wait=True, fresh=False, tokens=ask.tokens, place=ask.place
             )
+            result = self._execute(call)
             waiter.confirmed_at = sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             return result, expires
@@ -345,20 +342,19 @@ class Governor:
         ``tokens``) and nobody is queued, else None (``priority`` and
         ``tenant`` as for :meth:`acquire`: the lease counts in them)."""
         self._check_open()
-        label = _holder_label(holder)
-        reserve = Tokens.of(tokens)
-        place = self._core.place(priority, tenant)
+        ask = self._ask(holder, tokens, priority, tenant)
         lease_id = new_id()
         sent_at = self._core.local_now()
         try:
-            result = self._execute(self._core.acquire(lease_id, label, wait=False, tokens=reserve, place=place))
+            call = self._core.acquire(lease_id, ask.holder, wait=False, tokens=ask.tokens, place=ask.place)
+            result = self._execute(call)
         except GovernorUnavailable as error:
             if isinstance(error, NotReplicated):
                 shielded(self._abandon(lease_id))  # Redis answers: give the grant back
             if self.config.on_unavailable != "local":
                 raise
             try:
-                return self._acquire_local(label, time.monotonic(), error, place=place)
+                return self._acquire_local(ask, time.monotonic(), error)
             except AcquireTimeout:
                 return None
         except BaseException:
@@ -366,25 +362,13 @@ class Governor:
             raise
         if not isinstance(result, Granted):
             return None
-        lease = self._hold(
-            lease_id, result, sent_at + (result.remaining or 0.0), label=label, tokens=reserve, place=place
-        )
+        lease = self._hold(lease_id, result, sent_at + (result.remaining or 0.0), ask)
         self._background.start(wait_listening=False)
         return lease
 
-    def _hold(
-        self,
-        lease_id: str,
-        granted: Granted,
-        deadline: float,
-        *,
-        label: str,
-        local: bool = False,
-        tokens: Tokens = NO_TOKENS,
-        place: Place | None = None,
-    ) -> Lease:
+    def _hold(self, lease_id: str, granted: Granted, deadline: float, ask: Ask, local: bool = False) -> Lease:
         """The lease of a grant, renewed by the background worker from now on."""
-        lease = Lease(self, lease_id, granted.fence, granted.epoch, label, deadline, local, tokens, place)
+        lease = Lease(self, lease_id, granted.fence, granted.epoch, deadline, ask, local)
         return self._background.add_lease(lease)
 
     def _forget(self, lease: Lease) -> bool:
