@@ -1,11 +1,13 @@
 --[[ refresh.lua: the waiters' safety net; one call per process per poll.
 
 Keeps the places of a batch of waiters, runs the time-driven recovery
-probe (a pause whose window drained lifts here even when no one reports),
-admits whom it can, and tells each waiter where it stands, so a lost
-pub/sub message costs at most one poll interval.
+probe (a pause whose window drained lifts here even when no one reports)
+and the policy's growth by time (no_news of lib/policy.lua: waiters at a
+full capacity with nothing refused), admits whom it can, and tells each
+waiter where it stands, so a lost pub/sub message costs at most one poll
+interval.
 
-Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua
+Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua, lib/policy.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
@@ -13,10 +15,14 @@ ARGV
   ARGV[3] queue_ttl_ms  int ms >= 1   new deadline of each waiter's place
   ARGV[4..] ids         string        the waiters of one process
 Reply
-  {SCHEMA, 'refreshed', epoch, reason, hint_ms, status1, fence1, remaining1, ...}
-    status = 'granted' (the lease's fence and ms left) | 'queued' (0, 0: queued or parked)
-           | 'unknown' (0, 0: not queued, not granted; enqueue again)
-    reason: the admission rule's, '' when a new caller would be admitted
+  {SCHEMA, 'refreshed', epoch, reason, hint_ms, status1, value1, ms1, why1, ...}
+    status = 'granted' (value: the lease's fence, ms: left, why '')
+           | 'queued' (value: waiters ahead of it, -1 parked at its tenant's
+             cap; ms: when asking again may pay off, 0: no idea; why: what
+             holds it, in the admission rule's words for its own cost and place)
+           | 'unknown' (0, 0, '': not queued, not granted; enqueue again)
+    reason: the admission rule's for a new caller of no cost, '' when it
+    would be admitted
   {SCHEMA, 'missing'}    no such governor: run init.lua, then call again
 ]]
 
@@ -26,10 +32,12 @@ clock()
 if not load(WRITE) then return missing_reply() end
 prepare()
 check_types()  -- one call per process per poll: cheap enough to check all
+local grow = no_news()
 keep_alive()
 
 reclaim()
 recover()
+if grow then grow() end
 local granted = grant()
 local reason, hint = blocked(NO_TOKENS)
 local reply = {SCHEMA, 'refreshed', S.epoch, reason or '', hint}
@@ -40,11 +48,14 @@ for i = 4, #ARGV do
     reply[#reply + 1] = 'granted'
     reply[#reply + 1] = granted[id]
     reply[#reply + 1] = tonumber(redis.call('ZSCORE', K.leases, id)) - NOW
+    reply[#reply + 1] = ''
   elseif redis.call('ZADD', K.waiters, 'XX', 'CH', deadline, id) == 1 or redis.call('ZSCORE', K.queue, id)
       or redis.call('ZSCORE', K.parked, id) then
+    local why, wait = waiting_on(id)
     reply[#reply + 1] = 'queued'
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
+    reply[#reply + 1] = redis.call('ZRANK', K.queue, id) or -1
+    reply[#reply + 1] = wait
+    reply[#reply + 1] = why
   else
     local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
     if expiry and expiry > NOW then
@@ -52,10 +63,12 @@ for i = 4, #ARGV do
       reply[#reply + 1] = 'granted'
       reply[#reply + 1] = (m and m.fence or 0)
       reply[#reply + 1] = expiry - NOW
+      reply[#reply + 1] = ''
     else
       reply[#reply + 1] = 'unknown'
       reply[#reply + 1] = 0
       reply[#reply + 1] = 0
+      reply[#reply + 1] = ''
     end
   end
 end

@@ -32,6 +32,8 @@ from governor.scripts import (
     parts,
 )
 
+from .conftest import load_library
+
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua"
 
@@ -85,7 +87,9 @@ def clean_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv
 
 
-def test_the_installed_wheel_governs_a_call_and_runs_status(clean_venv: Path, tmp_path: Path, redis_url: str) -> None:
+def test_the_installed_wheel_governs_a_call_and_runs_status(
+    clean_venv: Path, tmp_path: Path, scratch_redis_url: str
+) -> None:
     """In the clean environment, from another folder (the checkout out of
     reach): the wheel's client loads its own Lua, governs a call, and
     `governor status` shows the governor."""
@@ -94,11 +98,11 @@ def test_the_installed_wheel_governs_a_call_and_runs_status(clean_venv: Path, tm
         "import governor, governor.scripts as s, sys;"
         f"assert governor.__file__.startswith({str(clean_venv)!r}), governor.__file__;"
         f"assert str(s._lua_dir()).startswith({str(clean_venv)!r}), s._lua_dir();"
-        f"g = governor.Governor.from_url({redis_url!r}, 'wheel-check');"
+        f"g = governor.Governor.from_url({scratch_redis_url!r}, 'wheel-check');"
         "print(g.call(lambda: 42), g.status().schema, s.library_name()); g.close()"
     )
     env = {"PATH": f"{clean_venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client = redis.Redis.from_url(scratch_redis_url, decode_responses=True)
     try:
         if client.function_list(library=library_name()):
             client.function_delete(library_name())  # the wheel's client must load the library itself
@@ -108,8 +112,9 @@ def test_the_installed_wheel_governs_a_call_and_runs_status(clean_venv: Path, tm
         answer, schema, name = done.stdout.split()
         assert answer == "42" and schema == str(protocol.SCHEMA_VERSION) and name == library_name()
         assert client.function_list(library=library_name()), "the wheel's client did not load the library"
+        command = ["status", "--json"]
         status = subprocess.run(
-            [str(clean_venv / "bin" / "governor"), "--url", redis_url, "--name", "wheel-check", "status", "--json"],
+            [str(clean_venv / "bin" / "governor"), "--url", scratch_redis_url, "--name", "wheel-check", *command],
             env=env,
             cwd=tmp_path,
             capture_output=True,
@@ -177,7 +182,7 @@ def test_status_alone_is_registered_no_writes() -> None:
 def test_redis_sees_the_flags_of_every_function(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        client.function_load(library(), replace=True)
+        load_library(client)
         (entry,) = [_pairs(e) for e in client.function_list(library=library_name())]
         flags = {_pairs(f)["name"]: set(_pairs(f)["flags"]) for f in entry["functions"]}
         assert flags == {function_name(op): ({"no-writes"} if op == "status" else set()) for op in OPERATIONS}

@@ -12,7 +12,8 @@ import socket
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ..core import Ask
+from ..budgets import Tokens
+from ..core import Ask, Place
 from ..errors import ConfigError, GovernorError
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class AsyncLease:
         self.tokens = ask.tokens  #: what the lease reserved from the budgets (settled by its report)
         self.priority = ask.place.priority  #: the priority class it waited in
         self.tenant = ask.place.tenant  #: the tenant whose share it counts in
+        self._place = ask.place
         #: admitted by the local fallback limit while Redis was unreachable
         #: (``on_unavailable="local"``); registered in Redis once it answers again
         self.local = local
@@ -75,6 +77,10 @@ class AsyncLease:
     @property
     def governor(self) -> AsyncGovernor:
         return self._governor
+
+    def _renewal(self) -> tuple[str, str, str, Place, Tokens]:
+        """What its renewal carries: a new state adopts it with its place and reservation."""
+        return (self.id, self.epoch, self.holder, self._place, self.tokens)
 
     @property
     def lost(self) -> bool:
