@@ -208,10 +208,6 @@ class GovernorConfig:
         except ValueError:
             raise ConfigError(f"unknown priority {name!r}: the classes are {', '.join(self.priorities)}") from None
 
-    def cap_of(self, tenant: str) -> int | None:
-        """The cap of ``tenant`` (None: it has none)."""
-        return dict(self.tenant_caps).get(tenant)  # type: ignore[arg-type]
-
     def weight_of(self, tenant: str) -> int:
         """The weight of ``tenant`` (``default_weight`` when it is not listed)."""
         return dict(self.tenant_weights).get(tenant, self.default_weight)  # type: ignore[arg-type]

@@ -16,6 +16,17 @@ from contextlib import contextmanager
 import redis.exceptions
 
 
+def duration(seconds: float) -> str:
+    """A duration as messages print it, rounded: ``2.0 s`` (not
+    ``1.99999746699973 s``), ``40 ms`` below a tenth of a second, whole
+    seconds from 100 s."""
+    if seconds < 0.1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 100:
+        return f"{seconds:.1f} s"
+    return f"{seconds:.0f} s"
+
+
 class GovernorError(Exception):
     """Base of every error raised by fleet-governor."""
 

@@ -386,11 +386,13 @@ def start_exporter(
     names: Sequence[str] | None = None,
     *,
     port: int = 9733,
-    addr: str = "0.0.0.0",
+    addr: str = "127.0.0.1",
     prefix: str = "governor",
     top_tenants: int = TOP_TENANTS,
 ) -> tuple[Any, threading.Thread]:
-    """Serve ``/metrics`` for ``names`` (None: every governor) on a daemon thread.
+    """Serve ``/metrics`` for ``names`` (None: every governor) on a daemon thread,
+    on ``addr`` (loopback by default: this machine only; ``"0.0.0.0"`` for
+    every interface, as in a container Prometheus scrapes from another).
 
     Returns prometheus_client's (server, thread); ``server.shutdown()``
     stops it. Raises ImportError without prometheus_client.

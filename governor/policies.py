@@ -10,7 +10,8 @@ policy is one class here, one Lua entry, one model entry.
 - ``adaptive`` (the default): start low and climb while the provider
   accepts (no blind burst of ``max_capacity``), learn the lowest in-flight
   level the provider refused, hold just below it, probe it now and then,
-  cut by ``cut_factor`` only when refused below it (the limit fell).
+  cut by ``cut_factor`` only when refused below it (the limit fell). No
+  news is not bad news: callers that never report still see it climb.
   Its time constants follow ``window`` unless set.
 - ``seed``: the seed governor's rules exactly: halve on 2 rate-limited
   attempts in the window (or a share over 30 %), pause on 4, +1 per 3
@@ -113,8 +114,19 @@ class AdaptivePolicy(Policy):
       (``max(1, max_capacity * resume_fraction)``), never at ``max_capacity``,
       and adds one per success while nothing was refused: it doubles per
       call latency, the way TCP's slow start does, without a blind burst.
-      ``resume_fraction=1.0`` starts at ``max_capacity``. A new
-      ``max_capacity`` set at run time applies at once.
+      ``resume_fraction=1.0`` starts at ``max_capacity``.
+    - No news is not bad news: while callers wait with every slot taken,
+      no Retry-After holds and no 429 is in the window, capacity grows by
+      time whether or not anyone reports: it doubles every
+      ``probe_interval`` the first waiter has waited while nothing was ever
+      refused, and once a ceiling is learnt, a probe is due by time as
+      after a streak of successes. A 429 report or a Retry-After stops it.
+      So a launch gate whose leases live for hours and never report reaches
+      ``max_capacity`` within about ``log2(1 / resume_fraction)`` probe
+      intervals.
+    - A new ``max_capacity`` set at run time keeps what was learnt: a lower
+      one applies at once, a higher one is approached as any ceiling is
+      (the slow start, the probes), never jumped to.
     - A 429 of a lease granted after the last cut, at ``level`` leases in
       flight: a probe refused (at or above the remembered ``ceiling``) puts
       capacity back to ``level - 1`` (the next probe of the same level waits

@@ -672,6 +672,19 @@ def test_pause_resume(run: Run, make: Callable[..., Governor], behind: FakeClock
     assert len(views.read_events(gov.client, gov.keys, 1000)) == logged  # and the decision log says nothing either
 
 
+def test_operator_commands_print_only_real_changes(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
+    """A token bucket refills between the command's two looks: not a change it made."""
+    gov = make(GovernorConfig(policy="fixed", max_capacity=40, requests_per_minute=60, lease_ttl=300), clock=behind)
+    for _ in range(30):
+        assert gov.try_acquire() is not None  # the requests bucket half empty: it refills at 1 a second
+    out = ok(run("pause"))
+    assert "budgets" not in out and "capacity      40 -> 0" in out
+    out = ok(run("resume"))
+    assert "budgets" not in out
+    assert "nothing changed" in ok(run("resume"))
+    assert "budgets" not in as_json(run("set-max", "30", "--json"))["changed"]
+
+
 def test_reset(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
     gov = known_state(make, behind)
     out = ok(run("reset"))

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import fakeredis
 import pytest
 import redis
 from prometheus_client import REGISTRY, CollectorRegistry
@@ -304,6 +305,23 @@ def serve(redis_url: str) -> Iterator[Callable[..., int]]:
         server.shutdown()
         server.server_close()
     for client in clients:
+        client.close()
+
+
+def test_the_exporter_listens_on_this_machine_only_unless_told(fake_server: Any) -> None:
+    """Metrics name the fleet's governors and holders: by default only this
+    machine reaches them (the CLI's --addr, start_exporter's addr)."""
+    from governor.cli.exporter import exporter
+
+    (addr,) = [p for p in exporter.params if p.name == "addr"]
+    assert addr.default == "127.0.0.1"
+    client = fakeredis.FakeRedis(server=fake_server)
+    server, _ = start_exporter(client, None, port=free_port())
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+    finally:
+        server.shutdown()
+        server.server_close()
         client.close()
 
 

@@ -50,6 +50,7 @@ from ..errors import (
     LeaseLost,
     NotReplicated,
     StateError,
+    duration,
     map_errors,
 )
 from ..headers import parse as parse_headers
@@ -311,7 +312,7 @@ class AsyncGovernor:
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             raise AcquireTimeout(
-                f"governor {self.name!r}: no lease within {timeout} s "
+                f"governor {self.name!r}: no lease within {duration(timeout or 0.0)} "
                 f"({waiter.reason or 'queued'}; {waiter.position} ahead at last look)",
                 name=self.name,
             )
@@ -548,7 +549,10 @@ class AsyncGovernor:
         return self._found(await self._execute(self._core.status(create)))
 
     async def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
-        """Change the ceiling; applied at once unless paused (then on resume)."""
+        """Change the ceiling, keeping what the policy learnt: a lower one
+        applies at once, a higher one the adaptive policy approaches as it
+        approaches any (seed, fixed: capacity at it at once); while paused,
+        the resume uses it."""
         return self._found(await self._execute(self._core.set_max_capacity(n, create)))
 
     async def set_shares(

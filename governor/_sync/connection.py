@@ -22,6 +22,7 @@ from ..errors import (
     NotReplicated,
     WrongKeyType,
     WrongNode,
+    duration,
     map_errors,
     wrong_key_type,
 )
@@ -139,7 +140,7 @@ class Connection:
         if not confirmed:
             raise NotReplicated(
                 f"governor {self._name!r}: {call.script} was not confirmed by {self._config.wait_replicas} "
-                f"replica(s) within {self._config.redis_timeout / 2} s",
+                f"replica(s) within {duration(self._config.redis_timeout / 2)}",
                 name=self._name,
             )
         return result

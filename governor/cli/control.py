@@ -35,6 +35,8 @@ def compared(status: Status, field: str) -> Any:
     """A status field as the status reply names it."""
     if field == "not_before" and not status.holding:
         return None  # a hold that is over holds nobody: clearing it changes nothing
+    if field == "budgets":  # a bucket's level refills and leases reserve all the time: not a change
+        return tuple(f"{b.kind} {b.limit}/min (burst {b.burst}, {b.source})" for b in status.budgets)
     attribute, convert = ATTRIBUTE.get(field, (field, lambda v: v))
     return convert(getattr(status, attribute))
 
@@ -115,8 +117,13 @@ def parse_duration(ctx: click.Context, param: click.Parameter, value: str | None
 @global_options()
 @pass_app
 def set_max(app: App, n: int, as_json: bool) -> None:
-    """Set max_capacity to N: applied at once, and what the policy learnt is
-    cleared, unless paused (then the resume uses it)."""
+    """Set max_capacity to N; what the policy learnt is kept.
+
+    A lower N applies at once (capacity never above it). A higher N is a new
+    ceiling the adaptive policy approaches as it approaches any (its slow
+    start, its probes, while the provider accepts): no burst. The seed and
+    fixed policies set capacity to N at once. While paused, the resume uses N.
+    """
     gov, before = app.existing()
     confirm_change(f"max_capacity set to {n}", before, gov.set_max_capacity(n, create=False), as_json)
 

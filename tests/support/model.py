@@ -30,6 +30,7 @@ only grow. A broken rule raises :class:`ModelViolation`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,6 +252,27 @@ class Model:
                 self._resume(self._resume_level())
         elif S["paused_until"] > 0 and self.now >= S["paused_until"]:
             self._resume(S["saved_capacity"] if S["saved_capacity"] > 0 else self._resume_level())
+
+    def _no_news(self) -> Callable[[], None] | None:
+        """No news is not bad news (no_news of lua/lib/policy.lua): a live
+        waiter at the head of the queue while every slot is taken, no hold, no
+        rate-limited attempt in the window: the policy's growth by time, if due
+        (the head's wait is how long the demand has waited)."""
+        S, C = self.S, self.C
+        if S["capacity"] == 0 or self.now < S["not_before"]:
+            return None
+        if S["capacity"] >= C["max_capacity"] or self.in_flight() < S["capacity"]:
+            return None
+        order = _zsorted(self.queue)
+        if not order or self.waiters.get(order[0][0], 0) <= self.now:
+            return None
+        record = self._record(order[0][0])
+        if record is None:
+            return None
+        grow = self.policy.no_news(self, self.now - record.since_ms)
+        if grow is None or self._window()[0] > 0:
+            return None
+        return grow
 
     def blocked(self, tokens: Tokens = NO_TOKENS, place: Place | None = None) -> tuple[str | None, int]:
         """The admission rule (queue aside): why a lease of ``tokens`` for
@@ -780,9 +802,12 @@ class Model:
         queue_ttl = int(a[0])
         if self.state is None:
             return [SCHEMA, "missing"]
+        grow = self._no_news()
         self._keep_alive()
         self._reclaim()
         self._recover()
+        if grow is not None:
+            grow()
         granted = self._grant()
         reason, hint = self.blocked()
         reply: list[Any] = [SCHEMA, "refreshed", self.S["epoch"], reason or "", str(hint)]
@@ -922,9 +947,12 @@ class Model:
     def _op_probe(self, a: list[str]) -> list[Any]:
         if self.state is None:
             return [SCHEMA, "missing"]
+        grow = self._no_news()
         self._keep_alive()
         self._reclaim(force=True)
         self._recover()
+        if grow is not None:
+            grow()
         self._grant()
         return self._status_reply()
 
@@ -969,10 +997,8 @@ class Model:
         if S["paused"] == 1:
             if S["saved_capacity"] > n:
                 S["saved_capacity"] = n
-        else:  # what the policy learnt was about another ceiling
-            S["capacity"] = n
-            self.P["streak"] = 0
-            self.policy.reset(self)
+        else:  # the policy's rule: the adaptive one keeps what it learnt
+            self.policy.new_max(self)
         self.published.append(f"{S['epoch']} !config")  # clients learn the stored config anew
         self._reclaim(force=True)
         if self.C["reserve"] != reserve:
