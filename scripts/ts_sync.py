@@ -42,6 +42,43 @@ def _const(name: str, value: Any, doc: str) -> str:
     return f"/** {doc} */\nexport const {name} = {json.dumps(value, indent=2, ensure_ascii=False)} as const;\n"
 
 
+#: configs whose stored pairs the Node client must write exactly as Python does:
+#: the Node options (camel-cased, seconds) and the Python GovernorConfig arguments
+SAMPLES: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
+    ({}, {}),
+    (
+        {
+            "maxCapacity": 7,
+            "policy": "seed",
+            "window": 10.5,
+            "resumeFraction": 0.5,
+            "aging": None,
+            "tenantWeights": {"b": 2, "a": 3},
+            "tenantCaps": {"a": 1},
+            "reserve": 2,
+            "requestsPerMinute": 60,
+            "idleExpiry": 3600.0,
+        },
+        {
+            "max_capacity": 7,
+            "policy": "seed",
+            "window": 10.5,
+            "resume_fraction": 0.5,
+            "aging": None,
+            "tenant_weights": {"b": 2, "a": 3},
+            "tenant_caps": {"a": 1},
+            "reserve": 2,
+            "requests_per_minute": 60,
+            "idle_expiry": 3600.0,
+        },
+    ),
+    (
+        {"window": 8.0, "priorities": ["hi", "lo"], "defaultPriority": "lo", "tokensPerMinute": 9000, "aging": 2.5},
+        {"window": 8.0, "priorities": ("hi", "lo"), "default_priority": "lo", "tokens_per_minute": 9000, "aging": 2.5},
+    ),
+)
+
+
 def generated() -> str:
     """The text of src/generated.ts."""
     defaults = GovernorConfig()
@@ -101,6 +138,11 @@ def generated() -> str:
         _const("BUDGET_CONFIG_FIELDS", {k: config_field(k) for k in BUDGET_KINDS}, "each budget's config field"),
         _const("POLICIES", policies, "each policy's stored fields at the default window, and those that follow it"),
         _const(
+            "CONFIG_SAMPLES",
+            [{"options": node, "pairs": GovernorConfig(**py).script_fields()} for node, py in SAMPLES],
+            "Node options and the init pairs the Python client writes for the same config",
+        ),
+        _const(
             "NOTICE_HOLD",
             NOTICE_HOLD,
             "seconds a new state holds when others listen (init's notice_ms, capped by poll)",
@@ -117,7 +159,6 @@ def generated() -> str:
         _const("QUOTA_CODES", sorted(classify.QUOTA_CODES), "error codes and types: the account cannot pay"),
         _const("QUOTA_PHRASES", list(classify.QUOTA_PHRASES), "billing errors sent as prose (lower-cased)"),
         _const("RATE_LIMIT_CODES", sorted(classify.RATE_LIMIT_CODES), "error codes: throttled or overloaded"),
-        _const("RATE_LIMIT_STATUSES", sorted(classify.RATE_LIMIT_STATUSES), "statuses: throttled or overloaded"),
         _const(
             "HEADER_FIGURES",
             {name: [kind, what] for name, (kind, what, _) in headers.FIGURES.items() if what != "reset"},

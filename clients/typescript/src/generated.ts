@@ -6,7 +6,7 @@
 export const SCHEMA_VERSION = 3 as const;
 
 /** the Functions library's name: the schema and its source's hash */
-export const LIBRARY_NAME = "governor_v3_53bcfa783599" as const;
+export const LIBRARY_NAME = "governor_v3_fe195ca95342" as const;
 
 /** the first part of every key */
 export const DEFAULT_PREFIX = "governor" as const;
@@ -285,6 +285,190 @@ export const POLICIES = {
   }
 } as const;
 
+/** Node options and the init pairs the Python client writes for the same config */
+export const CONFIG_SAMPLES = [
+  {
+    "options": {},
+    "pairs": [
+      "policy",
+      "adaptive",
+      "max_capacity",
+      "128",
+      "window_ms",
+      "60000",
+      "resume_fraction",
+      "0.25",
+      "retry_after_cap_ms",
+      "60000",
+      "idle_ms",
+      "86400000",
+      "log_length",
+      "10000",
+      "priorities",
+      "interactive,default,batch",
+      "default_priority",
+      "default",
+      "aging_ms",
+      "30000",
+      "tenant_weights",
+      "",
+      "default_weight",
+      "1",
+      "tenant_caps",
+      "",
+      "reserve",
+      "0",
+      "requests_per_minute",
+      "0",
+      "tokens_per_minute",
+      "0",
+      "input_tokens_per_minute",
+      "0",
+      "output_tokens_per_minute",
+      "0",
+      "pause_count",
+      "4",
+      "pause_ratio",
+      "0.5",
+      "increase_successes",
+      "3",
+      "cut_factor",
+      "0.9",
+      "probe_ms",
+      "15000"
+    ]
+  },
+  {
+    "options": {
+      "maxCapacity": 7,
+      "policy": "seed",
+      "window": 10.5,
+      "resumeFraction": 0.5,
+      "aging": null,
+      "tenantWeights": {
+        "b": 2,
+        "a": 3
+      },
+      "tenantCaps": {
+        "a": 1
+      },
+      "reserve": 2,
+      "requestsPerMinute": 60,
+      "idleExpiry": 3600.0
+    },
+    "pairs": [
+      "policy",
+      "seed",
+      "max_capacity",
+      "7",
+      "window_ms",
+      "10500",
+      "resume_fraction",
+      "0.5",
+      "retry_after_cap_ms",
+      "60000",
+      "idle_ms",
+      "3600000",
+      "log_length",
+      "10000",
+      "priorities",
+      "interactive,default,batch",
+      "default_priority",
+      "default",
+      "aging_ms",
+      "0",
+      "tenant_weights",
+      "a=3,b=2",
+      "default_weight",
+      "1",
+      "tenant_caps",
+      "a=1",
+      "reserve",
+      "2",
+      "requests_per_minute",
+      "60",
+      "tokens_per_minute",
+      "0",
+      "input_tokens_per_minute",
+      "0",
+      "output_tokens_per_minute",
+      "0",
+      "decrease_count",
+      "2",
+      "decrease_ratio",
+      "0.3",
+      "ratio_min_attempts",
+      "2",
+      "decrease_factor",
+      "0.5",
+      "pause_count",
+      "4",
+      "increase_successes",
+      "3"
+    ]
+  },
+  {
+    "options": {
+      "window": 8.0,
+      "priorities": [
+        "hi",
+        "lo"
+      ],
+      "defaultPriority": "lo",
+      "tokensPerMinute": 9000,
+      "aging": 2.5
+    },
+    "pairs": [
+      "policy",
+      "adaptive",
+      "max_capacity",
+      "128",
+      "window_ms",
+      "8000",
+      "resume_fraction",
+      "0.25",
+      "retry_after_cap_ms",
+      "60000",
+      "idle_ms",
+      "86400000",
+      "log_length",
+      "10000",
+      "priorities",
+      "hi,lo",
+      "default_priority",
+      "lo",
+      "aging_ms",
+      "2500",
+      "tenant_weights",
+      "",
+      "default_weight",
+      "1",
+      "tenant_caps",
+      "",
+      "reserve",
+      "0",
+      "requests_per_minute",
+      "0",
+      "tokens_per_minute",
+      "9000",
+      "input_tokens_per_minute",
+      "0",
+      "output_tokens_per_minute",
+      "0",
+      "pause_count",
+      "4",
+      "pause_ratio",
+      "0.5",
+      "increase_successes",
+      "3",
+      "cut_factor",
+      "0.9",
+      "probe_ms",
+      "2000"
+    ]
+  }
+] as const;
+
 /** seconds a new state holds when others listen (init's notice_ms, capped by poll) */
 export const NOTICE_HOLD = 0.5 as const;
 
@@ -342,13 +526,6 @@ export const RATE_LIMIT_CODES = [
   "overloaded_error",
   "rate_limit_error",
   "rate_limit_exceeded"
-] as const;
-
-/** statuses: throttled or overloaded */
-export const RATE_LIMIT_STATUSES = [
-  429,
-  503,
-  529
 ] as const;
 
 /** rate-limit headers read into report's limits: name -> [budget kind, 'limit' | 'remaining'] */
