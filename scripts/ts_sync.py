@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from governor import backoff, classify, estimate, headers, protocol, scripts  # noqa: E402
 from governor.budgets import KINDS as BUDGET_KINDS  # noqa: E402
-from governor.budgets import config_field  # noqa: E402
+from governor.budgets import MAX_TOKENS, config_field  # noqa: E402
 from governor.config import GovernorConfig, RetryPolicy  # noqa: E402
 from governor.core import NOTICE_HOLD  # noqa: E402
 from governor.policies import REGISTRY  # noqa: E402
@@ -77,6 +77,31 @@ SAMPLES: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
         {"window": 8.0, "priorities": ("hi", "lo"), "default_priority": "lo", "tokens_per_minute": 9000, "aging": 2.5},
     ),
 )
+
+
+#: requests whose estimate the Node client must make exactly as Python does
+ESTIMATE_BODIES: tuple[tuple[str, str], ...] = (
+    ("/v1/chat/completions", '{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":50}'),
+    (
+        "/v1/chat/completions",
+        '{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text",'
+        '"text":"what is this?"},{"type":"image_url","image_url":{"url":"data:x"}}]}],"n":2,"tools":[{"type":'
+        '"function","function":{"name":"f","parameters":{}}}]}',
+    ),
+    ("/v1/messages", '{"model":"m","system":"sys","max_tokens":64,"messages":[{"role":"user","content":"héllo 🌍"}]}'),
+    ("/v1/completions", '{"model":"m","prompt":[1,2,3,4],"best_of":3}'),
+    ("/v1/embeddings", '{"model":"m","input":["a b c","d e"]}'),
+    (
+        "/v1/responses",
+        '{"model":"m","input":"hi","instructions":"x","max_output_tokens":7,"text":{"format":{"type":"text"}}}',
+    ),
+    ("/v1/chat/completions", "not json at all"),
+    ("/v1/chat/completions", ""),
+)
+
+
+def _pair(tokens: Any) -> list[int]:
+    return [tokens.input, tokens.output]
 
 
 def generated() -> str:
@@ -164,9 +189,33 @@ def generated() -> str:
             {name: [kind, what] for name, (kind, what, _) in headers.FIGURES.items() if what != "reset"},
             "rate-limit headers read into report's limits: name -> [budget kind, 'limit' | 'remaining']",
         ),
-        _const("CHARS_PER_TOKEN", estimate.CHARS_PER_TOKEN, "the request estimate's characters per token"),
-        _const("DEFAULT_OUTPUT_TOKENS", estimate.DEFAULT_OUTPUT_TOKENS, "output estimate when no max is named"),
-        _const("OUTPUT_FIELDS", list(estimate.OUTPUT_FIELDS), "request fields naming the most output tokens"),
+        _const(
+            "ESTIMATE",
+            {
+                "charsPerToken": estimate.CHARS_PER_TOKEN,
+                "messageOverhead": estimate.MESSAGE_OVERHEAD,
+                "requestOverhead": estimate.REQUEST_OVERHEAD,
+                "mediaTokens": estimate.MEDIA_TOKENS,
+                "defaultOutputTokens": estimate.DEFAULT_OUTPUT_TOKENS,
+                "legacyCompletionsDefault": estimate.LEGACY_COMPLETIONS_DEFAULT,
+                "maxChoices": estimate.MAX_CHOICES,
+                "maxTokens": MAX_TOKENS,
+                "outputFields": list(estimate.OUTPUT_FIELDS),
+                "textFields": list(estimate.TEXT_FIELDS),
+                "schemaFields": list(estimate.SCHEMA_FIELDS),
+                "mediaKeys": sorted(estimate.MEDIA_KEYS),
+                "uncountedKeys": sorted(estimate.UNCOUNTED_KEYS),
+            },
+            "the request estimate's rule (governor/estimate.py)",
+        ),
+        _const(
+            "ESTIMATE_SAMPLES",
+            [
+                {"path": path, "body": body, "tokens": _pair(estimate.estimate_request(body, path))}
+                for path, body in ESTIMATE_BODIES
+            ],
+            "request bodies and the tokens the Python estimate reserves for them",
+        ),
     ]
     return "\n".join(parts)
 

@@ -580,15 +580,115 @@ export const HEADER_FIGURES = {
   ]
 } as const;
 
-/** the request estimate's characters per token */
-export const CHARS_PER_TOKEN = 4 as const;
+/** the request estimate's rule (governor/estimate.py) */
+export const ESTIMATE = {
+  "charsPerToken": 4,
+  "messageOverhead": 4,
+  "requestOverhead": 3,
+  "mediaTokens": 1000,
+  "defaultOutputTokens": 1024,
+  "legacyCompletionsDefault": 16,
+  "maxChoices": 128,
+  "maxTokens": 9007199254740992,
+  "outputFields": [
+    "max_completion_tokens",
+    "max_output_tokens",
+    "max_tokens"
+  ],
+  "textFields": [
+    "messages",
+    "system",
+    "input",
+    "instructions",
+    "prompt"
+  ],
+  "schemaFields": [
+    "tools",
+    "functions",
+    "response_format",
+    "text"
+  ],
+  "mediaKeys": [
+    "file",
+    "file_data",
+    "file_id",
+    "file_url",
+    "image",
+    "image_url",
+    "input_audio",
+    "source"
+  ],
+  "uncountedKeys": [
+    "cache_control",
+    "role",
+    "type"
+  ]
+} as const;
 
-/** output estimate when no max is named */
-export const DEFAULT_OUTPUT_TOKENS = 1024 as const;
-
-/** request fields naming the most output tokens */
-export const OUTPUT_FIELDS = [
-  "max_completion_tokens",
-  "max_output_tokens",
-  "max_tokens"
+/** request bodies and the tokens the Python estimate reserves for them */
+export const ESTIMATE_SAMPLES = [
+  {
+    "path": "/v1/chat/completions",
+    "body": "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hello there\"}],\"max_tokens\":50}",
+    "tokens": [
+      10,
+      50
+    ]
+  },
+  {
+    "path": "/v1/chat/completions",
+    "body": "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"what is this?\"},{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:x\"}}]}],\"n\":2,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]}",
+    "tokens": [
+      1032,
+      2048
+    ]
+  },
+  {
+    "path": "/v1/messages",
+    "body": "{\"model\":\"m\",\"system\":\"sys\",\"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":\"héllo 🌍\"}]}",
+    "tokens": [
+      10,
+      64
+    ]
+  },
+  {
+    "path": "/v1/completions",
+    "body": "{\"model\":\"m\",\"prompt\":[1,2,3,4],\"best_of\":3}",
+    "tokens": [
+      7,
+      48
+    ]
+  },
+  {
+    "path": "/v1/embeddings",
+    "body": "{\"model\":\"m\",\"input\":[\"a b c\",\"d e\"]}",
+    "tokens": [
+      5,
+      0
+    ]
+  },
+  {
+    "path": "/v1/responses",
+    "body": "{\"model\":\"m\",\"input\":\"hi\",\"instructions\":\"x\",\"max_output_tokens\":7,\"text\":{\"format\":{\"type\":\"text\"}}}",
+    "tokens": [
+      11,
+      7
+    ]
+  },
+  {
+    "path": "/v1/chat/completions",
+    "body": "not json at all",
+    "tokens": [
+      4,
+      1024
+    ]
+  },
+  {
+    "path": "/v1/chat/completions",
+    "body": "",
+    "tokens": [
+      0,
+      0
+    ]
+  }
 ] as const;
