@@ -5,7 +5,17 @@
 import { randomBytes } from "node:crypto";
 import { BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY } from "./generated.js";
 import { ConfigError, CostTooLarge, StateError } from "./errors.js";
-import { ms, place, scriptFields, type BudgetKind, type Place, type ResolvedConfig } from "./config.js";
+import { ms, place, scriptFields, validateTenant, type BudgetKind, type Place, type ResolvedConfig } from "./config.js";
+
+/** A change of the tenants' shares (set_shares): what is not given stays as stored. */
+export interface SharesChange {
+  tenantWeights?: Readonly<Record<string, number>>;
+  defaultWeight?: number;
+  /** seconds; null: never */
+  aging?: number | null;
+  tenantCaps?: Readonly<Record<string, number>>;
+  reserve?: number;
+}
 
 export type Operation =
   | "acquire" | "cancel" | "init" | "pause" | "probe" | "refresh" | "release"
@@ -348,6 +358,38 @@ export class Core {
   setMax(n: number): Call<Status> {
     if (!Number.isInteger(n) || n < 1 || n > 1_000_000) throw new ConfigError(`max_capacity must be an integer in [1, 1000000], got ${n}`);
     return this.call("set_max", [String(n)], (reply) => this.parseStatus(reply, "set_max"));
+  }
+
+  /** Store new shares, each unchanged when not given (aging: null for never), on the fleet's stored config. */
+  setShares(changes: SharesChange): Call<Status> {
+    const stored = this.storedConfig;
+    const own = scriptFields(this.config);
+    const mine: Record<string, string> = {};
+    for (let i = 0; i + 1 < own.length; i += 2) mine[own[i]!] = own[i + 1]!;
+    const base = (field: string): string => stored?.[field] ?? mine[field] ?? "";
+    const pairs = (value: Readonly<Record<string, number>>, high: number): string =>
+      Object.entries(value)
+        .map(([t, n]) => {
+          validateTenant(t);
+          if (!Number.isInteger(n) || n < 1 || n > high) throw new ConfigError(`${t} must have an integer in [1, ${high}], got ${n}`);
+          return [t, n] as const;
+        })
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .map(([t, n]) => `${t}=${n}`)
+        .join(",");
+    const args = [
+      changes.tenantWeights === undefined ? base("tenant_weights") : pairs(changes.tenantWeights, 1000),
+      changes.defaultWeight === undefined ? base("default_weight") : String(changes.defaultWeight),
+      changes.aging === undefined ? base("aging_ms") : String(changes.aging === null ? 0 : Math.max(1, ms(changes.aging))),
+      changes.tenantCaps === undefined ? base("tenant_caps") : pairs(changes.tenantCaps, 1_000_000),
+      changes.reserve === undefined ? base("reserve") : String(changes.reserve),
+    ];
+    return this.call("set_shares", args, (reply) => this.parseStatus(reply, "set_shares"));
+  }
+
+  /** Forget what the policy learnt; withConfig also stores this client's own config. */
+  reset(withConfig: boolean): Call<Status> {
+    return this.call("reset", withConfig ? scriptFields(this.config) : [], (reply) => this.parseStatus(reply, "reset"));
   }
 
   pause(reason: string, duration?: number): Call<Status> {

@@ -13,7 +13,7 @@ import { AbortError, AcquireTimeout, ConfigError, GovernorError, GovernorUnavail
 import { resolveConfig, type BudgetKind, type GovernorConfig, type Place, type ResolvedConfig } from "./config.js";
 import {
   Core, MISSING, functionName, newId, parseWake, tokensOf,
-  type Call, type Denied, type Granted, type Outcome, type Queued, type Status, type Tokens,
+  type Call, type Denied, type Granted, type Outcome, type Queued, type SharesChange, type Status, type Tokens,
 } from "./core.js";
 import { callWithRetry, type CallOptions } from "./retry.js";
 
@@ -436,6 +436,21 @@ export class Governor {
 
   pause(reason: string, duration?: number): Promise<Status> {
     return this.execute(this.core.pause(reason, duration));
+  }
+
+  /** Change the tenants' weights and caps, the reserve and the aging at run time (stored: every client learns them). */
+  setShares(changes: SharesChange): Promise<Status> {
+    return this.execute(this.core.setShares(changes));
+  }
+
+  /** Forget what the policy learnt (window, pause, hold); the stored config stays. */
+  reset(): Promise<Status> {
+    return this.execute(this.core.reset(false));
+  }
+
+  /** Store this object's config as the fleet's, then reset. */
+  configure(): Promise<Status> {
+    return this.execute(this.core.reset(true));
   }
 
   /** Renew every lease this object holds now (the heartbeat does it every leaseTtl / 3). */

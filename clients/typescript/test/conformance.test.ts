@@ -20,6 +20,8 @@ interface Described {
   outcome?: Outcome; retry_after?: number | null; lease?: string | null; fence?: number | null; release?: boolean;
   usage?: [number, number] | null; limits?: Record<string, [number | null, number | null]>;
   reason?: string; duration?: number | null; n?: number;
+  tenant_weights?: Record<string, number> | null; default_weight?: number | null; aging?: number | null | "unchanged";
+  tenant_caps?: Record<string, number> | null; reserve?: number | null; with_config?: boolean;
 }
 interface Step {
   op: Operation | "lose_state";
@@ -74,6 +76,16 @@ function build(core: Core, op: Operation, d: Described): Call<unknown> | null {
       return core.pause(d.reason!, u(d.duration));
     case "set_max":
       return core.setMax(d.n!);
+    case "set_shares":
+      return core.setShares({
+        ...(u(d.tenant_weights) === undefined ? {} : { tenantWeights: d.tenant_weights! }),
+        ...(u(d.default_weight) === undefined ? {} : { defaultWeight: d.default_weight! }),
+        ...(d.aging === "unchanged" ? {} : { aging: d.aging ?? null }),
+        ...(u(d.tenant_caps) === undefined ? {} : { tenantCaps: d.tenant_caps! }),
+        ...(u(d.reserve) === undefined ? {} : { reserve: d.reserve! }),
+      });
+    case "reset":
+      return core.reset(d.with_config ?? false);
     default:
       return null;
   }
