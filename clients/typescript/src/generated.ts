@@ -6,7 +6,7 @@
 export const SCHEMA_VERSION = 3 as const;
 
 /** the Functions library's name: the schema and its source's hash */
-export const LIBRARY_NAME = "governor_v3_fe195ca95342" as const;
+export const LIBRARY_NAME = "governor_v3_717b03195f33" as const;
 
 /** the first part of every key */
 export const DEFAULT_PREFIX = "governor" as const;
@@ -186,6 +186,10 @@ export const STATUS_FIELDS = [
   "quota_at",
   "created",
   "blocked",
+  "hold_until",
+  "hold_reason",
+  "ttl_max",
+  "held_back",
   "budgets"
 ] as const;
 
@@ -233,7 +237,7 @@ export const CONFIG_DEFAULTS = {
   "idleExpiry": 86400.0,
   "logLength": 10000,
   "redisTimeout": 5.0,
-  "restartHold": true,
+  "restartHold": false,
   "keyPrefix": "governor",
   "priorities": [
     "interactive",
