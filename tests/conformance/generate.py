@@ -481,6 +481,7 @@ SCENARIOS: list[tuple[str, str, GovernorConfig, list[Step]]] = [
         ),
         [
             init,
+            acquire("big", wait=False, tokens=Tokens(5000, 0)),  # above the tokens budget's whole limit
             acquire("a", wait=False, tokens=Tokens(300, 100)),
             op("report", Outcome.SUCCESS, None, "a", None, release=True, usage=Tokens(50, 50)),
             acquire("b", wait=False, tokens=Tokens(200, 0)),

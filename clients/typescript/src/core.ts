@@ -91,8 +91,17 @@ export interface Refreshed {
   readonly reason: string;
   readonly hint: number;
   readonly granted: Map<string, { fence: number; remaining: number }>;
-  readonly queued: Map<string, number>;
+  /** id -> [waiters ahead of it (-1: parked at its tenant's cap), what holds it] */
+  readonly queued: Map<string, [number, string]>;
   readonly unknown: string[];
+}
+/** A lease to renew: its id, the epoch it was granted in, its holder label, and the place and tokens it was granted with. */
+export interface RenewedLease {
+  readonly id: string;
+  readonly epoch: string;
+  readonly holder: string;
+  readonly place?: Place;
+  readonly tokens?: Tokens;
 }
 export interface Renewed { readonly epoch: string; readonly ok: string[]; readonly adopted: Map<string, number>; readonly lost: string[] }
 /** An active budget in a status reply. */
@@ -143,7 +152,7 @@ function int(value: unknown): number {
 }
 
 /** the status fields that are text; every other one is a count, a level or a time in ms */
-const STATUS_TEXT = new Set(["epoch", "policy", "pause_kind", "pause_reason", "blocked"]);
+const STATUS_TEXT = new Set(["epoch", "policy", "pause_kind", "pause_reason", "blocked", "held_back", "hold_reason"]);
 
 export const OUTCOME_CODES = { success: "s", rate_limited: "r", error: "e", quota_exhausted: "q" } as const;
 export type Outcome = keyof typeof OUTCOME_CODES;
@@ -157,6 +166,8 @@ export class Core {
   lastSeen: number | null = null;
   /** the stored config as init last answered it: a lost state is re-created from it */
   storedConfig: Record<string, string> | null = null;
+  /** the longest lease TTL the state recorded (ms): a state this client re-creates holds that long */
+  ttlMaxMs: number;
   private readonly ttlMs: string;
   private readonly queueTtlMs: string;
 
@@ -164,6 +175,12 @@ export class Core {
     this.keys = governorKeys(name, config.keyPrefix);
     this.ttlMs = String(ms(config.leaseTtl));
     this.queueTtlMs = String(ms(config.queueTtl));
+    this.ttlMaxMs = ms(config.leaseTtl);
+  }
+
+  private sawTtl(value: unknown): void {
+    const raw = text(value);
+    if (/^\d+$/.test(raw) && Number(raw) > this.ttlMaxMs) this.ttlMaxMs = Number(raw);
   }
 
   nowArg(): string {
@@ -211,7 +228,7 @@ export class Core {
       randomBytes(8).toString("hex"),
       recovered ? "1" : "0",
       String(this.fenceFloor),
-      this.ttlMs,
+      String(this.ttlMaxMs),
       listening ? "1" : "0",
       String(ms(Math.min(this.config.poll, NOTICE_HOLD))),
       this.config.restartHold ? "1" : "0",
@@ -223,6 +240,7 @@ export class Core {
       this.seen();
       const stored: Record<string, string> = {};
       // rest: epoch, ttl_max (the longest lease TTL recorded), then the stored config's pairs
+      this.sawTtl(rest[1]);
       for (let i = 2; i + 1 < rest.length; i += 2) stored[text(rest[i])] = text(rest[i + 1]);
       this.storedConfig = stored;
       return kind;
@@ -273,9 +291,15 @@ export class Core {
     }, false, "none");
   }
 
-  renew(leases: readonly (readonly [string, string, string])[]): Call<Renewed> {
-    const ids = leases.map((l) => l[0]);
-    return this.call("renew", [this.ttlMs, ...leases.flat()], (reply) => {
+  /** Renew leases in one call: each with the place and tokens it was granted with, so a lease adopted by a new state keeps its tenant, class and reservation. */
+  renew(leases: readonly RenewedLease[]): Call<Renewed> {
+    const ids = leases.map((l) => l.id);
+    const flat: string[] = [];
+    for (const l of leases) {
+      const where = l.place ?? this.place();
+      flat.push(l.id, l.epoch, l.holder, String(where.rank), where.tenant, String(where.weight), tokensArg(l.tokens ?? { input: 0, output: 0 }));
+    }
+    return this.call("renew", [this.ttlMs, ...flat], (reply) => {
       const [kind, rest] = this.check(reply, "renew");
       if (kind === "missing") return MISSING;
       if (kind !== "renewed") throw this.unexpected("renew", kind);
@@ -302,16 +326,16 @@ export class Core {
       if (kind === "missing") return MISSING;
       if (kind !== "refreshed") throw this.unexpected("refresh", kind);
       this.seen();
-      if (rest.length - 3 !== 3 * ids.length) throw new StateError(`governor ${JSON.stringify(this.name)}: refresh answered for ${(rest.length - 3) / 3} ids, asked for ${ids.length}`, this.name);
+      if (rest.length - 3 !== 4 * ids.length) throw new StateError(`governor ${JSON.stringify(this.name)}: refresh answered for ${(rest.length - 3) / 4} ids, asked for ${ids.length}`, this.name);
       const out: Refreshed = { epoch: text(rest[0]), reason: text(rest[1]), hint: int(rest[2]) / 1000, granted: new Map(), queued: new Map(), unknown: [] };
       ids.forEach((id, n) => {
-        const status = text(rest[3 + 3 * n]);
-        const value = int(rest[4 + 3 * n]);
-        const remaining = int(rest[5 + 3 * n]);
+        const status = text(rest[3 + 4 * n]);
+        const value = int(rest[4 + 4 * n]);
+        const remaining = int(rest[5 + 4 * n]);
         if (status === "granted") {
           out.granted.set(id, { fence: value, remaining: remaining / 1000 });
           this.sawFence(value);
-        } else if (status === "queued") out.queued.set(id, value);
+        } else if (status === "queued") out.queued.set(id, [value, text(rest[6 + 4 * n])]);
         else if (status === "unknown") out.unknown.push(id);
         else throw this.unexpected("refresh", status);
       });
@@ -327,6 +351,7 @@ export class Core {
     release: boolean,
     usage: Tokens | undefined,
     limits: Partial<Record<BudgetKind, [number | null, number | null]>> | undefined,
+    refusalsCount = true,
   ): Call<boolean> {
     let ra = "";
     if (retryAfter !== undefined) {
@@ -339,8 +364,10 @@ export class Core {
       const [limit, remaining] = limits?.[kind] ?? [null, null];
       if (limit !== null || remaining !== null) figures.push(kind, `${limit ?? ""},${remaining ?? ""}`);
     }
-    let budgetArgs: string[] = [usage === undefined ? "" : `${usage.input},${usage.output}`, ...figures];
-    if (budgetArgs.length === 1 && budgetArgs[0] === "") budgetArgs = []; // the common report: '' is read for what is not sent
+    // '0': the provider does not count a refused call against its limits (its reservation given back)
+    const refused = outcome === "rate_limited" && !refusalsCount ? "0" : "";
+    let budgetArgs: string[] = [usage === undefined ? "" : `${usage.input},${usage.output}`, refused, ...figures];
+    if (budgetArgs.length === 2 && budgetArgs[0] === "" && budgetArgs[1] === "") budgetArgs = []; // the common report
     const args = [OUTCOME_CODES[outcome], ra, leaseId ?? "", fence === undefined ? "" : String(fence), release && leaseId !== undefined ? "1" : "0", ...budgetArgs];
     return this.call("report", args, (reply) => {
       const [kind] = this.check(reply, "report");
@@ -352,8 +379,13 @@ export class Core {
     });
   }
 
-  status(op: "status" | "probe" | "resume" = "status", create = true): Call<Status> {
+  status(op: "status" | "probe" = "status", create = true): Call<Status> {
     return this.call(op, [], (reply) => this.parseStatus(reply, op), create);
+  }
+
+  /** Lift a pause and a Retry-After hold; the recovery hold only with liftRecoveryHold. */
+  resume(liftRecoveryHold = false): Call<Status> {
+    return this.call("resume", [liftRecoveryHold ? "lift-hold" : ""], (reply) => this.parseStatus(reply, "resume"));
   }
 
   setMax(n: number): Call<Status> {
@@ -419,11 +451,13 @@ export class Core {
     if (out["budgets"] === undefined) out["budgets"] = [];
     const fence = out["fence"];
     if (typeof fence === "number") this.sawFence(fence);
+    if (out["ttl_max"] !== undefined) this.sawTtl(out["ttl_max"]);
     const top = out["max_capacity"];
     if (this.storedConfig !== null && typeof top === "number") {
       // the ceiling an operator may have changed; set_max lowers a reserve with it
       this.storedConfig["max_capacity"] = String(top);
-      if (Number(this.storedConfig["reserve"] ?? "0") >= top) this.storedConfig["reserve"] = String(top - 1);
+      const reserve = out["reserve"];
+      if (typeof reserve === "number") this.storedConfig["reserve"] = String(reserve);
     }
     return out as unknown as Status;
   }
