@@ -165,6 +165,8 @@ export interface ReportOptions {
   usage?: Tokens;
   /** the response's headers: their rate-limit figures calibrate the budgets */
   headers?: Headers | Record<string, string | string[] | undefined>;
+  /** whether the provider counts a refused (rate-limited) call against its limits (default true: its reservation is spent) */
+  refusalsCount?: boolean;
 }
 
 export interface FromUrlOptions {
@@ -404,7 +406,9 @@ export class Governor {
     }
     const releasing = release && lease !== undefined && lease.markReleased();
     if (releasing) this.background.dropLease(lease);
-    const recorded = await this.execute(this.core.report(outcome, options.retryAfter, leaseId, fence, releasing, options.usage, readLimits(options.headers)));
+    const recorded = await this.execute(
+      this.core.report(outcome, options.retryAfter, leaseId, fence, releasing, options.usage, readLimits(options.headers), options.refusalsCount ?? true),
+    );
     if (!recorded && lease !== undefined) {
       lease.markLost();
       throw new LeaseLost(`governor ${JSON.stringify(this.name)}: lease ${lease.id} (fence ${lease.fence}) expired before this report; its outcome was not counted and its slot may be someone else's`, this.name);
