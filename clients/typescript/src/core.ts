@@ -81,7 +81,8 @@ export interface Refreshed {
   readonly reason: string;
   readonly hint: number;
   readonly granted: Map<string, { fence: number; remaining: number }>;
-  readonly queued: Map<string, number>;
+  /** id -> waiters ahead of it (-1: parked at its tenant's cap) and what holds it, for its own cost and place */
+  readonly queued: Map<string, { position: number; reason: string }>;
   readonly unknown: string[];
 }
 export interface Renewed { readonly epoch: string; readonly ok: string[]; readonly adopted: Map<string, number>; readonly lost: string[] }
@@ -133,7 +134,7 @@ function int(value: unknown): number {
 }
 
 /** the status fields that are text; every other one is a count, a level or a time in ms */
-const STATUS_TEXT = new Set(["epoch", "policy", "pause_kind", "pause_reason", "blocked"]);
+const STATUS_TEXT = new Set(["epoch", "policy", "pause_kind", "pause_reason", "blocked", "held_back"]);
 
 export const OUTCOME_CODES = { success: "s", rate_limited: "r", error: "e", quota_exhausted: "q" } as const;
 export type Outcome = keyof typeof OUTCOME_CODES;
@@ -262,9 +263,16 @@ export class Core {
     }, false, "none");
   }
 
-  renew(leases: readonly (readonly [string, string, string])[]): Call<Renewed> {
+  /** Renew leases: [id, epoch, holder, place, tokens] each (a new state adopts a lease with its
+   * place and reservation); [id, epoch, holder] stands for the default place and no tokens. */
+  renew(leases: readonly (readonly [string, string, string] | readonly [string, string, string, Place, Tokens])[]): Call<Renewed> {
     const ids = leases.map((l) => l[0]);
-    return this.call("renew", [this.ttlMs, ...leases.flat()], (reply) => {
+    const flat = leases.flatMap((l) => {
+      const where = l.length === 5 ? l[3] : this.place(undefined, undefined);
+      const tokens = l.length === 5 ? l[4] : { input: 0, output: 0 };
+      return [l[0], l[1], l[2], String(where.rank), where.tenant, String(where.weight), tokensArg(tokens)];
+    });
+    return this.call("renew", [this.ttlMs, ...flat], (reply) => {
       const [kind, rest] = this.check(reply, "renew");
       if (kind === "missing") return MISSING;
       if (kind !== "renewed") throw this.unexpected("renew", kind);
@@ -291,16 +299,16 @@ export class Core {
       if (kind === "missing") return MISSING;
       if (kind !== "refreshed") throw this.unexpected("refresh", kind);
       this.seen();
-      if (rest.length - 3 !== 3 * ids.length) throw new StateError(`governor ${JSON.stringify(this.name)}: refresh answered for ${(rest.length - 3) / 3} ids, asked for ${ids.length}`, this.name);
+      if (rest.length - 3 !== 4 * ids.length) throw new StateError(`governor ${JSON.stringify(this.name)}: refresh answered for ${(rest.length - 3) / 4} ids, asked for ${ids.length}`, this.name);
       const out: Refreshed = { epoch: text(rest[0]), reason: text(rest[1]), hint: int(rest[2]) / 1000, granted: new Map(), queued: new Map(), unknown: [] };
       ids.forEach((id, n) => {
-        const status = text(rest[3 + 3 * n]);
-        const value = int(rest[4 + 3 * n]);
-        const remaining = int(rest[5 + 3 * n]);
+        const status = text(rest[3 + 4 * n]);
+        const value = int(rest[4 + 4 * n]);
+        const remaining = int(rest[5 + 4 * n]);
         if (status === "granted") {
           out.granted.set(id, { fence: value, remaining: remaining / 1000 });
           this.sawFence(value);
-        } else if (status === "queued") out.queued.set(id, value);
+        } else if (status === "queued") out.queued.set(id, { position: value, reason: text(rest[6 + 4 * n]) });
         else if (status === "unknown") out.unknown.push(id);
         else throw this.unexpected("refresh", status);
       });
@@ -316,6 +324,7 @@ export class Core {
     release: boolean,
     usage: Tokens | undefined,
     limits: Partial<Record<BudgetKind, [number | null, number | null]>> | undefined,
+    refusalsCount = true,
   ): Call<boolean> {
     let ra = "";
     if (retryAfter !== undefined) {
@@ -328,8 +337,10 @@ export class Core {
       const [limit, remaining] = limits?.[kind] ?? [null, null];
       if (limit !== null || remaining !== null) figures.push(kind, `${limit ?? ""},${remaining ?? ""}`);
     }
-    let budgetArgs: string[] = [usage === undefined ? "" : `${usage.input},${usage.output}`, ...figures];
-    if (budgetArgs.length === 1 && budgetArgs[0] === "") budgetArgs = []; // the common report: '' is read for what is not sent
+    // refusals: '0' when the provider does not count a refused call (its reservation is given back)
+    const refused = outcome === "rate_limited" && !refusalsCount ? "0" : "";
+    let budgetArgs: string[] = [usage === undefined ? "" : `${usage.input},${usage.output}`, refused, ...figures];
+    if (budgetArgs.length === 2 && budgetArgs[0] === "" && budgetArgs[1] === "") budgetArgs = []; // the common report: '' is read for what is not sent
     const args = [OUTCOME_CODES[outcome], ra, leaseId ?? "", fence === undefined ? "" : String(fence), release && leaseId !== undefined ? "1" : "0", ...budgetArgs];
     return this.call("report", args, (reply) => {
       const [kind] = this.check(reply, "report");

@@ -6,7 +6,7 @@
 export const SCHEMA_VERSION = 3 as const;
 
 /** the Functions library's name: the schema and its source's hash */
-export const LIBRARY_NAME = "governor_v3_53bcfa783599" as const;
+export const LIBRARY_NAME = "governor_v3_89caae903157" as const;
 
 /** the first part of every key */
 export const DEFAULT_PREFIX = "governor" as const;
@@ -186,6 +186,7 @@ export const STATUS_FIELDS = [
   "quota_at",
   "created",
   "blocked",
+  "held_back",
   "budgets"
 ] as const;
 

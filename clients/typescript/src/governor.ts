@@ -756,11 +756,11 @@ class Background {
           waiter.set();
         }
       }
-      for (const id of result.queued.keys()) {
+      for (const [id, { reason }] of result.queued) {
         const waiter = this.waiters.get(id);
         if (waiter !== undefined) {
           waiter.confirmedAt = sentAt;
-          waiter.reason = result.reason;
+          waiter.reason = reason;
         }
       }
       for (const id of result.unknown) {
@@ -780,7 +780,7 @@ class Background {
     for (let start = 0; start < leases.length; start += BATCH) {
       const chunk = leases.slice(start, start + BATCH);
       const sentAt = this.gov.core.localNow();
-      const result = await this.gov.execute(this.gov.core.renew(chunk.map((l) => [l.id, l.epoch, l.holder] as const)));
+      const result = await this.gov.execute(this.gov.core.renew(chunk.map((l) => [l.id, l.epoch, l.holder, l.place, l.tokens] as const)));
       const byId = new Map(chunk.map((l) => [l.id, l]));
       for (const id of result.ok) byId.get(id)!.deadline = sentAt + ttl;
       for (const [id, fence] of result.adopted) {

@@ -87,7 +87,7 @@ function parse(core: Core, op: Operation, argv: string[], reply: unknown): void 
     cancel: () => core.cancel("x"),
     init: () => core.init(false, false),
     release: () => core.release("x"),
-    renew: () => core.renew(ids.filter((_, i) => i % 3 === 0).map((id) => [id, "", ""] as const)),
+    renew: () => core.renew(ids.filter((_, i) => i % 7 === 0).map((id) => [id, "", ""] as const)), // sevens
     refresh: () => core.refresh(ids),
     report: () => core.report("success", undefined, undefined, undefined, false, undefined, undefined),
     status: () => core.status("status"),
