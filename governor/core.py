@@ -89,7 +89,8 @@ class Status:
     pause_reason: str  #: why paused ('' when not)
     pause_kind: str  #: 'policy', 'operator' or ''
     paused_until: float | None  #: an operator pause's end, if it has one
-    not_before: float | None  #: fleet-wide hold from a provider's Retry-After
+    #: admissions held until then: a provider's Retry-After, or the recovery hold (hold_until)
+    not_before: float | None
     in_flight: int  #: live leases
     queued: int  #: live waiters
     window_rate_limited: int  #: rate-limited attempts in the window
@@ -115,6 +116,10 @@ class Status:
     #: the active budgets (requests and tokens per minute), in governor.budgets.KINDS order
     budgets: tuple[Budget, ...] = ()
     schema: int = SCHEMA_VERSION  #: schema version of the state and replies
+    #: the recovery hold's end (after a loss; None: none): only resume(lift_recovery_hold=True) ends it
+    hold_until: float | None = None
+    hold_reason: str = ""  #: why the recovery hold runs ('' none)
+    ttl_max: float = 0.0  #: the longest lease TTL a client announced: the length of a recovery hold
 
     def budget(self, kind: str) -> Budget | None:
         """The active budget of ``kind``, or None when that kind is not governed."""
@@ -127,8 +132,13 @@ class Status:
 
     @property
     def holding(self) -> bool:
-        """True while a provider's Retry-After holds new admissions."""
+        """True while a provider's Retry-After or the recovery hold holds new admissions."""
         return self.not_before is not None and self.not_before > self.now
+
+    @property
+    def recovery_hold(self) -> bool:
+        """True while the recovery hold runs (``hold_until``)."""
+        return self.hold_until is not None and self.hold_until > self.now
 
 
 class Missing:
@@ -266,6 +276,8 @@ class GovernorCore:
         self._queue_ttl_ms = str(ms(config.queue_ttl))
         #: highest fence seen, so a re-created state never hands out a lower one
         self.fence_floor = 0
+        #: the longest lease TTL the state recorded (ms): a state this client re-creates holds that long
+        self.ttl_max_ms = ms(config.lease_ttl)
         #: local time of the last reply that showed the state existed
         self.last_seen: float | None = None
         #: the stored config as init.lua last answered it (name, value pairs):
@@ -296,6 +308,12 @@ class GovernorCore:
     def _seen(self) -> None:
         self.last_seen = self.local_now()
 
+    def _saw_ttl(self, ttl_ms: Any) -> None:
+        """The longest lease TTL the state recorded, as a reply told it."""
+        value = text(ttl_ms)
+        if value.isdigit() and int(value) > self.ttl_max_ms:
+            self.ttl_max_ms = int(value)
+
     def _saw_fence(self, fence: int) -> None:
         if fence > self.fence_floor:
             self.fence_floor = fence
@@ -306,14 +324,11 @@ class GovernorCore:
         """Create the state if it is missing, from the stored config this
         client last saw (else its own); either way learn the stored config.
 
-        It is a *recovery* (start cautiously, hold admissions for a lease
-        TTL while holders re-register) when this client saw the state
-        recently enough that idle expiry cannot explain its loss, or holds
-        leases. Otherwise the script still holds when the Redis server is
-        younger than a lease TTL (a restart) or other clients listen
-        (they re-register on the announcement). ``listening``: this
-        client's own worker is subscribed to the channel.
-        """
+        A *recovery* (hold for the longest lease TTL known, start at the
+        resume level) when this client holds leases or saw the state within
+        ``idle_expiry``; else init.lua holds only when others listen or in
+        the strict mode (``restart_hold``). ``listening``: this client's
+        own worker is subscribed to the channel."""
         recovered = holds_leases or (
             self.last_seen is not None and self.local_now() - self.last_seen < self.config.idle_expiry
         )
@@ -321,7 +336,7 @@ class GovernorCore:
             secrets.token_hex(8),
             "1" if recovered else "0",
             str(self.fence_floor),
-            self._ttl_ms,
+            str(self.ttl_max_ms),
             "1" if listening else "0",
             str(ms(min(self.config.poll, NOTICE_HOLD))),
             "1" if self.config.restart_hold else "0",
@@ -337,7 +352,8 @@ class GovernorCore:
         if kind not in ("created", "exists"):
             raise self._unexpected("init", kind)
         self._seen()
-        pairs = [text(value) for value in rest[1:]]
+        self._saw_ttl(rest[1])
+        pairs = [text(value) for value in rest[2:]]
         self.stored_config = dict(zip(pairs[::2], pairs[1::2], strict=True))
         return kind
 
@@ -623,8 +639,9 @@ class GovernorCore:
                 raise ConfigError(f"pause duration must be > 0 seconds, got {duration!r}")
         return self._call("pause", (reason, str(ms(duration) if duration else 0)), self._parse_status, recreate=create)
 
-    def resume(self, create: bool = True) -> Call[Status]:
-        return self._call("resume", (), self._parse_status, recreate=create)
+    def resume(self, create: bool = True, lift_recovery_hold: bool = False) -> Call[Status]:
+        """Lift a pause and a Retry-After hold; the recovery hold only with ``lift_recovery_hold``."""
+        return self._call("resume", ("lift-hold" if lift_recovery_hold else "",), self._parse_status, recreate=create)
 
     def reset(self, with_config: bool, create: bool = True) -> Call[Status]:
         """Clear what the policy learnt; with_config also stores this client's config."""
@@ -643,6 +660,7 @@ class GovernorCore:
         f = {key: text(value) for key, value in raw.items()}
         try:
             self._saw_fence(int(f["fence"]))
+            self._saw_ttl(f["ttl_max"])
             if self.stored_config is not None:  # what an operator may have changed (set_max, set_shares)
                 self.stored_config["max_capacity"] = f["max_capacity"]
                 self.stored_config["reserve"] = f["reserve"]
@@ -673,6 +691,9 @@ class GovernorCore:
                 held_back=f["held_back"],
                 reserve=int(f["reserve"]),
                 budgets=parse_budgets(budget_section, text),
+                hold_until=_seconds(f["hold_until"]),
+                hold_reason=f["hold_reason"],
+                ttl_max=int(f["ttl_max"]) / 1000,
             )
         except (KeyError, ValueError, ConfigError) as exc:
             raise StateError(f"governor {self.name!r}: unreadable status reply ({exc})", name=self.name) from exc

@@ -47,6 +47,12 @@ clock()
 if not load(ADMIT) then return missing_reply() end
 caps_config()  -- the reserve and the tenants' caps are in the admission rule
 keep_alive()
+if not redis.call('ZSCORE', K.leases, SENTINEL) then
+  -- leases lost while the state stayed: found before anything is admitted (lib/origin.lua)
+  prepare()
+  check_types()
+  reclaim(true)
+end
 if S.capacity == 0 then
   -- Paused: a pause whose time is up lifts here too.
   prepare()

@@ -541,6 +541,7 @@ class GovernorMachine(RuleBasedStateMachine):
         stored = self.model.stored()
         for hash_name in ("state", "config", "policy"):
             raw = as_str_dict(c.hgetall(getattr(keys, hash_name)))
+            raw.pop("origin", None)  # the Redis server that wrote the state: outside any model
             real = raw if hash_name == "config" else parse_hash(raw)
             want = stored[hash_name]
             differ = {k: (real.get(k), want.get(k)) for k in set(real) | set(want) if real.get(k) != want.get(k)}

@@ -18,6 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import redis.asyncio.cluster as redis_cluster
@@ -47,7 +48,9 @@ from ..errors import (
     GovernorError,
     GovernorNotFound,
     GovernorUnavailable,
+    HashMissing,
     LeaseLost,
+    Migrating,
     NotReplicated,
     StateError,
     duration,
@@ -55,8 +58,8 @@ from ..errors import (
 )
 from ..headers import parse as parse_headers
 
-# sync: from ._compat import Semaphore, shielded
-from ._compat import AcquireContext, Semaphore, shielded
+# sync: from ._compat import Semaphore, shielded, sleep
+from ._compat import AcquireContext, Semaphore, shielded, sleep
 from .background import _Background, _Waiter
 from .connection import Connection, client_from_url
 from .lease import NO_TOKENS, AsyncLease, _holder_label
@@ -567,8 +570,14 @@ class AsyncGovernor:
     async def status(self, *, create: bool = True) -> Status:
         """The governor's state, read-only in Redis. A governor that does not
         exist yet is created from this object's config, unless ``create`` is
-        False: then GovernorNotFound is raised (what operator tools want)."""
-        return self._found(await self._execute(self._core.status(create)))
+        False: then GovernorNotFound is raised (what operator tools want).
+        While this object's grants are not confirmed by ``wait_replicas``
+        replicas, ``blocked`` says so."""
+        status = self._found(await self._execute(self._core.status(create)))
+        unconfirmed = self._connection.unconfirmed_within(self.config.lease_ttl)
+        if unconfirmed is not None:
+            status = replace(status, blocked=unconfirmed + (f"; {status.blocked}" if status.blocked else ""))
+        return status
 
     async def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
         """Change the ceiling, keeping what the policy learnt: a lower one
@@ -604,15 +613,17 @@ class AsyncGovernor:
         ``resume()`` or for ``duration`` seconds."""
         return self._found(await self._execute(self._core.pause(reason, duration, create)))
 
-    async def resume(self, *, create: bool = True) -> Status:
-        """Lift any pause and any Retry-After hold."""
-        return self._found(await self._execute(self._core.resume(create)))
+    async def resume(self, *, lift_recovery_hold: bool = False, create: bool = True) -> Status:
+        """Lift any pause and any Retry-After hold. A recovery hold (after a
+        loss: ``Status.hold_until``) stays unless ``lift_recovery_hold``:
+        holders from before the loss may still run unseen until it ends."""
+        return self._found(await self._execute(self._core.resume(create, lift_recovery_hold)))
 
     async def reset(self, *, create: bool = True) -> Status:
-        """Forget what the policy learnt (window, pause, hold, adaptive memory);
-        capacity goes back to max_capacity (the adaptive policy: to its slow
-        start from the resume level). The stored config, holders and
-        waiters are kept."""
+        """Forget what the policy learnt (window, pause, Retry-After hold,
+        adaptive memory); capacity goes back to max_capacity (the adaptive
+        policy: to its slow start from the resume level). The stored config,
+        holders, waiters and a recovery hold are kept."""
         return self._found(await self._execute(self._core.reset(with_config=False, create=create)))
 
     async def configure(self, *, create: bool = True) -> Status:
@@ -653,7 +664,7 @@ class AsyncGovernor:
         try:
             if call.recreate and self._core.stored_config is None:
                 await self._init()  # the first call learns the stored config (or creates the state)
-            result = await self._connection.run(call)
+            result = await self._run_repaired(call)
             if result is MISSING:
                 if not call.recreate:
                     return call.if_missing  # type: ignore[no-any-return]
@@ -665,6 +676,24 @@ class AsyncGovernor:
         finally:
             if slot:
                 self._slots.release()
+
+    async def _run_repaired(self, call: Call[T]) -> Any:
+        """Run ``call``; a config or policy hash lost while the state stayed
+        is stored again (init) and the call made again; a cluster slot that
+        is migrating is asked again for up to ``redis_timeout``."""
+        give_up = time.monotonic() + self.config.redis_timeout
+        pause = 0.005
+        while True:
+            try:
+                return await self._connection.run(call)
+            except HashMissing:
+                await self._init()
+                return await self._connection.run(call)
+            except Migrating:
+                if time.monotonic() + pause > give_up:
+                    raise
+                await sleep(pause)
+                pause = min(pause * 2, 0.1)
 
     async def _init(self) -> str:
         """Create the state if it is missing (init.lua) and learn the stored

@@ -101,6 +101,8 @@ def state_line(status: Status) -> str:
         until = f" until {when(status.paused_until)}" if status.paused_until else ""
         return f"PAUSED by {who}{until} (new callers queue, holders keep running)"
     if state == "holding":
+        if status.recovery_hold and (status.hold_until or 0) >= (status.not_before or 0):
+            return f"HOLDING: {recovery_hold_line(status)}; new callers queue"
         left = (status.not_before or 0) - status.now
         return f"HOLDING until {when(status.not_before)} ({span(left)} left); new callers queue"
     if state == "full":
@@ -111,6 +113,12 @@ def state_line(status: Status) -> str:
             f"(held back: {status.held_back})"
         )
     return f"OPEN: {max(0, status.capacity - status.in_flight)} free slot(s); new callers are admitted"
+
+
+def recovery_hold_line(status: Status) -> str:
+    """The recovery hold: until when, how long left, and why."""
+    left = (status.hold_until or 0) - status.now
+    return f"recovery hold until {when(status.hold_until)} ({span(left)} left): {status.hold_reason}"
 
 
 def budget_line(budget: Budget) -> str:

@@ -19,6 +19,8 @@ end
 
 -- Why a new caller would wait now ('' when it would be admitted).
 local function why_blocked()
+  local unusable = ORIGIN.status_why()  -- another server's state, a lost key (lib/origin.lua)
+  if unusable ~= '' then return unusable end
   local why = blocked(NO_TOKENS)
   -- (the queue: a waiter parked at its tenant's cap holds up nobody)
   if not why and redis.call('ZCARD', K.queue) > 0 then why = 'earlier callers are queued' end
@@ -86,6 +88,7 @@ local function status_reply()
     queued = redis.call('ZCOUNT', K.waiters, LIVE, '+inf'), window_rate_limited = rl, window_attempts = total,
     window_ms = C.window_ms, streak = P.streak or 0, fence = S.fence, ceiling = P.ceiling or 0,
     quota_exhausted = S.quota_exhausted, quota_at = S.quota_at, created = S.created, blocked = why_blocked(),
+    hold_until = S.hold_until or 0, hold_reason = S.hold_reason or '', ttl_max = S.ttl_max or 0,
     held_back = held_back(), budgets = budget_section(),
   }
   local reply = {SCHEMA, 'status'}

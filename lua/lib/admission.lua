@@ -105,9 +105,7 @@ local function blocked(tokens, place)
       return 'paused: ' .. S.pause_reason, hint
     end
   end
-  if NOW < S.not_before then
-    return 'holding until the provider\'s retry-after', S.not_before - NOW
-  end
+  if NOW < S.not_before then return ORIGIN.held(), S.not_before - NOW end  -- a Retry-After or a recovery hold
   local buckets = S.budgets ~= ''  -- none active: the token buckets are not asked
   for _, budget in ipairs(BUDGETS) do
     if buckets or not budget.bucket then

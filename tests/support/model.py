@@ -280,6 +280,21 @@ class Model:
         why, hint, _ = self._rule(tokens, place)
         return why, hint
 
+    def _held(self) -> str:
+        """Why admissions are held (lib/origin.lua ORIGIN.held): the recovery hold, or a Retry-After."""
+        S = self.S
+        if S.get("hold_until", 0) >= S["not_before"]:
+            return f"recovery hold: {S['hold_reason']} (ends in {(S['hold_until'] - self.now) / 1000:.1f} s)"
+        return f"holding until the provider's retry-after (ends in {(S['not_before'] - self.now) / 1000:.1f} s)"
+
+    def _hold_for(self, length: int, why: str) -> None:
+        """ORIGIN.hold: hold admissions ``length`` ms from now (never shortened)."""
+        S, until = self.S, self.now + length
+        if until > S.get("hold_until", 0):
+            S["hold_until"], S["hold_reason"] = until, why
+        if until > S.get("not_before", 0):
+            S["not_before"] = until
+
     def _rule(self, tokens: Tokens, place: Place | None) -> tuple[str | None, int, bool]:
         """blocked(), and whether it is the tenant's cap (the waiter is parked)."""
         S = self.S
@@ -287,7 +302,7 @@ class Model:
             hint = S["paused_until"] - self.now if S["paused_until"] > 0 else 0
             return "paused: " + S["pause_reason"], hint, False
         if self.now < S["not_before"]:
-            return "holding until the provider's retry-after", S["not_before"] - self.now, False
+            return self._held(), S["not_before"] - self.now, False
         why = self._concurrency(place)
         if why is not None:
             return why, 0, False
@@ -694,6 +709,9 @@ class Model:
             "quota_at": S["quota_at"],
             "created": S["created"],
             "blocked": why or "",
+            "hold_until": S.get("hold_until", 0),
+            "hold_reason": S.get("hold_reason", ""),
+            "ttl_max": S.get("ttl_max", 0),
             "held_back": "; ".join(held_back),
         }
         reply: list[Any] = [SCHEMA, "status"]
@@ -730,7 +748,9 @@ class Model:
         S = self.S
         self.raw_config = dict(raw)
         self.policy_state = {"streak": 0}
-        S.update(paused=0, pause_kind="", pause_reason="", paused_until=0, saved_capacity=0, not_before=0)
+        hold_until = S.get("hold_until", 0)  # a recovery hold stays
+        S.update(paused=0, pause_kind="", pause_reason="", paused_until=0, saved_capacity=0)
+        S["not_before"] = hold_until if hold_until > self.now else 0
         S["capacity"] = self.C["max_capacity"]
         C = self.C
         for kind in BUDGET_KINDS:
@@ -749,27 +769,34 @@ class Model:
         # a[6]: restart_hold, which an injected clock never applies (no server age)
         raw = self._parse_config(a[7:])
         if self.state is not None:
-            return [SCHEMA, "exists", self.S["epoch"], *self._config_pairs()]
+            if ttl > self.S.get("ttl_max", 0):
+                self.S["ttl_max"] = ttl
+            return [SCHEMA, "exists", self.S["epoch"], self.S.get("ttl_max", 0), *self._config_pairs()]
         # init deletes the state, config and policy hashes before it writes a new state
         self.state = {"schema": SCHEMA, "epoch": epoch, "created": self.now}
         self.S.update(fence=max(fence_floor, self.now * 1000), aging_due=0, event_seq=0, park_seq=0)
         self.S.update({f"vtime_{rank}": 0 for rank in range(MAX_CLASSES)})
         self.S.update(quota_exhausted=0, quota_at=0)
         self.aging, self.shares = {}, {}  # tags start again at vtime 0
-        self.S.update(touch_due=0, reclaim_due=0)
+        self.S.update(touch_due=0, reclaim_due=0, ttl_max=ttl, hold_until=0, hold_reason="")
         self._apply_config(raw)
         self.published.append(epoch)  # the new state is announced: holders renew at once
         others = self.listeners - (1 if listening else 0)
-        hold = ttl if recovered else 0
-        if others > 0 and notice > hold:
-            hold = notice
         if recovered:
+            self._hold_for(
+                ttl,
+                "the state was lost (a Redis restart without it, a flush or an expiry) while a client held leases "
+                f"or used it: holding {ttl} ms (the longest lease TTL known) for holders to re-register",
+            )
             self.S["capacity"] = self._resume_level()
-        if hold > 0:
+        if others > 0:
+            self._hold_for(
+                notice, f"created while {others} other clients listen: holding {notice} ms for them to re-register"
+            )
+        if self.S.get("hold_until", 0) > 0:
             self._reborn()  # what the fleet spent before the loss is not known
-            self.S["not_before"] = self.now + hold
         self._touch_all()
-        return [SCHEMA, "created", epoch, *self._config_pairs()]
+        return [SCHEMA, "created", epoch, ttl, *self._config_pairs()]
 
     def _config_pairs(self) -> list[str]:
         """The stored config as init.lua answers it: name, stored string (HGETALL order)."""
@@ -1018,6 +1045,7 @@ class Model:
         return self._status_reply()
 
     def _op_resume(self, a: list[str]) -> list[Any]:
+        lift = (a[0] if a else "") == "lift-hold"
         if self.state is None:
             return [SCHEMA, "missing"]
         S = self.S
@@ -1027,7 +1055,10 @@ class Model:
                 self._resume(S["saved_capacity"])
             else:
                 self._resume(self._resume_level())
-        S["not_before"] = 0
+        recovery = S.get("hold_until", 0)
+        if recovery > self.now and lift:
+            S["hold_until"], S["hold_reason"], recovery = 0, "", 0
+        S["not_before"] = recovery if recovery > self.now else 0
         self._reclaim(force=True)
         self._grant()
         return self._status_reply()
