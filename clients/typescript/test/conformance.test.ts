@@ -39,10 +39,11 @@ const data = JSON.parse(readFileSync(new URL("../../../../tests/conformance/vect
 const TYPES = new Map<string, string>(KEYS.map(([k, t]) => [k, t]));
 
 function comparable(op: string, reply: unknown[]): unknown {
-  if (op !== "init" || reply.length <= 3) return reply;
+  // init's name, value pairs from the 5th element on (after the epoch and ttl_max) compare as a map
+  if (op !== "init" || reply.length <= 4) return reply;
   const pairs: Record<string, unknown> = {};
-  for (let i = 3; i + 1 < reply.length; i += 2) pairs[String(reply[i])] = reply[i + 1];
-  return [...reply.slice(0, 3), pairs];
+  for (let i = 4; i + 1 < reply.length; i += 2) pairs[String(reply[i])] = reply[i + 1];
+  return [...reply.slice(0, 4), pairs];
 }
 
 function strings(value: unknown): unknown {
@@ -157,6 +158,7 @@ test("the Lua answers as the vectors say, and this package reads every reply", a
               const key = keys.byName[name]!;
               if (TYPES.get(name) === "hash") {
                 const got = await client.hgetall(key);
+                delete got["origin"]; // the state's origin names the Redis server that wrote it: no vector can
                 assert.deepEqual(Object.keys(got).sort(), Object.keys(want).sort(), `${where}: ${name}'s fields`);
                 for (const [field, value] of Object.entries(want)) {
                   if (typeof value === "number") assert.equal(Number(got[field]), value, `${where}: ${name}.${field}`);
