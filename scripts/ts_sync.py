@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from governor import backoff, classify, estimate, headers, protocol, scripts  # noqa: E402
 from governor.budgets import KINDS as BUDGET_KINDS  # noqa: E402
-from governor.budgets import config_field  # noqa: E402
+from governor.budgets import MAX_TOKENS, config_field  # noqa: E402
 from governor.config import GovernorConfig, RetryPolicy  # noqa: E402
 from governor.core import NOTICE_HOLD  # noqa: E402
 from governor.policies import REGISTRY  # noqa: E402
@@ -40,6 +40,68 @@ GENERATED = PACKAGE / "src" / "generated.ts"
 
 def _const(name: str, value: Any, doc: str) -> str:
     return f"/** {doc} */\nexport const {name} = {json.dumps(value, indent=2, ensure_ascii=False)} as const;\n"
+
+
+#: configs whose stored pairs the Node client must write exactly as Python does:
+#: the Node options (camel-cased, seconds) and the Python GovernorConfig arguments
+SAMPLES: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
+    ({}, {}),
+    (
+        {
+            "maxCapacity": 7,
+            "policy": "seed",
+            "window": 10.5,
+            "resumeFraction": 0.5,
+            "aging": None,
+            "tenantWeights": {"b": 2, "a": 3},
+            "tenantCaps": {"a": 1},
+            "reserve": 2,
+            "requestsPerMinute": 60,
+            "idleExpiry": 3600.0,
+        },
+        {
+            "max_capacity": 7,
+            "policy": "seed",
+            "window": 10.5,
+            "resume_fraction": 0.5,
+            "aging": None,
+            "tenant_weights": {"b": 2, "a": 3},
+            "tenant_caps": {"a": 1},
+            "reserve": 2,
+            "requests_per_minute": 60,
+            "idle_expiry": 3600.0,
+        },
+    ),
+    (
+        {"window": 8.0, "priorities": ["hi", "lo"], "defaultPriority": "lo", "tokensPerMinute": 9000, "aging": 2.5},
+        {"window": 8.0, "priorities": ("hi", "lo"), "default_priority": "lo", "tokens_per_minute": 9000, "aging": 2.5},
+    ),
+)
+
+
+#: requests whose estimate the Node client must make exactly as Python does
+ESTIMATE_BODIES: tuple[tuple[str, str], ...] = (
+    ("/v1/chat/completions", '{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":50}'),
+    (
+        "/v1/chat/completions",
+        '{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text",'
+        '"text":"what is this?"},{"type":"image_url","image_url":{"url":"data:x"}}]}],"n":2,"tools":[{"type":'
+        '"function","function":{"name":"f","parameters":{}}}]}',
+    ),
+    ("/v1/messages", '{"model":"m","system":"sys","max_tokens":64,"messages":[{"role":"user","content":"héllo 🌍"}]}'),
+    ("/v1/completions", '{"model":"m","prompt":[1,2,3,4],"best_of":3}'),
+    ("/v1/embeddings", '{"model":"m","input":["a b c","d e"]}'),
+    (
+        "/v1/responses",
+        '{"model":"m","input":"hi","instructions":"x","max_output_tokens":7,"text":{"format":{"type":"text"}}}',
+    ),
+    ("/v1/chat/completions", "not json at all"),
+    ("/v1/chat/completions", ""),
+)
+
+
+def _pair(tokens: Any) -> list[int]:
+    return [tokens.input, tokens.output]
 
 
 def generated() -> str:
@@ -101,6 +163,11 @@ def generated() -> str:
         _const("BUDGET_CONFIG_FIELDS", {k: config_field(k) for k in BUDGET_KINDS}, "each budget's config field"),
         _const("POLICIES", policies, "each policy's stored fields at the default window, and those that follow it"),
         _const(
+            "CONFIG_SAMPLES",
+            [{"options": node, "pairs": GovernorConfig(**py).script_fields()} for node, py in SAMPLES],
+            "Node options and the init pairs the Python client writes for the same config",
+        ),
+        _const(
             "NOTICE_HOLD",
             NOTICE_HOLD,
             "seconds a new state holds when others listen (init's notice_ms, capped by poll)",
@@ -122,9 +189,33 @@ def generated() -> str:
             {name: [kind, what] for name, (kind, what, _) in headers.FIGURES.items() if what != "reset"},
             "rate-limit headers read into report's limits: name -> [budget kind, 'limit' | 'remaining']",
         ),
-        _const("CHARS_PER_TOKEN", estimate.CHARS_PER_TOKEN, "the request estimate's characters per token"),
-        _const("DEFAULT_OUTPUT_TOKENS", estimate.DEFAULT_OUTPUT_TOKENS, "output estimate when no max is named"),
-        _const("OUTPUT_FIELDS", list(estimate.OUTPUT_FIELDS), "request fields naming the most output tokens"),
+        _const(
+            "ESTIMATE",
+            {
+                "charsPerToken": estimate.CHARS_PER_TOKEN,
+                "messageOverhead": estimate.MESSAGE_OVERHEAD,
+                "requestOverhead": estimate.REQUEST_OVERHEAD,
+                "mediaTokens": estimate.MEDIA_TOKENS,
+                "defaultOutputTokens": estimate.DEFAULT_OUTPUT_TOKENS,
+                "legacyCompletionsDefault": estimate.LEGACY_COMPLETIONS_DEFAULT,
+                "maxChoices": estimate.MAX_CHOICES,
+                "maxTokens": MAX_TOKENS,
+                "outputFields": list(estimate.OUTPUT_FIELDS),
+                "textFields": list(estimate.TEXT_FIELDS),
+                "schemaFields": list(estimate.SCHEMA_FIELDS),
+                "mediaKeys": sorted(estimate.MEDIA_KEYS),
+                "uncountedKeys": sorted(estimate.UNCOUNTED_KEYS),
+            },
+            "the request estimate's rule (governor/estimate.py)",
+        ),
+        _const(
+            "ESTIMATE_SAMPLES",
+            [
+                {"path": path, "body": body, "tokens": _pair(estimate.estimate_request(body, path))}
+                for path, body in ESTIMATE_BODIES
+            ],
+            "request bodies and the tokens the Python estimate reserves for them",
+        ),
     ]
     return "\n".join(parts)
 

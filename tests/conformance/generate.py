@@ -220,6 +220,16 @@ def describe(name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, 
         return {"reason": args[0], "duration": args[1]}
     if name == "set_max_capacity":
         return {"n": args[0]}
+    if name == "set_shares":  # unset ones keep the stored config's
+        return {
+            "tenant_weights": kw.get("tenant_weights"),
+            "default_weight": kw.get("default_weight"),
+            "aging": kw.get("aging", "unchanged"),
+            "tenant_caps": kw.get("tenant_caps"),
+            "reserve": kw.get("reserve"),
+        }
+    if name == "reset":  # with_config: store this client's own config
+        return {"with_config": args[0]}
     return None
 
 
@@ -472,6 +482,7 @@ SCENARIOS: list[tuple[str, str, GovernorConfig, list[Step]]] = [
         ),
         [
             init,
+            acquire("big", wait=False, tokens=Tokens(5000, 0)),  # above the tokens budget's whole limit
             acquire("a", wait=False, tokens=Tokens(300, 100)),
             op("report", Outcome.SUCCESS, None, "a", None, release=True, usage=Tokens(50, 50)),
             acquire("b", wait=False, tokens=Tokens(200, 0)),

@@ -289,6 +289,190 @@ export const POLICIES = {
   }
 } as const;
 
+/** Node options and the init pairs the Python client writes for the same config */
+export const CONFIG_SAMPLES = [
+  {
+    "options": {},
+    "pairs": [
+      "policy",
+      "adaptive",
+      "max_capacity",
+      "128",
+      "window_ms",
+      "60000",
+      "resume_fraction",
+      "0.25",
+      "retry_after_cap_ms",
+      "60000",
+      "idle_ms",
+      "86400000",
+      "log_length",
+      "10000",
+      "priorities",
+      "interactive,default,batch",
+      "default_priority",
+      "default",
+      "aging_ms",
+      "30000",
+      "tenant_weights",
+      "",
+      "default_weight",
+      "1",
+      "tenant_caps",
+      "",
+      "reserve",
+      "0",
+      "requests_per_minute",
+      "0",
+      "tokens_per_minute",
+      "0",
+      "input_tokens_per_minute",
+      "0",
+      "output_tokens_per_minute",
+      "0",
+      "pause_count",
+      "4",
+      "pause_ratio",
+      "0.5",
+      "increase_successes",
+      "3",
+      "cut_factor",
+      "0.9",
+      "probe_ms",
+      "15000"
+    ]
+  },
+  {
+    "options": {
+      "maxCapacity": 7,
+      "policy": "seed",
+      "window": 10.5,
+      "resumeFraction": 0.5,
+      "aging": null,
+      "tenantWeights": {
+        "b": 2,
+        "a": 3
+      },
+      "tenantCaps": {
+        "a": 1
+      },
+      "reserve": 2,
+      "requestsPerMinute": 60,
+      "idleExpiry": 3600.0
+    },
+    "pairs": [
+      "policy",
+      "seed",
+      "max_capacity",
+      "7",
+      "window_ms",
+      "10500",
+      "resume_fraction",
+      "0.5",
+      "retry_after_cap_ms",
+      "60000",
+      "idle_ms",
+      "3600000",
+      "log_length",
+      "10000",
+      "priorities",
+      "interactive,default,batch",
+      "default_priority",
+      "default",
+      "aging_ms",
+      "0",
+      "tenant_weights",
+      "a=3,b=2",
+      "default_weight",
+      "1",
+      "tenant_caps",
+      "a=1",
+      "reserve",
+      "2",
+      "requests_per_minute",
+      "60",
+      "tokens_per_minute",
+      "0",
+      "input_tokens_per_minute",
+      "0",
+      "output_tokens_per_minute",
+      "0",
+      "decrease_count",
+      "2",
+      "decrease_ratio",
+      "0.3",
+      "ratio_min_attempts",
+      "2",
+      "decrease_factor",
+      "0.5",
+      "pause_count",
+      "4",
+      "increase_successes",
+      "3"
+    ]
+  },
+  {
+    "options": {
+      "window": 8.0,
+      "priorities": [
+        "hi",
+        "lo"
+      ],
+      "defaultPriority": "lo",
+      "tokensPerMinute": 9000,
+      "aging": 2.5
+    },
+    "pairs": [
+      "policy",
+      "adaptive",
+      "max_capacity",
+      "128",
+      "window_ms",
+      "8000",
+      "resume_fraction",
+      "0.25",
+      "retry_after_cap_ms",
+      "60000",
+      "idle_ms",
+      "86400000",
+      "log_length",
+      "10000",
+      "priorities",
+      "hi,lo",
+      "default_priority",
+      "lo",
+      "aging_ms",
+      "2500",
+      "tenant_weights",
+      "",
+      "default_weight",
+      "1",
+      "tenant_caps",
+      "",
+      "reserve",
+      "0",
+      "requests_per_minute",
+      "0",
+      "tokens_per_minute",
+      "9000",
+      "input_tokens_per_minute",
+      "0",
+      "output_tokens_per_minute",
+      "0",
+      "pause_count",
+      "4",
+      "pause_ratio",
+      "0.5",
+      "increase_successes",
+      "3",
+      "cut_factor",
+      "0.9",
+      "probe_ms",
+      "2000"
+    ]
+  }
+] as const;
+
 /** seconds a new state holds when others listen (init's notice_ms, capped by poll) */
 export const NOTICE_HOLD = 0.5 as const;
 
@@ -400,15 +584,115 @@ export const HEADER_FIGURES = {
   ]
 } as const;
 
-/** the request estimate's characters per token */
-export const CHARS_PER_TOKEN = 4 as const;
+/** the request estimate's rule (governor/estimate.py) */
+export const ESTIMATE = {
+  "charsPerToken": 4,
+  "messageOverhead": 4,
+  "requestOverhead": 3,
+  "mediaTokens": 1000,
+  "defaultOutputTokens": 1024,
+  "legacyCompletionsDefault": 16,
+  "maxChoices": 128,
+  "maxTokens": 9007199254740992,
+  "outputFields": [
+    "max_completion_tokens",
+    "max_output_tokens",
+    "max_tokens"
+  ],
+  "textFields": [
+    "messages",
+    "system",
+    "input",
+    "instructions",
+    "prompt"
+  ],
+  "schemaFields": [
+    "tools",
+    "functions",
+    "response_format",
+    "text"
+  ],
+  "mediaKeys": [
+    "file",
+    "file_data",
+    "file_id",
+    "file_url",
+    "image",
+    "image_url",
+    "input_audio",
+    "source"
+  ],
+  "uncountedKeys": [
+    "cache_control",
+    "role",
+    "type"
+  ]
+} as const;
 
-/** output estimate when no max is named */
-export const DEFAULT_OUTPUT_TOKENS = 1024 as const;
-
-/** request fields naming the most output tokens */
-export const OUTPUT_FIELDS = [
-  "max_completion_tokens",
-  "max_output_tokens",
-  "max_tokens"
+/** request bodies and the tokens the Python estimate reserves for them */
+export const ESTIMATE_SAMPLES = [
+  {
+    "path": "/v1/chat/completions",
+    "body": "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hello there\"}],\"max_tokens\":50}",
+    "tokens": [
+      10,
+      50
+    ]
+  },
+  {
+    "path": "/v1/chat/completions",
+    "body": "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"what is this?\"},{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:x\"}}]}],\"n\":2,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]}",
+    "tokens": [
+      1032,
+      2048
+    ]
+  },
+  {
+    "path": "/v1/messages",
+    "body": "{\"model\":\"m\",\"system\":\"sys\",\"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":\"héllo 🌍\"}]}",
+    "tokens": [
+      10,
+      64
+    ]
+  },
+  {
+    "path": "/v1/completions",
+    "body": "{\"model\":\"m\",\"prompt\":[1,2,3,4],\"best_of\":3}",
+    "tokens": [
+      7,
+      48
+    ]
+  },
+  {
+    "path": "/v1/embeddings",
+    "body": "{\"model\":\"m\",\"input\":[\"a b c\",\"d e\"]}",
+    "tokens": [
+      5,
+      0
+    ]
+  },
+  {
+    "path": "/v1/responses",
+    "body": "{\"model\":\"m\",\"input\":\"hi\",\"instructions\":\"x\",\"max_output_tokens\":7,\"text\":{\"format\":{\"type\":\"text\"}}}",
+    "tokens": [
+      11,
+      7
+    ]
+  },
+  {
+    "path": "/v1/chat/completions",
+    "body": "not json at all",
+    "tokens": [
+      4,
+      1024
+    ]
+  },
+  {
+    "path": "/v1/chat/completions",
+    "body": "",
+    "tokens": [
+      0,
+      0
+    ]
+  }
 ] as const;
