@@ -44,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, UsageTooLarge
 
 #: the budget kinds, in the order the scripts take them
 KINDS: tuple[str, ...] = ("requests", "tokens", "input_tokens", "output_tokens")
@@ -54,6 +54,12 @@ SOURCES: tuple[str, ...] = ("configured", "header", "learned")
 
 #: a reservation or usage above this is refused (2^53 keeps Lua exact)
 MAX_TOKENS = 2**53
+
+#: a reported usage above this (input + output tokens of one call) is refused by
+#: the client (UsageTooLarge): a thousand times the largest context window, so
+#: only a counting bug reaches it. The scripts bound a bucket's debt anyway (one
+#: burst's worth below zero), so even a figure under it cannot stall the fleet.
+MAX_USAGE = 10**9
 
 
 def _count(name: str, value: object) -> int:
@@ -91,7 +97,8 @@ class Tokens:
         return cls(input=_count(what, value))
 
     def cost(self, kind: str) -> int:
-        """What a lease of these tokens takes from budget ``kind``."""
+        """What a lease of these tokens takes from budget ``kind`` (the Lua's
+        costs are generated from it: governor/scripts.py)."""
         if kind == "requests":
             return 1
         if kind == "tokens":
@@ -105,6 +112,16 @@ class Tokens:
     def arg(self) -> str:
         """The scripts' form: ``"input,output"``."""
         return f"{self.input},{self.output}"
+
+    def as_usage(self) -> Tokens:
+        """Itself, checked as a call's reported usage: UsageTooLarge (a
+        ConfigError) beyond MAX_USAGE tokens."""
+        if self.total > MAX_USAGE:
+            raise UsageTooLarge(
+                f"usage of {self.total} tokens ({self.input} in, {self.output} out) is beyond any call's "
+                f"(at most {MAX_USAGE:,}): check how the usage is counted; nothing was reported"
+            )
+        return self
 
 
 def config_field(kind: str) -> str:
@@ -122,17 +139,6 @@ class Budget:
     level: float  #: what it holds now (below zero: charged beyond a reservation)
     reserved: int  #: taken by the leases in flight (their estimates, not yet settled)
     source: str  #: one of SOURCES
-
-    @property
-    def per_second(self) -> float:
-        """The refill rate."""
-        return self.limit / 60.0
-
-    def seconds_until(self, cost: int) -> float:
-        """How long until the bucket holds ``cost`` (0 if it does)."""
-        if self.level >= cost:
-            return 0.0
-        return (cost - self.level) / self.per_second if self.limit else float("inf")
 
 
 def parse_budgets(flat: Any, text: Any) -> tuple[Budget, ...]:

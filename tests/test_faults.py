@@ -299,19 +299,19 @@ def test_interrupted_as_acquire_returns(fast_gov: Governor, monkeypatch: pytest.
 
 def test_interrupted_while_releasing_returns_the_slot_by_ttl(fast_gov: Governor) -> None:
     lease = fast_gov.acquire(timeout=5)
-    original_run = fast_gov._run
+    original_run = fast_gov._connection.run
 
     def never_sent(call: Any) -> Any:  # the release is interrupted before Redis sees it
         if call.script == "release":
             raise Interrupt
         return original_run(call)
 
-    fast_gov._run = never_sent  # type: ignore[method-assign]
+    fast_gov._connection.run = never_sent  # type: ignore[method-assign]
     try:
         with pytest.raises(Interrupt):
             lease.release()
     finally:
-        fast_gov._run = original_run  # type: ignore[method-assign]
+        fast_gov._connection.run = original_run  # type: ignore[method-assign]
     started = time.monotonic()
     wait_until(lambda: fast_gov.status().in_flight == 0, 5, what="the unreleased slot to expire")
     figure("release interrupted: slot home after", time.monotonic() - started)
