@@ -268,6 +268,37 @@ def test_every_command_the_pages_name_exists() -> None:
     assert not unknown, f"no such command of python -m bench: {unknown}"
 
 
+def table_after(text: str, header: str) -> list[list[str]]:
+    """The rows (cells) of the markdown table whose header line is ``header``."""
+    table = text[text.index(header) :].split("\n\n")[0]
+    return [row.strip("|").split(" | ") for row in table.splitlines()[2:]]
+
+
+def test_the_configuration_tables_list_every_field() -> None:
+    """docs/usage.md lists every field of GovernorConfig and of each policy,
+    and nothing else."""
+    import dataclasses
+
+    from governor import GovernorConfig
+    from governor.policies import REGISTRY
+
+    text = (DOCS / "usage.md").read_text(encoding="utf-8")
+    documented = [
+        name
+        for cells in table_after(text, "| field | default | meaning |")
+        for name in re.findall(r"`(\w+)`", cells[0])
+    ]
+    assert sorted(documented) == sorted(f.name for f in dataclasses.fields(GovernorConfig))
+    by_policy: dict[str, set[str]] = {}
+    current = ""
+    for cells in table_after(text, "| policy | field | default | meaning |"):
+        current = re.sub(r"\W", "", cells[0]) or current
+        by_policy.setdefault(current, set()).update(re.findall(r"`(\w+)`", cells[1]))
+    for policy in REGISTRY.values():
+        names = {f.name for f in dataclasses.fields(policy)}
+        assert by_policy[policy.__name__] == names, policy.__name__
+
+
 def operating_fields(hash_name: str) -> list[str]:
     """The first column of docs/operating.md's table of the fields of
     ``hash_name`` (a row may name several fields: `a`, `b`)."""
