@@ -117,7 +117,6 @@ def generated() -> str:
         _const("QUOTA_CODES", sorted(classify.QUOTA_CODES), "error codes and types: the account cannot pay"),
         _const("QUOTA_PHRASES", list(classify.QUOTA_PHRASES), "billing errors sent as prose (lower-cased)"),
         _const("RATE_LIMIT_CODES", sorted(classify.RATE_LIMIT_CODES), "error codes: throttled or overloaded"),
-        _const("RATE_LIMIT_STATUSES", sorted(classify.RATE_LIMIT_STATUSES), "statuses: throttled or overloaded"),
         _const(
             "HEADER_FIGURES",
             {name: [kind, what] for name, (kind, what, _) in headers.FIGURES.items() if what != "reset"},

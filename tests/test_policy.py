@@ -875,7 +875,7 @@ def test_fixed_retry_after_still_holds_the_fleet(make_gov: MakeGov, clock) -> No
     gov.report(R, retry_after=5)
     st = gov.status()
     assert st.holding and st.not_before == pytest.approx(clock.now + 5)
-    assert st.capacity == 5 and st.blocked == "holding until the provider's retry-after"
+    assert st.capacity == 5 and st.blocked == "holding until the provider's retry-after (ends in 5.0 s)"
     assert gov.try_acquire() is None
     gov.report(R, retry_after=3600)  # capped at 20 s
     assert gov.status().not_before == pytest.approx(clock.now + 20)

@@ -53,6 +53,8 @@ class _Waiter:
         self.error: GovernorError | None = None
         self.reason = ""
         self.position = -1
+        #: its acquire had a slot to go out on (until then, Redis has not heard of it)
+        self.sent = False
 
 
 class _Background:
@@ -278,10 +280,10 @@ class _Background:
                         waiter.granted = Granted(fence, result.epoch, remaining)
                         waiter.deadline = sent_at + remaining
                         waiter.event.set()
-                for lease_id in result.queued:
+                for lease_id, (position, why) in result.queued.items():
                     waiter = self._waiters.get(lease_id)
                     if waiter is not None:
-                        waiter.confirmed_at, waiter.reason = sent_at, result.reason
+                        waiter.confirmed_at, waiter.reason, waiter.position = sent_at, why, position
                 for lease_id in result.unknown:
                     waiter = self._waiters.get(lease_id)
                     if waiter is not None:
@@ -295,7 +297,7 @@ class _Background:
         for start in range(0, len(leases), BATCH):
             chunk = leases[start : start + BATCH]
             sent_at = self._gov._core.local_now()
-            call = self._gov._core.renew([(lease.id, lease.epoch, lease.holder) for lease in chunk])
+            call = self._gov._core.renew([lease._renewal() for lease in chunk])
             result: Renewed = await self._gov._execute(call, slot=False)
             by_id = {lease.id: lease for lease in chunk}
             for lease_id in result.ok:

@@ -18,6 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import redis.asyncio.cluster as redis_cluster
@@ -47,7 +48,9 @@ from ..errors import (
     GovernorError,
     GovernorNotFound,
     GovernorUnavailable,
+    HashMissing,
     LeaseLost,
+    Migrating,
     NotReplicated,
     StateError,
     duration,
@@ -55,8 +58,8 @@ from ..errors import (
 )
 from ..headers import parse as parse_headers
 
-# sync: from ._compat import Semaphore, shielded
-from ._compat import AcquireContext, Semaphore, shielded
+# sync: from ._compat import Semaphore, shielded, sleep
+from ._compat import AcquireContext, Semaphore, shielded, sleep
 from .background import _Background, _Waiter
 from .connection import Connection, client_from_url
 from .lease import NO_TOKENS, AsyncLease, _holder_label
@@ -215,7 +218,7 @@ class AsyncGovernor:
         while True:
             lease_id, granted, expires = await self._wait_for_grant(label, deadline, timeout, tokens, place)
             try:
-                claimed = await self._claim(lease_id, granted, expires, label)
+                claimed = await self._claim(lease_id, granted, expires, label, tokens, place)
                 if claimed is not None:
                     return self._hold(lease_id, *claimed, label=label, tokens=tokens, place=place)
             except NotReplicated:
@@ -239,7 +242,8 @@ class AsyncGovernor:
         try:
             await self._background.start(wait_listening=True, timeout=timeout)
             sent_at = self._core.local_now()
-            result = await self._execute(self._core.acquire(lease_id, label, wait=True, tokens=tokens, place=place))
+            call = self._core.acquire(lease_id, label, wait=True, tokens=tokens, place=place)
+            result = await self._execute(call, sending=waiter)
             waiter.enqueued, waiter.confirmed_at = True, sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             while not isinstance(result, Granted):
@@ -253,12 +257,15 @@ class AsyncGovernor:
         except GovernorUnavailable:
             raise  # no use telling an unreachable Redis; the place and any grant expire by TTL
         except BaseException:
-            await shielded(self._abandon(lease_id))
+            if waiter.sent:  # cancelled before its acquire was sent: Redis never heard of it
+                await shielded(self._abandon(lease_id))
             raise
         finally:
             self._background.remove_waiter(lease_id)
 
-    async def _claim(self, lease_id: str, granted: Granted, expires: float, label: str) -> tuple[Granted, float] | None:
+    async def _claim(
+        self, lease_id: str, granted: Granted, expires: float, label: str, tokens: Tokens, place: Place
+    ) -> tuple[Granted, float] | None:
         """Take a grant. One that may expire before the heartbeat's next
         renewal (its waiter stalled, or heard of it late) is renewed first,
         and so is one announced on pub/sub when replicas must confirm it:
@@ -267,7 +274,7 @@ class AsyncGovernor:
         if expires - self._core.local_now() > self.config.renew_interval and not (pushed and self.config.wait_replicas):
             return granted, expires
         sent_at = self._core.local_now()
-        renewed = await self._execute(self._core.renew([(lease_id, granted.epoch, label)]))
+        renewed = await self._execute(self._core.renew([(lease_id, granted.epoch, label, place, tokens)]))
         expires = sent_at + self.config.lease_ttl
         if lease_id in renewed.ok:
             return granted, expires
@@ -311,9 +318,10 @@ class AsyncGovernor:
         by which it surely lives), or the next step."""
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
+            where = "parked at its tenant's cap" if waiter.position < 0 else f"{waiter.position} ahead"
             raise AcquireTimeout(
                 f"governor {self.name!r}: no lease within {duration(timeout or 0.0)} "
-                f"({waiter.reason or 'queued'}; {waiter.position} ahead at last look)",
+                f"({waiter.reason or 'queued'}; {where} at last look)",
                 name=self.name,
             )
         slice_ = self.config.queue_ttl if remaining is None else min(remaining, self.config.queue_ttl)
@@ -339,7 +347,7 @@ class AsyncGovernor:
         """Give up a place or a grant; never raises (the TTLs clean up after us).
         Returns what was given up: 'queued', 'granted', 'none' or 'failed'."""
         try:
-            return await self._execute(self._core.cancel(lease_id))
+            return await self._execute(self._core.cancel(lease_id), urgent=True)
         except GovernorError as error:
             log.warning(
                 "governor %r: cancel of %s failed (%s); its place expires by itself", self.name, lease_id, error
@@ -417,7 +425,7 @@ class AsyncGovernor:
         if not await self._forget(lease):
             return False
         # Shielded: a caller cancelled while releasing must not leak the slot.
-        await shielded(self._execute(self._core.release(lease.id)))
+        await shielded(self._execute(self._core.release(lease.id), urgent=True))
         return True
 
     # -- calls under the limit --------------------------------------------------------------
@@ -484,6 +492,7 @@ class AsyncGovernor:
         release: bool = False,
         usage: Tokens | None = None,
         headers: Mapping[str, str] | None = None,
+        refusals_count: bool = True,
     ) -> None:
         """Feed one provider outcome to the fleet's policy and budgets.
 
@@ -496,10 +505,17 @@ class AsyncGovernor:
         call used) settles the lease's reservation; ``headers`` (the
         response's) calibrate the budgets from the provider's rate-limit
         headers (governor/headers.py; unreadable ones change nothing and are
-        counted, never raised).
+        counted, never raised). A rate-limited outcome clamps the fleet's
+        buckets to 0 (as a remaining of 0 would) unless its headers say what
+        remains; ``refusals_count`` (the provider profile's) says whether the
+        provider counted the refused call: its reservation is then spent,
+        else given back before the clamp. A usage beyond MAX_USAGE raises
+        UsageTooLarge.
         """
         if usage is not None and not isinstance(usage, Tokens):
             raise ConfigError(f"usage must be a Tokens (input and output tokens) or None, got {usage!r}")
+        if usage is not None:
+            usage.as_usage()  # before the lease is given up: a refused report changes nothing
         limits = self._limits(headers)
         if lease is not None and lease._governor is not self:
             raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
@@ -511,10 +527,19 @@ class AsyncGovernor:
             if not lease.released:  # a lease released before its report is not checked
                 lease_id = lease.id
         releasing = release and lease is not None and await self._forget(lease)
-        call = self._core.report(outcome, retry_after, lease_id, fence, release=releasing, usage=usage, limits=limits)
+        call = self._core.report(
+            outcome,
+            retry_after,
+            lease_id,
+            fence,
+            release=releasing,
+            usage=usage,
+            limits=limits,
+            refusals_count=refusals_count,
+        )
         try:
             # Shielded when it releases: a caller cancelled meanwhile must not leak the slot.
-            recorded = await shielded(self._execute(call)) if releasing else await self._execute(call)
+            recorded = await shielded(self._execute(call, urgent=True)) if releasing else await self._execute(call)
         except GovernorUnavailable as error:
             if self.config.on_unavailable != "local":
                 raise
@@ -545,8 +570,14 @@ class AsyncGovernor:
     async def status(self, *, create: bool = True) -> Status:
         """The governor's state, read-only in Redis. A governor that does not
         exist yet is created from this object's config, unless ``create`` is
-        False: then GovernorNotFound is raised (what operator tools want)."""
-        return self._found(await self._execute(self._core.status(create)))
+        False: then GovernorNotFound is raised (what operator tools want).
+        While this object's grants are not confirmed by ``wait_replicas``
+        replicas, ``blocked`` says so."""
+        status = self._found(await self._execute(self._core.status(create)))
+        unconfirmed = self._connection.unconfirmed_within(self.config.lease_ttl)
+        if unconfirmed is not None:
+            status = replace(status, blocked=unconfirmed + (f"; {status.blocked}" if status.blocked else ""))
+        return status
 
     async def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
         """Change the ceiling, keeping what the policy learnt: a lower one
@@ -582,15 +613,17 @@ class AsyncGovernor:
         ``resume()`` or for ``duration`` seconds."""
         return self._found(await self._execute(self._core.pause(reason, duration, create)))
 
-    async def resume(self, *, create: bool = True) -> Status:
-        """Lift any pause and any Retry-After hold."""
-        return self._found(await self._execute(self._core.resume(create)))
+    async def resume(self, *, lift_recovery_hold: bool = False, create: bool = True) -> Status:
+        """Lift any pause and any Retry-After hold. A recovery hold (after a
+        loss: ``Status.hold_until``) stays unless ``lift_recovery_hold``:
+        holders from before the loss may still run unseen until it ends."""
+        return self._found(await self._execute(self._core.resume(create, lift_recovery_hold)))
 
     async def reset(self, *, create: bool = True) -> Status:
-        """Forget what the policy learnt (window, pause, hold, adaptive memory);
-        capacity goes back to max_capacity (the adaptive policy: to its slow
-        start from the resume level). The stored config, holders and
-        waiters are kept."""
+        """Forget what the policy learnt (window, pause, Retry-After hold,
+        adaptive memory); capacity goes back to max_capacity (the adaptive
+        policy: to its slow start from the resume level). The stored config,
+        holders, waiters and a recovery hold are kept."""
         return self._found(await self._execute(self._core.reset(with_config=False, create=create)))
 
     async def configure(self, *, create: bool = True) -> Status:
@@ -613,16 +646,25 @@ class AsyncGovernor:
 
     # -- plumbing -----------------------------------------------------------------
 
-    async def _execute(self, call: Call[T], *, slot: bool = True) -> T:
+    async def _execute(
+        self, call: Call[T], *, slot: bool = True, sending: _Waiter | None = None, urgent: bool = False
+    ) -> T:
         """Run one script; when the state is missing, re-create it and run
         again. ``slot``: a caller's call, one of at most ``redis_connections``
-        at once (the background worker has a connection of its own)."""
+        at once (the background worker has a connection of its own).
+        ``sending``: the waiter whose id the call carries, marked sent once
+        the call has its slot (a caller cancelled before has nothing to give
+        back). ``urgent``: a call that gives a slot back (release, cancel, a
+        releasing report) goes ahead of the callers waiting for a slot, so a
+        crowd of new acquires never holds up the capacity they wait for."""
         if slot:
-            await self._slots.acquire(None)
+            await self._slots.acquire(None, urgent=urgent)
+        if sending is not None:
+            sending.sent = True
         try:
             if call.recreate and self._core.stored_config is None:
                 await self._init()  # the first call learns the stored config (or creates the state)
-            result = await self._connection.run(call)
+            result = await self._run_repaired(call)
             if result is MISSING:
                 if not call.recreate:
                     return call.if_missing  # type: ignore[no-any-return]
@@ -634,6 +676,24 @@ class AsyncGovernor:
         finally:
             if slot:
                 self._slots.release()
+
+    async def _run_repaired(self, call: Call[T]) -> Any:
+        """Run ``call``; a config or policy hash lost while the state stayed
+        is stored again (init) and the call made again; a cluster slot that
+        is migrating is asked again for up to ``redis_timeout``."""
+        give_up = time.monotonic() + self.config.redis_timeout
+        pause = 0.005
+        while True:
+            try:
+                return await self._connection.run(call)
+            except HashMissing:
+                await self._init()
+                return await self._connection.run(call)
+            except Migrating:
+                if time.monotonic() + pause > give_up:
+                    raise
+                await sleep(pause)
+                pause = min(pause * 2, 0.1)
 
     async def _init(self) -> str:
         """Create the state if it is missing (init.lua) and learn the stored

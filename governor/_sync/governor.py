@@ -9,6 +9,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import redis.cluster as redis_cluster
@@ -38,7 +39,9 @@ from ..errors import (
     GovernorError,
     GovernorNotFound,
     GovernorUnavailable,
+    HashMissing,
     LeaseLost,
+    Migrating,
     NotReplicated,
     StateError,
     duration,
@@ -46,7 +49,7 @@ from ..errors import (
 )
 from ..headers import parse as parse_headers
 
-from ._compat import Semaphore, shielded
+from ._compat import Semaphore, shielded, sleep
 from .background import _Background, _Waiter
 from .connection import Connection, client_from_url
 from .lease import NO_TOKENS, Lease, _holder_label
@@ -203,7 +206,7 @@ class Governor:
         while True:
             lease_id, granted, expires = self._wait_for_grant(label, deadline, timeout, tokens, place)
             try:
-                claimed = self._claim(lease_id, granted, expires, label)
+                claimed = self._claim(lease_id, granted, expires, label, tokens, place)
                 if claimed is not None:
                     return self._hold(lease_id, *claimed, label=label, tokens=tokens, place=place)
             except NotReplicated:
@@ -227,7 +230,8 @@ class Governor:
         try:
             self._background.start(wait_listening=True, timeout=timeout)
             sent_at = self._core.local_now()
-            result = self._execute(self._core.acquire(lease_id, label, wait=True, tokens=tokens, place=place))
+            call = self._core.acquire(lease_id, label, wait=True, tokens=tokens, place=place)
+            result = self._execute(call, sending=waiter)
             waiter.enqueued, waiter.confirmed_at = True, sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             while not isinstance(result, Granted):
@@ -241,12 +245,15 @@ class Governor:
         except GovernorUnavailable:
             raise  # no use telling an unreachable Redis; the place and any grant expire by TTL
         except BaseException:
-            shielded(self._abandon(lease_id))
+            if waiter.sent:  # cancelled before its acquire was sent: Redis never heard of it
+                shielded(self._abandon(lease_id))
             raise
         finally:
             self._background.remove_waiter(lease_id)
 
-    def _claim(self, lease_id: str, granted: Granted, expires: float, label: str) -> tuple[Granted, float] | None:
+    def _claim(
+        self, lease_id: str, granted: Granted, expires: float, label: str, tokens: Tokens, place: Place
+    ) -> tuple[Granted, float] | None:
         """Take a grant. One that may expire before the heartbeat's next
         renewal (its waiter stalled, or heard of it late) is renewed first,
         and so is one announced on pub/sub when replicas must confirm it:
@@ -255,7 +262,7 @@ class Governor:
         if expires - self._core.local_now() > self.config.renew_interval and not (pushed and self.config.wait_replicas):
             return granted, expires
         sent_at = self._core.local_now()
-        renewed = self._execute(self._core.renew([(lease_id, granted.epoch, label)]))
+        renewed = self._execute(self._core.renew([(lease_id, granted.epoch, label, place, tokens)]))
         expires = sent_at + self.config.lease_ttl
         if lease_id in renewed.ok:
             return granted, expires
@@ -299,9 +306,10 @@ class Governor:
         by which it surely lives), or the next step."""
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
+            where = "parked at its tenant's cap" if waiter.position < 0 else f"{waiter.position} ahead"
             raise AcquireTimeout(
                 f"governor {self.name!r}: no lease within {duration(timeout or 0.0)} "
-                f"({waiter.reason or 'queued'}; {waiter.position} ahead at last look)",
+                f"({waiter.reason or 'queued'}; {where} at last look)",
                 name=self.name,
             )
         slice_ = self.config.queue_ttl if remaining is None else min(remaining, self.config.queue_ttl)
@@ -327,7 +335,7 @@ class Governor:
         """Give up a place or a grant; never raises (the TTLs clean up after us).
         Returns what was given up: 'queued', 'granted', 'none' or 'failed'."""
         try:
-            return self._execute(self._core.cancel(lease_id))
+            return self._execute(self._core.cancel(lease_id), urgent=True)
         except GovernorError as error:
             log.warning(
                 "governor %r: cancel of %s failed (%s); its place expires by itself", self.name, lease_id, error
@@ -405,7 +413,7 @@ class Governor:
         if not self._forget(lease):
             return False
         # Shielded: a caller cancelled while releasing must not leak the slot.
-        shielded(self._execute(self._core.release(lease.id)))
+        shielded(self._execute(self._core.release(lease.id), urgent=True))
         return True
 
     # -- calls under the limit --------------------------------------------------------------
@@ -470,6 +478,7 @@ class Governor:
         release: bool = False,
         usage: Tokens | None = None,
         headers: Mapping[str, str] | None = None,
+        refusals_count: bool = True,
     ) -> None:
         """Feed one provider outcome to the fleet's policy and budgets.
 
@@ -482,10 +491,17 @@ class Governor:
         call used) settles the lease's reservation; ``headers`` (the
         response's) calibrate the budgets from the provider's rate-limit
         headers (governor/headers.py; unreadable ones change nothing and are
-        counted, never raised).
+        counted, never raised). A rate-limited outcome clamps the fleet's
+        buckets to 0 (as a remaining of 0 would) unless its headers say what
+        remains; ``refusals_count`` (the provider profile's) says whether the
+        provider counted the refused call: its reservation is then spent,
+        else given back before the clamp. A usage beyond MAX_USAGE raises
+        UsageTooLarge.
         """
         if usage is not None and not isinstance(usage, Tokens):
             raise ConfigError(f"usage must be a Tokens (input and output tokens) or None, got {usage!r}")
+        if usage is not None:
+            usage.as_usage()  # before the lease is given up: a refused report changes nothing
         limits = self._limits(headers)
         if lease is not None and lease._governor is not self:
             raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
@@ -497,10 +513,19 @@ class Governor:
             if not lease.released:  # a lease released before its report is not checked
                 lease_id = lease.id
         releasing = release and lease is not None and self._forget(lease)
-        call = self._core.report(outcome, retry_after, lease_id, fence, release=releasing, usage=usage, limits=limits)
+        call = self._core.report(
+            outcome,
+            retry_after,
+            lease_id,
+            fence,
+            release=releasing,
+            usage=usage,
+            limits=limits,
+            refusals_count=refusals_count,
+        )
         try:
             # Shielded when it releases: a caller cancelled meanwhile must not leak the slot.
-            recorded = shielded(self._execute(call)) if releasing else self._execute(call)
+            recorded = shielded(self._execute(call, urgent=True)) if releasing else self._execute(call)
         except GovernorUnavailable as error:
             if self.config.on_unavailable != "local":
                 raise
@@ -531,8 +556,14 @@ class Governor:
     def status(self, *, create: bool = True) -> Status:
         """The governor's state, read-only in Redis. A governor that does not
         exist yet is created from this object's config, unless ``create`` is
-        False: then GovernorNotFound is raised (what operator tools want)."""
-        return self._found(self._execute(self._core.status(create)))
+        False: then GovernorNotFound is raised (what operator tools want).
+        While this object's grants are not confirmed by ``wait_replicas``
+        replicas, ``blocked`` says so."""
+        status = self._found(self._execute(self._core.status(create)))
+        unconfirmed = self._connection.unconfirmed_within(self.config.lease_ttl)
+        if unconfirmed is not None:
+            status = replace(status, blocked=unconfirmed + (f"; {status.blocked}" if status.blocked else ""))
+        return status
 
     def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
         """Change the ceiling, keeping what the policy learnt: a lower one
@@ -568,15 +599,17 @@ class Governor:
         ``resume()`` or for ``duration`` seconds."""
         return self._found(self._execute(self._core.pause(reason, duration, create)))
 
-    def resume(self, *, create: bool = True) -> Status:
-        """Lift any pause and any Retry-After hold."""
-        return self._found(self._execute(self._core.resume(create)))
+    def resume(self, *, lift_recovery_hold: bool = False, create: bool = True) -> Status:
+        """Lift any pause and any Retry-After hold. A recovery hold (after a
+        loss: ``Status.hold_until``) stays unless ``lift_recovery_hold``:
+        holders from before the loss may still run unseen until it ends."""
+        return self._found(self._execute(self._core.resume(create, lift_recovery_hold)))
 
     def reset(self, *, create: bool = True) -> Status:
-        """Forget what the policy learnt (window, pause, hold, adaptive memory);
-        capacity goes back to max_capacity (the adaptive policy: to its slow
-        start from the resume level). The stored config, holders and
-        waiters are kept."""
+        """Forget what the policy learnt (window, pause, Retry-After hold,
+        adaptive memory); capacity goes back to max_capacity (the adaptive
+        policy: to its slow start from the resume level). The stored config,
+        holders, waiters and a recovery hold are kept."""
         return self._found(self._execute(self._core.reset(with_config=False, create=create)))
 
     def configure(self, *, create: bool = True) -> Status:
@@ -599,16 +632,25 @@ class Governor:
 
     # -- plumbing -----------------------------------------------------------------
 
-    def _execute(self, call: Call[T], *, slot: bool = True) -> T:
+    def _execute(
+        self, call: Call[T], *, slot: bool = True, sending: _Waiter | None = None, urgent: bool = False
+    ) -> T:
         """Run one script; when the state is missing, re-create it and run
         again. ``slot``: a caller's call, one of at most ``redis_connections``
-        at once (the background worker has a connection of its own)."""
+        at once (the background worker has a connection of its own).
+        ``sending``: the waiter whose id the call carries, marked sent once
+        the call has its slot (a caller cancelled before has nothing to give
+        back). ``urgent``: a call that gives a slot back (release, cancel, a
+        releasing report) goes ahead of the callers waiting for a slot, so a
+        crowd of new acquires never holds up the capacity they wait for."""
         if slot:
-            self._slots.acquire(None)
+            self._slots.acquire(None, urgent=urgent)
+        if sending is not None:
+            sending.sent = True
         try:
             if call.recreate and self._core.stored_config is None:
                 self._init()  # the first call learns the stored config (or creates the state)
-            result = self._connection.run(call)
+            result = self._run_repaired(call)
             if result is MISSING:
                 if not call.recreate:
                     return call.if_missing  # type: ignore[no-any-return]
@@ -620,6 +662,24 @@ class Governor:
         finally:
             if slot:
                 self._slots.release()
+
+    def _run_repaired(self, call: Call[T]) -> Any:
+        """Run ``call``; a config or policy hash lost while the state stayed
+        is stored again (init) and the call made again; a cluster slot that
+        is migrating is asked again for up to ``redis_timeout``."""
+        give_up = time.monotonic() + self.config.redis_timeout
+        pause = 0.005
+        while True:
+            try:
+                return self._connection.run(call)
+            except HashMissing:
+                self._init()
+                return self._connection.run(call)
+            except Migrating:
+                if time.monotonic() + pause > give_up:
+                    raise
+                sleep(pause)
+                pause = min(pause * 2, 0.1)
 
     def _init(self) -> str:
         """Create the state if it is missing (init.lua) and learn the stored

@@ -66,6 +66,7 @@ class Lease:
         self.holder = holder  #: label shown to operators
         self.tokens = tokens  #: what the lease reserved from the budgets (settled by its report)
         where = place if place is not None else governor._core.place()
+        self._place = where
         self.priority = where.priority  #: the priority class it waited in
         self.tenant = where.tenant  #: the tenant whose share it counts in
         #: admitted by the local fallback limit while Redis was unreachable
@@ -80,6 +81,10 @@ class Lease:
     @property
     def governor(self) -> Governor:
         return self._governor
+
+    def _renewal(self) -> tuple[str, str, str, Place, Tokens]:
+        """What its renewal carries: a new state adopts it with its place and reservation."""
+        return (self.id, self.epoch, self.holder, self._place, self.tokens)
 
     @property
     def lost(self) -> bool:

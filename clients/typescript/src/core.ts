@@ -212,7 +212,8 @@ export class Core {
       if (kind !== "created" && kind !== "exists") throw this.unexpected("init", kind);
       this.seen();
       const stored: Record<string, string> = {};
-      for (let i = 1; i + 1 < rest.length; i += 2) stored[text(rest[i])] = text(rest[i + 1]);
+      // rest: epoch, ttl_max (the longest lease TTL recorded), then the stored config's pairs
+      for (let i = 2; i + 1 < rest.length; i += 2) stored[text(rest[i])] = text(rest[i + 1]);
       this.storedConfig = stored;
       return kind;
     });

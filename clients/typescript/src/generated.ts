@@ -6,7 +6,7 @@
 export const SCHEMA_VERSION = 3 as const;
 
 /** the Functions library's name: the schema and its source's hash */
-export const LIBRARY_NAME = "governor_v3_53bcfa783599" as const;
+export const LIBRARY_NAME = "governor_v3_717b03195f33" as const;
 
 /** the first part of every key */
 export const DEFAULT_PREFIX = "governor" as const;
@@ -186,6 +186,10 @@ export const STATUS_FIELDS = [
   "quota_at",
   "created",
   "blocked",
+  "hold_until",
+  "hold_reason",
+  "ttl_max",
+  "held_back",
   "budgets"
 ] as const;
 
@@ -233,7 +237,7 @@ export const CONFIG_DEFAULTS = {
   "idleExpiry": 86400.0,
   "logLength": 10000,
   "redisTimeout": 5.0,
-  "restartHold": true,
+  "restartHold": false,
   "keyPrefix": "governor",
   "priorities": [
     "interactive",
@@ -342,13 +346,6 @@ export const RATE_LIMIT_CODES = [
   "overloaded_error",
   "rate_limit_error",
   "rate_limit_exceeded"
-] as const;
-
-/** statuses: throttled or overloaded */
-export const RATE_LIMIT_STATUSES = [
-  429,
-  503,
-  529
 ] as const;
 
 /** rate-limit headers read into report's limits: name -> [budget kind, 'limit' | 'remaining'] */
