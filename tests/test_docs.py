@@ -55,6 +55,7 @@ DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 EXAMPLE_URL = "redis://localhost:6379/0"
 FENCE = re.compile(r"^```([\w+-]*)[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+SHELLS = ("sh", "bash", "shell", "console")
 NO_RUN = re.compile(r"<!--\s*no-run\b[^>]*-->[ \t]*\n$")
 
 #: what the examples leave to the reader's own code
@@ -238,16 +239,19 @@ def test_the_cli_reference_lists_every_operator_command_and_option() -> None:
 
 
 def documented_commands() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """The operator commands (`governor [options] COMMAND ...` in a code span
-    or an indented line) and the benchmark commands (`python -m bench
+    """The operator commands (`governor [options] COMMAND ...` in a code span,
+    an indented line or a shell block) and the benchmark commands (`python -m bench
     COMMAND`) the pages name, each with the pages that name it."""
     operator: dict[str, set[str]] = {}
     benchmark: dict[str, set[str]] = {}
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
         where = str(page.relative_to(ROOT))
-        for match in re.finditer(r"`governor ([^`]+)`|^ {4}governor (.+)$", text, re.M):
-            words = (match.group(1) or match.group(2)).split()
+        shell = "\n".join(fence.group(2) for fence in FENCE.finditer(text) if fence.group(1) in SHELLS)
+        spans = [m.group(1) or m.group(2) for m in re.finditer(r"`governor ([^`]+)`|^ {4}governor (.+)$", text, re.M)]
+        spans += re.findall(r"^(?:\$ )?governor (.+)$", shell, re.M)
+        for span in spans:
+            words = span.split()
             i = 0
             while i < len(words) and words[i].startswith("-"):  # the global options: --json, or one with a value
                 i += 1 if words[i] == "--json" else 2
