@@ -168,6 +168,21 @@ def test_an_example_runs_as_printed(
         assert len(provider.requests) >= 2, "the first answer was a throttle: the governor retried"
 
 
+def test_the_readme_names_every_error() -> None:
+    """The README's error tree names every exception the package exports."""
+    import governor
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    tree = text[text.index("Errors form one tree") :].split("\n\n")[0]
+    exported = {
+        name
+        for name in governor.__all__
+        if isinstance(getattr(governor, name), type) and issubclass(getattr(governor, name), Exception)
+    }
+    missing = exported - set(re.findall(r"`(\w+)`", tree))
+    assert not missing, f"not in the README's error tree: {sorted(missing)}"
+
+
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     """``mkdocs build --strict``: every link, anchor and included README
     section resolves, and every page is in the nav."""
