@@ -168,6 +168,18 @@ def test_an_example_runs_as_printed(
         assert len(provider.requests) >= 2, "the first answer was a throttle: the governor retried"
 
 
+def test_the_api_table_names_every_method() -> None:
+    """The README's API table names every public method of the governor."""
+    from governor import Governor
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text[text.index("| call | what it does |") :].split("\n\n")[0]
+    methods = {name for name, value in vars(Governor).items() if not name.startswith("_") and callable(value)}
+    methods |= {name for name in ("from_url",) if hasattr(Governor, name)}
+    missing = {name for name in methods if not re.search(rf"\b{name}\(", table)}
+    assert not missing, f"not in the README's API table: {sorted(missing)}"
+
+
 def test_the_readme_names_every_error() -> None:
     """The README's error tree names every exception the package exports."""
     import governor
