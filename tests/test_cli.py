@@ -231,7 +231,9 @@ def test_status_shows_why_callers_wait(run: Run, make: Callable[..., Governor], 
     assert "HOLDING until" in out
     assert "blocked     holding until the provider's retry-after" in out  # the scripts' words
     data = as_json(run("status", "--json"))
-    assert (data["state"], data["blocked"]) == ("holding", "holding until the provider's retry-after (ends in 490.0 s)")
+    assert data["state"] == "holding" and data["blocked"].startswith(
+        "holding until the provider's retry-after (ends in 4"
+    )
     gov.pause("deploy in progress")
     out = ok(run("status"))
     assert "PAUSED by an operator (new callers queue" in out

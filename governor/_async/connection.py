@@ -36,6 +36,7 @@ from ..errors import (
 )
 from ..protocol import GovernorKeys, ms
 from ..scripts import MISSING_FUNCTION, function_name, library, library_name, locate
+from ._compat import sleep
 
 log = logging.getLogger("governor")
 T = TypeVar("T")
@@ -177,6 +178,19 @@ class Connection:
         if call.confirm and self._config.wait_replicas:
             self.unconfirmed = None
         return result
+
+    async def run_settled(self, call: Call[T]) -> Any:
+        """:meth:`run`; a cluster slot that is migrating is asked again for up to ``redis_timeout``."""
+        give_up = time.monotonic() + self._config.redis_timeout
+        pause = 0.005
+        while True:
+            try:
+                return await self.run(call)
+            except Migrating:
+                if time.monotonic() + pause > give_up:
+                    raise
+                await sleep(pause)
+                pause = min(pause * 2, 0.1)
 
     def unconfirmed_within(self, seconds: float) -> str | None:
         """What the replicas last failed to confirm, if within ``seconds``."""

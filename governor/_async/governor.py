@@ -50,7 +50,6 @@ from ..errors import (
     GovernorUnavailable,
     HashMissing,
     LeaseLost,
-    Migrating,
     NotReplicated,
     StateError,
     duration,
@@ -58,8 +57,8 @@ from ..errors import (
 )
 from ..headers import parse as parse_headers
 
-# sync: from ._compat import Semaphore, shielded, sleep
-from ._compat import AcquireContext, Semaphore, shielded, sleep
+# sync: from ._compat import Semaphore, shielded
+from ._compat import AcquireContext, Semaphore, shielded
 from .background import _Background, _Waiter
 from .connection import Connection, client_from_url
 from .lease import NO_TOKENS, AsyncLease, _holder_label
@@ -679,21 +678,12 @@ class AsyncGovernor:
 
     async def _run_repaired(self, call: Call[T]) -> Any:
         """Run ``call``; a config or policy hash lost while the state stayed
-        is stored again (init) and the call made again; a cluster slot that
-        is migrating is asked again for up to ``redis_timeout``."""
-        give_up = time.monotonic() + self.config.redis_timeout
-        pause = 0.005
-        while True:
-            try:
-                return await self._connection.run(call)
-            except HashMissing:
-                await self._init()
-                return await self._connection.run(call)
-            except Migrating:
-                if time.monotonic() + pause > give_up:
-                    raise
-                await sleep(pause)
-                pause = min(pause * 2, 0.1)
+        is stored again (init) and the call made again."""
+        try:
+            return await self._connection.run_settled(call)
+        except HashMissing:
+            await self._init()
+            return await self._connection.run_settled(call)
 
     async def _init(self) -> str:
         """Create the state if it is missing (init.lua) and learn the stored

@@ -41,7 +41,6 @@ from ..errors import (
     GovernorUnavailable,
     HashMissing,
     LeaseLost,
-    Migrating,
     NotReplicated,
     StateError,
     duration,
@@ -49,7 +48,7 @@ from ..errors import (
 )
 from ..headers import parse as parse_headers
 
-from ._compat import Semaphore, shielded, sleep
+from ._compat import Semaphore, shielded
 from .background import _Background, _Waiter
 from .connection import Connection, client_from_url
 from .lease import NO_TOKENS, Lease, _holder_label
@@ -665,21 +664,12 @@ class Governor:
 
     def _run_repaired(self, call: Call[T]) -> Any:
         """Run ``call``; a config or policy hash lost while the state stayed
-        is stored again (init) and the call made again; a cluster slot that
-        is migrating is asked again for up to ``redis_timeout``."""
-        give_up = time.monotonic() + self.config.redis_timeout
-        pause = 0.005
-        while True:
-            try:
-                return self._connection.run(call)
-            except HashMissing:
-                self._init()
-                return self._connection.run(call)
-            except Migrating:
-                if time.monotonic() + pause > give_up:
-                    raise
-                sleep(pause)
-                pause = min(pause * 2, 0.1)
+        is stored again (init) and the call made again."""
+        try:
+            return self._connection.run_settled(call)
+        except HashMissing:
+            self._init()
+            return self._connection.run_settled(call)
 
     def _init(self) -> str:
         """Create the state if it is missing (init.lua) and learn the stored
