@@ -789,8 +789,8 @@ def test_anthropic_message_settles_input_and_output(
     reply = claude.messages.create(model="claude-test", max_tokens=64, messages=MESSAGES)
     assert reply.content[0].text == "hello"  # type: ignore[union-attr]
     after = levels(gov.status())
-    # cache reads are input tokens against the input budget
-    assert after["input_tokens"][2] == 70000 - 1050
+    # cache reads do not count toward Anthropic's input tokens per minute on current models
+    assert after["input_tokens"][2] == 70000 - 50
     assert after["output_tokens"][2] == 15000 - 30
 
 
