@@ -26,6 +26,7 @@ from .budgets import MAX_TOKENS, config_field
 from .errors import ConfigError, StateError
 from .policies import REGISTRY, Policy, policy_from
 from .protocol import (
+    DEFAULT_LEASE_TTL,
     DEFAULT_PREFIX,
     MAX_CAP,
     MAX_CAPACITY,
@@ -60,7 +61,7 @@ class GovernorConfig:
     #: a provider's Retry-After holds the whole fleet, but never longer than this
     retry_after_cap: float = 60.0
     #: a lease expires unless renewed within this (renewed every lease_ttl / 3)
-    lease_ttl: float = 30.0
+    lease_ttl: float = DEFAULT_LEASE_TTL
     #: a queued caller re-checks (and probes for recovery) at least this often
     poll: float = 1.0
     #: a queued caller that stops refreshing is dropped after this

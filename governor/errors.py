@@ -157,9 +157,11 @@ def error_from_reply(message: str, name: str | None) -> GovernorError:
     if code == "LAYOUT":
         parts = detail.split()
         layout, low = (int(parts[0]), int(parts[1])) if len(parts) >= 2 and parts[1].isdigit() else (0, 0)
+        spoken = re.search(r"speaks layout (\d+)", detail)  # the library's own layout, in its reply
+        client = f"layout {spoken.group(1)}" if spoken else "an older layout"
         return LayoutError(
             f"{_who(name)}the state has layout {layout} and admits clients of layout {low} and later; this "
-            f"client speaks layout {_layout()}. Nothing was changed: upgrade this client to a release of layout "
+            f"client speaks {client}. Nothing was changed: upgrade this client to a release of layout "
             f"{low} or later (docs/upgrade.md) and keep the state, the running fleet uses it",
             name=name,
             layout=layout,
@@ -172,12 +174,6 @@ def error_from_reply(message: str, name: str | None) -> GovernorError:
             name=name,
         )
     return StateError(f"{_who(name)}unknown error reply GOVERNOR_{code}: {detail}", name=name)
-
-
-def _layout() -> int:
-    from .protocol import LAYOUT
-
-    return LAYOUT
 
 
 def wrong_key_type(detail: str, name: str | None) -> WrongKeyType:

@@ -46,6 +46,8 @@ from .errors import ConfigError
 SCHEMA_VERSION = 3
 DEFAULT_PREFIX = "governor"
 
+#: GovernorConfig's default lease TTL (s): also the recovery hold of a state that records none
+DEFAULT_LEASE_TTL = 30.0
 #: the layout of the state this client writes and reads: the fields, keys and
 #: rules it relies on. 3: the last layout before the origin stamp (its states
 #: carry none); 4: the origin stamp, the recovery hold of its own, ttl_max.

@@ -92,13 +92,6 @@ def _kind(kind: protocol.Kind) -> str:
     return f"{{'{kind.type}', {_lua(kind.low)}, {_lua(kind.high)}}}"
 
 
-def _default_lease_ttl() -> float:
-    """GovernorConfig's default lease TTL: the recovery hold of a state that records none."""
-    from .config import GovernorConfig
-
-    return float(GovernorConfig.lease_ttl)
-
-
 def _strings(names: Iterable[str]) -> str:
     return "{" + ", ".join(f"'{name}'" for name in names) + "}"
 
@@ -128,7 +121,7 @@ def field_table() -> str:
         f"local SCHEMA = {protocol.SCHEMA_VERSION}",
         f"local LAYOUT = {protocol.LAYOUT}",
         f"local MIN_LAYOUT = {protocol.MIN_LAYOUT}",
-        f"local DEFAULT_TTL_MS = {protocol.ms(_default_lease_ttl())}",
+        f"local DEFAULT_TTL_MS = {protocol.ms(protocol.DEFAULT_LEASE_TTL)}",
         f"local MAX_INT = {protocol.MAX_INT}",
         f"local QUEUE_BAND = {protocol.QUEUE_BAND}",
         f"local QUANTUM = {protocol.QUANTUM}",

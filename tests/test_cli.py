@@ -231,7 +231,9 @@ def test_status_shows_why_callers_wait(run: Run, make: Callable[..., Governor], 
     assert "HOLDING until" in out
     assert "blocked     holding until the provider's retry-after" in out  # the scripts' words
     data = as_json(run("status", "--json"))
-    assert (data["state"], data["blocked"]) == ("holding", "holding until the provider's retry-after (ends in 490.0 s)")
+    assert data["state"] == "holding" and data["blocked"].startswith(
+        "holding until the provider's retry-after (ends in 4"
+    )
     gov.pause("deploy in progress")
     out = ok(run("status"))
     assert "PAUSED by an operator (new callers queue" in out
@@ -965,7 +967,7 @@ def test_exporter_bad_input(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     refused(run("--json", "exporter", "--all", gov=None), "no --json", code=2)
     refused(run("exporter", "--all", "--top-tenants", "-1", gov=None), "--top-tenants", code=2)
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    refused(run("exporter", "--all", gov=None), "pip install 'fleet-governor[metrics]'")
+    refused(run("exporter", "--all", gov=None), "pip install prometheus-client (the metrics extra")
 
 
 def test_exporter_port_in_use(run: Run) -> None:

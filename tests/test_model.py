@@ -95,9 +95,9 @@ def as_zset(raw: Any) -> dict[str, int]:
 
 
 def comparable(script: str, reply: list[str]) -> list[Any]:
-    """A reply as compared: init's config pairs are the stored hash, in no set order."""
-    if script == "init" and len(reply) > 3:
-        return [*reply[:3], dict(zip(reply[3::2], reply[4::2], strict=True))]
+    """A reply as compared: init's config pairs (after the epoch and ttl_max) are the stored hash, in no set order."""
+    if script == "init" and len(reply) > 4:
+        return [*reply[:4], dict(zip(reply[4::2], reply[5::2], strict=True))]
     return reply
 
 

@@ -36,6 +36,7 @@ from ..errors import (
 )
 from ..protocol import GovernorKeys, ms
 from ..scripts import MISSING_FUNCTION, function_name, library, library_name, locate
+from ._compat import sleep
 
 log = logging.getLogger("governor")
 T = TypeVar("T")
@@ -135,7 +136,21 @@ class Connection:
 
     async def run(self, call: Call[T]) -> Any:
         """Run one function of the library and parse its reply; the errors of
-        Redis become the governor's (a library fault names its Lua file and line)."""
+        Redis become the governor's (a library fault names its Lua file and
+        line). A cluster slot that is migrating is asked again for up to
+        ``redis_timeout``."""
+        give_up = time.monotonic() + self._config.redis_timeout
+        pause = 0.005
+        while True:
+            try:
+                return await self._run_once(call)
+            except Migrating:
+                if time.monotonic() + pause > give_up:
+                    raise
+                await sleep(pause)
+                pause = min(pause * 2, 0.1)
+
+    async def _run_once(self, call: Call[T]) -> Any:
         try:
             with map_errors(self._name, locate):
                 reply, confirmed = await self._send(call)
@@ -148,7 +163,7 @@ class Connection:
             if not isinstance(error.__cause__, redis.exceptions.AskError):
                 raise
             await self._switch_to_cluster()
-            return await self.run(call)
+            return await self._run_once(call)
         except WrongNode as error:
             if isinstance(self.client, redis_cluster.RedisCluster):  # the slot moved: the client follows it
                 raise Migrating(
@@ -159,7 +174,7 @@ class Connection:
             if self.url is None:
                 raise
             await self._switch_to_cluster()
-            return await self.run(call)
+            return await self._run_once(call)
         result = call.parse(reply)
         if confirmed is not True:
             what = (
@@ -177,6 +192,19 @@ class Connection:
         if call.confirm and self._config.wait_replicas:
             self.unconfirmed = None
         return result
+
+    async def run_settled(self, call: Call[T]) -> Any:
+        """:meth:`run`; a cluster slot that is migrating is asked again for up to ``redis_timeout``."""
+        give_up = time.monotonic() + self._config.redis_timeout
+        pause = 0.005
+        while True:
+            try:
+                return await self.run(call)
+            except Migrating:
+                if time.monotonic() + pause > give_up:
+                    raise
+                await sleep(pause)
+                pause = min(pause * 2, 0.1)
 
     def unconfirmed_within(self, seconds: float) -> str | None:
         """What the replicas last failed to confirm, if within ``seconds``."""
@@ -244,6 +272,11 @@ class Connection:
                 if actual not in ("none", expected):
                     return wrong_key_type(f"{key} is a {actual}, expected a {expected}", self._name)
         return error
+
+    async def read(self, key: str) -> Any:
+        """A hash of the governor (HGETALL), read without a script."""
+        with map_errors(self._name):
+            return await self.client.hgetall(key)
 
     async def aclose(self) -> None:
         """Close the client if it is the governor's own."""
