@@ -1,4 +1,4 @@
-"""What a strategy achieved: the figures of the swarm benchmark (SPEC §7).
+"""What a strategy achieved: the figures of the swarm benchmark.
 
 All times are seconds since the run's start (the provider's clock; hosts
 report Unix times, which are converted with the provider's start time).
@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .host import HostResult
+from .kit import percentile
 from .provider import LIMITED, OK, RATE, ProviderConfig, RunRecord
 
 #: a window counts as recovered at this share of the ideal
@@ -152,15 +153,6 @@ def ideal_finish(config: ProviderConfig, workload: int) -> float:
 
 
 # -- small statistics ------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100) of ``values``; None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 def jain(values: Sequence[float]) -> float | None:

@@ -49,7 +49,7 @@ from governor.core import GovernorCore, Granted, Queued
 from governor.protocol import governor_keys
 from governor.scripts import function_name, library
 
-#: the targets of SPEC §7's overhead goals
+#: the targets of the overhead goals
 TARGETS = {
     "pair_ratio": 1.3,  # acquire+release cost / INCR+DECR cost
     "wake_p50_ms": 1.0,

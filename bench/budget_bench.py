@@ -91,7 +91,8 @@ from redis.asyncio.connection import Connection
 from governor import __version__
 from governor.errors import ConfigError
 
-from . import hostpool
+from . import kit
+from .kit import ms, num, pct, percentile
 from .provider import CALL_TAG, LIMITED, RATE, REQUESTS, TOKENS, TOTAL, MockProvider, ProviderConfig, RunRecord
 
 STRATEGIES: tuple[str, ...] = ("none", "fleet-concurrency", "fleet-budgets")
@@ -101,6 +102,8 @@ UNITS = {"tokens": "tokens", "requests": "requests", "concurrency": "requests", 
 MODEL = "sim-1"
 #: the provider's throttling refusals (429s for concurrency, requests, tokens)
 THROTTLED = (LIMITED, RATE, TOKENS)
+#: what a host process imports before its first job (bench/kit.py)
+HOST_IMPORTS = ("openai", "governor.providers")
 
 Echo = Callable[[str], None]
 
@@ -333,13 +336,11 @@ class HostJob:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> HostJob:
-        values = dict(data)
-        values["agents"] = [(str(c), int(i)) for c, i in values["agents"]]
-        return cls(**values)
+        return cls(**kit.agents_from_json(data))
 
 
 @dataclass
-class HostResult:
+class HostResult(kit.HostErrors):
     """What one host's agents did: one row per call (served or cut by the run's end)."""
 
     host: int
@@ -349,16 +350,6 @@ class HostResult:
     gave_up: int = 0
     #: what the governor's client sent Redis: commands and pipelines, each one round trip
     round_trips: int = 0
-    errors: int = 0
-    error_samples: list[str] = field(default_factory=list)
-
-    def note(self, error: BaseException) -> None:
-        self.errors += 1
-        if len(self.error_samples) < 5:
-            self.error_samples.append(f"{type(error).__name__}: {error}"[:300])
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> HostResult:
@@ -479,16 +470,6 @@ async def run_host(job: HostJob, redis_client: Any = None) -> HostResult:
     return result
 
 
-def host_main() -> None:
-    """A host process of this benchmark (bench/hostpool.py): one job per cell."""
-    hostpool.serve(HostJob.from_json, run_host)
-
-
-def _hosts() -> hostpool.HostPool[HostResult]:
-    """Host processes started once for a whole run, fed one job per cell."""
-    return hostpool.HostPool("bench.budget_bench", HostResult.from_json)
-
-
 # -- the driver -----------------------------------------------------------------------------------
 
 
@@ -510,7 +491,7 @@ async def run_budgets(
     run_id = uuid.uuid4().hex[:8]
     provider = MockProvider(chosen[0].provider)
     url = await provider.start("127.0.0.1", 0)
-    hosts = None if settings.in_process else _hosts()
+    hosts = None if settings.in_process else kit.HostPool(__name__, HostResult.from_json)
     sync_client = redis.Redis.from_url(redis_url)
     client = redis.asyncio.Redis.from_url(redis_url)
     cells: dict[str, dict[str, Any]] = {}
@@ -556,7 +537,7 @@ async def _run_cell(
     settings: Settings,
     provider: MockProvider,
     url: str,
-    hosts: hostpool.HostPool[HostResult] | None,
+    hosts: kit.HostPool[HostResult] | None,
     redis_url: str,
     client: Any,
     prefix: str,
@@ -621,14 +602,6 @@ async def _run_cell(
 
 
 # -- the figures ----------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (nearest rank), None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
 def analyse_cell(
@@ -740,25 +713,13 @@ def analyse_cell(
 # -- outputs --------------------------------------------------------------------------------------
 
 
-def _num(x: float | None, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{1000 * x:.0f}"
-
-
 def summary(scenario: BudgetScenario, cell: Mapping[str, Any]) -> str:
     """One line of a cell's main figures."""
     learned = "-" if cell["learned_at"] is None else f"{cell['learned_at']:.1f} s"
     return (
-        f"goodput {_num(cell['goodput'])} (steady {_num(cell['steady_goodput'])}), "
-        f"429s {_pct(cell['share_429'])} (steady {_pct(cell['steady_share_429'])}), "
-        f"learned {learned}, Redis {_num(cell['redis_per_request'], 2)} round trips/request"
+        f"goodput {num(cell['goodput'])} (steady {num(cell['steady_goodput'])}), "
+        f"429s {pct(cell['share_429'])} (steady {pct(cell['steady_share_429'])}), "
+        f"learned {learned}, Redis {num(cell['redis_per_request'], 2)} round trips/request"
     )
 
 
@@ -799,17 +760,17 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
         for cls in names:
             head += [f"{cls} calls", f"{cls} wait p50 / p99 (ms)", f"{cls} worst p99 / p50"]
         head += ["Redis round trips / request", "/ call served"]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        body = []
         for strategy, cell in cells.items():
-            row = [strategy, _num(cell["goodput"]), _num(cell["steady_goodput"]), _pct(cell["share_429"]),
-                   _pct(cell["steady_share_429"]), _num(cell["learned_at"], 1)]  # fmt: skip
+            row = [strategy, num(cell["goodput"]), num(cell["steady_goodput"]), pct(cell["share_429"]),
+                   pct(cell["steady_share_429"]), num(cell["learned_at"], 1)]  # fmt: skip
             for cls in names:
                 c = cell["classes"].get(cls, {})
-                row += [str(c.get("calls", "-")), f"{_ms(c.get('wait_p50'))} / {_ms(c.get('wait_p99'))}",
-                        _num(c.get("worst_agent_p99_over_p50"), 1)]  # fmt: skip
-            row += [_num(cell["redis_per_request"], 2), _num(cell["redis_per_call"], 2)]
-            lines.append("| " + " | ".join(row) + " |")
-        lines.append("")
+                row += [str(c.get("calls", "-")), f"{ms(c.get('wait_p50'), 0)} / {ms(c.get('wait_p99'), 0)}",
+                        num(c.get("worst_agent_p99_over_p50"), 1)]  # fmt: skip
+            row += [num(cell["redis_per_request"], 2), num(cell["redis_per_call"], 2)]
+            body.append(row)
+        lines += [*kit.markdown_table(head, body), ""]
     lines += [
         "Columns: *goodput* is what the provider served whole (tokens, or requests where requests or "
         "concurrency bind) over the ideal, what it could have served: the bucket's initial burst plus its "
@@ -844,7 +805,7 @@ def goals(result: Mapping[str, Any]) -> list[tuple[str, str, bool | None]]:
         steady, share, learned = cell["steady_goodput"], cell["steady_share_429"], cell["learned_at"]
         out.append((
             f"{scenario}: fleet-budgets steady goodput >= 0.95, steady 429s <= 1 %, limit learnt within 2 s",
-            f"{_num(steady)}, {_pct(share)}, {_num(learned, 1)} s",
+            f"{num(steady)}, {pct(share)}, {num(learned, 1)} s",
             steady is not None and steady >= 0.95 and share is not None and share <= 0.01
             and learned is not None and learned <= 2.0,
         ))  # fmt: skip
@@ -856,7 +817,7 @@ def goals(result: Mapping[str, Any]) -> list[tuple[str, str, bool | None]]:
             )
             out.append((
                 f"{scenario}: fleet-budgets ahead of every other strategy on goodput and 429s, whole run",
-                ", ".join(f"{k} {_num(v['goodput'])} / {_pct(v['share_429'])}" for k, v in cells[scenario].items()),
+                ", ".join(f"{k} {num(v['goodput'])} / {pct(v['share_429'])}" for k, v in cells[scenario].items()),
                 ahead,
             ))  # fmt: skip
     budgets, today = get("concurrency-bind", "fleet-budgets"), get("concurrency-bind", "fleet-concurrency")
@@ -864,8 +825,8 @@ def goals(result: Mapping[str, Any]) -> list[tuple[str, str, bool | None]]:
         out.append((
             "concurrency-bind: fleet-budgets no worse than fleet-concurrency (steady goodput within 2 %, 429s "
             "no higher)",
-            f"{_num(budgets['steady_goodput'])} vs {_num(today['steady_goodput'])}, "
-            f"{_pct(budgets['share_429'])} vs {_pct(today['share_429'])}",
+            f"{num(budgets['steady_goodput'])} vs {num(today['steady_goodput'])}, "
+            f"{pct(budgets['share_429'])} vs {pct(today['share_429'])}",
             (budgets["steady_goodput"] or 0) >= 0.98 * (today["steady_goodput"] or 0)
             and (budgets["share_429"] or 0) <= (today["share_429"] or 0),
         ))  # fmt: skip
@@ -874,14 +835,14 @@ def goals(result: Mapping[str, Any]) -> list[tuple[str, str, bool | None]]:
         worst = {k: v["worst_agent_p99_over_p50"] for k, v in mixed["classes"].items()}
         out.append((
             "mixed: fleet-budgets, every agent's p99 admission wait under 3x its size class's median",
-            ", ".join(f"{k} {_num(v, 1)}x" for k, v in worst.items()),
+            ", ".join(f"{k} {num(v, 1)}x" for k, v in worst.items()),
             all(v is not None and v < 3 for v in worst.values()),
         ))  # fmt: skip
     budgets, today = get("uncontended", "fleet-budgets"), get("uncontended", "fleet-concurrency")
     if budgets is not None and today is not None:
         out.append((
             "uncontended: the transport at most one Redis round trip per request beyond call()",
-            f"{_num(budgets['redis_per_request'], 2)} vs {_num(today['redis_per_request'], 2)}",
+            f"{num(budgets['redis_per_request'], 2)} vs {num(today['redis_per_request'], 2)}",
             (budgets["redis_per_request"] or 0) <= (today["redis_per_request"] or 0) + 1,
         ))  # fmt: skip
     return out
@@ -894,22 +855,16 @@ def table(result: Mapping[str, Any]) -> str:
         for strategy, cell in cells.items():
             learned = "-" if cell["learned_at"] is None else f"{cell['learned_at']:.1f} s"
             lines.append(
-                f"{name:<17}{strategy:<19}{_num(cell['goodput']):>8}{_num(cell['steady_goodput']):>8}"
-                f"{_pct(cell['share_429']):>8}{learned:>9}{_num(cell['redis_per_request'], 2):>10}"
+                f"{name:<17}{strategy:<19}{num(cell['goodput']):>8}{num(cell['steady_goodput']):>8}"
+                f"{pct(cell['share_429']):>8}{learned:>9}{num(cell['redis_per_request'], 2):>10}"
             )
     return "\n".join(lines)
 
 
 def write_chart(result: Mapping[str, Any], path: Path) -> None:
     """A PNG: per scenario, what each strategy served per second against the ideal rate."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = list(result["cells"])
-    fig, axes = plt.subplots(1, len(names), figsize=(4.4 * len(names), 3.6), squeeze=False)
-    try:
+    with kit.chart(path, 1, len(names), (4.4 * len(names), 3.6)) as axes:
         for ax, name in zip(axes[0], names, strict=True):
             cells = result["cells"][name]
             unit = "tokens"
@@ -925,10 +880,6 @@ def write_chart(result: Mapping[str, Any], path: Path) -> None:
             ax.set_ylabel(f"{unit} served / s")
             ax.set_ylim(bottom=0)
             ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-    finally:
-        plt.close(fig)
 
 
 def merge(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -953,11 +904,9 @@ __all__ = [
     "Settings",
     "analyse_cell",
     "goals",
-    "host_main",
     "markdown",
     "merge",
     "missing_strategy",
-    "percentile",
     "run_budgets",
     "run_host",
     "scenarios",

@@ -46,6 +46,7 @@ from typing import Any
 
 import click
 
+from .kit import chart, markdown_table
 from .provider import ProviderConfig
 from .scenario import Scenario
 
@@ -287,7 +288,7 @@ def table(results: Sequence[CellResult]) -> str:
     """A markdown table: one row per cell."""
     head = ("cell", "ideal rps", "fleet steady", "steady 429", "fleet whole", "none whole", "fixed whole",
             "fixed 429", "recovery (cap/goodput windows)")  # fmt: skip
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for r in results:
         s = r.strategies
         rec = ", ".join(f"{o}->{n}: {_f(c, 'd')}/{_f(g, 'd')}" for o, n, c, g in r.recoveries) or "-"
@@ -297,8 +298,8 @@ def table(results: Sequence[CellResult]) -> str:
             _f(r.fleet("steady_limited_share"), ".2%"), _f(r.fleet("goodput")), _f(s.get("none", {}).get("goodput")),
             _f(s.get("fixed", {}).get("goodput")), _f(s.get("fixed", {}).get("limited_share"), ".1%"), rec,
         )  # fmt: skip
-        lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        body.append(row)
+    return "\n".join(markdown_table(head, body))
 
 
 def worst_text(worst: Sequence[Worst]) -> str:
@@ -307,11 +308,6 @@ def worst_text(worst: Sequence[Worst]) -> str:
 
 def write_chart(results: Sequence[CellResult], worst: Sequence[Worst], path: Path) -> None:
     """The fleet's capacity against the hidden limit in each goal's worst cell."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     by_name = {r.cell.name: r for r in results}
     shown: list[tuple[str, CellResult]] = []
     for w in worst:
@@ -321,25 +317,22 @@ def write_chart(results: Sequence[CellResult], worst: Sequence[Worst], path: Pat
             shown = [(f"{goal}; {w.goal}", r) if r.cell.name == w.cell else (goal, r) for goal, r in shown]
     if not shown:
         return
-    fig, axes = plt.subplots(len(shown), 1, figsize=(9, 2.6 * len(shown)), squeeze=False)
-    for ax, (goal, r) in zip(axes[:, 0], shown, strict=True):
-        if r.served:
-            ax.step([t for t, _, _ in r.served], [lim for _, lim, _ in r.served], where="post", color="black",
-                    label="hidden limit")  # fmt: skip
-            ax.plot([t for t, _, _ in r.served], [s for _, _, s in r.served], color="tab:green", alpha=0.6,
-                    label="served at the provider")  # fmt: skip
-        if r.capacity:
-            ax.plot([t for t, _, _ in r.capacity], [c for _, c, _ in r.capacity], color="tab:blue",
-                    label="fleet capacity")  # fmt: skip
-        ax.set_title(f"{r.cell.name} (worst: {goal}); window {r.cell.window:g} s", fontsize=9)
-        ax.set_ylabel("leases")
-        top = max([lim for _, lim, _ in r.served] or [r.cell.limit])
-        ax.set_ylim(0, top * 1.6)
-        ax.legend(fontsize=7, loc="upper right")
-    axes[-1, 0].set_xlabel("seconds since the start")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    with chart(path, len(shown), 1, (9, 2.6 * len(shown)), dpi=90) as axes:
+        for ax, (goal, r) in zip(axes[:, 0], shown, strict=True):
+            if r.served:
+                ax.step([t for t, _, _ in r.served], [lim for _, lim, _ in r.served], where="post", color="black",
+                        label="hidden limit")  # fmt: skip
+                ax.plot([t for t, _, _ in r.served], [s for _, _, s in r.served], color="tab:green", alpha=0.6,
+                        label="served at the provider")  # fmt: skip
+            if r.capacity:
+                ax.plot([t for t, _, _ in r.capacity], [c for _, c, _ in r.capacity], color="tab:blue",
+                        label="fleet capacity")  # fmt: skip
+            ax.set_title(f"{r.cell.name} (worst: {goal}); window {r.cell.window:g} s", fontsize=9)
+            ax.set_ylabel("leases")
+            top = max([lim for _, lim, _ in r.served] or [r.cell.limit])
+            ax.set_ylim(0, top * 1.6)
+            ax.legend(fontsize=7, loc="upper right")
+        axes[-1, 0].set_xlabel("seconds since the start")
 
 
 def write_outputs(results: Sequence[CellResult], out: Path, command: str) -> tuple[Path, Path, Path]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import Recovery, StrategyMetrics
+from .kit import aligned, markdown_table, ms, pct
 from .swarm import StrategyRun, SwarmResult
 
 #: the widest line of the compact table and of the wrapped legend
@@ -30,18 +31,8 @@ COMPACT_WIDTH = 80
 NOT_MEASURED = "not measured (run ended)"
 
 
-def _pct(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{100 * x:.{digits}f}%"
-
-
 def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
-
-
-def _ms(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{1000 * x:.0f}" if x >= 0.01 else f"{1000 * x:.1f}"
 
 
 def _finish(m: StrategyMetrics, max_time: float, compact: bool = False) -> str:
@@ -100,7 +91,7 @@ def rows(result: SwarmResult) -> list[list[str]]:
         goodput = _ratio(m.goodput)
         if len(rounds) > 1:
             goodput += f" ({min(rounds):.2f}-{max(rounds):.2f})"
-        waits = "-" if m.wait_p50 is None else f"{_ms(m.wait_p50)} / {_ms(m.wait_p95)}"
+        waits = "-" if m.wait_p50 is None else f"{ms(m.wait_p50)} / {ms(m.wait_p95)}"
         over = f"+{m.peak_over} for {m.time_over:.1f} s" if m.peak_over else "never"
         out.append(
             [
@@ -108,8 +99,8 @@ def rows(result: SwarmResult) -> list[list[str]]:
                 goodput,
                 _ratio(m.steady_goodput),
                 str(m.limited),
-                _pct(m.limited_share),
-                _pct(m.steady_limited_share, 2),
+                pct(m.limited_share),
+                pct(m.steady_limited_share, 2),
                 waits,
                 _finish(m, result.scenario.max_time),
                 _ratio(m.jain),
@@ -127,8 +118,8 @@ def compact_rows(result: SwarmResult) -> list[list[str]]:
             name,
             _ratio(run.metrics.goodput),
             str(run.metrics.limited),
-            _pct(run.metrics.limited_share),
-            _pct(run.metrics.steady_limited_share, 2),
+            pct(run.metrics.limited_share),
+            pct(run.metrics.steady_limited_share, 2),
             _finish(run.metrics, result.scenario.max_time, compact=True),
             _recovery_compact(run.metrics),
         ]
@@ -136,29 +127,15 @@ def compact_rows(result: SwarmResult) -> list[list[str]]:
     ]
 
 
-def _aligned(columns: tuple[str, ...], body: list[list[str]]) -> str:
-    widths = [max(len(columns[i]), *(len(row[i]) for row in body)) for i in range(len(columns))]
-
-    def line(cells: list[str] | tuple[str, ...]) -> str:
-        return "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    return "\n".join([line(columns), line(["-" * w for w in widths]), *(line(row) for row in body)])
-
-
 def table(result: SwarmResult, markdown: bool = False, wide: bool = True) -> str:
     """The per-strategy figures as an aligned text table (or Markdown, always wide).
 
     ``wide=False``: the compact table, at most about 80 columns."""
     if markdown:
-        body = rows(result)
-        lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-        lines += ["| " + " | ".join(row) + " |" for row in body]
-        return "\n".join(lines)
+        return "\n".join(markdown_table(COLUMNS, rows(result)))
     if not wide:
-        return _aligned(COMPACT_COLUMNS, compact_rows(result))
-    return _aligned(COLUMNS, rows(result))
+        return aligned(COMPACT_COLUMNS, compact_rows(result))
+    return aligned(COLUMNS, rows(result))
 
 
 def legend(result: SwarmResult, wide: bool = True) -> str:
@@ -286,7 +263,7 @@ def draw_chart(result: SwarmResult) -> Any:
                 label="governor capacity",
             )  # fmt: skip
         m = run.metrics
-        top.set_title(f"{name}\ngoodput {_ratio(m.goodput)}, 429s {_pct(m.limited_share)}", fontsize=10)
+        top.set_title(f"{name}\ngoodput {_ratio(m.goodput)}, 429s {pct(m.limited_share)}", fontsize=10)
         ok_rate, limited_rate, mid = [], [], []
         for a, b in itertools.pairwise(trace):
             dt = b[0] - a[0]

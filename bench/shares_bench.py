@@ -93,12 +93,14 @@ from typing import Any
 from governor import __version__
 from governor.errors import ConfigError
 
-from . import hostpool
-from .analysis import percentile
+from . import kit
+from .kit import goal_lines, ms, num, pct, percentile, quantiles
 
 SCENARIO_NAMES: tuple[str, ...] = ("interactive", "tenants", "aging")
 #: interactive: the slots of the limit kept for the interactive class (GovernorConfig.reserve)
 RESERVE = 1
+#: what a host process imports before its first job (bench/kit.py)
+HOST_IMPORTS = ("redis.asyncio", "governor")
 #: goal thresholds: the interactive agent's p99 wait (hand-overs); fleet utilisation;
 #: a tenant's share off its weight's (points); b at the whole limit after a stops (hand-overs)
 INTERACTIVE_P99, UTILISATION, SHARE_POINTS, SWITCH_HANDOVERS = 2.0, 0.97, 0.05, 1.0
@@ -302,13 +304,11 @@ class HostJob:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> HostJob:
-        values = dict(data)
-        values["agents"] = [(str(g), int(i)) for g, i in values["agents"]]
-        return cls(**values)
+        return cls(**kit.agents_from_json(data))
 
 
 @dataclass
-class HostResult:
+class HostResult(kit.HostErrors):
     """What one host's agents did: every lease they held (:data:`Lease`, absolute times)."""
 
     host: int
@@ -317,16 +317,6 @@ class HostResult:
     unfinished: int = 0
     #: when this host stopped the stopped group (None: it did not)
     stopped_at: float | None = None
-    errors: int = 0
-    error_samples: list[str] = field(default_factory=list)
-
-    def note(self, error: BaseException) -> None:
-        self.errors += 1
-        if len(self.error_samples) < 5:
-            self.error_samples.append(f"{type(error).__name__}: {error}"[:300])
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> HostResult:
@@ -430,16 +420,6 @@ async def run_host(job: HostJob, redis_client: Any = None) -> HostResult:
     return result
 
 
-def host_main() -> None:
-    """A host process of this benchmark (bench/hostpool.py): one job per scenario."""
-    hostpool.serve(HostJob.from_json, run_host)
-
-
-def _hosts() -> hostpool.HostPool[HostResult]:
-    """Host processes started once for a whole run, fed one job per scenario."""
-    return hostpool.HostPool("bench.shares_bench", HostResult.from_json)
-
-
 # -- the driver -----------------------------------------------------------------------------------
 
 
@@ -458,7 +438,7 @@ async def run_shares(
 
     say = echo or (lambda _: None)
     run_id = uuid.uuid4().hex[:8]
-    hosts = None if settings.in_process else _hosts()
+    hosts = None if settings.in_process else kit.HostPool(__name__, HostResult.from_json)
     sync_client = redis.Redis.from_url(redis_url)
     client = redis.asyncio.Redis.from_url(redis_url)
     results: dict[str, dict[str, Any]] = {}
@@ -498,7 +478,7 @@ async def run_shares(
 async def _run_scenario(
     scenario: ShareScenario,
     settings: Settings,
-    hosts: hostpool.HostPool[HostResult] | None,
+    hosts: kit.HostPool[HostResult] | None,
     redis_url: str,
     client: Any,
     sync_client: Any,
@@ -508,7 +488,7 @@ async def _run_scenario(
     from governor import AsyncGovernor
     from governor.config import GovernorConfig
     from governor.errors import GovernorError
-    from governor.inspect import read_events
+    from governor.views import read_events
 
     name = f"{prefix}-{scenario.name}"
     values = config_values(scenario, settings)
@@ -686,14 +666,6 @@ def ideal_waits(asked: Sequence[Interval], releases: Sequence[float]) -> tuple[l
     return floors, beyond
 
 
-def _quantiles(values: Sequence[float]) -> list[float]:
-    """Percentiles 0, 1, ..., 100 (nearest rank): a CDF in 101 points."""
-    if not values:
-        return []
-    ordered = sorted(values)
-    return [ordered[max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))] for q in range(101)]
-
-
 def _waits(leases: Sequence[Lease], unit: float | None) -> dict[str, Any]:
     waits = [granted - wanted for _, _, wanted, granted, *_ in leases]
     passed = [fence - before - 1 for *_, fence, before, _ in leases if before is not None]
@@ -714,7 +686,7 @@ def _waits(leases: Sequence[Lease], unit: float | None) -> dict[str, Any]:
         "passed_max": max(passed) if passed else None,
         "passed_none": sum(1 for p in passed if p <= 0) / len(passed) if passed else None,
         "passed_at_most_one": sum(1 for p in passed if p <= 1) / len(passed) if passed else None,
-        "cdf_handovers": [x / unit for x in _quantiles(waits)] if unit else [],
+        "cdf_handovers": [x / unit for x in quantiles(waits)] if unit else [],
     }
 
 
@@ -793,7 +765,7 @@ def analyse(
 
         out["first_free_p50_handovers"] = units(floors, 50)
         out["first_free_p99_handovers"] = units(floors, 99)
-        out["first_free_cdf_handovers"] = [x / unit for x in _quantiles(floors)] if unit else []
+        out["first_free_cdf_handovers"] = [x / unit for x in quantiles(floors)] if unit else []
         out["beyond_first_free_p50_handovers"] = units(beyond, 50)
         out["beyond_first_free_p99_handovers"] = units(beyond, 99)
     elif scenario.name == "tenants":
@@ -859,18 +831,6 @@ def analyse(
 # -- outputs --------------------------------------------------------------------------------------
 
 
-def _num(x: float | None, digits: int = 2) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{1000 * x:.1f}"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
 def _load(r: Mapping[str, Any]) -> str:
     load = r.get("load")
     return "-" if not load else f"{load[0]:.2f} before, {load[1]:.2f} after"
@@ -878,19 +838,19 @@ def _load(r: Mapping[str, Any]) -> str:
 
 def summary(name: str, r: Mapping[str, Any]) -> str:
     """One line of a scenario's main figures."""
-    head = f"hand-over {_ms(r['hand_over'])} ms, utilisation {_pct(r['utilisation'])}"
+    head = f"hand-over {ms(r['hand_over'], 1)} ms, utilisation {pct(r['utilisation'])}"
     if name == "interactive":
         g = r["groups"]["interactive"]
         return (
-            f"{head}; interactive wait p50 / p99 {_num(g['wait_p50_handovers'])} / "
-            f"{_num(g['wait_p99_handovers'])} hand-overs, grants to others p99 {_num(g['passed_p99'], 0)}"
+            f"{head}; interactive wait p50 / p99 {num(g['wait_p50_handovers'], 2)} / "
+            f"{num(g['wait_p99_handovers'], 2)} hand-overs, grants to others p99 {num(g['passed_p99'], 0)}"
         )
     if name == "tenants":
-        return (f"{head}; worst share off {_pct(r['worst_share_off'])}, b holding every lease in Redis "
-                f"{_num(r.get('switch_from_a_gone_handovers'))} hand-overs after a's last lease")  # fmt: skip
+        return (f"{head}; worst share off {pct(r['worst_share_off'])}, b holding every lease in Redis "
+                f"{num(r.get('switch_from_a_gone_handovers'), 2)} hand-overs after a's last lease")  # fmt: skip
     if name == "aging":
         g = r["groups"].get("batch", {})
-        return f"{head}; batch wait max {_ms(g.get('wait_max'))} ms (bound {_ms(r['bound'])} ms), {r['aged']} aged"
+        return f"{head}; batch wait max {ms(g.get('wait_max'), 1)} ms (bound {ms(r['bound'], 1)} ms), {r['aged']} aged"
     return head
 
 
@@ -907,23 +867,23 @@ def goals(result: Mapping[str, Any]) -> list[tuple[str, str, bool | None]]:
         g = r["groups"]["interactive"]
         out.append((
             f"interactive: the interactive agent's p99 admission wait <= {INTERACTIVE_P99:g} hand-overs",
-            f"{_num(g['wait_p99_handovers'])} hand-overs ({_ms(g['wait_p99'])} ms; a hand-over "
-            f"{_ms(r['hand_over'])} ms; the first slot freeing p99 {_num(r['first_free_p99_handovers'])})",
+            f"{num(g['wait_p99_handovers'], 2)} hand-overs ({ms(g['wait_p99'], 1)} ms; a hand-over "
+            f"{ms(r['hand_over'], 1)} ms; the first slot freeing p99 {num(r['first_free_p99_handovers'], 2)})",
             verdict(g["wait_p99_handovers"], INTERACTIVE_P99),
         ))  # fmt: skip
         beyond = r["beyond_first_free_p99_handovers"]
         out.append((
             f"interactive: the same, beyond the first slot freeing after it asked (what the queue and the "
             f"client add to an ideal queue's wait) <= {INTERACTIVE_P99:g} hand-overs",
-            f"p99 {_num(beyond)} hand-overs; admitted with no grant to anyone else between its request and its "
-            f"grant {_pct(g['passed_none'])}, at most one {_pct(g['passed_at_most_one'])}",
+            f"p99 {num(beyond, 2)} hand-overs; admitted with no grant to anyone else between its request and its "
+            f"grant {pct(g['passed_none'])}, at most one {pct(g['passed_at_most_one'])}",
             verdict(beyond, INTERACTIVE_P99),
         ))  # fmt: skip
         out.append((
             f"interactive: the sub-agents keep the fleet at the limit (leases in hand >= {UTILISATION:g} of "
             "capacity x time)",
-            f"{_pct(r['utilisation'])}: {_ms(r['idle_per_grant'])} ms idle per grant (Redis in-flight "
-            f"{_pct(r['redis_in_flight_mean'])})",
+            f"{pct(r['utilisation'])}: {ms(r['idle_per_grant'], 1)} ms idle per grant (Redis in-flight "
+            f"{pct(r['redis_in_flight_mean'])})",
             verdict(r["utilisation"], UTILISATION, below=False),
         ))  # fmt: skip
     r = results.get("tenants")
@@ -931,15 +891,15 @@ def goals(result: Mapping[str, Any]) -> list[tuple[str, str, bool | None]]:
         out.append((
             f"tenants: each tenant's in-flight share within {100 * SHARE_POINTS:g} points of 75 / 25 over every "
             "interval",
-            f"worst {_pct(r['worst_share_off'])} off, over {len(r['intervals'])} interval(s)",
+            f"worst {pct(r['worst_share_off'])} off, over {len(r['intervals'])} interval(s)",
             verdict(r["worst_share_off"], SHARE_POINTS),
         ))  # fmt: skip
         switch = r.get("switch_from_a_gone_handovers")
         out.append((
             f"tenants: once a stops, b holds the whole limit within {SWITCH_HANDOVERS:g} hand-over of a's last "
             "lease ending (the leases in Redis)",
-            f"{_num(switch)} hand-overs, polls every {_ms(r.get('poll_interval'))} ms "
-            f"({_num(r.get('switch_from_stop_handovers'))} from the stop itself; "
+            f"{num(switch, 2)} hand-overs, polls every {ms(r.get('poll_interval'), 1)} ms "
+            f"({num(r.get('switch_from_stop_handovers'), 2)} from the stop itself; "
             f"{r.get('cancellations_ignored', 0)} of a's cancelled agents handed a lease anyway)",
             verdict(switch, SWITCH_HANDOVERS),
         ))  # fmt: skip
@@ -955,7 +915,7 @@ def goals(result: Mapping[str, Any]) -> list[tuple[str, str, bool | None]]:
         g = r["groups"].get("batch", {})
         out.append((
             "aging: no batch wait longer than the aging time plus one (mean) lease hold",
-            f"max {_ms(g.get('wait_max'))} ms against {_ms(r['bound'])} ms ({g.get('calls', 0)} batch waits, "
+            f"max {ms(g.get('wait_max'), 1)} ms against {ms(r['bound'], 1)} ms ({g.get('calls', 0)} batch waits, "
             f"{r['aged']} waiters aged)",
             None if not g.get("calls") else verdict(g.get("wait_max"), r["bound"]),
         ))  # fmt: skip
@@ -969,18 +929,15 @@ def table(result: Mapping[str, Any]) -> str:
     for name, r in result["results"].items():
         for group, g in r["groups"].items():
             lines.append(
-                f"{name:<13}{group:<13}{g['calls']:>7}{_ms(g['wait_p50']):>9}{_ms(g['wait_p99']):>9}"
-                f"{_ms(g['wait_max']):>9}{_num(g['wait_p99_handovers']):>9}{_num(g['passed_p99'], 0):>11}"
+                f"{name:<13}{group:<13}{g['calls']:>7}{ms(g['wait_p50'], 1):>9}{ms(g['wait_p99'], 1):>9}"
+                f"{ms(g['wait_max'], 1):>9}{num(g['wait_p99_handovers'], 2):>9}{num(g['passed_p99'], 0):>11}"
             )
     return "\n".join(lines)
 
 
 def goals_table(result: Mapping[str, Any]) -> str:
     """MET / MISS per goal, with the figure that judged it."""
-    return "\n".join(
-        f"{'-   ' if met is None else ('MET ' if met else 'MISS')}  {goal}: {measured}"
-        for goal, measured, met in goals(result)
-    )
+    return goal_lines(goals(result))
 
 
 def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
@@ -1016,10 +973,10 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
         scenario = ShareScenario.from_json(result["scenarios"][name])
         lines += [f"## {name}", "", scenario.description + ".", ""]
         lines += [
-            f"A hand-over (mean hold {_ms(r['mean_hold'])} ms / {r['capacity']}): {_ms(r['hand_over'])} ms. "
-            f"Leases in hand: {_pct(r['utilisation'])} of capacity x time ({_ms(r['idle_per_grant'])} ms idle per "
+            f"A hand-over (mean hold {ms(r['mean_hold'], 1)} ms / {r['capacity']}): {ms(r['hand_over'], 1)} ms. "
+            f"Leases in hand: {pct(r['utilisation'])} of capacity x time ({ms(r['idle_per_grant'], 1)} ms idle per "
             f"grant: from a release to the next holder's wake-up); Redis in-flight, sampled: mean "
-            f"{_pct(r['redis_in_flight_mean'])}, min {_pct(r['redis_in_flight_min'])}. At most "
+            f"{pct(r['redis_in_flight_mean'])}, min {pct(r['redis_in_flight_min'])}. At most "
             f"{r['max_in_hand']} leases in the agents' hands at once. Load average (1 min) {_load(r)}.",
             "",
             "| group | class | tenant | calls | wait p50 / p99 / max (ms) | p50 / p99 (hand-overs) | "
@@ -1031,39 +988,39 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
             others = (
                 "-"
                 if g["passed_p50"] is None
-                else (f"{_num(g['passed_p50'], 0)} / {_num(g['passed_p99'], 0)} / {_num(g['passed_max'], 0)}")
+                else (f"{num(g['passed_p50'], 0)} / {num(g['passed_p99'], 0)} / {num(g['passed_max'], 0)}")
             )
             lines.append(
                 f"| {group.name} | {group.priority} | {group.tenant or 'default'} | {g['calls']} | "
-                f"{_ms(g['wait_p50'])} / {_ms(g['wait_p99'])} / {_ms(g['wait_max'])} | "
-                f"{_num(g['wait_p50_handovers'])} / {_num(g['wait_p99_handovers'])} | {others} |"
+                f"{ms(g['wait_p50'], 1)} / {ms(g['wait_p99'], 1)} / {ms(g['wait_max'], 1)} | "
+                f"{num(g['wait_p50_handovers'], 2)} / {num(g['wait_p99_handovers'], 2)} | {others} |"
             )
         lines.append("")
         if name == "interactive":
             lines += [
                 f"The first slot freeing after the interactive agent asked (the floor of any queue): p50 "
-                f"{_num(r['first_free_p50_handovers'])}, p99 {_num(r['first_free_p99_handovers'])} hand-overs; "
-                f"its wait beyond that: p50 {_num(r['beyond_first_free_p50_handovers'])}, p99 "
-                f"{_num(r['beyond_first_free_p99_handovers'])} hand-overs. With no grant to anyone else between "
-                f"its request and its grant: {_pct(r['groups']['interactive']['passed_none'])} of its requests; "
-                f"at most one: {_pct(r['groups']['interactive']['passed_at_most_one'])}.",
+                f"{num(r['first_free_p50_handovers'], 2)}, p99 {num(r['first_free_p99_handovers'], 2)} hand-overs; "
+                f"its wait beyond that: p50 {num(r['beyond_first_free_p50_handovers'], 2)}, p99 "
+                f"{num(r['beyond_first_free_p99_handovers'], 2)} hand-overs. With no grant to anyone else between "
+                f"its request and its grant: {pct(r['groups']['interactive']['passed_none'])} of its requests; "
+                f"at most one: {pct(r['groups']['interactive']['passed_at_most_one'])}.",
                 "",
             ]
         elif name == "tenants":
             lines += ["| interval (s) | share a | share b | off 75 / 25 |", "|---|---:|---:|---:|"]
             for p in r["intervals"]:
-                lines.append(f"| {p['start']:.1f}-{p['end']:.1f} | {_pct(p['shares'].get('a'))} | "
-                             f"{_pct(p['shares'].get('b'))} | {_pct(p['off'])} |")  # fmt: skip
+                lines.append(f"| {p['start']:.1f}-{p['end']:.1f} | {pct(p['shares'].get('a'))} | "
+                             f"{pct(p['shares'].get('b'))} | {pct(p['off'])} |")  # fmt: skip
             if r.get("stop_at") is not None:
                 lines += [
                     "",
-                    f"a stopped at {r['stop_at']:.3f} s. In Redis (polled every {_ms(r['poll_interval'])} ms): a's "
-                    f"last lease gone at {_num(r['redis_a_gone_at'], 3)} s, b holding the whole limit at "
-                    f"{_num(r['redis_b_full_at'], 3)} s: {_num(r['switch_from_a_gone_handovers'])} hand-overs after "
-                    f"a's last lease, {_num(r['switch_from_stop_handovers'])} after the stop. In the agents' hands: "
+                    f"a stopped at {r['stop_at']:.3f} s. In Redis (polled every {ms(r['poll_interval'], 1)} ms): a's "
+                    f"last lease gone at {num(r['redis_a_gone_at'], 3)} s, b holding the whole limit at "
+                    f"{num(r['redis_b_full_at'], 3)} s: {num(r['switch_from_a_gone_handovers'], 2)} hand-overs after "
+                    f"a's last lease, {num(r['switch_from_stop_handovers'], 2)} after the stop. In the agents' hands: "
                     f"a's last lease released at {r['a_gone_at']:.3f} s, b's leases in hand first at the capacity "
-                    f"{_num(r['in_hand_switch_handovers'])} hand-overs later (each grant's wake-up leaves a slot "
-                    f"idle for a while); b alone then kept {_pct(r['b_alone_utilisation'])} of the limit in hand.",
+                    f"{num(r['in_hand_switch_handovers'], 2)} hand-overs later (each grant's wake-up leaves a slot "
+                    f"idle for a while); b alone then kept {pct(r['b_alone_utilisation'])} of the limit in hand.",
                 ]
                 if r.get("cancellations_ignored"):
                     lines += [
@@ -1075,11 +1032,11 @@ def markdown(result: Mapping[str, Any], commands: Sequence[str] = ()) -> str:
             lines.append("")
         elif name == "aging":
             lines += [
-                f"Aging {r['aging']:g} s; the bound (aging + mean hold) {_ms(r['bound'])} ms; the longest batch "
-                f"wait {_ms(r['batch_excess'])} ms past the aging time; the decision log aged {r['aged']} "
+                f"Aging {r['aging']:g} s; the bound (aging + mean hold) {ms(r['bound'], 1)} ms; the longest batch "
+                f"wait {ms(r['batch_excess'], 1)} ms past the aging time; the decision log aged {r['aged']} "
                 f"waiters. Split at each batch waiter's own `age` entry ({r['aged_seen']} found): aged at most "
-                f"{_ms(r['aged_late_max'])} ms after the aging time (Redis's clock), then in hand within "
-                f"{_ms(r['after_aged_p50'])} ms (p50), {_ms(r['after_aged_max'])} ms at most.",
+                f"{ms(r['aged_late_max'], 1)} ms after the aging time (Redis's clock), then in hand within "
+                f"{ms(r['after_aged_p50'], 1)} ms (p50), {ms(r['after_aged_max'], 1)} ms at most.",
                 "",
             ]
     lines += [
@@ -1103,14 +1060,8 @@ def write_chart(result: Mapping[str, Any], path: Path) -> None:
     """A PNG: the interactive agent's waits (CDF, hand-overs) against the
     sub-agents' and the floor; each tenant's leases in hand over time; the
     batch waits past the aging time against the bound."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = list(result["results"])
-    fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 3.6), squeeze=False)
-    try:
+    with kit.chart(path, 1, len(names), (4.6 * len(names), 3.6)) as axes:
         for ax, name in zip(axes[0], names, strict=True):
             r = result["results"][name]
             ax.set_title(name, fontsize=10)
@@ -1143,10 +1094,6 @@ def write_chart(result: Mapping[str, Any], path: Path) -> None:
                 ax.set_ylabel(f"wait past the aging time, {r['aging']:g} s (ms)")
                 ax.set_ylim(min([0.0, *past]) - 5, max([1000 * (r["bound"] - r["aging"]), *past]) * 1.2 + 5)
             ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-    finally:
-        plt.close(fig)
 
 
 __all__ = [
@@ -1162,7 +1109,6 @@ __all__ = [
     "goals",
     "goals_table",
     "hand_over",
-    "host_main",
     "ideal_waits",
     "markdown",
     "max_open",

@@ -460,7 +460,7 @@ async def _sample(governors: list[AsyncGovernor]) -> tuple[int, int, int, bool] 
 
 def _decisions(backend: Backend, governors: list[AsyncGovernor], start_at: float) -> list[dict[str, Any]]:
     """Every governor's decision log, times in seconds since the start, oldest first."""
-    from governor.inspect import read_events_after
+    from governor.views import read_events_after
 
     client = backend.sync_client()
     out: list[dict[str, Any]] = []

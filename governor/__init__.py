@@ -11,8 +11,10 @@ with gov.acquire(timeout=600, holder="host-3/agent-17") as lease:
 """
 
 from . import metrics as metrics  # its import subscribes the admission histogram to the facades' events
-from ._async.governor import AsyncGovernor, AsyncLease
-from ._sync.governor import Governor, Lease
+from ._async.governor import AsyncGovernor
+from ._async.lease import AsyncLease
+from ._sync.governor import Governor
+from ._sync.lease import Lease
 from .budgets import Budget, Tokens
 from .classify import Classification, Verdict, default_classifier
 from .config import GovernorConfig, RetryPolicy

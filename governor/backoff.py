@@ -1,7 +1,7 @@
 """The one backoff of the project: full jitter, capped exponential, and Retry-After.
 
 The n-th retry (n >= 1) waits ``uniform(0, min(cap, base * 2**(n-1)))``
-(SPEC §5) unless the provider said how long to wait: then its
+unless the provider said how long to wait: then its
 ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date) is honoured,
 cut to a maximum. :func:`retry_wait` is the one function that makes that
 choice. Every wait between retries in fleet-governor comes from here:

@@ -1,4 +1,4 @@
-"""Budgets beside concurrency: requests and tokens per minute (SPEC §9).
+"""Budgets beside concurrency: requests and tokens per minute.
 
 A provider account is limited in requests and tokens per minute (Anthropic:
 input and output tokens apart) as well as in what it serves at once. Each
@@ -91,7 +91,8 @@ class Tokens:
         return cls(input=_count(what, value))
 
     def cost(self, kind: str) -> int:
-        """What a lease of these tokens takes from budget ``kind``."""
+        """What a lease of these tokens takes from budget ``kind`` (the Lua's
+        costs are generated from it: governor/scripts.py)."""
         if kind == "requests":
             return 1
         if kind == "tokens":
@@ -122,17 +123,6 @@ class Budget:
     level: float  #: what it holds now (below zero: charged beyond a reservation)
     reserved: int  #: taken by the leases in flight (their estimates, not yet settled)
     source: str  #: one of SOURCES
-
-    @property
-    def per_second(self) -> float:
-        """The refill rate."""
-        return self.limit / 60.0
-
-    def seconds_until(self, cost: int) -> float:
-        """How long until the bucket holds ``cost`` (0 if it does)."""
-        if self.level >= cost:
-            return 0.0
-        return (cost - self.level) / self.per_second if self.limit else float("inf")
 
 
 def parse_budgets(flat: Any, text: Any) -> tuple[Budget, ...]:

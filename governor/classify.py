@@ -1,4 +1,4 @@
-"""Which provider failures are throttles, which are billing, which are neither (SPEC §5).
+"""Which provider failures are throttles, which are billing, which are neither.
 
 ``Governor.call`` asks a :data:`Classifier` about every exception its
 function raises and acts on the answer, an :class:`~governor.core.Outcome`
@@ -124,8 +124,6 @@ QUOTA_PHRASES = (
 #: error codes and types that mean throttled or overloaded whatever the status
 #: (a stream's error event arrives inside a 200 response)
 RATE_LIMIT_CODES = frozenset({"rate_limit_error", "overloaded_error", "rate_limit_exceeded", "overloaded"})
-#: statuses that mean throttled (429) or overloaded (529 Anthropic, 503 anyone)
-RATE_LIMIT_STATUSES = frozenset({429, 503, 529})
 #: a body larger than this is not parsed: error bodies are small
 MAX_BODY = 65536
 

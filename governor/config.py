@@ -83,7 +83,7 @@ class GovernorConfig:
     #: or simulation makes)
     restart_hold: bool = True
     #: replicas that must confirm every grant and renewal (Redis ``WAIT``) before a
-    #: caller or the heartbeat relies on it; 0: none (see README, Guarantees)
+    #: caller or the heartbeat relies on it; 0: none (see docs/guarantees.md)
     wait_replicas: int = 0
     #: when Redis cannot be reached: ``"fail"`` closed (raise GovernorUnavailable, the
     #: default), or ``"local"``: admit at most ``local_capacity`` callers per governor object
@@ -207,10 +207,6 @@ class GovernorConfig:
             return self.priorities.index(name)
         except ValueError:
             raise ConfigError(f"unknown priority {name!r}: the classes are {', '.join(self.priorities)}") from None
-
-    def cap_of(self, tenant: str) -> int | None:
-        """The cap of ``tenant`` (None: it has none)."""
-        return dict(self.tenant_caps).get(tenant)  # type: ignore[arg-type]
 
     def weight_of(self, tenant: str) -> int:
         """The weight of ``tenant`` (``default_weight`` when it is not listed)."""
@@ -344,7 +340,7 @@ def _within(name: str, value: float, low: float, high: float) -> None:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How ``Governor.call`` retries throttled calls (SPEC §5). Times in seconds."""
+    """How ``Governor.call`` retries throttled calls. Times in seconds."""
 
     #: calls in all, the first included; quota exhaustion is never retried
     max_attempts: int = 8

@@ -10,10 +10,21 @@ replies into this tree; an unknown reply code is an error, never ignored.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import redis.exceptions
+
+
+def duration(seconds: float) -> str:
+    """A duration as messages print it, rounded: ``2.0 s`` (not
+    ``1.99999746699973 s``), ``40 ms`` below a tenth of a second, whole
+    seconds from 100 s."""
+    if seconds < 0.1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 100:
+        return f"{seconds:.1f} s"
+    return f"{seconds:.0f} s"
 
 
 class GovernorError(Exception):
@@ -127,8 +138,10 @@ def wrong_key_type(detail: str, name: str | None) -> WrongKeyType:
 
 
 @contextmanager
-def map_errors(name: str | None) -> Iterator[None]:
-    """Translate redis-py errors raised inside the block into the tree above."""
+def map_errors(name: str | None, locate: Callable[[str], str] | None = None) -> Iterator[None]:
+    """Translate redis-py errors raised inside the block into the tree above;
+    ``locate`` names the Lua file and line in a library fault's message
+    (:func:`governor.scripts.locate`, given where the library's functions run)."""
     try:
         yield
     except GovernorError:
@@ -136,7 +149,7 @@ def map_errors(name: str | None) -> Iterator[None]:
     except (redis.exceptions.AuthenticationError, redis.exceptions.NoPermissionError) as exc:
         raise GovernorUnavailable(
             f"{_who(name)}Redis refused access ({exc}); check the credentials and the ACL "
-            "(README: Guarantees and failure modes)",
+            "(docs/operating.md: Security)",
             name=name,
         ) from exc
     except redis.exceptions.OutOfMemoryError as exc:
@@ -177,9 +190,7 @@ def map_errors(name: str | None) -> Iterator[None]:
             ) from exc
         if text.startswith(("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")):
             raise GovernorUnavailable(f"{_who(name)}Redis cannot serve now: {text}", name=name) from exc
-        if "user_function:" in text:  # a fault in the library: name the Lua file and line
-            from .scripts import locate
-
+        if locate is not None:  # a fault in the library: name the Lua file and line
             text = locate(text)
         raise StateError(f"{_who(name)}Redis answered with an error: {text}", name=name) from exc
     except redis.exceptions.RedisError as exc:

@@ -1,4 +1,4 @@
-"""What a model request will cost, and what it did cost (SPEC §9).
+"""What a model request will cost, and what it did cost.
 
 A lease reserves an estimate of its tokens before the call and its report
 settles the actual usage after it. This module makes both from what is on

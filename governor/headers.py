@@ -1,4 +1,4 @@
-"""Provider rate-limit headers, read into one shape (SPEC §9).
+"""Provider rate-limit headers, read into one shape.
 
 Every answer of a provider says where its account stands: how large each
 limit is, how much of it is left and when it is whole again. A report may

@@ -17,7 +17,7 @@ Two sources, because they live in different processes:
   script, the decision log, the leases and the queue), so what Prometheus
   sees is what the scripts decide on, whichever host changed it. In flight
   and queued per priority class and per tenant are counted from the leases
-  and the queue (at most :data:`governor.inspect.COUNT_LIMIT` of each); the
+  and the queue (at most :data:`governor.views.COUNT_LIMIT` of each); the
   tenant label is bounded: the ``top_tenants`` most loaded by name, the
   others summed as ``tenant="(other)"``.
 
@@ -188,7 +188,7 @@ class GovernorCollector:
         return tracked
 
     def _count_decisions(self, tracked: _Tracked) -> None:
-        from .inspect import read_events_after
+        from .views import read_events_after
 
         keys = tracked.governor.keys
         for _ in range(EVENTS_PER_SCRAPE // _PAGE):
@@ -207,7 +207,7 @@ class GovernorCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
         from .config import parse_weights
-        from .inspect import OTHER, list_governors, log_length, read_breakdown, read_config
+        from .views import OTHER, list_governors, log_length, read_breakdown, read_config
 
         started = time.monotonic()
         label = ["governor"]
@@ -386,11 +386,13 @@ def start_exporter(
     names: Sequence[str] | None = None,
     *,
     port: int = 9733,
-    addr: str = "0.0.0.0",
+    addr: str = "127.0.0.1",
     prefix: str = "governor",
     top_tenants: int = TOP_TENANTS,
 ) -> tuple[Any, threading.Thread]:
-    """Serve ``/metrics`` for ``names`` (None: every governor) on a daemon thread.
+    """Serve ``/metrics`` for ``names`` (None: every governor) on a daemon thread,
+    on ``addr`` (loopback by default: this machine only; ``"0.0.0.0"`` for
+    every interface, as in a container Prometheus scrapes from another).
 
     Returns prometheus_client's (server, thread); ``server.shutdown()``
     stops it. Raises ImportError without prometheus_client.

@@ -1,4 +1,4 @@
-"""The policies: how capacity answers the provider (SPEC §4).
+"""The policies: how capacity answers the provider.
 
 A policy is a unit: its config class here (its own validated numbers), its
 entry in the ``POLICIES`` table of ``lua/lib/policy.lua`` (its reaction to a
@@ -10,7 +10,8 @@ policy is one class here, one Lua entry, one model entry.
 - ``adaptive`` (the default): start low and climb while the provider
   accepts (no blind burst of ``max_capacity``), learn the lowest in-flight
   level the provider refused, hold just below it, probe it now and then,
-  cut by ``cut_factor`` only when refused below it (the limit fell).
+  cut by ``cut_factor`` only when refused below it (the limit fell). No
+  news is not bad news: callers that never report still see it climb.
   Its time constants follow ``window`` unless set.
 - ``seed``: the seed governor's rules exactly: halve on 2 rate-limited
   attempts in the window (or a share over 30 %), pause on 4, +1 per 3
@@ -23,11 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .errors import ConfigError
-from .protocol import COUNT, DURATION, FLAG, POSITIVE, SHARE, STEP, Kind, ms
+from .protocol import CONFIG, COUNT, DURATION, FLAG, POLICY_STATE, POSITIVE, SHARE, STATE, STEP, Kind, ms
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Policy:
     follows_window: ClassVar[dict[str, float]] = {}
 
     def __post_init__(self) -> None:
-        for f in fields(self):
+        for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is None and f.name in self.follows_window:
                 continue
@@ -113,8 +114,19 @@ class AdaptivePolicy(Policy):
       (``max(1, max_capacity * resume_fraction)``), never at ``max_capacity``,
       and adds one per success while nothing was refused: it doubles per
       call latency, the way TCP's slow start does, without a blind burst.
-      ``resume_fraction=1.0`` starts at ``max_capacity``. A new
-      ``max_capacity`` set at run time applies at once (SPEC §4).
+      ``resume_fraction=1.0`` starts at ``max_capacity``.
+    - No news is not bad news: while callers wait with every slot taken,
+      no Retry-After holds and no 429 is in the window, capacity grows by
+      time whether or not anyone reports: it doubles every
+      ``probe_interval`` the first waiter has waited while nothing was ever
+      refused, and once a ceiling is learnt, a probe is due by time as
+      after a streak of successes. A 429 report or a Retry-After stops it.
+      So a launch gate whose leases live for hours and never report reaches
+      ``max_capacity`` within about ``log2(1 / resume_fraction)`` probe
+      intervals.
+    - A new ``max_capacity`` set at run time keeps what was learnt: a lower
+      one applies at once, a higher one is approached as any ceiling is
+      (the slow start, the probes), never jumped to.
     - A 429 of a lease granted after the last cut, at ``level`` leases in
       flight: a probe refused (at or above the remembered ``ceiling``) puts
       capacity back to ``level - 1`` (the next probe of the same level waits
@@ -177,7 +189,7 @@ class AdaptivePolicy(Policy):
 
 @dataclass(frozen=True)
 class SeedPolicy(Policy):
-    """The seed governor's rules exactly (SPEC §4)."""
+    """The seed governor's rules exactly."""
 
     name: ClassVar[str] = "seed"
     #: rate-limited attempts in the window that halve capacity
@@ -249,3 +261,21 @@ def _kinds(merged: dict[str, Kind], what: str) -> dict[str, Kind]:
             if merged[field] is not kind:
                 raise AssertionError(f"policy {what} field {field} has two kinds")
     return merged
+
+
+def fields() -> dict[str, dict[str, Kind]]:
+    """Every stored field and its kind, by hash: the base fields of
+    :mod:`governor.protocol` and each policy's own (its config and learnt state)."""
+    config = {**CONFIG, "policy": Kind("POLICY", "str", values=POLICY_NAMES), **config_kinds()}
+    return {"state": dict(STATE), "config": config, "policy": {**POLICY_STATE, **state_kinds()}}
+
+
+def all_fields() -> dict[str, Kind]:
+    """Every stored field's kind, whatever its hash (a name is in one hash only)."""
+    out: dict[str, Kind] = {}
+    for hash_fields in fields().values():
+        for name, kind in hash_fields.items():
+            if name in out:
+                raise AssertionError(f"field {name} is in two hashes")
+            out[name] = kind
+    return out

@@ -2,7 +2,7 @@
 
 Every key of a governor, every stored field (one vocabulary: the names an
 operator reads with ``redis-cli HGETALL`` are the names the scripts, the
-client, the CLI and the README use), the holder record, the outcome codes,
+client, the CLI and the docs use), the holder record, the outcome codes,
 every reply kind and the wake messages. ``governor/scripts.py`` builds the
 Lua field table of each script from :data:`FIELDS`, so a field's kind and
 range are written once; ``tests/test_protocol.py`` checks that the Lua
@@ -316,29 +316,9 @@ HOT: dict[str, tuple[str, ...]] = {
 }
 
 
-def fields() -> dict[str, dict[str, Kind]]:
-    """Every stored field and its kind, by hash: the base fields here and
-    each policy's own (its config and learnt state)."""
-    from .policies import POLICY_NAMES, config_kinds, state_kinds
-
-    config = {**CONFIG, "policy": Kind("POLICY", "str", values=POLICY_NAMES), **config_kinds()}
-    return {"state": dict(STATE), "config": config, "policy": {**POLICY_STATE, **state_kinds()}}
-
-
 def required() -> dict[str, tuple[str, ...]]:
     """The fields every governor's hashes hold, whatever its policy."""
     return {"state": tuple(STATE), "config": tuple(CONFIG), "policy": tuple(POLICY_STATE)}
-
-
-def all_fields() -> dict[str, Kind]:
-    """Every stored field's kind, whatever its hash (a name is in one hash only)."""
-    out: dict[str, Kind] = {}
-    for hash_fields in fields().values():
-        for name, kind in hash_fields.items():
-            if name in out:
-                raise AssertionError(f"field {name} is in two hashes")
-            out[name] = kind
-    return out
 
 
 #: the entry ``leases`` (score 0: never live) and ``holders`` (value '') each

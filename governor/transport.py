@@ -1,4 +1,4 @@
-"""Every request of an SDK client under the governor, with no change at the call site (SPEC §11).
+"""Every request of an SDK client under the governor, with no change at the call site.
 
 :class:`GovernedTransport` (and :class:`AsyncGovernedTransport`) wraps an
 httpx transport. The official SDKs take one through their ``http_client``::
@@ -76,9 +76,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from types import TracebackType
 from typing import Any
 
-from ._async.governor import AsyncGovernor, AsyncLease
+from ._async.governor import AsyncGovernor
+from ._async.lease import AsyncLease
 from ._async.retry import retry_call as async_retry_call
-from ._sync.governor import Governor, Lease
+from ._sync.governor import Governor
+from ._sync.lease import Lease
 from ._sync.retry import retry_call as sync_retry_call
 from .budgets import Tokens
 from .classify import Verdict, classify_http

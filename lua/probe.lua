@@ -1,6 +1,8 @@
---[[ probe.lua: time-driven recovery; reclaims, lifts a drained pause, admits.
+--[[ probe.lua: time-driven recovery; reclaims, lifts a drained pause, grows
+capacity by time while callers wait at it with nothing refused (no_news of
+lib/policy.lua), admits.
 
-Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua
+Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/queue.lua, lib/policy.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
@@ -13,8 +15,10 @@ Reply
 clock()
 check_types()
 if not load_all() then return missing_reply() end
+local grow = no_news()
 keep_alive()
 reclaim(true)
 recover()
+if grow then grow() end
 grant()
 return finish(status_reply())

@@ -1,11 +1,13 @@
 --[[ refresh.lua: the waiters' safety net; one call per process per poll.
 
 Keeps the places of a batch of waiters, runs the time-driven recovery
-probe (a pause whose window drained lifts here even when no one reports),
-admits whom it can, and tells each waiter where it stands, so a lost
-pub/sub message costs at most one poll interval.
+probe (a pause whose window drained lifts here even when no one reports)
+and the policy's growth by time (no_news of lib/policy.lua: waiters at a
+full capacity with nothing refused), admits whom it can, and tells each
+waiter where it stands, so a lost pub/sub message costs at most one poll
+interval.
 
-Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua
+Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua, lib/policy.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
@@ -26,10 +28,12 @@ clock()
 if not load(WRITE) then return missing_reply() end
 prepare()
 check_types()  -- one call per process per poll: cheap enough to check all
+local grow = no_news()
 keep_alive()
 
 reclaim()
 recover()
+if grow then grow() end
 local granted = grant()
 local reason, hint = blocked(NO_TOKENS)
 local reply = {SCHEMA, 'refreshed', S.epoch, reason or '', hint}

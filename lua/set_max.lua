@@ -1,9 +1,11 @@
 --[[ set_max.lua: change max_capacity at run time.
 
-Not paused: capacity = max_capacity = n at once, up or down, and the
-policy's memory is forgotten (its reset). Paused: capacity stays 0 and the resume uses
-the new n; a pause is never lifted by this. A reserve (config reserve) of n
-or more is lowered to n - 1.
+Not paused: the policy's new_max (lib/policy.lua): the adaptive policy
+keeps what it learnt, lowers capacity to a lower n at once and approaches a
+higher n as it approaches any ceiling (its slow start, its probes); seed
+and fixed set capacity = n at once, up or down. Paused: capacity stays 0
+and the resume uses the new n; a pause is never lifted by this. A reserve
+(config reserve) of n or more is lowered to n - 1.
 
 Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/policy.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
@@ -30,9 +32,7 @@ if reserve >= n then set('config', 'reserve', n - 1) end  -- a reserve stays bel
 if S.paused == 1 then
   if S.saved_capacity > n then set('state', 'saved_capacity', n) end
 else
-  set('state', 'capacity', n)
-  set('policy', 'streak', 0)
-  POLICIES[C.policy].reset()  -- what the policy learnt was about another ceiling
+  POLICIES[C.policy].new_max(before)
 end
 log('set_max', 'from', before, 'to', n, 'capacity_from', capacity_before, 'why', 'operator')
 redis.call('PUBLISH', CHANNEL, S.epoch .. ' !config')  -- clients learn the stored config anew

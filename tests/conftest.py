@@ -5,6 +5,15 @@ private ``redis-server`` started for the session, else a testcontainers
 ``RedisContainer`` when a Docker engine answers) and again on fakeredis
 with its Lua extra, each with ``decode_responses`` off and on. Governor
 names are unique per test. Policy time comes from an injected clock.
+
+``REDIS_URL`` may be a Redis other clients use: the suite then changes
+nothing it did not create. Its governors have names of their own, it loads
+the governor's library only when it is missing (as any client does), and a
+test that replaces or deletes a functions library, flushes or sets config
+runs on a Redis of its own (``scratch_redis_url``: a private redis-server),
+or is skipped, unless ``GOVERNOR_TESTS_MAY_CHANGE_REDIS_URL=1`` says that
+Redis is the suite's to change. At the end of the session every functions
+library that was on it before must still be there, unchanged.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import redis.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from governor import AsyncGovernor, Governor, GovernorConfig
+from governor.scripts import library, library_name
 
 from .support.faultkit import Processes
 from .support.servers import RedisServer, redis_server_binary, wait_until
@@ -142,7 +152,12 @@ def redis_url() -> Iterator[str]:
     except NoRedis as error:
         pytest.fail(str(error), pytrace=False)
     if kind == "url":
-        yield os.environ["REDIS_URL"]
+        url = os.environ["REDIS_URL"]
+        before = libraries(url)
+        yield url
+        changed = sorted(name for name, code in before.items() if libraries(url).get(name) != code)
+        if changed:
+            pytest.fail(f"the suite changed functions libraries it did not create on REDIS_URL: {changed}")
         return
     if kind == "testcontainers":
         with redis_container() as url:
@@ -186,6 +201,71 @@ def pytest_sessionfinish() -> None:
     if _session_server is not None:
         _session_server.cleanup()
         _session_server = None
+
+
+#: set to 1: REDIS_URL is a Redis the suite may change beyond its own keys
+MAY_CHANGE = "GOVERNOR_TESTS_MAY_CHANGE_REDIS_URL"
+NO_SCRATCH = (
+    "this test replaces or deletes a functions library (or flushes, or sets config): REDIS_URL may be a Redis "
+    "other clients use, so it runs on a redis-server of its own, and there is none on PATH "
+    "(apt-get install redis-server); or set " + MAY_CHANGE + "=1 if the Redis at REDIS_URL is the suite's to change"
+)
+
+
+def choose_scratch_redis(
+    environ: Mapping[str, str] = os.environ,
+    has_redis_server: Callable[[], bool] = lambda: redis_server_binary() is not None,
+) -> str:
+    """Where a test that changes a Redis beyond its own keys runs: ``"session"``
+    (the Redis the suite started, or REDIS_URL declared the suite's),
+    ``"private"`` (a redis-server of its own), or ``"skip"``."""
+    if not environ.get("REDIS_URL") or environ.get(MAY_CHANGE) == "1":
+        return "session"
+    return "private" if has_redis_server() else "skip"
+
+
+def libraries(url: str) -> dict[str, bytes]:
+    """Every functions library on the Redis at ``url``: name -> code."""
+    client = redis.Redis.from_url(url, socket_timeout=10)
+    try:
+        entries = client.function_list(withcode=True)
+    finally:
+        client.close()
+    out = {}
+    for entry in entries:
+        fields = dict(zip(entry[::2], entry[1::2], strict=True))
+        out[text(fields[b"library_name"])] = fields[b"library_code"]
+    return out
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def load_library(client: Any) -> None:
+    """The governor's functions library, loaded when it is missing, as a
+    client does (its name carries a hash of its code: the same name is the
+    same code, so nothing another client uses is ever replaced)."""
+    if not client.function_list(library=library_name()):
+        client.function_load(library())
+
+
+@pytest.fixture
+def scratch_redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A Redis a test may change beyond its own keys (replace or delete a
+    functions library, flush, set config): the session's own, or a private
+    redis-server when the session's is REDIS_URL (see choose_scratch_redis)."""
+    kind = choose_scratch_redis()
+    if kind == "skip":
+        pytest.skip(NO_SCRATCH)
+    if kind == "session":
+        yield request.getfixturevalue("redis_url")
+        return
+    server = RedisServer().start()
+    try:
+        yield server.url
+    finally:
+        server.cleanup()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Admission (SPEC §3) through the sync facade: blocking, FIFO, push wake-up,
+"""Admission through the sync facade: blocking, FIFO, push wake-up,
 capacity below in-flight, timeouts. Real threads; every wait is bounded."""
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ and the launcher the private servers come from."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import redis
 from redis.backoff import NoBackoff
@@ -11,8 +16,18 @@ from redis.retry import Retry
 
 from bench import redis_server
 from governor import Governor, GovernorConfig
+from governor.scripts import library
 
-from .conftest import NO_REDIS, NoRedis, choose_session_redis, docker_answers, redis_container
+from .conftest import (
+    MAY_CHANGE,
+    NO_REDIS,
+    NoRedis,
+    choose_scratch_redis,
+    choose_session_redis,
+    docker_answers,
+    libraries,
+    redis_container,
+)
 from .support.servers import RedisServer
 
 
@@ -94,3 +109,46 @@ def test_the_launcher_stops_pauses_and_restarts_on_the_same_port() -> None:
         finally:
             client.close()
     assert not server.ping() and not server.dir.exists()
+
+
+# -- REDIS_URL may be a Redis other clients use -------------------------------------------
+
+
+def test_a_test_that_changes_a_redis_runs_on_its_own_when_redis_url_is_someone_elses() -> None:
+    assert choose_scratch_redis({}, _never) == "session"  # the suite started that Redis: it may
+    assert choose_scratch_redis({"REDIS_URL": "redis://shared:6379/0"}, lambda: True) == "private"
+    assert choose_scratch_redis({"REDIS_URL": "redis://shared:6379/0"}, lambda: False) == "skip"
+    assert choose_scratch_redis({"REDIS_URL": "redis://shared:6379/0", MAY_CHANGE: "1"}, _never) == "session"
+
+
+#: the suite's tests that replace, delete or load the governor's functions library
+LIBRARY_TESTS = (
+    "tests/test_packaging.py::test_redis_sees_the_flags_of_every_function",
+    "tests/test_errors.py::test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line",
+    "tests/test_errors.py::test_a_governor_names_the_lua_file_and_line_of_a_library_fault",
+)
+
+
+def test_the_suite_on_a_shared_redis_leaves_its_functions_libraries_alone(private_redis: RedisServer) -> None:
+    """A Redis a fleet runs on (the governor's library loaded by its operator,
+    a library of its own): the suite's library tests run there through
+    REDIS_URL, and every library is still there, unchanged, after."""
+    shared = redis.Redis(port=private_redis.port, socket_timeout=10)
+    try:
+        shared.function_load(library())
+        shared.function_load("#!lua name=the_fleets_own\nredis.register_function('ping_own', function() return 1 end)")
+        before = libraries(private_redis.url)
+        env = {k: v for k, v in os.environ.items() if k != MAY_CHANGE}
+        env["REDIS_URL"] = private_redis.url
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *LIBRARY_TESTS],
+            cwd=Path(__file__).resolve().parent.parent,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert libraries(private_redis.url) == before
+    finally:
+        shared.close()

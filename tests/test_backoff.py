@@ -1,4 +1,4 @@
-"""The one backoff: full-jitter bounds and spread, and Retry-After parsing (SPEC §5)."""
+"""The one backoff: full-jitter bounds and spread, and Retry-After parsing."""
 
 from __future__ import annotations
 

@@ -29,12 +29,12 @@ from bench.budget_bench import (
     markdown,
     merge,
     missing_strategy,
-    percentile,
     run_budgets,
     scenarios,
     table,
 )
 from bench.cli import budgets_command
+from bench.kit import percentile
 from bench.provider import LIMITED, OK, TOKENS, ProviderConfig, RunRecord
 from governor.errors import ConfigError
 

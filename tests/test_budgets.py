@@ -1,4 +1,4 @@
-"""Budgets beside concurrency (SPEC §9, governor/budgets.py): requests and
+"""Budgets beside concurrency (governor/budgets.py): requests and
 tokens per minute, reserved on the lease, settled by the report, calibrated
 from the provider's rate-limit headers. On Redis and fakeredis, with an
 injected clock; the last test runs many threads on a real Redis in real

@@ -1,4 +1,4 @@
-"""Governor.call / limit: acquire, call, classify, report, release, retry (SPEC §5, §6).
+"""Governor.call / limit: acquire, call, classify, report, release, retry.
 
 The provider is a real HTTP server (tests/scripted_provider.py) and the
 callers are the official ``openai`` and ``anthropic`` clients, sync and
@@ -54,7 +54,7 @@ MakeAGov = Callable[..., AsyncGovernor]
 
 #: retries within milliseconds: a provider's Retry-After is cut to 50 ms
 FAST = RetryPolicy(max_attempts=4, deadline=20.0, base=0.005, cap=0.02, max_retry_after=0.05)
-#: the seed policy's rules are exact (SPEC §4), so capacity can be asserted
+#: the seed policy's rules are exact, so capacity can be asserted
 SEED = GovernorConfig(max_capacity=8, policy="seed")
 MESSAGES: list[Any] = [{"role": "user", "content": "hi"}]
 

@@ -1,4 +1,4 @@
-"""Classification of provider failures: throttle, billing, or neither (SPEC §5).
+"""Classification of provider failures: throttle, billing, or neither.
 
 The SDK exceptions are the SDKs' own classes, built the way the SDKs build
 them, and (at the end) raised by the real clients talking HTTP to the

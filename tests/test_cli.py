@@ -25,8 +25,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 
-from governor import Governor, GovernorConfig, Outcome
-from governor import inspect as gi
+from governor import Governor, GovernorConfig, Outcome, views
 from governor.cli import main, render
 from governor.cli.app import safe_url
 from governor.cli.control import COMPARED, compared
@@ -54,7 +53,7 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
 def behind(client: redis.Redis) -> FakeClock:
     """A clock BEHIND s behind the Redis server's: what happened on it is that old
     when the CLI looks (and still inside a 60 s window)."""
-    return FakeClock(gi.server_time_ms(client) / 1000 - BEHIND)
+    return FakeClock(views.server_time_ms(client) / 1000 - BEHIND)
 
 
 @pytest.fixture
@@ -187,7 +186,7 @@ def table_rows(out: str, header: str) -> list[list[str]]:
     start = next(i for i, line in enumerate(lines) if line.startswith(header))
     rows = []
     for line in lines[start + 1 :]:
-        if not line.strip() or (line.startswith("(") and not line.startswith(gi.OTHER)):  # a note after it
+        if not line.strip() or (line.startswith("(") and not line.startswith(views.OTHER)):  # a note after it
             break
         rows.append(line.split())
     return rows
@@ -215,12 +214,12 @@ def test_status_per_class_and_tenant(run: Run, make: Callable[..., Governor], be
     out = ok(run("status", "--top", "1"))
     assert table_rows(out, "TENANT") == [
         ["team-a", "3", "2", "2", "0"],
-        [gi.OTHER, "-", "1", "2", "1", "(2", "tenants)"],
+        [views.OTHER, "-", "1", "2", "1", "(2", "tenants)"],
     ]
     data = as_json(run("status", "--json", "--top", "1"))
     assert data["by_tenant"] == {
         "team-a": {"in_flight": 2, "queued": 2, "aged": 0},
-        gi.OTHER: {"in_flight": 1, "queued": 2, "aged": 1},
+        views.OTHER: {"in_flight": 1, "queued": 2, "aged": 1},
     }
     assert data["tenants"] == 3
 
@@ -289,7 +288,7 @@ def test_unknown_governor_is_refused_and_not_created(run: Run, client: redis.Red
         ["set-shares", "--weight", "a=2"],
     ):
         refused(run(*command), f"no governor named {name!r}")
-    assert gi.list_governors(client).count(name) == 0
+    assert views.list_governors(client).count(name) == 0
     assert client.exists(*governor_keys(name).keys) == 0
 
 
@@ -477,7 +476,7 @@ def test_no_leases_no_queue(run: Run, make: Callable[..., Governor], behind: Fak
 
 
 def test_queue(run: Run, make: Callable[..., Governor], client: redis.Redis) -> None:
-    clock = FakeClock(gi.server_time_ms(client) / 1000)
+    clock = FakeClock(views.server_time_ms(client) / 1000)
     gov = make(GovernorConfig(max_capacity=1, poll=1, queue_ttl=120), clock=clock)
     lease = gov.try_acquire(holder="holder/0")
     assert lease is not None
@@ -551,11 +550,11 @@ def test_queue_by_class_and_tenant(run: Run, make: Callable[..., Governor], behi
     # the summary counts every waiter, not only those shown; bounded by --top
     out = ok(run("queue", "--limit", "1", "--top", "1"))
     assert len(table_rows(out, "POS")) == 1 and "showing 1 of 4" in out
-    assert f"  by tenant: team-a 2, {gi.OTHER} 2 (1 aged)" in out
+    assert f"  by tenant: team-a 2, {views.OTHER} 2 (1 aged)" in out
     assert table_rows(out, "CLASS") == [
-        ["interactive", gi.OTHER, "1", "0"],
+        ["interactive", views.OTHER, "1", "0"],
         ["default", "team-a", "2", "0"],
-        ["batch", gi.OTHER, "1", "1"],
+        ["batch", views.OTHER, "1", "1"],
     ]
     leases = ok(run("leases"))
     assert "  by class:  interactive 1, default 1, batch 1" in leases
@@ -599,7 +598,7 @@ def test_events_follow_from_an_id(
 ) -> None:
     gov = make(GovernorConfig(max_capacity=8), clock=behind)
     gov.status()
-    start = gi.last_event_id(client, gov.keys)
+    start = views.last_event_id(client, gov.keys)
     gov.set_max_capacity(5)
     gov.set_max_capacity(6)
     lines = ok(run("events", "--follow", "--since", start, "--max-events", "2")).splitlines()
@@ -641,7 +640,7 @@ def test_set_max(run: Run, make: Callable[..., Governor], behind: FakeClock, nam
     out = ok(run("set-max", "3"))
     assert f"governor {name!r}: max_capacity set to 3" in out
     assert "max_capacity  8 -> 3" in out and "capacity      4 -> 3" in out
-    assert "streak        1 -> 0" in out  # set-max clears what the policy learnt (v2)
+    assert "streak        1 -> 0" in out  # set-max clears what the policy learnt
     assert "blocked       - -> 'at capacity: 3 in flight of 3'" in out
     assert "now: FULL: 3 in flight of 3" in out and "  blocked: at capacity: 3 in flight of 3" in out
     assert gov.status().max_capacity == 3
@@ -667,10 +666,23 @@ def test_pause_resume(run: Run, make: Callable[..., Governor], behind: FakeClock
     assert data["changed"]["blocked"] == ["", "paused: no reason given"]
     data = as_json(run("resume", "--json"))
     assert data["changed"]["paused"] == [True, False]
-    logged = len(gi.read_events(gov.client, gov.keys, 1000))
+    logged = len(views.read_events(gov.client, gov.keys, 1000))
     out = ok(run("resume"))  # nothing to lift
     assert "nothing changed" in out
-    assert len(gi.read_events(gov.client, gov.keys, 1000)) == logged  # and the decision log says nothing either
+    assert len(views.read_events(gov.client, gov.keys, 1000)) == logged  # and the decision log says nothing either
+
+
+def test_operator_commands_print_only_real_changes(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
+    """A token bucket refills between the command's two looks: not a change it made."""
+    gov = make(GovernorConfig(policy="fixed", max_capacity=40, requests_per_minute=60, lease_ttl=300), clock=behind)
+    for _ in range(30):
+        assert gov.try_acquire() is not None  # the requests bucket half empty: it refills at 1 a second
+    out = ok(run("pause"))
+    assert "budgets" not in out and "capacity      40 -> 0" in out
+    out = ok(run("resume"))
+    assert "budgets" not in out
+    assert "nothing changed" in ok(run("resume"))
+    assert "budgets" not in as_json(run("set-max", "30", "--json"))["changed"]
 
 
 def test_reset(run: Run, make: Callable[..., Governor], behind: FakeClock) -> None:
@@ -695,14 +707,14 @@ def test_compared_fields_are_the_status_reply_s(make: Callable[..., Governor], b
 def test_configure(run: Run, make: Callable[..., Governor], client: redis.Redis, behind: FakeClock) -> None:
     gov = known_state(make, behind)  # seed, capacity 4 of 8
     ok(run("set-max", "6"))  # the stored config's other fields are kept, an operator's max_capacity too
-    before = gi.read_config(client, gov.keys)
+    before = views.read_config(client, gov.keys)
     out = ok(run("configure", "--policy", "adaptive", "--cut-factor", "0.8"))
     assert "configured: policy adaptive" in out
     changes = [line.split() for line in out.splitlines()]
     assert ["policy", "'seed'", "->", "'adaptive'"] in changes
     assert "  stored config:" in out.splitlines()
     assert ["cut_factor", "-", "->", "0.8"] in changes and ["decrease_count", "2", "->", "-"] in changes
-    stored = gi.read_config(client, gov.keys)
+    stored = views.read_config(client, gov.keys)
     assert (stored["policy"], stored["cut_factor"], stored["probe_ms"], stored["pause_ratio"]) == (
         "adaptive",
         "0.8",
@@ -724,7 +736,7 @@ def test_configure(run: Run, make: Callable[..., Governor], client: redis.Redis,
     assert (data["config"]["decrease_count"], data["config"]["decrease_ratio"]) == ("3", "0.3")
     data = as_json(run("configure", "--policy", "fixed", "--json"))
     assert data["config_changed"]["decrease_count"] == ["3", None]
-    assert [e.kind for e in gi.read_events(client, gov.keys, 4)] == ["reset"] * 4
+    assert [e.kind for e in views.read_events(client, gov.keys, 4)] == ["reset"] * 4
     assert set(data["config"]) == {"policy", "max_capacity", "window_ms", "resume_fraction", "retry_after_cap_ms",
                                    "idle_ms", "log_length", "requests_per_minute", "tokens_per_minute",
                                    "input_tokens_per_minute", "output_tokens_per_minute", "priorities",
@@ -740,7 +752,7 @@ def test_set_shares(run: Run, make: Callable[..., Governor], client: redis.Redis
     assert ["tenant_weights", "team-a=3,team-b=1", "->", "team-a=2,team-b=1,team-c=5"] in changes  # the rest kept
     assert ["aging_ms", "5000", "->", "60000"] in changes
     assert "now: FULL: 3 in flight of 3, 4 queued" in out
-    stored = gi.read_config(client, gov.keys)
+    stored = views.read_config(client, gov.keys)
     assert (stored["tenant_weights"], stored["aging_ms"], stored["default_weight"]) == (
         "team-a=2,team-b=1,team-c=5",
         "60000",
@@ -759,8 +771,8 @@ def test_set_shares(run: Run, make: Callable[..., Governor], client: redis.Redis
     data = as_json(run("set-shares", "--clear", "--weight", "solo=7", "--aging", "45", "--json"))
     assert (data["config"]["tenant_weights"], data["config"]["aging_ms"]) == ("solo=7", "45000")
     assert "nothing changed" in ok(run("set-shares", "--weight", "solo=7"))
-    assert ok(run("set-shares", "--clear")) and gi.read_config(client, gov.keys)["tenant_weights"] == ""
-    assert [e.kind for e in gi.read_events(client, gov.keys, 5)] == ["set_shares"] * 5
+    assert ok(run("set-shares", "--clear")) and views.read_config(client, gov.keys)["tenant_weights"] == ""
+    assert [e.kind for e in views.read_events(client, gov.keys, 5)] == ["set_shares"] * 5
     assert gov.status().queued == 4  # nobody lost a place
 
 
@@ -770,7 +782,7 @@ def test_set_shares_caps_and_reserve(
     gov = shares_state(make, behind)  # 3 in flight of 3, 4 queued
     out = ok(run("set-shares", "--cap", "team-a=1", "--cap", "team-b=2", "--reserve", "1"))
     assert "caps team-a=1,team-b=2; reserve 1" in out
-    stored = gi.read_config(client, gov.keys)
+    stored = views.read_config(client, gov.keys)
     assert (stored["tenant_caps"], stored["reserve"]) == ("team-a=1,team-b=2", "1")
     data = as_json(run("set-shares", "--uncap", "team-b", "--reserve", "0", "--json"))
     assert data["config_changed"] == {"tenant_caps": ["team-a=1,team-b=2", "team-a=1"], "reserve": ["1", "0"]}
@@ -794,9 +806,9 @@ def test_set_shares_bad_input(run: Run, make: Callable[..., Governor], client: r
     refused(run("set-shares", "--aging", "soon"), "is not a duration nor 'off'", code=2)
     refused(run("set-shares", "--aging", "0"), "must be longer than 0 seconds", code=2)
     refused(run("set-shares", "--aging", "2d"), "aging must be None or between 0 and 86400 seconds", code=2)
-    stored = gi.read_config(client, gov.keys)
+    stored = views.read_config(client, gov.keys)
     assert (stored["tenant_weights"], stored["aging_ms"]) == ("a=2", "30000")  # nothing was written
-    assert [e.kind for e in gi.read_events(client, gov.keys, 1)] == ["create"]
+    assert [e.kind for e in views.read_events(client, gov.keys, 1)] == ["create"]
 
 
 def test_change_never_recreates_a_governor_that_vanished_underneath(

@@ -1,4 +1,4 @@
-"""The Redis host's clock is the only clock, and it is trusted (SPEC §2):
+"""The Redis host's clock is the only clock, and it is trusted:
 what a jump of it does to the holders, shown with an injected clock that
 stands for Redis TIME while the holders keep their own monotonic time."""
 

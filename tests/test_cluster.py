@@ -1,4 +1,4 @@
-"""The governor on a Redis Cluster (SPEC §2, §8): a private three-node
+"""The governor on a Redis Cluster: a private three-node
 cluster (tests/cluster.py), driven through ``redis.cluster.RedisCluster``
 and ``redis.asyncio.cluster.RedisCluster``.
 

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -120,6 +121,27 @@ def test_services_agree_on_ports_urls_and_hosts(services: dict[str, Any]) -> Non
             assert needs["redis"]["condition"] == "service_healthy"
 
 
+def test_published_ports_are_loopback_and_each_overridable_by_a_documented_variable(
+    services: dict[str, Any],
+) -> None:
+    """A newcomer's machine may already run Redis on 6379 or Prometheus on
+    9090: the demo publishes elsewhere by default, each port moved by one
+    variable the file's header names with its default."""
+    header = COMPOSE.read_text(encoding="utf-8").split("\nx-governor")[0]
+    published = {}
+    for name, service in services.items():
+        for mapping in service.get("ports", []):
+            match = re.fullmatch(r"127\.0\.0\.1:\$\{(\w+):-(\d+)\}:(\d+)", mapping)
+            assert match, f"{name} publishes {mapping!r}: not loopback, or not overridable"
+            variable, default, _ = match.groups()
+            assert re.search(rf"{variable}\s+.*default {default}\b", header), f"{variable} is not documented"
+            published[name] = int(default)
+    assert published["redis"] != 6379 and published["prometheus"] != 9090
+    assert len(set(published.values())) == len(published)
+    _, ctx = parse(services["exporter"]["command"])
+    assert ctx.params["addr"] == "0.0.0.0"  # in its container: Prometheus scrapes it from another
+
+
 def test_prometheus_scrapes_the_exporter(services: dict[str, Any]) -> None:
     port = option(services["exporter"]["command"], "--port")
     mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in services["prometheus"]["volumes"])
@@ -181,3 +203,35 @@ def test_a_compose_tool_accepts_the_file() -> None:
         [*tool, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60, cwd=ROOT
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_source_archive_holds_what_the_compose_file_needs(tmp_path: Path) -> None:
+    """An sdist that ships docker-compose.yml ships what it builds and mounts:
+    the Dockerfile, its ignore file, what the Dockerfile copies, the
+    Prometheus files."""
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (archive,) = tmp_path.glob("fleet_governor-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    if "docker-compose.yml" not in names:
+        return  # nothing to be complete for
+    compose = load(COMPOSE)
+    needed = {"docker/Dockerfile.dockerignore"}
+    for service in compose["services"].values():
+        if "build" in service:
+            needed.add(str(Path(service["build"]["dockerfile"])))
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if source.startswith("./"):
+                needed.add(source[2:])
+    dockerfile = (ROOT / "docker/Dockerfile").read_text(encoding="utf-8")
+    for line in dockerfile.splitlines():
+        if line.startswith("COPY "):
+            needed.update(line.split()[1:-1])
+    for path in sorted(needed):
+        assert path in names or any(n.startswith(path.rstrip("/") + "/") for n in names), f"{path} is not in the sdist"

@@ -1,6 +1,6 @@
 """The decision log (the ``events`` stream written by the scripts): every kind
 of decision and the exact fields that explain it, read back through
-``governor.inspect``; and the log stays bounded under a burst of decisions.
+``governor.views``; and the log stays bounded under a burst of decisions.
 
 Runs on a real Redis and on fakeredis, decode_responses off and on; policy
 time comes from the injected clock.
@@ -14,8 +14,8 @@ from typing import Any
 import redis
 
 from governor import Governor, GovernorConfig, Outcome
-from governor.inspect import DecisionEvent, log_length, read_events, read_events_after
 from governor.policies import FixedPolicy, SeedPolicy
+from governor.views import DecisionEvent, log_length, read_events, read_events_after
 
 MakeGov = Callable[..., Governor]
 S, R = Outcome.SUCCESS, Outcome.RATE_LIMITED

@@ -1,5 +1,5 @@
 """Bad input and broken environments: each has a defined outcome, a clear
-error, and corrupts nothing (SPEC §6 errors; DEVELOPERS standards)."""
+error, and corrupts nothing."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 import redis.exceptions
 
 from governor import (
+    AcquireTimeout,
     ConfigError,
     Governor,
     GovernorConfig,
@@ -22,7 +23,7 @@ from governor import (
     StateError,
     WrongKeyType,
 )
-from governor.errors import error_from_reply, map_errors
+from governor.errors import duration, error_from_reply, map_errors
 from governor.protocol import governor_keys
 from governor.scripts import field_table, function_name, library, library_name, locate, parts, where
 
@@ -184,7 +185,7 @@ def test_locate_rewrites_every_user_function_line() -> None:
 def test_map_errors_names_the_lua_file_and_line_of_a_library_fault() -> None:
     line = _first_line_of("lua/lib/common.lua", "local function record_format(")
     text = f"ERR user_function:{line}: attempt to compare nil with number script: f, on @user_function:{line}."
-    with pytest.raises(StateError) as caught, map_errors("g"):
+    with pytest.raises(StateError) as caught, map_errors("g", locate):
         raise redis.exceptions.ResponseError(text)
     assert "lua/lib/common.lua:" in str(caught.value) and "user_function" not in str(caught.value)
     body = (LUA / "lib" / "common.lua").read_text().split("\n")
@@ -192,7 +193,7 @@ def test_map_errors_names_the_lua_file_and_line_of_a_library_fault() -> None:
     assert body[at - 1].startswith("local function record_format(")
 
 
-def test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line(redis_url: str) -> None:
+def test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line(scratch_redis_url: str) -> None:
     """A copy of the library, loaded under another name with one line of
     lua/status.lua made to fail (in memory: lua/ is untouched), as Redis
     reports it: the error names lua/status.lua and that line."""
@@ -202,11 +203,11 @@ def test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line(redis_u
     assert lines[number - 1] == "clock()"
     lines[number - 1] = "clock() local broken = nil; broken = broken + 1"
     copy = "\n".join(lines).replace(library_name(), "governor_faulty_copy")
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client = redis.Redis.from_url(scratch_redis_url, decode_responses=True)
     try:
         client.function_load(copy, replace=True)
         keys = governor_keys("faulty-copy").keys
-        with pytest.raises(StateError) as caught, map_errors("faulty-copy"):
+        with pytest.raises(StateError) as caught, map_errors("faulty-copy", locate):
             client.fcall(function_name("status").replace(library_name(), "governor_faulty_copy"), len(keys),
                          *keys, "", "chan")  # fmt: skip
         status_line = (LUA / "status.lua").read_text().split("\n").index("clock()") + 1
@@ -214,6 +215,27 @@ def test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line(redis_u
         assert "arithmetic" in str(caught.value) and "user_function" not in str(caught.value)
     finally:
         client.function_delete("governor_faulty_copy")
+        client.close()
+
+
+def test_a_governor_names_the_lua_file_and_line_of_a_library_fault(scratch_redis_url: str) -> None:
+    """The governor's own calls locate a fault: the library is replaced, under
+    its own name, by a copy whose lua/status.lua fails at one line."""
+    lines = library().split("\n")
+    number = _first_line_of("lua/status.lua", "clock()")
+    lines[number - 1] = "clock() local broken = nil; broken = broken + 1"
+    client = redis.Redis.from_url(scratch_redis_url, decode_responses=True)
+    gov = Governor.from_url(scratch_redis_url, "faulty-library")
+    try:
+        client.function_load("\n".join(lines), replace=True)
+        with pytest.raises(StateError) as caught:
+            gov.status()
+        status_line = (LUA / "status.lua").read_text().split("\n").index("clock()") + 1
+        assert f"lua/status.lua:{status_line}" in str(caught.value), str(caught.value)
+        assert "user_function" not in str(caught.value)
+    finally:
+        gov.close()
+        client.function_delete(library_name())
         client.close()
 
 
@@ -264,3 +286,23 @@ def test_every_error_is_a_governor_error() -> None:
     for cls in (ConfigError, GovernorUnavailable, StateError):
         assert issubclass(cls, GovernorError)
     assert issubclass(ConfigError, ValueError) and issubclass(GovernorUnavailable, ConnectionError)
+
+
+def test_durations_in_messages_print_rounded(make_gov: Callable[..., Any]) -> None:
+    """A timeout computed from a deadline (gov.call's retry deadline, a
+    transport's) is a float like 1.99999746699973: messages round it."""
+    assert [duration(s) for s in (1.99999746699973, 0.25, 0.0499999, 59.96, 3600.4)] == [
+        "2.0 s",
+        "0.2 s",
+        "50 ms",
+        "60.0 s",
+        "3600 s",
+    ]
+    gov = make_gov(GovernorConfig(max_capacity=1, policy="fixed"))
+    held = gov.try_acquire()
+    assert held is not None
+    with pytest.raises(AcquireTimeout) as caught:
+        with gov.acquire(timeout=0.0499999):
+            pass
+    assert "no lease within 50 ms (at capacity: 1 in flight of 1" in str(caught.value), str(caught.value)
+    held.release()

@@ -1,4 +1,4 @@
-"""governor.estimate: the estimate of a request, the usage of a response and of a stream (SPEC §9).
+"""governor.estimate: the estimate of a request, the usage of a response and of a stream.
 
 The request bodies and responses here are the real SDKs' own: the openai
 and anthropic clients send through an in-memory transport that records the

@@ -1,4 +1,4 @@
-"""Faults with real processes on loopback (SPEC §2, §3, §8): holders killed
+"""Faults with real processes on loopback: holders killed
 with SIGKILL or stalled with SIGSTOP, waiters cancelled at every point of
 acquire, Redis restarted or its functions flushed mid-run, Redis unreachable
 or hung, and a chaos run. Every wait is bounded; the figures each test
@@ -299,19 +299,19 @@ def test_interrupted_as_acquire_returns(fast_gov: Governor, monkeypatch: pytest.
 
 def test_interrupted_while_releasing_returns_the_slot_by_ttl(fast_gov: Governor) -> None:
     lease = fast_gov.acquire(timeout=5)
-    original_run = fast_gov._run
+    original_run = fast_gov._connection.run
 
     def never_sent(call: Any) -> Any:  # the release is interrupted before Redis sees it
         if call.script == "release":
             raise Interrupt
         return original_run(call)
 
-    fast_gov._run = never_sent  # type: ignore[method-assign]
+    fast_gov._connection.run = never_sent  # type: ignore[method-assign]
     try:
         with pytest.raises(Interrupt):
             lease.release()
     finally:
-        fast_gov._run = original_run  # type: ignore[method-assign]
+        fast_gov._connection.run = original_run  # type: ignore[method-assign]
     started = time.monotonic()
     wait_until(lambda: fast_gov.status().in_flight == 0, 5, what="the unreleased slot to expire")
     figure("release interrupted: slot home after", time.monotonic() - started)
@@ -395,7 +395,7 @@ async def test_tasks_cancelled_at_every_point_leak_nothing(redis_url: str, name:
 
 def test_a_queue_never_freezes_after_the_fleet_drained_during_a_pause(redis_url: str, name: str) -> None:
     """Nobody holds, nobody reports: the waiters' own refreshes probe, lift the
-    drained pause and admit them (SPEC §4, the seed's liveness fix)."""
+    drained pause and admit them."""
     config = GovernorConfig(policy=SeedPolicy(pause_count=2), max_capacity=4, window=1.0, **FAST)
     gov = Governor.from_url(redis_url, name, config)
     try:

@@ -1,4 +1,4 @@
-"""governor.headers: provider rate-limit headers into budgets (SPEC §9).
+"""governor.headers: provider rate-limit headers into budgets.
 
 The header sets are the ones the providers document and send: OpenAI's
 ``x-ratelimit-*`` with Go-style durations, Anthropic's

@@ -1,4 +1,5 @@
-"""The code keeps its own rules: ruff (lint and format) and mypy --strict."""
+"""The code keeps its own rules: ruff (lint and format), mypy --strict, the
+library's layering (import-linter) and the size of its modules."""
 
 from __future__ import annotations
 
@@ -37,3 +38,24 @@ def test_the_code_is_formatted() -> None:
 def test_mypy_strict_finds_nothing() -> None:
     result = run(tool("mypy"))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_library_imports_only_downward() -> None:
+    """pyproject.toml's import-linter contracts: each module of governor/
+    imports only the layers below its own, and no package's modules import
+    each other in a cycle."""
+    result = run(tool("lint-imports"), "--no-cache")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+#: the most lines a module of the library may have
+MAX_MODULE_LINES = 700
+
+
+def test_no_module_of_the_library_is_too_long() -> None:
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in sorted((ROOT / "governor").rglob("*.py"))
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules above {MAX_MODULE_LINES} lines (split them by concern): {long}"

@@ -11,19 +11,19 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import fakeredis
 import pytest
 import redis
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from governor import Governor, GovernorConfig, Outcome, metrics
-from governor import inspect as gi
+from governor import Governor, GovernorConfig, Outcome, metrics, views
 from governor.budgets import Tokens
 from governor.core import Granted, Queued, new_id
 from governor.errors import ConfigError
 from governor.events import Admitted, emit
-from governor.inspect import server_time_ms
 from governor.metrics import GovernorCollector, observe_admission, start_exporter
 from governor.protocol import SCHEMA_VERSION, governor_keys
+from governor.views import server_time_ms
 
 from .conftest import FakeClock, Samples, scrape
 from .support.servers import free_port
@@ -232,17 +232,19 @@ def test_collector_counts_per_class_and_tenant_with_a_bounded_tenant_label(
         assert got[key("governor_priority_queued", name, priority=priority)] == queued, priority
         assert got[key("governor_priority_aged", name, priority=priority)] == aged, priority
     tenants = {k[1] for k in got if k[0] == "governor_tenant_in_flight"}
-    assert tenants == {key("", name, tenant=t)[1] for t in ("t0", "t1", gi.OTHER)}  # the 2 most loaded, then the rest
+    assert tenants == {
+        key("", name, tenant=t)[1] for t in ("t0", "t1", views.OTHER)
+    }  # the 2 most loaded, then the rest
     assert (
         got[key("governor_tenant_in_flight", name, tenant="t0")],
         got[key("governor_tenant_queued", name, tenant="t0")],
     ) == (2, 1)
     assert got[key("governor_tenant_in_flight", name, tenant="t1")] == 1  # load 1, named before t2..t5 by name
-    assert got[key("governor_tenant_in_flight", name, tenant=gi.OTHER)] == 1
-    assert got[key("governor_tenant_queued", name, tenant=gi.OTHER)] == 3
+    assert got[key("governor_tenant_in_flight", name, tenant=views.OTHER)] == 1
+    assert got[key("governor_tenant_queued", name, tenant=views.OTHER)] == 3
     assert got[key("governor_tenant_weight", name, tenant="t0")] == 5
     assert got[key("governor_tenant_weight", name, tenant="t1")] == 1  # the default weight
-    assert key("governor_tenant_weight", name, tenant=gi.OTHER) not in got
+    assert key("governor_tenant_weight", name, tenant=views.OTHER) not in got
     # the sums of the bounded series are the governor's totals
     for metric, total in (("in_flight", "governor_in_flight"), ("queued", "governor_queued")):
         series = [v for k, v in got.items() if k[0] == f"governor_tenant_{metric}"]
@@ -275,7 +277,7 @@ def test_the_aged_counter_adds_every_age_decision_and_counts_are_cut_at_a_limit(
     assert got[key("governor_aged_waiters_total", name)] == 4
     assert got[key("governor_decisions_total", name, kind="age")] == 2
     assert got[key("governor_priority_aged", name, priority="batch")] == 3
-    monkeypatch.setattr(gi, "COUNT_LIMIT", 2)
+    monkeypatch.setattr(views, "COUNT_LIMIT", 2)
     cut = collect(collector)
     assert cut[key("governor_counts_complete", name)] == 0
     assert sum(v for k, v in cut.items() if k[0] == "governor_priority_queued") == 2  # of 6 queued
@@ -303,6 +305,23 @@ def serve(redis_url: str) -> Iterator[Callable[..., int]]:
         server.shutdown()
         server.server_close()
     for client in clients:
+        client.close()
+
+
+def test_the_exporter_listens_on_this_machine_only_unless_told(fake_server: Any) -> None:
+    """Metrics name the fleet's governors and holders: by default only this
+    machine reaches them (the CLI's --addr, start_exporter's addr)."""
+    from governor.cli.exporter import exporter
+
+    (addr,) = [p for p in exporter.params if p.name == "addr"]
+    assert addr.default == "127.0.0.1"
+    client = fakeredis.FakeRedis(server=fake_server)
+    server, _ = start_exporter(client, None, port=free_port())
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+    finally:
+        server.shutdown()
+        server.server_close()
         client.close()
 
 
@@ -342,7 +361,7 @@ def test_exporter_over_http_per_class_and_tenant(serve: Callable[..., int], redi
             assert got[key("governor_tenant_in_flight", name, tenant="team-x")] == 1
             assert got[key("governor_tenant_weight", name, tenant="team-y")] == 1
             bounded = scrape(serve([name], top_tenants=0))
-            assert bounded[key("governor_tenant_in_flight", name, tenant=gi.OTHER)] == 2  # no tenant by name
+            assert bounded[key("governor_tenant_in_flight", name, tenant=views.OTHER)] == 2  # no tenant by name
             assert not [k for k in bounded if k[0] == "governor_tenant_weight"]
     finally:
         gov.close()

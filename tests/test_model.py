@@ -1,4 +1,4 @@
-"""The Lua scripts against the reference model (SPEC §8): one random sequence
+"""The Lua scripts against the reference model: one random sequence
 of operations drives both, and after every step they must agree exactly.
 
 Each operation is built by the governor's own core (``gov._core.acquire``,
@@ -10,7 +10,7 @@ reply, the whole state, config and policy hashes, the leases and holders
 (capacity, pause, max, not_before, window counts, blocked); at the end,
 the messages published on the wake channel. Every policy (adaptive, seed,
 fixed) is drawn. The model
-checks SPEC §3 on its own: no admission while paused or held or at
+checks the admission rules on its own: no admission while paused or held or at
 capacity, FIFO grants, no lease granted twice, growing fences.
 
 No background worker runs (the core calls are executed directly) and time
@@ -45,9 +45,9 @@ from governor.core import Call
 from governor.errors import CostTooLarge
 from governor.policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
 from governor.protocol import QUEUE_BAND, SENTINEL, HolderRecord
-from governor.scripts import function_name, library
+from governor.scripts import function_name
 
-from .conftest import FakeClock
+from .conftest import FakeClock, load_library
 from .support.model import Model, init_call, parse_hash
 
 #: operations run by every test of this module, for the report (-s prints them), and
@@ -259,7 +259,7 @@ class GovernorMachine(RuleBasedStateMachine):
     def create(self, config: GovernorConfig) -> None:
         name = f"model-{uuid.uuid4().hex[:12]}"
         self.gov = Governor(self.client, name, config, clock=self.clock)
-        self.client.function_load(library(), replace=True)
+        load_library(self.client)
         self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
         self.pubsub.subscribe(self.gov.keys.channel)
         self.pubsub.get_message(timeout=5)  # the confirmation: we listen from here on
@@ -526,11 +526,13 @@ def test_the_scripts_agree_with_the_model(backend: str, redis_url: str, fake_ser
 
 
 def test_a_capacity_jump_admits_at_most_a_batch_per_call_like_the_model(redis_url: str) -> None:
-    """Beyond the random runs' small queues: 150 waiters, then capacity from 1 to 200."""
+    """Beyond the random runs' small queues: 150 waiters, then capacity from 1 to 200 (the fixed
+    policy follows a new max_capacity at once)."""
     client = redis.Redis.from_url(redis_url, socket_timeout=10)
     clock = FakeClock()
-    gov = Governor(client, f"model-batch-{uuid.uuid4().hex[:8]}", GovernorConfig(max_capacity=1), clock=clock)
-    client.function_load(library(), replace=True)
+    config = GovernorConfig(max_capacity=1, policy="fixed")
+    gov = Governor(client, f"model-batch-{uuid.uuid4().hex[:8]}", config, clock=clock)
+    load_library(client)
     model = Model()
 
     def both(call: Call[Any]) -> list[Any]:
@@ -566,7 +568,7 @@ def replay(client: Any, steps: list[Any], config: GovernorConfig | None = None) 
     clock = FakeClock()
     config = config or GovernorConfig(max_capacity=1, lease_ttl=10.0, poll=1.0, queue_ttl=3.0)
     gov = Governor(client, f"model-replay-{uuid.uuid4().hex[:8]}", config, clock=clock)
-    client.function_load(library(), replace=True)
+    load_library(client)
     model = Model()
     try:
         for step in [lambda core: init_call(core, holds_leases=False), *steps]:
@@ -623,6 +625,52 @@ def test_budget_waits_refills_and_settlements_agree_with_the_model(replay_client
     )
     assert model.S["budgets"] == "requests,tokens"
     assert model.leases.get("e", 0) > model.now, "the refill admitted the waiter"
+
+
+def test_growth_without_reports_agrees_with_the_model(replay_client: Any) -> None:
+    """No news is not bad news, step by step (the random runs' waiters rarely
+    outlive a probe interval): waiters at a full capacity and nothing refused
+    double the slow start every probe interval of the head's wait; a 429 in
+    the window or a Retry-After hold stops it; with a ceiling learnt, a probe
+    by time once the window has no refusal."""
+    config = GovernorConfig(max_capacity=8, window=8.0, lease_ttl=3600.0, poll=1.0, queue_ttl=30.0)
+    waiters = [f"w{i}" for i in range(6)]
+    model = replay(
+        replay_client,
+        [
+            lambda core: core.acquire("a", "h", wait=False),
+            lambda core: core.acquire("b", "h", wait=False),  # capacity 2 of 8: full
+            *[lambda core, w=w: core.acquire(w, "h", wait=True) for w in waiters],
+            1.5,
+            lambda core: core.refresh(waiters),  # the head waited 1.5 s < 2 s: nothing yet
+            0.5,
+            lambda core: core.refresh(waiters),  # 2 s: 4, two granted
+            1.0,
+            lambda core: core.refresh(waiters[2:]),  # the head waited 1 s at 4: not yet
+            1.0,
+            lambda core: core.probe(),  # 2 s at 4: 8, the rest granted
+        ],
+        config,
+    )
+    assert model.S["capacity"] == 8 and all(model.leases.get(w, 0) > model.now for w in waiters)
+    refused = replay(
+        replay_client,
+        [
+            lambda core: core.acquire("a", "h", wait=False),
+            lambda core: core.acquire("b", "h", wait=False),
+            lambda core: core.acquire("w", "h", wait=True),
+            lambda core: core.report(Outcome.RATE_LIMITED, 3.0, None),  # at 2 in flight: cut to 1, hold 3 s
+            lambda core: core.release("b"),
+            lambda core: core.refresh(["w"]),  # the hold: no growth
+            5.0,
+            lambda core: core.refresh(["w"]),  # a 429 in the window: no growth
+            4.0,
+            lambda core: core.refresh(["w"]),  # the window has no 429 now, and a ceiling: a probe by time
+        ],
+        config,
+    )
+    assert refused.P["ceiling"] == 2 and refused.S["capacity"] == 2  # cut to 1, probed back to 2
+    assert refused.leases.get("w", 0) > refused.now
 
 
 def test_a_dead_waiter_does_not_keep_a_try_out(replay_client: Any) -> None:

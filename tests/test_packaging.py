@@ -1,4 +1,5 @@
-"""The wheel carries the Lua of the library and it loads from it; the
+"""The wheel carries the library and its Lua only, and installed in a clean
+virtual environment it governs a call and runs `governor status`; the
 checked-in layout keeps its promises (script headers, one library whose
 functions are registered with the right flags, every stored field the Lua
 names is a field of governor.protocol, generated sync facade)."""
@@ -6,10 +7,11 @@ names is a field of governor.protocol, generated sync facade)."""
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import json
 import re
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 
-from governor import protocol
+from governor import policies, protocol
 from governor.scripts import (
     COMMON,
     FRAGMENTS,
@@ -29,6 +31,8 @@ from governor.scripts import (
     library_name,
     parts,
 )
+
+from .conftest import load_library
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua"
@@ -58,39 +62,67 @@ def test_the_wheel_ships_every_script(wheel: Path) -> None:
     assert "governor = governor.cli:main" in entry
 
 
-def test_the_installed_wheel_loads_its_scripts_and_runs_them(wheel: Path, tmp_path: Path, redis_url: str) -> None:
-    target = tmp_path / "site"
+def test_the_wheel_holds_the_library_and_its_lua_only(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    outside = [n for n in names if not n.startswith(("governor/", "fleet_governor-"))]
+    assert not outside, f"the wheel carries more than the library: {outside}"
+    library_files = [n for n in names if n.startswith("governor/")]
+    assert all(n.endswith((".py", ".lua", "py.typed")) for n in library_files), library_files
+    assert not [n for n in library_files if "/sim/" in n or "__pycache__" in n]
+    assert sum(n.endswith(".lua") for n in names) == len(OPERATIONS) + len((COMMON, *FRAGMENTS))
+
+
+@pytest.fixture(scope="module")
+def clean_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtual environment outside the repository with the wheel and its two
+    dependencies (the versions of this environment, so pip's cache serves them)."""
+    venv = tmp_path_factory.mktemp("venv")
+    assert ROOT not in venv.parents
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    deps = [f"{name}=={importlib.metadata.version(name)}" for name in ("redis", "click")]
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
-        check=True,
-        capture_output=True,
-        timeout=300,
+        [*pip, "install", "--quiet", "--no-deps", str(wheel), *deps], check=True, capture_output=True, timeout=300
     )
+    return venv
+
+
+def test_the_installed_wheel_governs_a_call_and_runs_status(
+    clean_venv: Path, tmp_path: Path, scratch_redis_url: str
+) -> None:
+    """In the clean environment, from another folder (the checkout out of
+    reach): the wheel's client loads its own Lua, governs a call, and
+    `governor status` shows the governor."""
+    python = clean_venv / "bin" / "python"
     program = (
         "import governor, governor.scripts as s, sys;"
-        f"assert governor.__file__.startswith({str(target)!r}), governor.__file__;"
-        f"assert str(s._lua_dir()).startswith({str(target)!r}), s._lua_dir();"
-        f"g = governor.Governor.from_url({redis_url!r}, 'wheel-check');"
-        "print(g.status().schema, s.library_name()); g.close()"
+        f"assert governor.__file__.startswith({str(clean_venv)!r}), governor.__file__;"
+        f"assert str(s._lua_dir()).startswith({str(clean_venv)!r}), s._lua_dir();"
+        f"g = governor.Governor.from_url({scratch_redis_url!r}, 'wheel-check');"
+        "print(g.call(lambda: 42), g.status().schema, s.library_name()); g.close()"
     )
-    # -S (no .pth files) and another cwd: the source tree stays out of the way.
-    site_packages = sysconfig.get_paths()["purelib"]
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    env = {"PATH": f"{clean_venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    client = redis.Redis.from_url(scratch_redis_url, decode_responses=True)
     try:
         if client.function_list(library=library_name()):
             client.function_delete(library_name())  # the wheel's client must load the library itself
-        result = subprocess.run(
-            [sys.executable, "-S", "-c", program],
-            env={"PYTHONPATH": f"{target}:{site_packages}", "PATH": "/usr/bin:/bin"},
+        done = subprocess.run([str(python), "-c", program], env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        answer, schema, name = done.stdout.split()
+        assert answer == "42" and schema == str(protocol.SCHEMA_VERSION) and name == library_name()
+        assert client.function_list(library=library_name()), "the wheel's client did not load the library"
+        command = ["status", "--json"]
+        status = subprocess.run(
+            [str(clean_venv / "bin" / "governor"), "--url", scratch_redis_url, "--name", "wheel-check", *command],
+            env=env,
             cwd=tmp_path,
             capture_output=True,
             text=True,
             timeout=60,
         )
-        assert result.returncode == 0, result.stderr
-        schema, name = result.stdout.split()
-        assert schema == str(protocol.SCHEMA_VERSION) and name == library_name()  # the wheel's Lua is this checkout's
-        assert client.function_list(library=library_name()), "the wheel's client did not load the library"
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["name"] == "wheel-check"
     finally:
         client.close()
 
@@ -150,7 +182,7 @@ def test_status_alone_is_registered_no_writes() -> None:
 def test_redis_sees_the_flags_of_every_function(redis_url: str) -> None:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        client.function_load(library(), replace=True)
+        load_library(client)
         (entry,) = [_pairs(e) for e in client.function_list(library=library_name())]
         flags = {_pairs(f)["name"]: set(_pairs(f)["flags"]) for f in entry["functions"]}
         assert flags == {function_name(op): ({"no-writes"} if op == "status" else set()) for op in OPERATIONS}
@@ -223,10 +255,10 @@ def _lua_fields() -> dict[str, dict[str, set[str]]]:
 
 def test_every_field_the_lua_names_is_a_protocol_field_of_that_hash() -> None:
     """One vocabulary: a field the Lua reads or writes is a field of that
-    hash in governor.protocol.fields() (with governor/policies.py's), and
+    hash in governor.policies.fields() (with governor/policies.py's), and
     every protocol field is used by some Lua."""
     found = _lua_fields()
-    known = protocol.fields()
+    known = policies.fields()
     assert set(found) == set(known)
     problems = []
     for hash_name, used in found.items():

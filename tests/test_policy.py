@@ -1,4 +1,4 @@
-"""The adaptive policy (SPEC §4) on an injected clock: the seed's own unit
+"""The adaptive policy on an injected clock: the seed's own unit
 scenarios, carried over to the fleet API, then the default policy's rules.
 
 Every test runs on a real Redis and on fakeredis, with decode_responses off
@@ -7,14 +7,19 @@ and on (see conftest.py). No test sleeps: time moves with ``clock.advance``.
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from governor import Governor, GovernorConfig, LeaseLost, Outcome, protocol
 from governor.policies import AdaptivePolicy, FixedPolicy, SeedPolicy
+from governor.views import read_events_after
 
-from .conftest import RAW_BACKENDS
+from .conftest import RAW_BACKENDS, FakeClock
+from .support.servers import wait_until
 
 S, R, E, Q = Outcome.SUCCESS, Outcome.RATE_LIMITED, Outcome.ERROR, Outcome.QUOTA_EXHAUSTED
 
@@ -394,16 +399,20 @@ def test_adaptive_slow_start_meets_a_hidden_limit_with_one_429(make_gov: MakeGov
     assert len(blind) >= 96 - limit
 
 
-def test_adaptive_reset_and_configure_start_slow_a_new_max_applies_at_once(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+def test_adaptive_reset_and_configure_start_slow_a_raised_max_is_approached(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
     gov = make_gov(adaptive(max_capacity=64), clock=clock)
     report(gov, *[S] * 48)
     assert gov.status().capacity == 64
     assert gov.reset().capacity == 16  # a reset starts slow again
     held: list = []  # type: ignore[type-arg]
     assert flood(gov, held) == 16
-    st = gov.set_max_capacity(48)  # a new max_capacity applies at once (SPEC 4)
-    assert (st.capacity, st.ceiling) == (48, 0)
-    assert flood(gov, held) == 48
+    st = gov.set_max_capacity(80)  # a raised max_capacity is approached, not jumped to
+    assert (st.capacity, st.max_capacity, st.ceiling) == (16, 80, 0)
+    assert flood(gov, held) == 16
+    for lease in held:  # the slow start goes on: a round of successes doubles it
+        gov.report(S, lease=lease, release=True)
+    held.clear()
+    assert flood(gov, held) == 32
     for lease in held:
         lease.release()
     assert gov.configure().capacity == 16  # the object's own config stored afresh: 64, from its resume level
@@ -614,7 +623,7 @@ def test_operator_pause_over_a_policy_pause_resumes_at_the_resume_level(make_gov
 
 
 def test_a_lost_lease_brings_no_hold_either(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
-    # Its holder stalled past the TTL: its news may be an hour old (SPEC §3).
+    # Its holder stalled past the TTL: its news may be an hour old.
     gov = make_gov(seed(max_capacity=8, lease_ttl=10), clock=clock)
     lease = gov.try_acquire()
     assert lease is not None
@@ -625,7 +634,9 @@ def test_a_lost_lease_brings_no_hold_either(make_gov: MakeGov, clock) -> None:  
     assert st.window_attempts == 0 and st.not_before is None
 
 
-def test_set_max_forgets_what_the_adaptive_policy_learnt(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+def test_set_max_keeps_what_the_adaptive_policy_learnt(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    """A raised max_capacity is approached as any ceiling is (no burst over a
+    limit the policy learnt); a lowered one applies at once."""
     gov = make_gov(adaptive(policy=PATIENT), clock=clock)
     warm(gov, 20)
     leases = hold(gov, 20)
@@ -635,9 +646,22 @@ def test_set_max_forgets_what_the_adaptive_policy_learnt(make_gov: MakeGov, cloc
     report(gov, S)
     st = gov.status()
     assert (st.capacity, st.ceiling) == (19, 20)
-    st = gov.set_max_capacity(30)  # the policy's reset: no ceiling, no streak, no probe pending
-    assert (st.capacity, st.max_capacity, st.ceiling, st.streak) == (30, 30, 0, 0)
-    gov.set_max_capacity(10)
+    st = gov.set_max_capacity(30)  # learnt: capacity, ceiling and streak kept
+    assert (st.capacity, st.max_capacity, st.ceiling) == (19, 30, 20)
+    held: list = []  # type: ignore[type-arg]
+    assert flood(gov, held) == 19  # the test's own count: no burst to 30
+    for lease in held:
+        gov.report(S, lease=lease, release=True)
+    held.clear()
+    assert gov.status().capacity == 19  # just below the ceiling: a probe waits for its interval
+    clock.advance(10)
+    report(gov, S, S, S)
+    assert gov.status().capacity == 20  # the probe, one step, as before the new max
+    st = gov.set_max_capacity(10)  # lowered: at once
+    assert (st.capacity, st.max_capacity, st.ceiling) == (10, 10, 20)
+    assert flood(gov, held) == 10
+    for lease in held:
+        lease.release()
     report(gov, R)  # reported without a lease, nothing in flight: cut from capacity 10
     st = gov.status()
     assert (st.capacity, st.ceiling) == (9, 10)
@@ -653,6 +677,166 @@ def test_pause_and_resume_clear_the_streak(make_gov: MakeGov, clock) -> None:  #
     assert gov.resume().streak == 0
     report(gov, S, S)
     assert gov.status().streak == 2
+
+
+# -- no news is not bad news: growth without reports ------------------------------------
+
+
+class Fleet:
+    """``callers`` threads, each in ``with gov.acquire(timeout=...)`` until the
+    test ends, none reporting: plain semaphore use. The test's own witness
+    counts who is inside (never the governor's status). Time is the injected
+    clock: ``step`` moves it, then waits until the process's waiters were
+    refreshed at the new time (their deadlines in Redis say so) and every
+    grant made meanwhile reached its caller."""
+
+    def __init__(self, gov: Governor, client: Any, clock: FakeClock, callers: int) -> None:
+        self.gov, self.client, self.clock, self.callers = gov, client, clock, callers
+        self.lock = threading.Lock()
+        self.inside: dict[int, float] = {}  #: caller -> clock time it got in
+        self.most = 0  #: most callers inside at once
+        self.done = threading.Event()
+        self.errors: list[BaseException] = []
+        self.threads = [threading.Thread(target=self._caller, args=(i,), daemon=True) for i in range(callers)]
+
+    def _caller(self, i: int) -> None:
+        try:
+            with self.gov.acquire(timeout=3600):
+                with self.lock:
+                    self.inside[i] = self.clock.now
+                    self.most = max(self.most, len(self.inside))
+                self.done.wait(60)
+                with self.lock:
+                    del self.inside[i]
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            self.errors.append(error)
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+        self.settle()
+
+    def queued(self) -> int:
+        return int(self.client.zcard(self.gov.keys.queue))
+
+    def settle(self) -> None:
+        """Wait until every caller is inside or queued (a grant reached its caller)."""
+        wait_until(lambda: len(self.inside) + self.queued() == self.callers or self.errors, 30, what="the callers")
+        assert not self.errors, self.errors
+
+    def step(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        deadline = round(self.clock.now * 1000) + round(self.gov.config.queue_ttl * 1000)
+
+        def refreshed() -> bool:
+            last = self.client.zrange(self.gov.keys.waiters, -1, -1, withscores=True)
+            return not last or int(last[0][1]) >= deadline
+
+        wait_until(refreshed, 30, what="a refresh of the waiters at the new time")
+        self.settle()
+
+    def stop(self) -> None:
+        """Every caller out: those still queued are let in by an operator's
+        configure() of the fixed policy at one slot each, and leave at once."""
+        self.done.set()
+        if self.queued():
+            room = dataclasses.replace(self.gov.config, policy=FixedPolicy(), max_capacity=self.callers)
+            operator = Governor(self.client, self.gov.name, room, clock=self.clock)
+            try:
+                operator.configure()
+            finally:
+                operator.close()
+        for thread in self.threads:
+            thread.join(30)
+        assert not self.errors, self.errors
+        assert not any(thread.is_alive() for thread in self.threads)
+
+
+def no_news_config(max_capacity: int, window: float = 60.0) -> GovernorConfig:
+    """The default policy and nothing else, but for leases that outlive the
+    test's simulated minutes (renewals run on the real clock) and quick polls."""
+    return GovernorConfig(max_capacity=max_capacity, window=window, lease_ttl=3600, poll=0.05, queue_ttl=30)
+
+
+@RAW_BACKENDS
+def test_plain_semaphore_use_reaches_max_capacity_without_a_report(make_gov: MakeGov, sync_client, clock) -> None:  # type: ignore[no-untyped-def]
+    """Eight callers in ``with gov.acquire()`` and no report: all eight inside
+    at once within 10 s of the first acquire (window 8 s: a probe every 2 s),
+    each step in the decision log."""
+    gov = make_gov(no_news_config(8, window=8), clock=clock)
+    start = clock.now
+    fleet = Fleet(gov, sync_client, clock, 8)
+    fleet.start()
+    try:
+        assert len(fleet.inside) == 2  # the slow start: max(1, floor(8 * 0.25)), the rest queued
+        while fleet.most < 8 and clock.now - start < 20:
+            fleet.step(0.25)
+        assert fleet.most == 8, f"{fleet.most} inside at most after {clock.now - start:.2f} s"
+        assert clock.now - start <= 10
+        assert clock.now - start >= 4  # two doublings, one per probe interval of waiting: no burst
+    finally:
+        fleet.stop()
+    steps = [e for e in read_events_after(sync_client, gov.keys, "0") if e.kind == "capacity"]
+    assert [(int(e.fields["from"]), e.capacity) for e in steps] == [(2, 4), (4, 8)]
+    assert all("callers waiting at capacity: double" in e.fields["why"] for e in steps)
+
+
+@RAW_BACKENDS
+def test_a_launch_gate_of_128_reaches_max_within_three_probe_intervals(make_gov: MakeGov, sync_client, clock) -> None:  # type: ignore[no-untyped-def]
+    """128 callers holding their leases for minutes (sub-agents behind a
+    launch gate), no report, the default 60 s window (a probe every 15 s)."""
+    gov = make_gov(no_news_config(128), clock=clock)
+    start = clock.now
+    fleet = Fleet(gov, sync_client, clock, 128)
+    fleet.start()
+    try:
+        assert len(fleet.inside) == 32
+        while fleet.most < 128 and clock.now - start < 120:
+            fleet.step(1.0)
+        assert fleet.most == 128, f"{fleet.most} inside at most after {clock.now - start:.0f} s"
+        assert clock.now - start <= 3 * 15
+        for _ in range(3):
+            fleet.step(60.0)  # minutes later: all still inside, nothing above max_capacity
+        assert len(fleet.inside) == 128 and fleet.most == 128
+    finally:
+        fleet.stop()
+
+
+@RAW_BACKENDS
+def test_a_429_or_a_retry_after_stops_the_growth_seed_never_grows(make_gov: MakeGov, sync_client, clock, name) -> None:  # type: ignore[no-untyped-def]
+    def waiting_fleet(config: GovernorConfig, suffix: str, *before: Outcome) -> tuple[Governor, Fleet]:
+        gov = make_gov(config, clock=clock, governor_name=f"{name}-{suffix}")
+        report(gov, *before)
+        fleet = Fleet(gov, sync_client, clock, 6)
+        fleet.start()
+        return gov, fleet
+
+    base = no_news_config(8, window=8)
+    gov, fleet = waiting_fleet(base, "429")
+    try:
+        gov.report(R)  # one 429 (no lease): cut from 2 to 1, learnt; the window holds it 8 s
+        for _ in range(30):
+            fleet.step(0.25)
+        assert fleet.most == 2 and gov.status().capacity == 1  # refused 7.5 s ago: no growth
+    finally:
+        fleet.stop()
+    gov, fleet = waiting_fleet(base, "hold")
+    try:
+        fleet.step(1.0)
+        gov.report(R, retry_after=30)  # the provider asks the fleet to hold 30 s
+        for _ in range(20):
+            fleet.step(0.5)
+        assert fleet.most == 2  # held: no growth, no admission
+    finally:
+        fleet.stop()
+    seed_config = dataclasses.replace(base, policy=SeedPolicy(), max_capacity=4)
+    gov, fleet = waiting_fleet(seed_config, "seed", R, R)  # the seed halves on the second: 4 -> 2
+    try:
+        for _ in range(20):
+            fleet.step(1.0)  # the window drains after 8 s; 12 s more of callers waiting
+        assert fleet.most == 2 and gov.status().capacity == 2  # the seed's rules exactly: +1 per 3 successes only
+    finally:
+        fleet.stop()
 
 
 # -- the fixed policy ----------------------------------------------------------------

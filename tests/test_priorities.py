@@ -13,8 +13,8 @@ import pytest
 from governor import ConfigError, Governor, GovernorConfig, GovernorNotFound
 from governor.core import Granted, Queued, new_id, text
 from governor.errors import GovernorError
-from governor.inspect import read_events
 from governor.protocol import QUEUE_BAND
+from governor.views import read_events
 
 from .conftest import RAW_BACKENDS, FakeClock
 

@@ -315,7 +315,7 @@ def test_every_outcome_is_recorded_and_another_refused(make_gov: MakeGov) -> Non
     assert (status.window_attempts, status.window_rate_limited, status.quota_exhausted) == (3, 1, 1)
     call = core.report(Outcome.SUCCESS, None, None)
     with pytest.raises(protocol.ConfigError, match="outcome must be s, r, e or q, got x"):
-        gov._run(type(call)(call.script, (*call.args[:2], "x", *call.args[3:]), call.parse))
+        gov._connection.run(type(call)(call.script, (*call.args[:2], "x", *call.args[3:]), call.parse))
 
 
 # -- policies ------------------------------------------------------------------------------
@@ -330,9 +330,15 @@ def _lua_policies() -> dict[str, dict[str, list[str]]]:
             for key, body in re.findall(r"^  (config|state) = \{([^}]*)\}", entry, flags=re.M)
         }
         functions = set(re.findall(r"^  (\w+) = function", entry, flags=re.M))
-        # quiet (optional): a success that changes nothing but the streak, told before any read of the rest
-        allowed = {"reset", "limited", "success", "quiet"}
-        assert {"reset", "limited", "success"} <= functions <= allowed, (name, functions)
+        allowed = {
+            "reset",
+            "limited",
+            "success",
+            "new_max",
+            "no_news",  # growth by time while callers wait: a policy may have none
+            "quiet",  # a success that changes nothing but the streak, told before the rest is read
+        }
+        assert {"reset", "limited", "success", "new_max"} <= functions <= allowed, (name, functions)
         out[name] = lists
     return out
 

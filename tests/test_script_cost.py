@@ -1,4 +1,4 @@
-"""A guard on script cost (SPEC §2): with 10,000 leases, 10,000 waiters and
+"""A guard on script cost: with 10,000 leases, 10,000 waiters and
 10,000 window events, the worst call of every script stays far below
 Redis's busy-script threshold (5 s), so one governor never blocks Redis.
 
@@ -120,14 +120,14 @@ def measure(client: redis.Redis, n: int, expired: bool, only: str | None = None)
             continue
         gov = Governor(client, f"cost-{n}-{expired}-{names.index(scenario)}", config, clock=clock)
         try:
-            gov._run(init_call(gov._core, holds_leases=False))
+            gov._connection.run(init_call(gov._core, holds_leases=False))
             now_ms = round(clock.now * 1000)
             populate(client, gov, now_ms, n, expired=expired)
             if expired:
                 clock.advance(0.001)
             ids = [f"waiter-{i}" for i in range(250)] + [f"lease-{i}" for i in range(250)]
             call = scenarios(gov, "lease-7", "waiter-9", ids)[scenario]
-            figures[scenario] = server_us(client, lambda call=call, gov=gov: gov._run(call))  # type: ignore[misc]
+            figures[scenario] = server_us(client, lambda call=call, gov=gov: gov._connection.run(call))  # type: ignore[misc]
         finally:
             client.delete(*gov.keys.keys)
             gov.close()

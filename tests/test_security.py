@@ -3,7 +3,7 @@ and hostile state or arguments (a key of the wrong type, an absurd config
 sent straight to the library's functions, malformed ids) that must give a
 clear error and change nothing.
 
-The worker ACL (also in the README, "Guarantees and failure modes"):
+The worker ACL (also in docs/operating.md, "Security"):
 
     ACL SETUSER <user> reset on ><password>
         ~governor:v3:{<NAME>}:* &governor:v3:{<NAME>}:wake -@all
@@ -99,13 +99,13 @@ def test_the_acl_grants_exactly_the_commands_the_scripts_call() -> None:
     assert not re.search(r"redis\.p?call\(\s*[^'\s]", source), "a redis.call whose command is not a literal"
     used = {c.lower() for c in re.findall(r"redis\.p?call\(\s*'([A-Za-z]+)'", source)}
     granted = set(WORKER_SCRIPT_COMMANDS)
-    assert used <= granted, f"the library calls {sorted(used - granted)}: add them to the worker ACL (README too)"
+    assert used <= granted, f"the library calls {sorted(used - granted)}: add them to the worker ACL (and its page)"
     assert granted <= used, f"the library calls {sorted(granted - used)} no more: drop them from the worker ACL"
 
 
-def test_the_readme_acl_is_the_tested_one() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = readme[readme.index("ACL SETUSER gov-worker") :].split("\n\n", 1)[0]
+def test_the_documented_acl_is_the_tested_one() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "operating.md").read_text()
+    block = page[page.index("ACL SETUSER gov-worker") :].split("\n\n", 1)[0]
     granted = set(re.findall(r"\+([a-z|]+)", block))
     assert granted == set(WORKER_CLIENT_COMMANDS) | set(WORKER_SCRIPT_COMMANDS)
 
@@ -496,7 +496,7 @@ def test_a_key_of_the_wrong_type_stops_every_script_and_nothing_changes(
             clock.advance(9)  # past idle_ms / 8: a writing script pushes every key's expiry back
             before = snapshot(real, keys)
             try:
-                gov._run(calls[op])
+                gov._connection.run(calls[op])
             except StateError as error:
                 if "another program wrote" not in str(error) and "wrong" not in str(error).lower():
                     problems.append(f"{op}: unclear error {error}")
@@ -554,7 +554,7 @@ def test_an_absurd_config_sent_straight_to_the_scripts_is_refused(
         args[args.index(field, 2) + 1] = value
         before = snapshot(real, keys)
         with pytest.raises(ConfigError, match=f"{field} must be"):
-            gov._run(Call(call.script, tuple(args), call.parse))
+            gov._connection.run(Call(call.script, tuple(args), call.parse))
         assert snapshot(real, keys) == before
     finally:
         real.delete(*keys)
@@ -584,7 +584,7 @@ def test_missing_unknown_and_odd_config_fields_are_refused(real: redis.Redis, po
         before = snapshot(real, keys)
         for what, (variant, message) in variants.items():
             with pytest.raises(ConfigError, match=message):
-                gov._run(Call(call.script, tuple(variant), call.parse))
+                gov._connection.run(Call(call.script, tuple(variant), call.parse))
             assert snapshot(real, keys) == before, what
     finally:
         real.delete(*keys)
@@ -616,7 +616,7 @@ def test_malformed_ids_and_numbers_are_refused_by_every_script(real: redis.Redis
                 Call("init", (*init.args[:2], bad, *init.args[3:]), init.parse),  # the epoch
             ):
                 with pytest.raises(ConfigError, match="must be 1-128 characters"):
-                    gov._run(call)
+                    gov._connection.run(call)
         for bad in BAD_NUMBERS:
             for call, index, empty_ok in _number_arguments(gov, lease_id):
                 if bad == "" and empty_ok:
@@ -624,24 +624,24 @@ def test_malformed_ids_and_numbers_are_refused_by_every_script(real: redis.Redis
                 args = list(call.args)
                 args[index] = bad
                 with pytest.raises(ConfigError, match="must be an integer"):
-                    gov._run(Call(call.script, tuple(args), call.parse))
+                    gov._connection.run(Call(call.script, tuple(args), call.parse))
         acquire = core.acquire(new_id(), "h", wait=True).args
         for mode in ("", "WAIT", "fresh", "wait "):
             with pytest.raises(ConfigError, match="mode must be wait, again or try"):
-                gov._run(Call("acquire", (*acquire[:6], mode), core._parse_acquire))
+                gov._connection.run(Call("acquire", (*acquire[:6], mode), core._parse_acquire))
         with pytest.raises(ConfigError, match="mode must be"):  # ARGV[7] missing
-            gov._run(Call("acquire", acquire[:6], core._parse_acquire))
+            gov._connection.run(Call("acquire", acquire[:6], core._parse_acquire))
         with pytest.raises(ConfigError, match="outcome must be"):
-            gov._run(Call("report", (*core.report(Outcome.SUCCESS, None, None).args[:2], "x", "", "", "", "0"),
-                          core._parse_reported))  # fmt: skip
+            report = core.report(Outcome.SUCCESS, None, None)
+            gov._connection.run(Call("report", (*report.args[:2], "x", "", "", "", "0"), core._parse_reported))
         with pytest.raises(ConfigError, match="holder"):
-            gov._run(core.acquire(new_id(), "x" * 201, wait=True))
+            gov._connection.run(core.acquire(new_id(), "x" * 201, wait=True))
         with pytest.raises(ConfigError, match="holder"):
-            gov._run(core.renew([(lease_id, "e", "x" * 201)]))
+            gov._connection.run(core.renew([(lease_id, "e", "x" * 201)]))
         with pytest.raises(ConfigError, match="triples"):
-            gov._run(Call("renew", (*core.renew([(lease_id, "e", "h")]).args, "extra"), lambda r: r))
+            gov._connection.run(Call("renew", (*core.renew([(lease_id, "e", "h")]).args, "extra"), lambda r: r))
         with pytest.raises(ConfigError, match="reason"):
-            gov._run(Call("pause", (*core.pause("x", 1.0).args[:2], "x" * 501, "0"), core._parse_status))
+            gov._connection.run(Call("pause", (*core.pause("x", 1.0).args[:2], "x" * 501, "0"), core._parse_status))
         assert snapshot(real, keys) == before
         assert gov.status().in_flight == 1  # the governor still works
     finally:
@@ -698,7 +698,7 @@ def test_an_infinite_number_is_refused_by_every_script(real: redis.Redis) -> Non
                 args = list(call.args)
                 args[index] = infinite
                 try:
-                    gov._run(Call(call.script, tuple(args), call.parse))
+                    gov._connection.run(Call(call.script, tuple(args), call.parse))
                 except ConfigError:
                     continue
                 accepted.append(f"{call.script} ARGV[{index + 1}] = {infinite}")

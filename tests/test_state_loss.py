@@ -1,6 +1,6 @@
-"""Redis state loss must not break a running fleet (SPEC §2, issue: the next
+"""Redis state loss must not break a running fleet: the next
 call re-creates the state from the client's config and carries on, and a
-re-created governor never comes back unlimited)."""
+re-created governor never comes back unlimited."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""governor.transport: every request of an SDK client under the governor (SPEC §11).
+"""governor.transport: every request of an SDK client under the governor.
 
 The callers are the real ``openai`` and ``anthropic`` clients, sync and
 asyncio, streamed and not, built by governor.providers over the governed

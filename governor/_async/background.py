@@ -25,7 +25,8 @@ from ..errors import GovernorError, GovernorUnavailable, map_errors
 from ._compat import Event, Lock, Semaphore, Worker, sleep
 
 if TYPE_CHECKING:
-    from .governor import AsyncGovernor, AsyncLease
+    from .governor import AsyncGovernor
+    from .lease import AsyncLease
 
 log = logging.getLogger("governor")
 
@@ -203,7 +204,7 @@ class _Background:
             await self._close_pubsub(pubsub)
 
     async def _subscribe(self) -> Any:
-        client = self._gov._client
+        client = self._gov.client
         with map_errors(self._gov.name):
             # redis.asyncio clients set up lazily, and a RedisCluster's pub/sub
             # needs its slot map before the first SUBSCRIBE (idempotent).

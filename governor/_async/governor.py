@@ -1,31 +1,26 @@
-"""The asyncio facade: AsyncGovernor and AsyncLease.
+"""The asyncio facade: AsyncGovernor (its leases are in lease.py).
 
-This file is the source of truth for both facades: scripts/unasync.py
-generates governor/_sync/governor.py from it (``async``/``await`` dropped,
-names mapped, the line after each ``# sync:`` comment swapped for the code
-in the comment), and a test fails when the two drift. The facade only does I/O and waiting; arguments and replies belong
-to governor.core.
+This package is the source of truth for both facades: scripts/unasync.py
+generates governor/_sync/ from it (``async``/``await`` dropped, names
+mapped, the line after each ``# sync:`` comment swapped for the code in the
+comment), and a test fails when the two drift. The facade only does I/O
+and waiting; arguments and replies belong to governor.core.
 
 One background worker per governor object (background.py) listens for
-grants, refreshes this process's queued callers and renews its leases.
+grants, refreshes this process's queued callers and renews its leases; the
+connection to Redis and the calls of the library's functions are in
+connection.py.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
 from typing import Any, TypeVar, cast
 
-import redis.asyncio as redis_client
 import redis.asyncio.cluster as redis_cluster
-import redis.asyncio.retry as redis_retry
-import redis.backoff
-import redis.exceptions
 
 from .. import events
 from ..budgets import Tokens
@@ -45,7 +40,6 @@ from ..core import (
     Status,
     _Unset,
     new_id,
-    text,
 )
 from ..errors import (
     AcquireTimeout,
@@ -56,176 +50,23 @@ from ..errors import (
     LeaseLost,
     NotReplicated,
     StateError,
-    WrongKeyType,
-    WrongNode,
+    duration,
     map_errors,
-    wrong_key_type,
 )
 from ..headers import parse as parse_headers
-from ..protocol import ms
-from ..scripts import MISSING_FUNCTION, function_name, library, library_name
 
 # sync: from ._compat import Semaphore, shielded
 from ._compat import AcquireContext, Semaphore, shielded
 from .background import _Background, _Waiter
+from .connection import Connection, client_from_url
+from .lease import NO_TOKENS, AsyncLease, _holder_label
 from .retry import retry_call, retry_decorator
 
-NO_TOKENS = Tokens()
 log = logging.getLogger("governor")
 T = TypeVar("T")
 
 #: the epoch of leases admitted by the local fallback, before Redis adopts them
 LOCAL_EPOCH = "local"
-#: connections of the governor's pool besides its callers': pub/sub and the worker
-OWN_CONNECTIONS = 2
-#: connection-pool settings redis-py adds by itself (not copied to the governor's pool)
-_POOL_INTERNAL = (
-    "himport_registry",
-    "maint_notifications_pool_handler",
-    "orig_host_address",
-    "orig_socket_timeout",
-    "orig_socket_connect_timeout",
-)
-
-
-def _connection_options(config: GovernorConfig) -> dict[str, Any]:
-    """How the governor's own connections behave: socket timeouts of
-    ``redis_timeout``, so a hung Redis fails in bounded time, and no retries:
-    a retried script may run twice, and a retry only delays the failure."""
-    return {
-        "socket_timeout": config.redis_timeout,
-        "socket_connect_timeout": config.redis_timeout,
-        "retry": redis_retry.Retry(redis.backoff.NoBackoff(), 0),
-        "retry_on_error": [],
-    }
-
-
-def _bounded(pool: Any, config: GovernorConfig) -> bool:
-    """The pool already behaves as the governor's own connections must."""
-    options = pool.connection_kwargs
-    retry = options.get("retry")
-    timeouts = [options.get("socket_timeout"), options.get("socket_connect_timeout")]
-    return (
-        (retry is None or retry.get_retries() == 0)
-        and all(t is not None and t <= config.redis_timeout for t in timeouts)
-        and pool.max_connections >= config.redis_connections + OWN_CONNECTIONS
-    )
-
-
-def _own_client(client: Any, config: GovernorConfig) -> Any:
-    """The client the governor talks through: the given one when its pool
-    already bounds every call (see _bounded), else one of the governor's
-    own on the same connection settings (host, credentials, TLS, decoding)
-    with the governor's timeouts, no retries and a pool sized for the
-    governor (``redis_connections`` callers plus pub/sub and the worker).
-    A cluster client is used as it is."""
-    if not isinstance(client, redis_client.Redis) or _bounded(client.connection_pool, config):
-        return client
-    pool = client.connection_pool
-    options = {k: v for k, v in pool.connection_kwargs.items() if k not in _POOL_INTERNAL}
-    own = _connection_options(config)
-    for key in ("socket_timeout", "socket_connect_timeout"):
-        given = options.get(key)
-        if given is not None and given < own[key]:
-            own[key] = given
-    options.update(own)
-    max_connections = config.redis_connections + OWN_CONNECTIONS
-    own_pool = redis_client.ConnectionPool(
-        connection_class=pool.connection_class, max_connections=max_connections, **options
-    )
-    return redis_client.Redis.from_pool(own_pool)  # closing the client closes its pool
-
-
-def default_holder() -> str:
-    """The holder label when none is given: host name and process id."""
-    return f"{socket.gethostname()}/{os.getpid()}"
-
-
-def _holder_label(holder: str | None) -> str:
-    if holder is None:
-        return default_holder()
-    if not isinstance(holder, str) or len(holder.encode()) > 200:
-        raise ConfigError(f"holder must be a string of at most 200 bytes, got {holder!r}")
-    return holder
-
-
-class AsyncLease:
-    """One slot of the fleet-wide limit, held until released or lost.
-
-    Renewed in the background every ``lease_ttl / 3``. ``lost`` turns true
-    when a renewal finds the lease gone (the holder stalled past its TTL) or
-    when no renewal got through before the TTL ran out; the slot may then
-    belong to someone else, and a late ``release()`` or report touches
-    nothing of theirs. Release is idempotent; leaving ``async with lease:``
-    releases.
-    """
-
-    def __init__(
-        self,
-        governor: AsyncGovernor,
-        lease_id: str,
-        fence: int,
-        epoch: str,
-        holder: str,
-        deadline: float,
-        local: bool = False,
-        tokens: Tokens = NO_TOKENS,
-        place: Place | None = None,
-    ) -> None:
-        self._governor = governor
-        self.id = lease_id  #: unguessable lease id (also its key in Redis)
-        self.fence = fence  #: monotonically increasing fencing token (0 for a local lease)
-        self.epoch = epoch  #: the state incarnation the lease belongs to
-        self.holder = holder  #: label shown to operators
-        self.tokens = tokens  #: what the lease reserved from the budgets (settled by its report)
-        where = place if place is not None else governor._core.place()
-        self.priority = where.priority  #: the priority class it waited in
-        self.tenant = where.tenant  #: the tenant whose share it counts in
-        #: admitted by the local fallback limit while Redis was unreachable
-        #: (``on_unavailable="local"``); registered in Redis once it answers again
-        self.local = local
-        #: local time (governor._core.local_now) by which the lease surely lives
-        #: unless renewed; a local lease has no deadline until Redis adopts it
-        self._deadline = math.inf if local else deadline
-        self._lost = False
-        self._released = False
-
-    @property
-    def governor(self) -> AsyncGovernor:
-        return self._governor
-
-    @property
-    def lost(self) -> bool:
-        """True once the lease is known, or must be assumed, to have expired."""
-        if not self._lost and not self._released and self._governor._core.local_now() > self._deadline:
-            self._lost = True
-        return self._lost
-
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    async def release(self) -> None:
-        """Give the slot back (idempotent)."""
-        await self._governor._release(self)
-
-    async def __aenter__(self) -> AsyncLease:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc_type is None:
-            await self.release()
-            return
-        try:
-            await self.release()
-        except GovernorError as error:  # the body's exception matters more; the TTL reclaims the slot
-            log.warning("governor %r: release of lease %s failed: %s", self._governor.name, self.id, error)
-
-    def __repr__(self) -> str:
-        state = "lost" if self._lost else "released" if self._released else "held"
-        return f"<AsyncLease {self._governor.name}/{self.id} fence={self.fence} {state}>"
 
 
 class AsyncGovernor:
@@ -250,15 +91,11 @@ class AsyncGovernor:
         clock: Clock | None = None,
     ) -> None:
         self._core = GovernorCore(name, config, clock)
-        self._client = _own_client(client, self._core.config)
-        self._owns_client = self._client is not client
-        if self.config.wait_replicas and isinstance(self._client, redis_cluster.RedisCluster):
+        self._connection = Connection(client, name, self._core.keys, self._core.config)
+        if self.config.wait_replicas and isinstance(self._connection.client, redis_cluster.RedisCluster):
             raise ConfigError(
                 "wait_replicas is not supported on a Redis Cluster client (WAIT needs the primary's connection)"
             )
-        #: from_url's URL and options, to switch to a cluster client when redirected
-        self._url: str | None = None
-        self._options: dict[str, Any] = {}
         self._closed = False
         self._background = _Background(self)
         self._local = Semaphore(self._core.config.local_capacity)
@@ -285,16 +122,9 @@ class AsyncGovernor:
         cluster client.
         """
         config = config if config is not None else GovernorConfig()
-        options: dict[str, Any] = {**_connection_options(config), **redis_options}
-        try:
-            client = redis_client.Redis.from_url(
-                url, max_connections=config.redis_connections + OWN_CONNECTIONS, **options
-            )
-        except ValueError as error:
-            raise ConfigError(f"invalid Redis URL {url!r}: {error}") from error
+        client, options = client_from_url(url, config, **redis_options)
         governor = cls(client, name, config, clock=clock)
-        governor._owns_client = True
-        governor._url, governor._options = url, options
+        governor._connection.own(url, options)
         return governor
 
     # -- properties -------------------------------------------------------------
@@ -314,7 +144,7 @@ class AsyncGovernor:
 
     @property
     def client(self) -> Any:
-        return self._client
+        return self._connection.client
 
     # -- admission ----------------------------------------------------------------
 
@@ -482,7 +312,7 @@ class AsyncGovernor:
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             raise AcquireTimeout(
-                f"governor {self.name!r}: no lease within {timeout} s "
+                f"governor {self.name!r}: no lease within {duration(timeout or 0.0)} "
                 f"({waiter.reason or 'queued'}; {waiter.position} ahead at last look)",
                 name=self.name,
             )
@@ -611,7 +441,7 @@ class AsyncGovernor:
         (reserving ``tokens``, waiting in class ``priority`` for ``tenant``),
         call, classify the outcome, report it (with the usage an SDK result
         carries), release, and retry throttled calls with the provider's
-        Retry-After or the backoff (SPEC §5). Quota exhaustion raises
+        Retry-After or the backoff. Quota exhaustion raises
         QuotaExhausted at once; other errors propagate."""
         return await retry_call(
             self,
@@ -719,7 +549,10 @@ class AsyncGovernor:
         return self._found(await self._execute(self._core.status(create)))
 
     async def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
-        """Change the ceiling; applied at once unless paused (then on resume)."""
+        """Change the ceiling, keeping what the policy learnt: a lower one
+        applies at once, a higher one the adaptive policy approaches as it
+        approaches any (seed, fixed: capacity at it at once); while paused,
+        the resume uses it."""
         return self._found(await self._execute(self._core.set_max_capacity(n, create)))
 
     async def set_shares(
@@ -789,12 +622,12 @@ class AsyncGovernor:
         try:
             if call.recreate and self._core.stored_config is None:
                 await self._init()  # the first call learns the stored config (or creates the state)
-            result = await self._run(call)
+            result = await self._connection.run(call)
             if result is MISSING:
                 if not call.recreate:
                     return call.if_missing  # type: ignore[no-any-return]
                 await self._init()
-                result = await self._run(call)
+                result = await self._connection.run(call)
                 if result is MISSING:
                     raise StateError(f"governor {self.name!r}: state vanished right after creation", name=self.name)
             return cast(T, result)
@@ -806,7 +639,7 @@ class AsyncGovernor:
         """Create the state if it is missing (init.lua) and learn the stored
         config; 'created' or 'exists'."""
         init = self._core.init(holds_leases=self._background.holds_leases(), listening=self._background.listening())
-        created: str = await self._run(init)
+        created: str = await self._connection.run(init)
         if created == "created" and self._background.holds_leases():
             self._background.state_lost()
         return created
@@ -816,90 +649,8 @@ class AsyncGovernor:
         the config hash, never created (init here could re-create a state
         lost meanwhile from the config this object held before the change)."""
         with map_errors(self.name):
-            stored = await self._client.hgetall(self._core.keys.config)
+            stored = await self._connection.client.hgetall(self._core.keys.config)
         self._core.learn_stored_config(stored)
-
-    async def _run(self, call: Call[T]) -> Any:
-        try:
-            with map_errors(self.name):
-                reply, confirmed = await self._send(call)
-        except WrongKeyType as error:
-            raise await self._which_key(error) from error
-        except WrongNode:
-            if self._url is None or isinstance(self._client, redis_cluster.RedisCluster):
-                raise
-            await self._switch_to_cluster()
-            return await self._run(call)
-        result = call.parse(reply)
-        if not confirmed:
-            raise NotReplicated(
-                f"governor {self.name!r}: {call.script} was not confirmed by {self.config.wait_replicas} "
-                f"replica(s) within {self.config.redis_timeout / 2} s",
-                name=self.name,
-            )
-        return result
-
-    async def _send(self, call: Call[T], reload: bool = True) -> tuple[Any, bool]:
-        """The function's reply, and whether the replicas confirmed it: with
-        ``wait_replicas``, a call whose answer is relied on (a grant, a
-        renewal) goes in one pipeline with a ``WAIT`` on the same connection.
-        A server that lost the library (a restart, FUNCTION FLUSH, a new
-        cluster node) has it loaded again, and the call is sent again."""
-        keys = self._core.keys.keys
-        command = (function_name(call.script), len(keys), *keys, *call.args)
-        replicas = self.config.wait_replicas
-        try:
-            if not (replicas and call.confirm):
-                return await self._client.fcall(*command), True
-            pipe = self._client.pipeline(transaction=False)
-            pipe.fcall(*command)
-            # Half of redis_timeout, so a slow replica is told apart from a hung Redis.
-            pipe.execute_command("WAIT", replicas, ms(self.config.redis_timeout / 2))
-            reply, acknowledged = await pipe.execute()
-        except redis.exceptions.ResponseError as error:
-            if not reload or MISSING_FUNCTION not in str(error):
-                raise
-            await self._load_library()
-            return await self._send(call, reload=False)
-        return reply, int(acknowledged) >= replicas
-
-    async def _load_library(self) -> None:
-        """Load the library (on every primary of a cluster) when Redis said a
-        function is missing: the first call on a Redis that never had it, or
-        after a restart without persistence, a FUNCTION FLUSH, a new cluster
-        node. A process whose Redis has it sends none (a load costs Redis a
-        compile of the whole library). A user whose ACL refuses FUNCTION LOAD
-        (a worker of a shared Redis, README: Security) fails naming the
-        operator's command that loads it."""
-        try:
-            await self._client.function_load(library(), replace=True)
-        except redis.exceptions.NoPermissionError as error:
-            raise GovernorUnavailable(
-                f"governor {self.name!r}: the functions library {library_name()} is not loaded on this Redis "
-                "and this user may not load it (ACL +function|load): an operator runs `governor library --load`",
-                name=self.name,
-            ) from error
-
-    async def _switch_to_cluster(self) -> None:
-        """from_url was given a cluster node: use a cluster client instead."""
-        assert self._url is not None
-        standalone = self._client
-        try:
-            self._client = redis_cluster.RedisCluster.from_url(self._url, **self._options)
-        except ValueError as error:
-            raise ConfigError(f"invalid Redis Cluster URL {self._url!r}: {error}") from error
-        log.info("governor %r: %s is a Redis Cluster node; using a cluster client", self.name, self._url)
-        # sync: standalone.close()
-        await standalone.aclose()
-
-    async def _which_key(self, error: WrongKeyType) -> WrongKeyType:
-        """A script stopped on a key of the wrong type: name the key."""
-        with map_errors(self.name):
-            for key, expected in zip(self.keys.keys, self.keys.TYPES, strict=True):
-                actual = text(await self._client.type(key))
-                if actual not in ("none", expected):
-                    return wrong_key_type(f"{key} is a {actual}, expected a {expected}", self.name)
-        return error
 
     def _check_open(self) -> None:
         if self._closed:
@@ -912,9 +663,7 @@ class AsyncGovernor:
             return
         self._closed = True
         await self._background.stop()
-        if self._owns_client:
-            # sync: self._client.close()
-            await self._client.aclose()
+        await self._connection.aclose()
 
     async def __aenter__(self) -> AsyncGovernor:
         return self

@@ -1,4 +1,4 @@
-"""call() and limit(): acquire, call, classify, report, release, retry (SPEC §5).
+"""call() and limit(): acquire, call, classify, report, release, retry.
 
 This file is the source of truth; scripts/unasync.py generates
 governor/_sync/retry.py from it, as it does the facade.
@@ -50,7 +50,8 @@ from ..estimate import usage_of
 from ._compat import shielded, sleep
 
 if TYPE_CHECKING:
-    from .governor import AsyncGovernor, AsyncLease
+    from .governor import AsyncGovernor
+    from .lease import AsyncLease
 
 log = logging.getLogger("governor")
 T = TypeVar("T")

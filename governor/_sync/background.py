@@ -16,7 +16,8 @@ from ..errors import GovernorError, GovernorUnavailable, map_errors
 from ._compat import Event, Lock, Semaphore, Worker, sleep
 
 if TYPE_CHECKING:
-    from .governor import Governor, Lease
+    from .governor import Governor
+    from .lease import Lease
 
 log = logging.getLogger("governor")
 
@@ -194,7 +195,7 @@ class _Background:
             self._close_pubsub(pubsub)
 
     def _subscribe(self) -> Any:
-        client = self._gov._client
+        client = self._gov.client
         with map_errors(self._gov.name):
             # redis clients set up lazily, and a RedisCluster's pub/sub
             # needs its slot map before the first SUBSCRIBE (idempotent).

@@ -7,18 +7,11 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
 from typing import Any, TypeVar, cast
 
-import redis as redis_client
 import redis.cluster as redis_cluster
-import redis.retry as redis_retry
-import redis.backoff
-import redis.exceptions
 
 from .. import events
 from ..budgets import Tokens
@@ -38,7 +31,6 @@ from ..core import (
     Status,
     _Unset,
     new_id,
-    text,
 )
 from ..errors import (
     AcquireTimeout,
@@ -49,175 +41,22 @@ from ..errors import (
     LeaseLost,
     NotReplicated,
     StateError,
-    WrongKeyType,
-    WrongNode,
+    duration,
     map_errors,
-    wrong_key_type,
 )
 from ..headers import parse as parse_headers
-from ..protocol import ms
-from ..scripts import MISSING_FUNCTION, function_name, library, library_name
 
 from ._compat import Semaphore, shielded
 from .background import _Background, _Waiter
+from .connection import Connection, client_from_url
+from .lease import NO_TOKENS, Lease, _holder_label
 from .retry import retry_call, retry_decorator
 
-NO_TOKENS = Tokens()
 log = logging.getLogger("governor")
 T = TypeVar("T")
 
 #: the epoch of leases admitted by the local fallback, before Redis adopts them
 LOCAL_EPOCH = "local"
-#: connections of the governor's pool besides its callers': pub/sub and the worker
-OWN_CONNECTIONS = 2
-#: connection-pool settings redis-py adds by itself (not copied to the governor's pool)
-_POOL_INTERNAL = (
-    "himport_registry",
-    "maint_notifications_pool_handler",
-    "orig_host_address",
-    "orig_socket_timeout",
-    "orig_socket_connect_timeout",
-)
-
-
-def _connection_options(config: GovernorConfig) -> dict[str, Any]:
-    """How the governor's own connections behave: socket timeouts of
-    ``redis_timeout``, so a hung Redis fails in bounded time, and no retries:
-    a retried script may run twice, and a retry only delays the failure."""
-    return {
-        "socket_timeout": config.redis_timeout,
-        "socket_connect_timeout": config.redis_timeout,
-        "retry": redis_retry.Retry(redis.backoff.NoBackoff(), 0),
-        "retry_on_error": [],
-    }
-
-
-def _bounded(pool: Any, config: GovernorConfig) -> bool:
-    """The pool already behaves as the governor's own connections must."""
-    options = pool.connection_kwargs
-    retry = options.get("retry")
-    timeouts = [options.get("socket_timeout"), options.get("socket_connect_timeout")]
-    return (
-        (retry is None or retry.get_retries() == 0)
-        and all(t is not None and t <= config.redis_timeout for t in timeouts)
-        and pool.max_connections >= config.redis_connections + OWN_CONNECTIONS
-    )
-
-
-def _own_client(client: Any, config: GovernorConfig) -> Any:
-    """The client the governor talks through: the given one when its pool
-    already bounds every call (see _bounded), else one of the governor's
-    own on the same connection settings (host, credentials, TLS, decoding)
-    with the governor's timeouts, no retries and a pool sized for the
-    governor (``redis_connections`` callers plus pub/sub and the worker).
-    A cluster client is used as it is."""
-    if not isinstance(client, redis_client.Redis) or _bounded(client.connection_pool, config):
-        return client
-    pool = client.connection_pool
-    options = {k: v for k, v in pool.connection_kwargs.items() if k not in _POOL_INTERNAL}
-    own = _connection_options(config)
-    for key in ("socket_timeout", "socket_connect_timeout"):
-        given = options.get(key)
-        if given is not None and given < own[key]:
-            own[key] = given
-    options.update(own)
-    max_connections = config.redis_connections + OWN_CONNECTIONS
-    own_pool = redis_client.ConnectionPool(
-        connection_class=pool.connection_class, max_connections=max_connections, **options
-    )
-    return redis_client.Redis.from_pool(own_pool)  # closing the client closes its pool
-
-
-def default_holder() -> str:
-    """The holder label when none is given: host name and process id."""
-    return f"{socket.gethostname()}/{os.getpid()}"
-
-
-def _holder_label(holder: str | None) -> str:
-    if holder is None:
-        return default_holder()
-    if not isinstance(holder, str) or len(holder.encode()) > 200:
-        raise ConfigError(f"holder must be a string of at most 200 bytes, got {holder!r}")
-    return holder
-
-
-class Lease:
-    """One slot of the fleet-wide limit, held until released or lost.
-
-    Renewed in the background every ``lease_ttl / 3``. ``lost`` turns true
-    when a renewal finds the lease gone (the holder stalled past its TTL) or
-    when no renewal got through before the TTL ran out; the slot may then
-    belong to someone else, and a late ``release()`` or report touches
-    nothing of theirs. Release is idempotent; leaving ``with lease:``
-    releases.
-    """
-
-    def __init__(
-        self,
-        governor: Governor,
-        lease_id: str,
-        fence: int,
-        epoch: str,
-        holder: str,
-        deadline: float,
-        local: bool = False,
-        tokens: Tokens = NO_TOKENS,
-        place: Place | None = None,
-    ) -> None:
-        self._governor = governor
-        self.id = lease_id  #: unguessable lease id (also its key in Redis)
-        self.fence = fence  #: monotonically increasing fencing token (0 for a local lease)
-        self.epoch = epoch  #: the state incarnation the lease belongs to
-        self.holder = holder  #: label shown to operators
-        self.tokens = tokens  #: what the lease reserved from the budgets (settled by its report)
-        where = place if place is not None else governor._core.place()
-        self.priority = where.priority  #: the priority class it waited in
-        self.tenant = where.tenant  #: the tenant whose share it counts in
-        #: admitted by the local fallback limit while Redis was unreachable
-        #: (``on_unavailable="local"``); registered in Redis once it answers again
-        self.local = local
-        #: local time (governor._core.local_now) by which the lease surely lives
-        #: unless renewed; a local lease has no deadline until Redis adopts it
-        self._deadline = math.inf if local else deadline
-        self._lost = False
-        self._released = False
-
-    @property
-    def governor(self) -> Governor:
-        return self._governor
-
-    @property
-    def lost(self) -> bool:
-        """True once the lease is known, or must be assumed, to have expired."""
-        if not self._lost and not self._released and self._governor._core.local_now() > self._deadline:
-            self._lost = True
-        return self._lost
-
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    def release(self) -> None:
-        """Give the slot back (idempotent)."""
-        self._governor._release(self)
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc_type is None:
-            self.release()
-            return
-        try:
-            self.release()
-        except GovernorError as error:  # the body's exception matters more; the TTL reclaims the slot
-            log.warning("governor %r: release of lease %s failed: %s", self._governor.name, self.id, error)
-
-    def __repr__(self) -> str:
-        state = "lost" if self._lost else "released" if self._released else "held"
-        return f"<Lease {self._governor.name}/{self.id} fence={self.fence} {state}>"
 
 
 class Governor:
@@ -242,15 +81,11 @@ class Governor:
         clock: Clock | None = None,
     ) -> None:
         self._core = GovernorCore(name, config, clock)
-        self._client = _own_client(client, self._core.config)
-        self._owns_client = self._client is not client
-        if self.config.wait_replicas and isinstance(self._client, redis_cluster.RedisCluster):
+        self._connection = Connection(client, name, self._core.keys, self._core.config)
+        if self.config.wait_replicas and isinstance(self._connection.client, redis_cluster.RedisCluster):
             raise ConfigError(
                 "wait_replicas is not supported on a Redis Cluster client (WAIT needs the primary's connection)"
             )
-        #: from_url's URL and options, to switch to a cluster client when redirected
-        self._url: str | None = None
-        self._options: dict[str, Any] = {}
         self._closed = False
         self._background = _Background(self)
         self._local = Semaphore(self._core.config.local_capacity)
@@ -277,16 +112,9 @@ class Governor:
         cluster client.
         """
         config = config if config is not None else GovernorConfig()
-        options: dict[str, Any] = {**_connection_options(config), **redis_options}
-        try:
-            client = redis_client.Redis.from_url(
-                url, max_connections=config.redis_connections + OWN_CONNECTIONS, **options
-            )
-        except ValueError as error:
-            raise ConfigError(f"invalid Redis URL {url!r}: {error}") from error
+        client, options = client_from_url(url, config, **redis_options)
         governor = cls(client, name, config, clock=clock)
-        governor._owns_client = True
-        governor._url, governor._options = url, options
+        governor._connection.own(url, options)
         return governor
 
     # -- properties -------------------------------------------------------------
@@ -306,7 +134,7 @@ class Governor:
 
     @property
     def client(self) -> Any:
-        return self._client
+        return self._connection.client
 
     # -- admission ----------------------------------------------------------------
 
@@ -472,7 +300,7 @@ class Governor:
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             raise AcquireTimeout(
-                f"governor {self.name!r}: no lease within {timeout} s "
+                f"governor {self.name!r}: no lease within {duration(timeout or 0.0)} "
                 f"({waiter.reason or 'queued'}; {waiter.position} ahead at last look)",
                 name=self.name,
             )
@@ -600,7 +428,7 @@ class Governor:
         (reserving ``tokens``, waiting in class ``priority`` for ``tenant``),
         call, classify the outcome, report it (with the usage an SDK result
         carries), release, and retry throttled calls with the provider's
-        Retry-After or the backoff (SPEC §5). Quota exhaustion raises
+        Retry-After or the backoff. Quota exhaustion raises
         QuotaExhausted at once; other errors propagate."""
         return retry_call(
             self,
@@ -707,7 +535,10 @@ class Governor:
         return self._found(self._execute(self._core.status(create)))
 
     def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
-        """Change the ceiling; applied at once unless paused (then on resume)."""
+        """Change the ceiling, keeping what the policy learnt: a lower one
+        applies at once, a higher one the adaptive policy approaches as it
+        approaches any (seed, fixed: capacity at it at once); while paused,
+        the resume uses it."""
         return self._found(self._execute(self._core.set_max_capacity(n, create)))
 
     def set_shares(
@@ -777,12 +608,12 @@ class Governor:
         try:
             if call.recreate and self._core.stored_config is None:
                 self._init()  # the first call learns the stored config (or creates the state)
-            result = self._run(call)
+            result = self._connection.run(call)
             if result is MISSING:
                 if not call.recreate:
                     return call.if_missing  # type: ignore[no-any-return]
                 self._init()
-                result = self._run(call)
+                result = self._connection.run(call)
                 if result is MISSING:
                     raise StateError(f"governor {self.name!r}: state vanished right after creation", name=self.name)
             return cast(T, result)
@@ -794,7 +625,7 @@ class Governor:
         """Create the state if it is missing (init.lua) and learn the stored
         config; 'created' or 'exists'."""
         init = self._core.init(holds_leases=self._background.holds_leases(), listening=self._background.listening())
-        created: str = self._run(init)
+        created: str = self._connection.run(init)
         if created == "created" and self._background.holds_leases():
             self._background.state_lost()
         return created
@@ -804,89 +635,8 @@ class Governor:
         the config hash, never created (init here could re-create a state
         lost meanwhile from the config this object held before the change)."""
         with map_errors(self.name):
-            stored = self._client.hgetall(self._core.keys.config)
+            stored = self._connection.client.hgetall(self._core.keys.config)
         self._core.learn_stored_config(stored)
-
-    def _run(self, call: Call[T]) -> Any:
-        try:
-            with map_errors(self.name):
-                reply, confirmed = self._send(call)
-        except WrongKeyType as error:
-            raise self._which_key(error) from error
-        except WrongNode:
-            if self._url is None or isinstance(self._client, redis_cluster.RedisCluster):
-                raise
-            self._switch_to_cluster()
-            return self._run(call)
-        result = call.parse(reply)
-        if not confirmed:
-            raise NotReplicated(
-                f"governor {self.name!r}: {call.script} was not confirmed by {self.config.wait_replicas} "
-                f"replica(s) within {self.config.redis_timeout / 2} s",
-                name=self.name,
-            )
-        return result
-
-    def _send(self, call: Call[T], reload: bool = True) -> tuple[Any, bool]:
-        """The function's reply, and whether the replicas confirmed it: with
-        ``wait_replicas``, a call whose answer is relied on (a grant, a
-        renewal) goes in one pipeline with a ``WAIT`` on the same connection.
-        A server that lost the library (a restart, FUNCTION FLUSH, a new
-        cluster node) has it loaded again, and the call is sent again."""
-        keys = self._core.keys.keys
-        command = (function_name(call.script), len(keys), *keys, *call.args)
-        replicas = self.config.wait_replicas
-        try:
-            if not (replicas and call.confirm):
-                return self._client.fcall(*command), True
-            pipe = self._client.pipeline(transaction=False)
-            pipe.fcall(*command)
-            # Half of redis_timeout, so a slow replica is told apart from a hung Redis.
-            pipe.execute_command("WAIT", replicas, ms(self.config.redis_timeout / 2))
-            reply, acknowledged = pipe.execute()
-        except redis.exceptions.ResponseError as error:
-            if not reload or MISSING_FUNCTION not in str(error):
-                raise
-            self._load_library()
-            return self._send(call, reload=False)
-        return reply, int(acknowledged) >= replicas
-
-    def _load_library(self) -> None:
-        """Load the library (on every primary of a cluster) when Redis said a
-        function is missing: the first call on a Redis that never had it, or
-        after a restart without persistence, a FUNCTION FLUSH, a new cluster
-        node. A process whose Redis has it sends none (a load costs Redis a
-        compile of the whole library). A user whose ACL refuses FUNCTION LOAD
-        (a worker of a shared Redis, README: Security) fails naming the
-        operator's command that loads it."""
-        try:
-            self._client.function_load(library(), replace=True)
-        except redis.exceptions.NoPermissionError as error:
-            raise GovernorUnavailable(
-                f"governor {self.name!r}: the functions library {library_name()} is not loaded on this Redis "
-                "and this user may not load it (ACL +function|load): an operator runs `governor library --load`",
-                name=self.name,
-            ) from error
-
-    def _switch_to_cluster(self) -> None:
-        """from_url was given a cluster node: use a cluster client instead."""
-        assert self._url is not None
-        standalone = self._client
-        try:
-            self._client = redis_cluster.RedisCluster.from_url(self._url, **self._options)
-        except ValueError as error:
-            raise ConfigError(f"invalid Redis Cluster URL {self._url!r}: {error}") from error
-        log.info("governor %r: %s is a Redis Cluster node; using a cluster client", self.name, self._url)
-        standalone.close()
-
-    def _which_key(self, error: WrongKeyType) -> WrongKeyType:
-        """A script stopped on a key of the wrong type: name the key."""
-        with map_errors(self.name):
-            for key, expected in zip(self.keys.keys, self.keys.TYPES, strict=True):
-                actual = text(self._client.type(key))
-                if actual not in ("none", expected):
-                    return wrong_key_type(f"{key} is a {actual}, expected a {expected}", self.name)
-        return error
 
     def _check_open(self) -> None:
         if self._closed:
@@ -899,8 +649,7 @@ class Governor:
             return
         self._closed = True
         self._background.stop()
-        if self._owns_client:
-            self._client.close()
+        self._connection.close()
 
     def __enter__(self) -> Governor:
         return self

@@ -22,7 +22,8 @@ from ..estimate import usage_of
 from ._compat import shielded, sleep
 
 if TYPE_CHECKING:
-    from .governor import Governor, Lease
+    from .governor import Governor
+    from .lease import Lease
 
 log = logging.getLogger("governor")
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """The ``governor`` command: see and steer the governors of a fleet.
 
 One thin subcommand per operation, each a call into the library: reads go
-through :mod:`governor.inspect` and ``Governor.status(create=False)`` (so
+through :mod:`governor.views` and ``Governor.status(create=False)`` (so
 looking never creates a governor), writes through the Governor API. Why a
 caller waits is the scripts' answer (``Status.blocked``), shown as given.
 Every read command takes ``--json``. ``--url`` and ``--name`` also come

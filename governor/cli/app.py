@@ -22,10 +22,6 @@ from ..protocol import GovernorKeys, governor_keys
 DEFAULT_URL = "redis://localhost:6379/0"
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: exit status of a runtime failure (Redis unreachable or refusing, no such governor);
-#: click gives usage errors (a bad option, argument or governor name) status 2
-EXIT_FAILURE = 1
-
 
 def safe_url(url: str) -> str:
     """The URL with any password replaced by ***."""

@@ -11,14 +11,15 @@ from typing import Any
 
 import click
 
-from .. import inspect as gi
+from .. import views
 from ..config import GovernorConfig, parse_weights
 from ..core import Status
 from ..errors import ConfigError
 from ..policies import POLICY_NAMES, REGISTRY, Policy
 from ..protocol import MAX_CAP, MAX_CAPACITY, MAX_WEIGHT, STATUS_FIELDS, ms, validate_tenant
+from ..views import SharesSettings
 from .app import App, F, command, fail, global_options, json_option, pass_app
-from .render import SharesSettings, aging_line, emit_json, shown, span, state_line, status_dict, weights_line, when
+from .render import aging_line, emit_json, shown, span, state_line, status_dict, weights_line, when
 
 #: status reply fields that traffic moves between any two reads: not compared
 MOVING = ("now", "epoch", "created", "fence", "in_flight", "queued", "quota_exhausted", "quota_at")
@@ -34,6 +35,8 @@ def compared(status: Status, field: str) -> Any:
     """A status field as the status reply names it."""
     if field == "not_before" and not status.holding:
         return None  # a hold that is over holds nobody: clearing it changes nothing
+    if field == "budgets":  # a bucket's level refills and leases reserve all the time: not a change
+        return tuple(f"{b.kind} {b.limit}/min (burst {b.burst}, {b.source})" for b in status.budgets)
     attribute, convert = ATTRIBUTE.get(field, (field, lambda v: v))
     return convert(getattr(status, attribute))
 
@@ -114,8 +117,13 @@ def parse_duration(ctx: click.Context, param: click.Parameter, value: str | None
 @global_options()
 @pass_app
 def set_max(app: App, n: int, as_json: bool) -> None:
-    """Set max_capacity to N: applied at once, and what the policy learnt is
-    cleared, unless paused (then the resume uses it)."""
+    """Set max_capacity to N; what the policy learnt is kept.
+
+    A lower N applies at once (capacity never above it). A higher N is a new
+    ceiling the adaptive policy approaches as it approaches any (its slow
+    start, its probes, while the provider accepts): no burst. The seed and
+    fixed policies set capacity to N at once. While paused, the resume uses N.
+    """
     gov, before = app.existing()
     confirm_change(f"max_capacity set to {n}", before, gov.set_max_capacity(n, create=False), as_json)
 
@@ -226,7 +234,7 @@ def configure(app: App, /, policy: str | None, as_json: bool, **settings: Any) -
     """
     gov, before = app.existing()
     client = app.client()
-    old = gi.read_config(client, gov.keys)
+    old = views.read_config(client, gov.keys)
     current = GovernorConfig.from_stored(old, app.config(), gov.name)
     assert isinstance(current.policy, Policy)
     given = {k: v for k, v in settings.items() if v is not None}
@@ -234,7 +242,7 @@ def configure(app: App, /, policy: str | None, as_json: bool, **settings: Any) -
     after = app.governor(gov.name, new).configure(create=False)
     assert isinstance(new.policy, Policy)
     confirm_change(
-        f"configured: policy {new.policy.name}", before, after, as_json, (old, gi.read_config(client, gov.keys))
+        f"configured: policy {new.policy.name}", before, after, as_json, (old, views.read_config(client, gov.keys))
     )
 
 
@@ -341,7 +349,7 @@ def set_shares(
         validate_tenant(tenant)
     gov, before = app.existing()
     client = app.client()
-    old = gi.read_config(client, gov.keys)
+    old = views.read_config(client, gov.keys)
     changes: dict[str, Any] = {}
     if weights or unset or clear:
         try:
@@ -366,7 +374,7 @@ def set_shares(
     if reserve is not None:
         changes["reserve"] = reserve
     after = gov.set_shares(**changes, create=False)
-    new = gi.read_config(client, gov.keys)
+    new = views.read_config(client, gov.keys)
     settings = SharesSettings.from_stored(new)
     caps_now = new.get("tenant_caps", "") or "none"
     action = (

@@ -16,7 +16,12 @@ DEFAULT_EXPORTER_PORT = 9733
 
 @command()
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=DEFAULT_EXPORTER_PORT, show_default=True)
-@click.option("--addr", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option(
+    "--addr",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on: 127.0.0.1 serves this machine only; 0.0.0.0 every interface (a container, a LAN).",
+)
 @click.option(
     "--name", "-n", "names", multiple=True, help="A governor to export (repeatable; default: the global --name)."
 )

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 import click
 
-from .. import inspect as gi
+from .. import views
 from ..core import text
 from ..errors import map_errors
 from ..protocol import KEY_NAMES, LOWER_HELD, SENTINEL
@@ -84,7 +84,7 @@ def read_command(base: list[str], role: str, kind: str, key: str) -> str:
 def keys(app: App, as_json: bool) -> None:
     """The Redis keys of a governor, with a ready redis-cli command for each."""
     gov_keys = app.keys()
-    infos = gi.read_keys(app.client(), gov_keys)
+    infos = views.read_keys(app.client(), gov_keys)
     base, note = redis_cli_base(app.url)
     entries: list[dict[str, Any]] = [
         {
@@ -151,7 +151,7 @@ def keys(app: App, as_json: bool) -> None:
 def library(app: App, load: bool, as_json: bool) -> None:
     """The functions library of this client's version on this Redis: whether
     it is loaded, which other governor libraries are; --load loads it (the
-    deploy step where workers may not FUNCTION LOAD, README: Security)."""
+    deploy step where workers may not FUNCTION LOAD, docs/operating.md: Security)."""
     client = app.client()
     name = library_name()
     with map_errors(None):

@@ -10,7 +10,7 @@ from collections import Counter
 
 import click
 
-from .. import inspect as gi
+from .. import views
 from .app import App, command, global_options, json_option, pass_app
 from .render import (
     TOP_TENANTS,
@@ -34,8 +34,8 @@ def leases(app: App, limit: int, as_json: bool) -> None:
     """Who holds the slots: lease id, holder, host, class, tenant, age, TTL left, fence."""
     gov, _ = app.existing()
     client = app.client()
-    priorities = gi.read_priorities(client, gov.keys)
-    listing = gi.read_leases(client, gov.keys, limit, priorities)
+    priorities = views.read_priorities(client, gov.keys)
+    listing = views.read_leases(client, gov.keys, limit, priorities)
     if as_json:
         emit_json(
             {
@@ -70,7 +70,7 @@ def leases(app: App, limit: int, as_json: bool) -> None:
     hosts = Counter(x.host for x in live)
     summary = ", ".join(f"{host} {n}" for host, n in hosts.most_common())
     click.echo(f"\n{len(live)} live lease(s) on {len(hosts)} host(s): {summary or '-'}")
-    counts = gi.count_shares(live, (), priorities)
+    counts = views.count_shares(live, (), priorities)
     click.echo(f"  by class:  {summary_line(counts.by_class, 'in_flight')}")
     click.echo(f"  by tenant: {summary_line(counts.top_tenants(TOP_TENANTS), 'in_flight')}")
     if listing.total > len(listing.items):
@@ -95,10 +95,10 @@ def queue(app: App, limit: int, top: int, as_json: bool) -> None:
     and time waited; a summary by class and tenant; and why they wait."""
     gov, state = app.existing()
     client = app.client()
-    priorities = gi.read_priorities(client, gov.keys)
-    everyone = gi.read_queue(client, gov.keys, max(limit, gi.COUNT_LIMIT), priorities)
+    priorities = views.read_priorities(client, gov.keys)
+    everyone = views.read_queue(client, gov.keys, max(limit, views.COUNT_LIMIT), priorities)
     shown = everyone.items[:limit]
-    summary = gi.count_shares((), everyone.items, priorities, everyone.total <= len(everyone.items))
+    summary = views.count_shares((), everyone.items, priorities, everyone.total <= len(everyone.items))
     if as_json:
         emit_json(
             {
@@ -180,17 +180,17 @@ def events(
     client, keys = app.client(), gov.keys
     wanted = set(kinds)
 
-    def keep(event: gi.DecisionEvent) -> bool:
+    def keep(event: views.DecisionEvent) -> bool:
         return not wanted or event.kind in wanted
 
-    def show(event: gi.DecisionEvent, as_array: bool = False) -> None:
+    def show(event: views.DecisionEvent, as_array: bool = False) -> None:
         if as_json and not as_array:
             click.echo(json.dumps(event_dict(event), sort_keys=True))
         elif not as_json:
             click.echo(describe_event(event))
 
     if not follow:
-        recent = gi.read_events(client, keys, count, kinds=wanted or None)
+        recent = views.read_events(client, keys, count, kinds=wanted or None)
         if as_json:
             emit_json([event_dict(e) for e in recent])
         elif not recent:
@@ -199,8 +199,8 @@ def events(
             show(event, as_array=True)
         return
     if since is None:
-        after = gi.last_event_id(client, keys)
-        for event in reversed(gi.read_events(client, keys, count, kinds=wanted or None)):
+        after = views.last_event_id(client, keys)
+        for event in reversed(views.read_events(client, keys, count, kinds=wanted or None)):
             show(event)
     else:
         after = since
@@ -208,7 +208,7 @@ def events(
     block = min(1.0, app.timeout / 2)
     try:
         while max_events is None or printed < max_events:
-            for event in gi.wait_events(client, keys, after, block):
+            for event in views.wait_events(client, keys, after, block):
                 after = event.id
                 if keep(event):
                     show(event)

@@ -12,13 +12,13 @@ from typing import Any
 
 import click
 
-from .. import inspect as gi
+from .. import views
 from ..budgets import Budget
-from ..config import parse_weights
 from ..core import Status
+from ..views import SharesSettings
 
 SPARK = "▁▂▃▄▅▆▇█"
-#: tenants shown by name in a summary; the others are summed as gi.OTHER
+#: tenants shown by name in a summary; the others are summed as views.OTHER
 TOP_TENANTS = 10
 
 
@@ -78,7 +78,7 @@ def status_dict(status: Status) -> dict[str, Any]:
     """A status as JSON-ready data (``blocked`` as the scripts gave it), with
     the state word, the rate-limited share and whether a hold runs."""
     out = dataclasses.asdict(status)
-    out["state"] = gi.state_of(status)
+    out["state"] = views.state_of(status)
     out["rate_limited_share"] = round(status.rate_limited_share, 4)
     out["holding"] = status.holding
     return out
@@ -91,7 +91,7 @@ def blocked_line(status: Status) -> str:
 
 def state_line(status: Status) -> str:
     """What a new caller meets now: the state word and its figures (the why is ``blocked``)."""
-    state = gi.state_of(status)
+    state = views.state_of(status)
     if state == "paused":
         who = "an operator" if status.pause_kind == "operator" else "the policy"
         until = f" until {when(status.paused_until)}" if status.paused_until else ""
@@ -110,47 +110,6 @@ def budget_line(budget: Budget) -> str:
         f"{budget.level:,.0f} of {budget.burst:,} left, {budget.reserved:,} reserved in flight; "
         f"refills {budget.limit:,}/min ({budget.source})"
     )
-
-
-@dataclasses.dataclass(frozen=True)
-class SharesSettings:
-    """The stored config's classes, aging and tenant weights (read leniently:
-    a field missing from the stored config shows as none)."""
-
-    priorities: tuple[str, ...] = ()
-    default_priority: str = ""
-    aging: float | None = None  #: seconds; None: never
-    tenant_weights: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    default_weight: int = 1
-
-    @classmethod
-    def from_stored(cls, stored: Mapping[str, str]) -> SharesSettings:
-        aging_ms = stored.get("aging_ms", "")
-        default_weight = stored.get("default_weight", "")
-        try:
-            weights = dict(parse_weights(stored.get("tenant_weights", "")))
-        except ValueError:
-            weights = {}
-        return cls(
-            tuple(p for p in stored.get("priorities", "").split(",") if p),
-            stored.get("default_priority", ""),
-            int(aging_ms) / 1000 if aging_ms.isdigit() and int(aging_ms) else None,
-            weights,
-            int(default_weight) if default_weight.isdigit() else 1,
-        )
-
-    def weight(self, tenant: str) -> int | None:
-        """The weight of ``tenant`` (None for the sum of the others)."""
-        return None if tenant == gi.OTHER else self.tenant_weights.get(tenant, self.default_weight)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "priorities": list(self.priorities),
-            "default_priority": self.default_priority,
-            "aging": self.aging,
-            "tenant_weights": dict(self.tenant_weights),
-            "default_weight": self.default_weight,
-        }
 
 
 def classes_line(settings: SharesSettings) -> str:
@@ -172,13 +131,13 @@ def weights_line(settings: SharesSettings) -> str:
     return f"{listed + '; ' if listed else ''}any other tenant {settings.default_weight}"
 
 
-def count_dict(count: gi.Count) -> dict[str, int]:
+def count_dict(count: views.Count) -> dict[str, int]:
     return {"in_flight": count.in_flight, "queued": count.queued, "aged": count.aged}
 
 
-def breakdown_dict(breakdown: gi.Breakdown, top: int = TOP_TENANTS) -> dict[str, Any]:
+def breakdown_dict(breakdown: views.Breakdown, top: int = TOP_TENANTS) -> dict[str, Any]:
     """Counts per class and per tenant (the ``top`` most loaded by name, the
-    others summed as gi.OTHER) as JSON-ready data."""
+    others summed as views.OTHER) as JSON-ready data."""
     return {
         "by_class": {name: count_dict(c) for name, c in breakdown.by_class.items()},
         "by_tenant": {name: count_dict(c) for name, c in breakdown.top_tenants(top).items()},
@@ -191,12 +150,12 @@ def breakdown_dict(breakdown: gi.Breakdown, top: int = TOP_TENANTS) -> dict[str,
     }
 
 
-def _others(breakdown: gi.Breakdown, top: int) -> str:
+def _others(breakdown: views.Breakdown, top: int) -> str:
     rest = len(breakdown.by_tenant) - top
     return f" ({rest} tenants)" if rest > 0 else ""
 
 
-def render_breakdown(breakdown: gi.Breakdown, settings: SharesSettings, top: int = TOP_TENANTS) -> str:
+def render_breakdown(breakdown: views.Breakdown, settings: SharesSettings, top: int = TOP_TENANTS) -> str:
     """In flight and queued per class, then per tenant (the ``top`` most loaded,
     the others summed), each tenant with its weight."""
     classes = [[name, c.in_flight, c.queued, c.aged] for name, c in breakdown.by_class.items()]
@@ -205,7 +164,7 @@ def render_breakdown(breakdown: gi.Breakdown, settings: SharesSettings, top: int
     if tenants:
         rows = [
             [name, settings.weight(name) or "-", c.in_flight, c.queued, c.aged]
-            + ([_others(breakdown, top).strip()] if name == gi.OTHER else [])
+            + ([_others(breakdown, top).strip()] if name == views.OTHER else [])
             for name, c in tenants.items()
         ]
         width = max(len(r) for r in rows)
@@ -215,11 +174,11 @@ def render_breakdown(breakdown: gi.Breakdown, settings: SharesSettings, top: int
     else:
         parts.append("tenants: none in flight or queued")
     if not breakdown.complete:
-        parts.append(f"(counted from the first {gi.COUNT_LIMIT} leases and waiters)")
+        parts.append(f"(counted from the first {views.COUNT_LIMIT} leases and waiters)")
     return "\n\n".join(parts)
 
 
-def summary_line(counts: Mapping[str, gi.Count], what: str = "queued") -> str:
+def summary_line(counts: Mapping[str, views.Count], what: str = "queued") -> str:
     """``name n, name n (k aged), ...`` of one kind of count."""
     parts = []
     for name, c in counts.items():
@@ -269,7 +228,7 @@ def _shares_lines(settings: SharesSettings) -> list[tuple[str, str]]:
 # -- the decision log ---------------------------------------------------------------
 
 
-def event_dict(event: gi.DecisionEvent) -> dict[str, Any]:
+def event_dict(event: views.DecisionEvent) -> dict[str, Any]:
     return {
         "id": event.id,
         "kind": event.kind,
@@ -280,7 +239,7 @@ def event_dict(event: gi.DecisionEvent) -> dict[str, Any]:
     }
 
 
-def _window_note(event: gi.DecisionEvent) -> str:
+def _window_note(event: views.DecisionEvent) -> str:
     if "window_rate_limited" in event.fields:
         return f" [window: {event.get('window_rate_limited')} rate-limited of {event.get('window_attempts')} attempts]"
     return ""
@@ -292,7 +251,7 @@ def _aging_ms(value: str) -> str:
     return span(int(value) / 1000) if int(value) else "off"
 
 
-def describe_event(event: gi.DecisionEvent) -> str:
+def describe_event(event: views.DecisionEvent) -> str:
     """One line per decision: when, what changed, and why."""
     why = event.get("why")
     kind = event.kind

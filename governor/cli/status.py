@@ -11,13 +11,12 @@ from collections.abc import Sequence
 
 import click
 
-from .. import inspect as gi
+from .. import views
 from ..core import Status
 from ..errors import GovernorError, GovernorNotFound, GovernorUnavailable
 from .app import App, command, fail, global_options, json_option, pass_app, safe_url
 from .render import (
     TOP_TENANTS,
-    SharesSettings,
     breakdown_dict,
     emit_json,
     render_breakdown,
@@ -45,19 +44,15 @@ def status(app: App, top: int, as_json: bool) -> None:
     """Capacity, pause, in-flight, queue, window and hold of one governor, and why callers wait;
     in flight and queued per priority class and per tenant."""
     gov, state = app.existing()
-    client = app.client()
-    risk = gi.eviction_risk(client)
-    stored = gi.read_config(client, gov.keys)
-    settings = SharesSettings.from_stored(stored)
-    breakdown = gi.read_breakdown(client, gov.keys)
+    seen = views.read_overview(app.client(), gov.keys, state)
     if as_json:
-        shares = {**settings.as_dict(), **breakdown_dict(breakdown, top)}
-        emit_json({**status_dict(state), **shares, "warnings": [risk] if risk else []})
+        shares = {**seen.shares.as_dict(), **breakdown_dict(seen.breakdown, top)}
+        emit_json({**status_dict(state), **shares, "warnings": list(seen.warnings)})
     else:
-        click.echo(render_status(state, stored))
-        click.echo("\n" + render_breakdown(breakdown, settings, top))
-        if risk:
-            click.echo(f"\nWARNING: {risk}")
+        click.echo(render_status(state, seen.stored))
+        click.echo("\n" + render_breakdown(seen.breakdown, seen.shares, top))
+        for warning in seen.warnings:
+            click.echo(f"\nWARNING: {warning}")
 
 
 @command("list")
@@ -68,7 +63,7 @@ def list_(app: App, as_json: bool) -> None:
     """Every governor in this Redis (found with SCAN), one line each."""
     client = app.client()
     try:
-        names = gi.list_governors(client, app.prefix)
+        names = views.list_governors(client, app.prefix)
     except GovernorUnavailable as error:
         detail = str(error).removeprefix("governor '*': ")
         fail(f"cannot list governors: {detail} (url: {safe_url(app.url)})")
@@ -92,7 +87,7 @@ def list_(app: App, as_json: bool) -> None:
     rows = [
         [
             s.name,
-            gi.state_of(s),
+            views.state_of(s),
             f"{s.capacity}/{s.max_capacity}",
             s.in_flight,
             s.queued,
@@ -110,7 +105,7 @@ def _watch_row(status: Status) -> list[object]:
     clock = when(status.now)[11:23]
     return [
         clock,
-        gi.state_of(status),
+        views.state_of(status),
         f"{status.capacity}/{status.max_capacity}",
         status.in_flight,
         status.queued,

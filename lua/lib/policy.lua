@@ -1,4 +1,4 @@
---[[ lib/policy.lua: the policies (SPEC §4), one entry each in POLICIES.
+--[[ lib/policy.lua: the policies, one entry each in POLICIES.
 
 Uses lib/common.lua, lib/capacity.lua.
 A policy is a unit: its entry here (its state fields, its reaction to a
@@ -13,10 +13,14 @@ it). Each entry:
   config             the policy's own fields of the config hash (C)
   state              the policy's own fields of the policy hash (P)
   reset()            a fresh learnt state into P (capacity is set by the caller;
-                     a policy may lower it when P holds none of its fields: a
-                     config stored afresh, not a new max_capacity)
+                     a policy may lower it: a config stored afresh)
   limited(rl, total, fence)   a rate-limited attempt, not paused
   success(rl, total)          a success, not paused
+  no_news(waited)    (or none) callers wait while every slot is taken, the
+                     first in line for `waited` ms, nothing was refused in
+                     the window and no Retry-After holds: nil, or the growth
+                     by time due now, a function(rl, total) (no_news() below)
+  new_max(before)    max_capacity changed from `before`, not paused
 rl and total are the window's counts with this attempt; fence is the
 reporting lease's fence, or nil.
 ]]
@@ -47,6 +51,13 @@ local function probe_cap(total)
   return math.max(C.probe_ms, math.floor(C.window_ms / 2), math.min(2 * C.window_ms, math.floor(100 * C.window_ms / total)))
 end
 
+-- The seed's rule for a new max_capacity (and the fixed policy's): capacity
+-- at the new max at once, up or down.
+local function at_max()
+  set('state', 'capacity', C.max_capacity)
+  set('policy', 'streak', 0)
+end
+
 -- seed: the seed governor's rules exactly.
 POLICIES.seed = {
   config = {'decrease_count', 'decrease_ratio', 'ratio_min_attempts', 'decrease_factor', 'pause_count',
@@ -67,17 +78,38 @@ POLICIES.seed = {
       set_capacity(S.capacity + 1, C.increase_successes .. ' successes in a row: increase', rl, total)
     end
   end,
+  new_max = function() at_max() end,  -- the seed's rule: capacity = max_capacity at once, up or down
 }
+
+-- The adaptive policy's probe: due after probe_wait just below the ceiling
+-- (backed off while refused); at or above it (the limit rose) every half
+-- interval, the step doubling while the provider keeps accepting.
+local function probe_due(waited)
+  local since = NOW - P.probe_at
+  if waited and waited < since then since = waited end
+  return since >= (S.capacity < P.ceiling and P.probe_wait or math.floor(C.probe_ms / 2))
+end
+
+local function probe(why, rl, total)
+  set('policy', 'streak', 0)
+  set('policy', 'climbing', 0)
+  if S.capacity >= P.ceiling then set('policy', 'probe_wait', C.probe_ms) end
+  set('policy', 'probe_at', NOW)
+  local step = P.probe_step
+  set('policy', 'probe_step', math.min(P.probe_step * 2, C.max_capacity))
+  set_capacity(S.capacity + step, why, rl, total, 'ceiling', P.ceiling, 'step', step)
+end
 
 -- adaptive (the default): a slow start from the resume level; the lowest
 -- in-flight level the provider refused (ceiling) is learnt and capacity
 -- held just below it; probes step above it now and then; refused below it
--- (the limit fell): one cut per congestion episode by cut_factor.
+-- (the limit fell): one cut per congestion episode by cut_factor. No news
+-- is not bad news: without reports, time at capacity with nothing refused
+-- grows it (no_news).
 POLICIES.adaptive = {
   config = {'pause_count', 'pause_ratio', 'increase_successes', 'cut_factor', 'probe_ms'},
   state = {'ceiling', 'cut_fence', 'probe_at', 'probe_step', 'probe_wait', 'climbing'},
   reset = function()
-    local fresh = P.ceiling == nil  -- a config stored afresh (not a new max_capacity)
     set('policy', 'ceiling', 0)
     set('policy', 'cut_fence', S.fence)
     set('policy', 'probe_at', NOW)
@@ -88,11 +120,11 @@ POLICIES.adaptive = {
     -- burst of max_capacity; discover the limit from the resume level. Each
     -- success adds one (success() below, nothing refused yet): a round of
     -- leases that all succeed doubles capacity, as in TCP's slow start, so
-    -- max_capacity is reached after about log2(1 / resume_fraction) rounds.
-    -- A new max_capacity applies at once (SPEC §4): set_max keeps P, so it
-    -- is not fresh. No entry of its own in the decision log: the create,
-    -- recreate or reset entry that follows carries the capacity it starts at.
-    if fresh then set('state', 'capacity', math.min(S.capacity, resume_level())) end
+    -- max_capacity is reached after about log2(1 / resume_fraction) rounds;
+    -- without reports it doubles every probe interval (no_news() below).
+    -- No entry of its own in the decision log: the create, recreate or
+    -- reset entry that follows carries the capacity it starts at.
+    set('state', 'capacity', math.min(S.capacity, resume_level()))
   end,
   limited = function(rl, total, fence)
     -- A lease admitted before the last cut was counted in that cut.
@@ -150,19 +182,34 @@ POLICIES.adaptive = {
       -- capacity per round of leases), or below the ceiling: one more.
       set('policy', 'streak', 0)
       set_capacity(S.capacity + 1, 'success below the ceiling: increase', rl, total, 'ceiling', P.ceiling)
-    elseif P.streak >= C.increase_successes
-        and NOW - P.probe_at >= (S.capacity < P.ceiling and P.probe_wait or math.floor(C.probe_ms / 2)) then
-      -- Just below the ceiling: probe it after probe_wait (backed off while
-      -- refused). At or above it the limit rose: probe every half interval,
-      -- the step doubling while the provider keeps accepting.
-      set('policy', 'streak', 0)
-      set('policy', 'climbing', 0)
-      if S.capacity >= P.ceiling then set('policy', 'probe_wait', C.probe_ms) end
-      set('policy', 'probe_at', NOW)
-      local step = P.probe_step
-      set('policy', 'probe_step', math.min(P.probe_step * 2, C.max_capacity))
-      set_capacity(S.capacity + step, 'probe above the ceiling', rl, total, 'ceiling', P.ceiling, 'step', step)
+    elseif P.streak >= C.increase_successes and probe_due() then
+      probe('probe above the ceiling', rl, total)
     end
+  end,
+  no_news = function(waited)
+    if P.ceiling == 0 then
+      -- The slow start without reports: every probe interval spent with
+      -- callers waiting at capacity and nothing refused doubles capacity.
+      local since = math.min(NOW - P.probe_at, waited)
+      if since < C.probe_ms then return nil end
+      return function(rl, total)
+        set('policy', 'probe_at', NOW)
+        set_capacity(S.capacity * 2, 'nothing refused for ' .. since .. ' ms, callers waiting at capacity: double',
+          rl, total, 'ceiling', 0)
+      end
+    elseif probe_due(waited) then
+      -- A ceiling learnt, but nothing refused for a window: the probe a
+      -- streak of successes would make, due by time alone.
+      return function(rl, total)
+        probe('nothing refused in the window, callers waiting at capacity: probe', rl, total)
+      end
+    end
+    return nil
+  end,
+  new_max = function(before)
+    -- A lower max_capacity applies at once; a higher one is approached as
+    -- any ceiling is (the slow start, probes): what was learnt is kept.
+    if S.capacity > C.max_capacity then set('state', 'capacity', C.max_capacity) end
   end,
 }
 
@@ -176,6 +223,7 @@ POLICIES.fixed = {
   success = function()
     set('policy', 'streak', P.streak + 1)
   end,
+  new_max = function() at_max() end,
 }
 
 -- The governor's policy entry, and whether the call's outcome is a quiet
@@ -220,4 +268,31 @@ local function record(policy, outcome, fence, rl, total)
   elseif outcome == 's' then
     policy.success(rl, total)
   end
+end
+
+-- No news is not bad news: callers wait while every slot is taken, no
+-- Retry-After holds and no rate-limited attempt is in the window, so the
+-- policy's no_news() may grow capacity by time, whether or not callers
+-- report (a lease may live for hours and end without a report). How long
+-- the demand has waited is the head waiter's wait (its holder record's
+-- since): a level's time counts only while someone waits at it. Run by
+-- refresh and probe; it reads what it needs before the caller's first
+-- write and returns the function that applies it (after), or nil. Needs
+-- S.capacity and S.not_before.
+local function no_news()
+  if S.capacity == 0 or NOW < S.not_before then return nil end
+  local policy = the_policy()
+  if not policy.no_news then return nil end
+  more('config', 'log_length')
+  if S.capacity >= C.max_capacity or in_flight() < S.capacity then return nil end
+  local head = redis.call('ZRANGE', K.queue, 0, 0)[1]
+  if not head or (tonumber(redis.call('ZSCORE', K.waiters, head)) or 0) <= NOW then return nil end
+  local m = record_parse(redis.call('HGET', K.holders, head))
+  if not m then return nil end
+  local grow = policy.no_news(NOW - m.since)
+  if not grow then return nil end
+  local rl, total = window()
+  if rl > 0 then return nil end
+  guard(K.events)  -- a growth step is logged
+  return function() grow(rl, total) end
 end

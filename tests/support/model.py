@@ -1,4 +1,4 @@
-"""A reference model of SPEC §3-§4 in plain Python: no Redis, no Lua.
+"""A reference model of admission and the policies in plain Python: no Redis, no Lua.
 
 :class:`Model` answers the same calls as the scripts in ``lua/`` (same
 ARGV, same replies, same stored hashes and sets), so a property test can
@@ -19,7 +19,7 @@ priority classes (band), aging and start-time fair queueing between
 weighted tenants (tag, each class's vtime, the shares of idle tenants pruned), with
 waiter deadlines; grants on release/expiry/capacity change; fences.
 
-Besides answering, the model checks the rules SPEC §3 states as
+Besides answering, the model checks the admission rules as
 invariants, independently of how the scripts are written: every admission
 happens while not paused, not held, with room in every budget and with no
 live waiter of a smaller score left behind; FIFO within a class and
@@ -30,11 +30,13 @@ only grow. A broken rule raises :class:`ModelViolation`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from governor.budgets import KINDS as BUDGET_KINDS
 from governor.budgets import Tokens
+from governor.policies import all_fields
 from governor.protocol import (
     CONFIG,
     DEFAULT_TENANT,
@@ -46,7 +48,6 @@ from governor.protocol import (
     SCHEMA_VERSION,
     SENTINEL,
     HolderRecord,
-    all_fields,
 )
 
 from .model_policies import POLICIES, Policy
@@ -80,7 +81,7 @@ class Place:
 
 
 class ModelViolation(AssertionError):
-    """A rule of SPEC §3 was broken (by the model's own bookkeeping)."""
+    """An admission rule was broken (by the model's own bookkeeping)."""
 
 
 def _zsorted(zset: dict[str, int]) -> list[tuple[str, int]]:
@@ -251,6 +252,27 @@ class Model:
                 self._resume(self._resume_level())
         elif S["paused_until"] > 0 and self.now >= S["paused_until"]:
             self._resume(S["saved_capacity"] if S["saved_capacity"] > 0 else self._resume_level())
+
+    def _no_news(self) -> Callable[[], None] | None:
+        """No news is not bad news (no_news of lua/lib/policy.lua): a live
+        waiter at the head of the queue while every slot is taken, no hold, no
+        rate-limited attempt in the window: the policy's growth by time, if due
+        (the head's wait is how long the demand has waited)."""
+        S, C = self.S, self.C
+        if S["capacity"] == 0 or self.now < S["not_before"]:
+            return None
+        if S["capacity"] >= C["max_capacity"] or self.in_flight() < S["capacity"]:
+            return None
+        order = _zsorted(self.queue)
+        if not order or self.waiters.get(order[0][0], 0) <= self.now:
+            return None
+        record = self._record(order[0][0])
+        if record is None:
+            return None
+        grow = self.policy.no_news(self, self.now - record.since_ms)
+        if grow is None or self._window()[0] > 0:
+            return None
+        return grow
 
     def blocked(self, tokens: Tokens = NO_TOKENS, place: Place | None = None) -> tuple[str | None, int]:
         """The admission rule (queue aside): why a lease of ``tokens`` for
@@ -465,7 +487,7 @@ class Model:
         place: tuple[int, str] = (0, ""),
         aged: bool = False,
     ) -> int:
-        """One admission: check the rules of SPEC §3 and §9, the tenant's cap
+        """One admission: check the admission rules and the budgets, the tenant's cap
         and the reserve (by the live leases' records, not the counts), take
         the next fence."""
         S = self.S
@@ -780,9 +802,12 @@ class Model:
         queue_ttl = int(a[0])
         if self.state is None:
             return [SCHEMA, "missing"]
+        grow = self._no_news()
         self._keep_alive()
         self._reclaim()
         self._recover()
+        if grow is not None:
+            grow()
         granted = self._grant()
         reason, hint = self.blocked()
         reply: list[Any] = [SCHEMA, "refreshed", self.S["epoch"], reason or "", str(hint)]
@@ -922,9 +947,12 @@ class Model:
     def _op_probe(self, a: list[str]) -> list[Any]:
         if self.state is None:
             return [SCHEMA, "missing"]
+        grow = self._no_news()
         self._keep_alive()
         self._reclaim(force=True)
         self._recover()
+        if grow is not None:
+            grow()
         self._grant()
         return self._status_reply()
 
@@ -969,10 +997,8 @@ class Model:
         if S["paused"] == 1:
             if S["saved_capacity"] > n:
                 S["saved_capacity"] = n
-        else:  # what the policy learnt was about another ceiling
-            S["capacity"] = n
-            self.P["streak"] = 0
-            self.policy.reset(self)
+        else:  # the policy's rule: the adaptive one keeps what it learnt
+            self.policy.new_max(self)
         self.published.append(f"{S['epoch']} !config")  # clients learn the stored config anew
         self._reclaim(force=True)
         if self.C["reserve"] != reserve:

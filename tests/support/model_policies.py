@@ -1,4 +1,4 @@
-"""The reference model's policies (SPEC §4), one unit each, as in the
+"""The reference model's policies, one unit each, as in the
 POLICIES table of ``lua/lib/policy.lua``: ``seed`` halves, pauses, +1 per
 streak; ``adaptive`` starts low, learns the lowest refused in-flight level
 (ceiling), holds just below it and probes it; ``fixed`` never moves capacity. Each entry
@@ -8,6 +8,7 @@ acts on a :class:`tests.support.model.Model` (its state, config and policy hashe
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
@@ -39,6 +40,17 @@ class Policy:
 
     def success(self, m: Model, rl: int, total: int) -> None:
         """A success."""
+
+    def no_news(self, m: Model, waited: int) -> Callable[[], None] | None:
+        """Callers wait at a full capacity (the first in line for ``waited``
+        ms), nothing refused in the window, no hold: the growth by time due
+        now, or None."""
+        return None
+
+    def new_max(self, m: Model) -> None:
+        """max_capacity changed, not paused: the seed's rule, capacity = max at once."""
+        m.S["capacity"] = m.C["max_capacity"]
+        m.P["streak"] = 0
 
 
 class Seed(Policy):
@@ -73,11 +85,10 @@ class Adaptive(Policy):
     state = ("ceiling", "cut_fence", "probe_at", "probe_step", "probe_wait", "climbing")
 
     def reset(self, m: Model) -> None:
-        fresh = "ceiling" not in m.P  # a config stored afresh (not a new max_capacity)
         m.P.update(ceiling=0, cut_fence=m.S["fence"], probe_at=m.now, probe_step=1, probe_wait=m.C["probe_ms"])
         m.P["climbing"] = 0
-        if fresh:  # slow start from the resume level: no blind burst; +1 per success doubles per round
-            m.set_capacity(min(m.S["capacity"], m._resume_level()))
+        # slow start from the resume level: no blind burst; +1 per success doubles per round
+        m.set_capacity(min(m.S["capacity"], m._resume_level()))
 
     def limited(self, m: Model, rl: int, total: int, fence: int | None) -> None:
         S, C, P = m.S, m.C, m.P
@@ -114,17 +125,46 @@ class Adaptive(Policy):
         if P["ceiling"] == 0 or S["capacity"] + 1 < P["ceiling"]:
             P["streak"] = 0
             m.set_capacity(S["capacity"] + 1)
-        elif P["streak"] >= C["increase_successes"] and m.now - P["probe_at"] >= (
-            P["probe_wait"] if S["capacity"] < P["ceiling"] else C["probe_ms"] // 2
-        ):
-            P["streak"] = 0
-            P["climbing"] = 0
-            if S["capacity"] >= P["ceiling"]:
-                P["probe_wait"] = C["probe_ms"]
-            P["probe_at"] = m.now
-            step = P["probe_step"]
-            P["probe_step"] = min(P["probe_step"] * 2, C["max_capacity"])
-            m.set_capacity(S["capacity"] + step)
+        elif P["streak"] >= C["increase_successes"] and self._probe_due(m):
+            self._probe(m)
+
+    @staticmethod
+    def _probe_due(m: Model, waited: int | None = None) -> bool:
+        S, C, P = m.S, m.C, m.P
+        wait = P["probe_wait"] if S["capacity"] < P["ceiling"] else C["probe_ms"] // 2
+        since = m.now - P["probe_at"] if waited is None else min(m.now - P["probe_at"], waited)
+        return since >= wait  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _probe(m: Model) -> None:
+        S, C, P = m.S, m.C, m.P
+        P["streak"] = 0
+        P["climbing"] = 0
+        if S["capacity"] >= P["ceiling"]:
+            P["probe_wait"] = C["probe_ms"]
+        P["probe_at"] = m.now
+        step = P["probe_step"]
+        P["probe_step"] = min(P["probe_step"] * 2, C["max_capacity"])
+        m.set_capacity(S["capacity"] + step)
+
+    def no_news(self, m: Model, waited: int) -> Callable[[], None] | None:
+        P = m.P
+        if P["ceiling"] == 0:  # the slow start without reports: doubles every probe interval at capacity
+            if min(m.now - P["probe_at"], waited) < m.C["probe_ms"]:
+                return None
+
+            def double() -> None:
+                P["probe_at"] = m.now
+                m.set_capacity(m.S["capacity"] * 2)
+
+            return double
+        if self._probe_due(m, waited):  # a ceiling learnt, nothing refused for a window: a probe by time
+            return lambda: self._probe(m)
+        return None
+
+    def new_max(self, m: Model) -> None:
+        """Keeps what was learnt: a lower max applies at once, a higher one is approached."""
+        m.S["capacity"] = min(m.S["capacity"], m.C["max_capacity"])
 
 
 class Fixed(Policy):

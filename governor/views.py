@@ -17,6 +17,9 @@ the scripts keep no such counts. ``leases`` and ``holders`` each
 keep the entry :data:`governor.protocol.SENTINEL`, which is never a lease:
 every listing and count here leaves it out.
 
+:func:`read_overview` reads at once what ``governor status`` shows of one
+governor (:class:`Overview`).
+
 Why a caller waits is the scripts' answer (``Status.blocked``, worded once
 by the admission rule in lua/lib/admission.lua); nothing here re-derives it.
 """
@@ -27,6 +30,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .config import parse_weights
 from .core import Status, text
 from .errors import GovernorError, map_errors
 from .protocol import (
@@ -236,7 +240,7 @@ def eviction_risk(client: Any) -> str:
     """Why this Redis may evict a governor's keys, or "" when it will not (or
     cannot tell: INFO refused by the ACL). An evicted lease set hides running
     holders and the fleet is over-admitted, so a Redis with a ``maxmemory``
-    must use ``maxmemory-policy noeviction`` (README: Redis requirements)."""
+    must use ``maxmemory-policy noeviction`` (docs/operating.md: Redis requirements)."""
     try:
         with map_errors(None):
             info = client.info("memory")
@@ -443,6 +447,71 @@ def read_breakdown(client: Any, keys: GovernorKeys, limit: int | None = None) ->
     queue = read_queue(client, keys, limit, priorities)
     complete = leases.total <= limit and queue.total <= limit
     return count_shares(leases.items, queue.items, priorities, complete)
+
+
+@dataclass(frozen=True)
+class SharesSettings:
+    """The stored config's classes, aging and tenant weights (read leniently:
+    a field missing from the stored config shows as none)."""
+
+    priorities: tuple[str, ...] = ()
+    default_priority: str = ""
+    aging: float | None = None  #: seconds; None: never
+    tenant_weights: Mapping[str, int] = field(default_factory=dict)
+    default_weight: int = 1
+
+    @classmethod
+    def from_stored(cls, stored: Mapping[str, str]) -> SharesSettings:
+        aging_ms = stored.get("aging_ms", "")
+        default_weight = stored.get("default_weight", "")
+        try:
+            weights = dict(parse_weights(stored.get("tenant_weights", "")))
+        except ValueError:
+            weights = {}
+        return cls(
+            tuple(p for p in stored.get("priorities", "").split(",") if p),
+            stored.get("default_priority", ""),
+            int(aging_ms) / 1000 if aging_ms.isdigit() and int(aging_ms) else None,
+            weights,
+            int(default_weight) if default_weight.isdigit() else 1,
+        )
+
+    def weight(self, tenant: str) -> int | None:
+        """The weight of ``tenant`` (None for the sum of the others)."""
+        return None if tenant == OTHER else self.tenant_weights.get(tenant, self.default_weight)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "priorities": list(self.priorities),
+            "default_priority": self.default_priority,
+            "aging": self.aging,
+            "tenant_weights": dict(self.tenant_weights),
+            "default_weight": self.default_weight,
+        }
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Everything ``governor status`` shows of one governor, read at once:
+    its status (the status script's answer), its stored config and the
+    settings of its classes and tenants, its leases and waiters counted per
+    class and tenant, and the warnings about the Redis that holds it."""
+
+    status: Status
+    stored: Mapping[str, str]
+    shares: SharesSettings
+    breakdown: Breakdown
+    warnings: tuple[str, ...]
+
+
+def read_overview(client: Any, keys: GovernorKeys, status: Status) -> Overview:
+    """The overview of the governor of ``keys`` whose ``status`` was just read
+    (``Governor.status(create=False)``: looking never creates a governor)."""
+    stored = read_config(client, keys)
+    risk = eviction_risk(client)
+    return Overview(
+        status, stored, SharesSettings.from_stored(stored), read_breakdown(client, keys), (risk,) if risk else ()
+    )
 
 
 def _event(entry_id: Any, values: Mapping[Any, Any]) -> DecisionEvent:

@@ -1,0 +1,387 @@
+/**
+ * The sans-IO core: every function's ARGV built and every reply parsed, as
+ * docs/protocol.md describes them (the Python package's governor/core.py).
+ */
+import { randomBytes } from "node:crypto";
+import { BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY } from "./generated.js";
+import { ConfigError, CostTooLarge, StateError } from "./errors.js";
+import { ms, place, scriptFields, type BudgetKind, type Place, type ResolvedConfig } from "./config.js";
+
+export type Operation =
+  | "acquire" | "cancel" | "init" | "pause" | "probe" | "refresh" | "release"
+  | "renew" | "report" | "reset" | "resume" | "set_max" | "set_shares" | "status";
+
+const NAME = /^[A-Za-z0-9_.:\-/@]{1,200}$/;
+const PREFIX = /^[A-Za-z0-9_.:-]{1,64}$/;
+
+export interface GovernorKeys {
+  readonly name: string;
+  /** KEYS of every function, in the order the library binds them */
+  readonly keys: readonly string[];
+  readonly channel: string;
+  readonly byName: Readonly<Record<string, string>>;
+}
+
+export function governorKeys(name: string, prefix: string = DEFAULT_PREFIX): GovernorKeys {
+  if (typeof name !== "string" || !NAME.test(name)) {
+    throw new ConfigError(`governor name ${JSON.stringify(name)} is invalid: use 1-200 characters of letters, digits and _ . : - / @ (no braces, no spaces)`);
+  }
+  if (!PREFIX.test(prefix)) throw new ConfigError(`key prefix ${JSON.stringify(prefix)} is invalid: use 1-64 characters of letters, digits and _ . : -`);
+  const base = `${prefix}:v${SCHEMA_VERSION}:{${name}}`;
+  const byName: Record<string, string> = {};
+  for (const [key] of KEYS) byName[key] = `${base}:${key}`;
+  return { name, keys: KEYS.map(([key]) => `${base}:${key}`), channel: `${base}:wake`, byName };
+}
+
+export function functionName(op: Operation): string {
+  return `${LIBRARY_NAME}_${op}`;
+}
+
+/** An unguessable lease id (128 random bits). */
+export function newId(): string {
+  return randomBytes(16).toString("hex");
+}
+
+/** Input and output tokens a lease reserves or a call used. */
+export interface Tokens {
+  readonly input: number;
+  readonly output: number;
+}
+
+export function tokensOf(tokens: Tokens | number | undefined): Tokens {
+  if (tokens === undefined) return { input: 0, output: 0 };
+  const t = typeof tokens === "number" ? { input: tokens, output: 0 } : tokens;
+  for (const v of [t.input, t.output]) {
+    if (!Number.isInteger(v) || v < 0 || v > 2 ** 53) throw new ConfigError(`tokens must be integers >= 0, got ${JSON.stringify(tokens)}`);
+  }
+  return t;
+}
+
+function tokensArg(t: Tokens): string {
+  return t.input === 0 && t.output === 0 ? "" : `${t.input},${t.output}`;
+}
+
+export const MISSING = Symbol("missing");
+export type Missing = typeof MISSING;
+
+export interface Call<T> {
+  readonly op: Operation;
+  readonly args: readonly string[];
+  readonly parse: (reply: unknown) => T | Missing;
+  /** re-create the state and call again on 'missing' (else answer ifMissing) */
+  readonly recreate: boolean;
+  readonly ifMissing?: T;
+}
+
+export interface Granted { readonly kind: "granted"; readonly fence: number; readonly epoch: string; readonly remaining: number | null }
+export interface Queued { readonly kind: "queued"; readonly position: number; readonly reason: string; readonly hint: number; readonly epoch: string }
+export interface Denied { readonly kind: "denied"; readonly reason: string; readonly hint: number; readonly epoch: string }
+export interface Refreshed {
+  readonly epoch: string;
+  readonly reason: string;
+  readonly hint: number;
+  readonly granted: Map<string, { fence: number; remaining: number }>;
+  readonly queued: Map<string, number>;
+  readonly unknown: string[];
+}
+export interface Renewed { readonly epoch: string; readonly ok: string[]; readonly adopted: Map<string, number>; readonly lost: string[] }
+/** An active budget in a status reply. */
+export interface BudgetStatus {
+  readonly kind: string;
+  readonly limit: number;
+  readonly burst: number;
+  readonly level: number;
+  /** tokens (or requests) the live leases reserved */
+  readonly reserved: number;
+  readonly source: string;
+}
+/** A status reply: the fields of STATUS_FIELDS (numbers where they are counts or ms) and the active budgets. */
+export type Status = Readonly<Record<string, string | number>> & { readonly budgets: readonly BudgetStatus[] };
+
+export interface Wake {
+  readonly epoch: string;
+  readonly grants: Map<string, number>;
+  /** seconds until a hold that kept queued callers out ends */
+  readonly retryIn: number | null;
+  readonly configChanged: boolean;
+}
+
+export function parseWake(data: string): Wake {
+  const words = data.split(/\s+/).filter((w) => w !== "");
+  const grants = new Map<string, number>();
+  let retryIn: number | null = null;
+  let configChanged = false;
+  for (const word of words.slice(1)) {
+    if (word.startsWith(WAKE_RETRY) && /^\d+$/.test(word.slice(1))) retryIn = Number(word.slice(1)) / 1000;
+    else if (word === WAKE_CONFIG) configChanged = true;
+    else {
+      const at = word.lastIndexOf(":");
+      const fence = word.slice(at + 1);
+      if (at > 0 && /^\d+$/.test(fence)) grants.set(word.slice(0, at), Number(fence));
+    }
+  }
+  return { epoch: words[0] ?? "", grants, retryIn, configChanged };
+}
+
+function text(value: unknown): string {
+  if (Buffer.isBuffer(value)) return value.toString("utf8");
+  return String(value);
+}
+
+function int(value: unknown): number {
+  return Number(text(value));
+}
+
+/** the status fields that are text; every other one is a count, a level or a time in ms */
+const STATUS_TEXT = new Set(["epoch", "policy", "pause_kind", "pause_reason", "blocked"]);
+
+export const OUTCOME_CODES = { success: "s", rate_limited: "r", error: "e", quota_exhausted: "q" } as const;
+export type Outcome = keyof typeof OUTCOME_CODES;
+
+/** Arguments and replies of every function, for one governor (governor/core.py's GovernorCore). */
+export class Core {
+  readonly keys: GovernorKeys;
+  /** the highest fence seen: a re-created state never hands out a lower one */
+  fenceFloor = 0;
+  /** local time of the last reply that showed the state existed */
+  lastSeen: number | null = null;
+  /** the stored config as init last answered it: a lost state is re-created from it */
+  storedConfig: Record<string, string> | null = null;
+  private readonly ttlMs: string;
+  private readonly queueTtlMs: string;
+
+  constructor(readonly name: string, readonly config: ResolvedConfig) {
+    this.keys = governorKeys(name, config.keyPrefix);
+    this.ttlMs = String(ms(config.leaseTtl));
+    this.queueTtlMs = String(ms(config.queueTtl));
+  }
+
+  nowArg(): string {
+    const clock = this.config.clock;
+    if (clock === undefined) return "";
+    const now = clock();
+    if (!Number.isFinite(now) || now < 0) throw new ConfigError(`clock returned ${now}; it must return non-negative seconds`);
+    return String(ms(now));
+  }
+
+  /** the clock of local deadlines: the injected clock, else a monotonic one (seconds) */
+  localNow(): number {
+    return this.config.clock !== undefined ? this.config.clock() : performance.now() / 1000;
+  }
+
+  private call<T>(op: Operation, args: readonly string[], parse: (reply: unknown) => T | Missing, recreate = true, ifMissing?: T): Call<T> {
+    const full = [this.nowArg(), this.keys.channel, ...args];
+    return ifMissing === undefined ? { op, args: full, parse, recreate } : { op, args: full, parse, recreate, ifMissing };
+  }
+
+  private check(reply: unknown, op: string): [string, unknown[]] {
+    if (!Array.isArray(reply) || reply.length < 2) throw new StateError(`governor ${JSON.stringify(this.name)}: unreadable ${op} reply ${JSON.stringify(reply)}`, this.name);
+    const schema = int(reply[0]);
+    if (schema !== SCHEMA_VERSION) {
+      throw new StateError(`governor ${JSON.stringify(this.name)}: ${op} answered in schema ${schema}, this client speaks ${SCHEMA_VERSION}: upgrade the client`, this.name);
+    }
+    return [text(reply[1]), reply.slice(2)];
+  }
+
+  private unexpected(op: string, kind: string): StateError {
+    return new StateError(`governor ${JSON.stringify(this.name)}: ${op} gave an unexpected reply ${JSON.stringify(kind)}`, this.name);
+  }
+
+  private seen(): void {
+    this.lastSeen = this.localNow();
+  }
+
+  sawFence(fence: number): void {
+    if (fence > this.fenceFloor) this.fenceFloor = fence;
+  }
+
+  init(holdsLeases: boolean, listening: boolean): Call<string> {
+    const recovered = holdsLeases || (this.lastSeen !== null && this.localNow() - this.lastSeen < this.config.idleExpiry);
+    const args = [
+      randomBytes(8).toString("hex"),
+      recovered ? "1" : "0",
+      String(this.fenceFloor),
+      this.ttlMs,
+      listening ? "1" : "0",
+      String(ms(Math.min(this.config.poll, NOTICE_HOLD))),
+      this.config.restartHold ? "1" : "0",
+      ...(this.storedConfig !== null ? Object.entries(this.storedConfig).flat() : scriptFields(this.config)),
+    ];
+    return this.call("init", args, (reply) => {
+      const [kind, rest] = this.check(reply, "init");
+      if (kind !== "created" && kind !== "exists") throw this.unexpected("init", kind);
+      this.seen();
+      const stored: Record<string, string> = {};
+      for (let i = 1; i + 1 < rest.length; i += 2) stored[text(rest[i])] = text(rest[i + 1]);
+      this.storedConfig = stored;
+      return kind;
+    });
+  }
+
+  learnStoredConfig(stored: Record<string, string>): void {
+    if (Object.keys(stored).length > 0) this.storedConfig = { ...stored };
+  }
+
+  place(priority?: string, tenant?: string): Place {
+    return place(this.storedConfig, this.config, priority, tenant);
+  }
+
+  acquire(id: string, holder: string, mode: "wait" | "again" | "try", tokens: Tokens, where: Place): Call<Granted | Queued | Denied> {
+    const args = [id, holder, this.ttlMs, this.queueTtlMs, mode, tokensArg(tokens), String(where.rank), where.tenant, String(where.weight)];
+    return this.call("acquire", args, (reply) => {
+      const [kind, rest] = this.check(reply, "acquire");
+      if (kind === "missing") return MISSING;
+      this.seen();
+      if (kind === "granted") {
+        const fence = int(rest[0]);
+        this.sawFence(fence);
+        return { kind, fence, epoch: text(rest[2]), remaining: int(rest[1]) / 1000 };
+      }
+      if (kind === "queued") return { kind, position: int(rest[0]), reason: text(rest[1]), hint: int(rest[2]) / 1000, epoch: text(rest[3]) };
+      if (kind === "denied") return { kind, reason: text(rest[0]), hint: int(rest[1]) / 1000, epoch: text(rest[2]) };
+      if (kind === "refused") throw new CostTooLarge(`governor ${JSON.stringify(this.name)}: ${text(rest[0])}; it can never be admitted: reserve fewer tokens or raise the budget`, this.name);
+      throw this.unexpected("acquire", kind);
+    });
+  }
+
+  release(id: string): Call<boolean> {
+    return this.call("release", [id], (reply) => {
+      const [kind, rest] = this.check(reply, "release");
+      if (kind === "missing") return MISSING;
+      if (kind !== "released") throw this.unexpected("release", kind);
+      return text(rest[0]) === "1";
+    }, false, false);
+  }
+
+  cancel(id: string): Call<string> {
+    return this.call("cancel", [id], (reply) => {
+      const [kind, rest] = this.check(reply, "cancel");
+      if (kind === "missing") return MISSING;
+      if (kind !== "cancelled") throw this.unexpected("cancel", kind);
+      return text(rest[0]);
+    }, false, "none");
+  }
+
+  renew(leases: readonly (readonly [string, string, string])[]): Call<Renewed> {
+    const ids = leases.map((l) => l[0]);
+    return this.call("renew", [this.ttlMs, ...leases.flat()], (reply) => {
+      const [kind, rest] = this.check(reply, "renew");
+      if (kind === "missing") return MISSING;
+      if (kind !== "renewed") throw this.unexpected("renew", kind);
+      this.seen();
+      if (rest.length - 1 !== 2 * ids.length) throw new StateError(`governor ${JSON.stringify(this.name)}: renew answered for ${(rest.length - 1) / 2} ids, asked for ${ids.length}`, this.name);
+      const out: Renewed = { epoch: text(rest[0]), ok: [], adopted: new Map(), lost: [] };
+      ids.forEach((id, n) => {
+        const status = text(rest[1 + 2 * n]);
+        const fence = int(rest[2 + 2 * n]);
+        if (status === "ok") out.ok.push(id);
+        else if (status === "adopted") {
+          out.adopted.set(id, fence);
+          this.sawFence(fence);
+        } else if (status === "lost") out.lost.push(id);
+        else throw this.unexpected("renew", status);
+      });
+      return out;
+    });
+  }
+
+  refresh(ids: readonly string[]): Call<Refreshed> {
+    return this.call("refresh", [this.queueTtlMs, ...ids], (reply) => {
+      const [kind, rest] = this.check(reply, "refresh");
+      if (kind === "missing") return MISSING;
+      if (kind !== "refreshed") throw this.unexpected("refresh", kind);
+      this.seen();
+      if (rest.length - 3 !== 3 * ids.length) throw new StateError(`governor ${JSON.stringify(this.name)}: refresh answered for ${(rest.length - 3) / 3} ids, asked for ${ids.length}`, this.name);
+      const out: Refreshed = { epoch: text(rest[0]), reason: text(rest[1]), hint: int(rest[2]) / 1000, granted: new Map(), queued: new Map(), unknown: [] };
+      ids.forEach((id, n) => {
+        const status = text(rest[3 + 3 * n]);
+        const value = int(rest[4 + 3 * n]);
+        const remaining = int(rest[5 + 3 * n]);
+        if (status === "granted") {
+          out.granted.set(id, { fence: value, remaining: remaining / 1000 });
+          this.sawFence(value);
+        } else if (status === "queued") out.queued.set(id, value);
+        else if (status === "unknown") out.unknown.push(id);
+        else throw this.unexpected("refresh", status);
+      });
+      return out;
+    });
+  }
+
+  report(
+    outcome: Outcome,
+    retryAfter: number | undefined,
+    leaseId: string | undefined,
+    fence: number | undefined,
+    release: boolean,
+    usage: Tokens | undefined,
+    limits: Partial<Record<BudgetKind, [number | null, number | null]>> | undefined,
+  ): Call<boolean> {
+    let ra = "";
+    if (retryAfter !== undefined) {
+      if (!Number.isFinite(retryAfter) || retryAfter < 0) throw new ConfigError(`retryAfter must be finite seconds >= 0, got ${retryAfter}`);
+      ra = String(ms(Math.min(retryAfter, 86400)));
+    }
+    // kind, "limit,remaining" pairs: only the kinds the response announced
+    const figures: string[] = [];
+    for (const kind of BUDGET_KINDS) {
+      const [limit, remaining] = limits?.[kind] ?? [null, null];
+      if (limit !== null || remaining !== null) figures.push(kind, `${limit ?? ""},${remaining ?? ""}`);
+    }
+    let budgetArgs: string[] = [usage === undefined ? "" : `${usage.input},${usage.output}`, ...figures];
+    if (budgetArgs.length === 1 && budgetArgs[0] === "") budgetArgs = []; // the common report: '' is read for what is not sent
+    const args = [OUTCOME_CODES[outcome], ra, leaseId ?? "", fence === undefined ? "" : String(fence), release && leaseId !== undefined ? "1" : "0", ...budgetArgs];
+    return this.call("report", args, (reply) => {
+      const [kind] = this.check(reply, "report");
+      if (kind === "missing") return MISSING;
+      this.seen();
+      if (kind === "reported") return true;
+      if (kind === "lost") return false;
+      throw this.unexpected("report", kind);
+    });
+  }
+
+  status(op: "status" | "probe" | "resume" = "status", create = true): Call<Status> {
+    return this.call(op, [], (reply) => this.parseStatus(reply, op), create);
+  }
+
+  setMax(n: number): Call<Status> {
+    if (!Number.isInteger(n) || n < 1 || n > 1_000_000) throw new ConfigError(`max_capacity must be an integer in [1, 1000000], got ${n}`);
+    return this.call("set_max", [String(n)], (reply) => this.parseStatus(reply, "set_max"));
+  }
+
+  pause(reason: string, duration?: number): Call<Status> {
+    if (reason.trim() === "" || Buffer.byteLength(reason) > 500) throw new ConfigError("pause reason must be a non-empty string of at most 500 bytes");
+    return this.call("pause", [reason, String(duration === undefined ? 0 : ms(duration))], (reply) => this.parseStatus(reply, "pause"));
+  }
+
+  parseStatus(reply: unknown, op: string): Status | Missing {
+    const [kind, rest] = this.check(reply, op);
+    if (kind === "missing") return MISSING;
+    if (kind !== "status") throw this.unexpected(op, kind);
+    this.seen();
+    const out: Record<string, string | number | BudgetStatus[]> = {};
+    for (let i = 0; i + 1 < rest.length; i += 2) {
+      const name = text(rest[i]);
+      const value = rest[i + 1];
+      if (name === "budgets") {
+        const flat = Array.isArray(value) ? value.map(text) : [];
+        const budgets: BudgetStatus[] = [];
+        for (let j = 0; j + 5 < flat.length; j += 6) {
+          budgets.push({ kind: flat[j]!, limit: Number(flat[j + 1]), burst: Number(flat[j + 2]), level: Number(flat[j + 3]), reserved: Number(flat[j + 4]), source: flat[j + 5]! });
+        }
+        out[name] = budgets;
+      } else out[name] = STATUS_TEXT.has(name) ? text(value) : int(value);
+    }
+    if (out["budgets"] === undefined) out["budgets"] = [];
+    const fence = out["fence"];
+    if (typeof fence === "number") this.sawFence(fence);
+    const top = out["max_capacity"];
+    if (this.storedConfig !== null && typeof top === "number") {
+      // the ceiling an operator may have changed; set_max lowers a reserve with it
+      this.storedConfig["max_capacity"] = String(top);
+      if (Number(this.storedConfig["reserve"] ?? "0") >= top) this.storedConfig["reserve"] = String(top - 1);
+    }
+    return out as unknown as Status;
+  }
+}

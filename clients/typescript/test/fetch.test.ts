@@ -1,0 +1,153 @@
+/**
+ * The governed fetch under the real openai and anthropic SDKs (their
+ * `fetch` option), against a real local HTTP server in their shapes: a 429
+ * retried after its Retry-After, usage reported, a stream holding its
+ * lease until it ends.
+ */
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import OpenAI from "openai";
+import Anthropic from "@anthropic-ai/sdk";
+import { Governor, estimateRequest, governedFetch } from "../src/index.js";
+import { privateRedis, uniqueName, until, type PrivateRedis } from "./support.js";
+
+let redis: PrivateRedis;
+let server: Server;
+let base = "";
+let throttleNext = 0;
+const seen: { path: string; body: Record<string, unknown> }[] = [];
+let releaseStream: (() => void) | null = null;
+
+function body(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve) => {
+    let data = "";
+    req.on("data", (chunk: Buffer) => (data += chunk.toString()));
+    req.on("end", () => resolve(data));
+  });
+}
+
+async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const parsed = JSON.parse(await body(req)) as Record<string, unknown>;
+  seen.push({ path: req.url ?? "", body: parsed });
+  if (throttleNext > 0) {
+    throttleNext -= 1;
+    res.writeHead(429, { "content-type": "application/json", "retry-after-ms": "30" });
+    res.end(JSON.stringify({ error: { type: "rate_limit_error", code: "rate_limit_exceeded", message: "slow down" } }));
+    return;
+  }
+  const anthropic = req.url?.includes("/messages") === true;
+  const headers = { "x-ratelimit-limit-requests": "500", "x-ratelimit-remaining-requests": "499" };
+  if (parsed["stream"] === true) {
+    res.writeHead(200, { "content-type": "text/event-stream", ...headers });
+    const events: Record<string, unknown>[] = anthropic
+      ? [
+          { type: "message_start", message: { id: "m", type: "message", role: "assistant", content: [], model: "x", usage: { input_tokens: 11, output_tokens: 1 } } },
+          { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } },
+          { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "hi" } },
+          { type: "content_block_stop", index: 0 },
+          { type: "message_delta", delta: { stop_reason: "end_turn" }, usage: { output_tokens: 7 } },
+          { type: "message_stop" },
+        ]
+      : [
+          { id: "c", object: "chat.completion.chunk", created: 1, model: "x", choices: [{ index: 0, delta: { content: "hi" }, finish_reason: null }] },
+          { id: "c", object: "chat.completion.chunk", created: 1, model: "x", choices: [], usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 } },
+        ];
+    res.write(`${anthropic ? "event: x\n" : ""}data: ${JSON.stringify(events[0])}\n\n`);
+    await new Promise<void>((resolve) => {
+      releaseStream = resolve;
+    });
+    for (const event of events.slice(1)) res.write(`${anthropic ? `event: ${String(event.type)}\n` : ""}data: ${JSON.stringify(event)}\n\n`);
+    if (!anthropic) res.write("data: [DONE]\n\n");
+    res.end();
+    return;
+  }
+  res.writeHead(200, { "content-type": "application/json", ...headers });
+  res.end(JSON.stringify(anthropic
+    ? { id: "m", type: "message", role: "assistant", model: "x", content: [{ type: "text", text: "hi" }], stop_reason: "end_turn", usage: { input_tokens: 11, output_tokens: 7 } }
+    : { id: "c", object: "chat.completion", created: 1, model: "x", choices: [{ index: 0, message: { role: "assistant", content: "hi" }, finish_reason: "stop" }], usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 } }));
+}
+
+before(async () => {
+  redis = await privateRedis();
+  server = createServer((req, res) => void handle(req, res));
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const address = server.address();
+  base = `http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}`;
+});
+
+after(async () => {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
+  await redis.stop();
+});
+
+function governor(tokensPerMinute = 100_000): Governor {
+  return Governor.fromUrl(redis.url, uniqueName("fetch"), { policy: "fixed", restartHold: false, maxCapacity: 4, tokensPerMinute });
+}
+
+test("openai: a 429 is retried by the governed fetch after its Retry-After; the usage settles the reservation", async () => {
+  const gov = governor(600); // 10 tokens a second come back: the settlement shows in the level
+  try {
+    const client = new OpenAI({ apiKey: "k", baseURL: `${base}/v1`, maxRetries: 0, fetch: governedFetch(gov) });
+    throttleNext = 1;
+    const completion = await client.chat.completions.create({ model: "x", messages: [{ role: "user", content: "hello" }], max_tokens: 50 });
+    assert.equal(completion.choices[0]?.message.content, "hi");
+    const status = await gov.status();
+    assert.equal(status["window_attempts"], 2);
+    assert.equal(status["window_rate_limited"], 1);
+    assert.equal(status["in_flight"], 0);
+    const tokens = status.budgets.find((b) => b.kind === "tokens")!;
+    const estimate = estimateRequest(JSON.stringify(seen.at(-1)!.body));
+    const cost = estimate.input + estimate.output;
+    assert.equal(estimate.output, 50, "max_tokens is the output estimate");
+    // The throttled try keeps its estimate charged; the answered one is charged its usage (18), not its estimate.
+    assert.ok(tokens.level > tokens.burst - cost - 18 - 1 && tokens.level < tokens.burst - cost - 18 + 10, `level ${tokens.level}, burst ${tokens.burst}, estimate ${cost}`);
+  } finally {
+    await gov.close();
+  }
+});
+
+test("openai: a stream holds its lease until it ends, then reports and releases", async () => {
+  const gov = governor();
+  try {
+    const client = new OpenAI({ apiKey: "k", baseURL: `${base}/v1`, maxRetries: 0, fetch: governedFetch(gov) });
+    const stream = await client.chat.completions.create({ model: "x", messages: [{ role: "user", content: "hello" }], stream: true, stream_options: { include_usage: true } });
+    assert.equal((await gov.status())["in_flight"], 1, "the stream holds its lease");
+    await until(() => releaseStream !== null);
+    releaseStream!();
+    releaseStream = null;
+    let text = "";
+    for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
+    assert.equal(text, "hi");
+    await until(async () => (await gov.status())["in_flight"] === 0, 5, "the lease released at the stream's end");
+    assert.equal((await gov.status())["window_attempts"], 1);
+  } finally {
+    await gov.close();
+  }
+});
+
+test("anthropic: a call and a stream through the governed fetch", async () => {
+  const gov = governor();
+  try {
+    const client = new Anthropic({ apiKey: "k", baseURL: base, maxRetries: 0, fetch: governedFetch(gov) });
+    throttleNext = 1;
+    const message = await client.messages.create({ model: "x", max_tokens: 64, messages: [{ role: "user", content: "hello" }] });
+    assert.equal(message.usage.output_tokens, 7);
+    const stream = client.messages.stream({ model: "x", max_tokens: 64, messages: [{ role: "user", content: "hello" }] });
+    await until(() => releaseStream !== null);
+    assert.equal((await gov.status())["in_flight"], 1, "the stream holds its lease");
+    releaseStream!();
+    releaseStream = null;
+    const final = await stream.finalMessage();
+    assert.equal(final.usage.output_tokens, 7);
+    await until(async () => (await gov.status())["in_flight"] === 0, 5, "the lease released at the stream's end");
+    const status = await gov.status();
+    assert.equal(status["window_attempts"], 3);
+    assert.equal(status["window_rate_limited"], 1);
+    const last = seen.at(-1)!;
+    assert.equal(last.path, "/v1/messages");
+  } finally {
+    await gov.close();
+  }
+});

@@ -1,0 +1,212 @@
+"""GENERATED from governor/_async/connection.py by scripts/unasync.py; do not edit.
+
+Change the asyncio source and run ``python scripts/unasync.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, TypeVar
+
+import redis as redis_client
+import redis.cluster as redis_cluster
+import redis.retry as redis_retry
+import redis.backoff
+import redis.exceptions
+
+from ..config import GovernorConfig
+from ..core import Call, text
+from ..errors import (
+    ConfigError,
+    GovernorUnavailable,
+    NotReplicated,
+    WrongKeyType,
+    WrongNode,
+    duration,
+    map_errors,
+    wrong_key_type,
+)
+from ..protocol import GovernorKeys, ms
+from ..scripts import MISSING_FUNCTION, function_name, library, library_name, locate
+
+log = logging.getLogger("governor")
+T = TypeVar("T")
+
+#: connections of the governor's pool besides its callers': pub/sub and the worker
+OWN_CONNECTIONS = 2
+#: connection-pool settings redis-py adds by itself (not copied to the governor's pool)
+_POOL_INTERNAL = (
+    "himport_registry",
+    "maint_notifications_pool_handler",
+    "orig_host_address",
+    "orig_socket_timeout",
+    "orig_socket_connect_timeout",
+)
+
+
+def _connection_options(config: GovernorConfig) -> dict[str, Any]:
+    """How the governor's own connections behave: socket timeouts of
+    ``redis_timeout``, so a hung Redis fails in bounded time, and no retries:
+    a retried script may run twice, and a retry only delays the failure."""
+    return {
+        "socket_timeout": config.redis_timeout,
+        "socket_connect_timeout": config.redis_timeout,
+        "retry": redis_retry.Retry(redis.backoff.NoBackoff(), 0),
+        "retry_on_error": [],
+    }
+
+
+def _bounded(pool: Any, config: GovernorConfig) -> bool:
+    """The pool already behaves as the governor's own connections must."""
+    options = pool.connection_kwargs
+    retry = options.get("retry")
+    timeouts = [options.get("socket_timeout"), options.get("socket_connect_timeout")]
+    return (
+        (retry is None or retry.get_retries() == 0)
+        and all(t is not None and t <= config.redis_timeout for t in timeouts)
+        and pool.max_connections >= config.redis_connections + OWN_CONNECTIONS
+    )
+
+
+def _own_client(client: Any, config: GovernorConfig) -> Any:
+    """The client the governor talks through: the given one when its pool
+    already bounds every call (see _bounded), else one of the governor's
+    own on the same connection settings (host, credentials, TLS, decoding)
+    with the governor's timeouts, no retries and a pool sized for the
+    governor (``redis_connections`` callers plus pub/sub and the worker).
+    A cluster client is used as it is."""
+    if not isinstance(client, redis_client.Redis) or _bounded(client.connection_pool, config):
+        return client
+    pool = client.connection_pool
+    options = {k: v for k, v in pool.connection_kwargs.items() if k not in _POOL_INTERNAL}
+    own = _connection_options(config)
+    for key in ("socket_timeout", "socket_connect_timeout"):
+        given = options.get(key)
+        if given is not None and given < own[key]:
+            own[key] = given
+    options.update(own)
+    max_connections = config.redis_connections + OWN_CONNECTIONS
+    own_pool = redis_client.ConnectionPool(
+        connection_class=pool.connection_class, max_connections=max_connections, **options
+    )
+    return redis_client.Redis.from_pool(own_pool)  # closing the client closes its pool
+
+
+def client_from_url(url: str, config: GovernorConfig, **redis_options: Any) -> tuple[Any, dict[str, Any]]:
+    """A client of the governor's own for ``url``, and the options it was made with."""
+    options: dict[str, Any] = {**_connection_options(config), **redis_options}
+    try:
+        client = redis_client.Redis.from_url(url, max_connections=config.redis_connections + OWN_CONNECTIONS, **options)
+    except ValueError as error:
+        raise ConfigError(f"invalid Redis URL {url!r}: {error}") from error
+    return client, options
+
+
+class Connection:
+    """The Redis client of one governor and the calls of its library's functions."""
+
+    def __init__(self, client: Any, name: str, keys: GovernorKeys, config: GovernorConfig) -> None:
+        self._name = name
+        self._keys = keys
+        self._config = config
+        self.client = _own_client(client, config)
+        #: the client is the governor's own: closing the governor closes it
+        self.owns_client = self.client is not client
+        #: from_url's URL and options, to switch to a cluster client when redirected
+        self.url: str | None = None
+        self.options: dict[str, Any] = {}
+
+    def own(self, url: str, options: dict[str, Any]) -> None:
+        """The client was made from ``url`` (:func:`client_from_url`) for this
+        governor: closing the governor closes it, and a redirection to
+        another cluster node switches to a cluster client on the same URL."""
+        self.owns_client = True
+        self.url, self.options = url, options
+
+    def run(self, call: Call[T]) -> Any:
+        """Run one function of the library and parse its reply; the errors of
+        Redis become the governor's (a library fault names its Lua file and line)."""
+        try:
+            with map_errors(self._name, locate):
+                reply, confirmed = self._send(call)
+        except WrongKeyType as error:
+            raise self._which_key(error) from error
+        except WrongNode:
+            if self.url is None or isinstance(self.client, redis_cluster.RedisCluster):
+                raise
+            self._switch_to_cluster()
+            return self.run(call)
+        result = call.parse(reply)
+        if not confirmed:
+            raise NotReplicated(
+                f"governor {self._name!r}: {call.script} was not confirmed by {self._config.wait_replicas} "
+                f"replica(s) within {duration(self._config.redis_timeout / 2)}",
+                name=self._name,
+            )
+        return result
+
+    def _send(self, call: Call[T], reload: bool = True) -> tuple[Any, bool]:
+        """The function's reply, and whether the replicas confirmed it: with
+        ``wait_replicas``, a call whose answer is relied on (a grant, a
+        renewal) goes in one pipeline with a ``WAIT`` on the same connection.
+        A server that lost the library (a restart, FUNCTION FLUSH, a new
+        cluster node) has it loaded again, and the call is sent again."""
+        keys = self._keys.keys
+        command = (function_name(call.script), len(keys), *keys, *call.args)
+        replicas = self._config.wait_replicas
+        try:
+            if not (replicas and call.confirm):
+                return self.client.fcall(*command), True
+            pipe = self.client.pipeline(transaction=False)
+            pipe.fcall(*command)
+            # Half of redis_timeout, so a slow replica is told apart from a hung Redis.
+            pipe.execute_command("WAIT", replicas, ms(self._config.redis_timeout / 2))
+            reply, acknowledged = pipe.execute()
+        except redis.exceptions.ResponseError as error:
+            if not reload or MISSING_FUNCTION not in str(error):
+                raise
+            self._load_library()
+            return self._send(call, reload=False)
+        return reply, int(acknowledged) >= replicas
+
+    def _load_library(self) -> None:
+        """Load the library (on every primary of a cluster) when Redis said a
+        function is missing: the first call on a Redis that never had it, or
+        after a restart without persistence, a FUNCTION FLUSH, a new cluster
+        node. A process whose Redis has it sends none (a load costs Redis a
+        compile of the whole library). A user whose ACL refuses FUNCTION LOAD
+        (a worker of a shared Redis, docs/operating.md: Security) fails naming the
+        operator's command that loads it."""
+        try:
+            self.client.function_load(library(), replace=True)
+        except redis.exceptions.NoPermissionError as error:
+            raise GovernorUnavailable(
+                f"governor {self._name!r}: the functions library {library_name()} is not loaded on this Redis "
+                "and this user may not load it (ACL +function|load): an operator runs `governor library --load`",
+                name=self._name,
+            ) from error
+
+    def _switch_to_cluster(self) -> None:
+        """from_url was given a cluster node: use a cluster client instead."""
+        assert self.url is not None
+        standalone = self.client
+        try:
+            self.client = redis_cluster.RedisCluster.from_url(self.url, **self.options)
+        except ValueError as error:
+            raise ConfigError(f"invalid Redis Cluster URL {self.url!r}: {error}") from error
+        log.info("governor %r: %s is a Redis Cluster node; using a cluster client", self._name, self.url)
+        standalone.close()
+
+    def _which_key(self, error: WrongKeyType) -> WrongKeyType:
+        """A script stopped on a key of the wrong type: name the key."""
+        with map_errors(self._name):
+            for key, expected in zip(self._keys.keys, self._keys.TYPES, strict=True):
+                actual = text(self.client.type(key))
+                if actual not in ("none", expected):
+                    return wrong_key_type(f"{key} is a {actual}, expected a {expected}", self._name)
+        return error
+
+    def close(self) -> None:
+        """Close the client if it is the governor's own."""
+        if self.owns_client:
+            self.client.close()

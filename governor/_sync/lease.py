@@ -1,0 +1,115 @@
+"""GENERATED from governor/_async/lease.py by scripts/unasync.py; do not edit.
+
+Change the asyncio source and run ``python scripts/unasync.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from ..budgets import Tokens
+from ..core import Place
+from ..errors import ConfigError, GovernorError
+
+if TYPE_CHECKING:
+    from .governor import Governor
+
+NO_TOKENS = Tokens()
+log = logging.getLogger("governor")
+
+
+def default_holder() -> str:
+    """The holder label when none is given: host name and process id."""
+    return f"{socket.gethostname()}/{os.getpid()}"
+
+
+def _holder_label(holder: str | None) -> str:
+    if holder is None:
+        return default_holder()
+    if not isinstance(holder, str) or len(holder.encode()) > 200:
+        raise ConfigError(f"holder must be a string of at most 200 bytes, got {holder!r}")
+    return holder
+
+
+class Lease:
+    """One slot of the fleet-wide limit, held until released or lost.
+
+    Renewed in the background every ``lease_ttl / 3``. ``lost`` turns true
+    when a renewal finds the lease gone (the holder stalled past its TTL) or
+    when no renewal got through before the TTL ran out; the slot may then
+    belong to someone else, and a late ``release()`` or report touches
+    nothing of theirs. Release is idempotent; leaving ``with lease:``
+    releases.
+    """
+
+    def __init__(
+        self,
+        governor: Governor,
+        lease_id: str,
+        fence: int,
+        epoch: str,
+        holder: str,
+        deadline: float,
+        local: bool = False,
+        tokens: Tokens = NO_TOKENS,
+        place: Place | None = None,
+    ) -> None:
+        self._governor = governor
+        self.id = lease_id  #: unguessable lease id (also its key in Redis)
+        self.fence = fence  #: monotonically increasing fencing token (0 for a local lease)
+        self.epoch = epoch  #: the state incarnation the lease belongs to
+        self.holder = holder  #: label shown to operators
+        self.tokens = tokens  #: what the lease reserved from the budgets (settled by its report)
+        where = place if place is not None else governor._core.place()
+        self.priority = where.priority  #: the priority class it waited in
+        self.tenant = where.tenant  #: the tenant whose share it counts in
+        #: admitted by the local fallback limit while Redis was unreachable
+        #: (``on_unavailable="local"``); registered in Redis once it answers again
+        self.local = local
+        #: local time (governor._core.local_now) by which the lease surely lives
+        #: unless renewed; a local lease has no deadline until Redis adopts it
+        self._deadline = math.inf if local else deadline
+        self._lost = False
+        self._released = False
+
+    @property
+    def governor(self) -> Governor:
+        return self._governor
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is known, or must be assumed, to have expired."""
+        if not self._lost and not self._released and self._governor._core.local_now() > self._deadline:
+            self._lost = True
+        return self._lost
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> None:
+        """Give the slot back (idempotent)."""
+        self._governor._release(self)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.release()
+            return
+        try:
+            self.release()
+        except GovernorError as error:  # the body's exception matters more; the TTL reclaims the slot
+            log.warning("governor %r: release of lease %s failed: %s", self._governor.name, self.id, error)
+
+    def __repr__(self) -> str:
+        state = "lost" if self._lost else "released" if self._released else "held"
+        return f"<Lease {self._governor.name}/{self.id} fence={self.fence} {state}>"
