@@ -6,7 +6,9 @@ launcher, :mod:`bench.redis_server`), with instrumentation off
 except while a phase is measured: each phase is ``calls`` repetitions of
 one operation between ``callgrind_control --zero`` and ``--dump``.
 Instruction counts do not depend on how busy the machine is, so they
-compare across runs and machines of one Redis build; ``--hz 1`` keeps the
+compare across runs and machines of one Redis build (what runs by time,
+reclaim once a second and the expiry push, is kept from falling due while
+counting: its share of a call would depend on the calls per second); ``--hz 1`` keeps the
 server's own timer work out of the counts.
 
 Each operation is measured twice, on a governor with ``shallow`` (10) and
@@ -157,6 +159,15 @@ def _tenant(i: int) -> str:
     return f"t{i:03d}"
 
 
+def _no_maintenance(client: redis.Redis, state_key: str) -> None:
+    """Keep what runs by time (reclaim, once a second; the expiry push,
+    every idle time / 8) from falling due while a governor is counted: its
+    share of a call depends on the calls per second, which callgrind and
+    the machine's load slow down, so counting it would make the figures
+    depend on the load. A call never moves these due times unless it runs them."""
+    client.hset(state_key, mapping={"reclaim_due": 2**52, "touch_due": 2**52})
+
+
 def _fill(driver: _Driver, leases: int, waiters: int, tenants: int = 0) -> tuple[deque[str], deque[str]]:
     """``leases`` live leases, then ``waiters`` queued callers, by pipelines of
     script calls: of the default tenant, or (``tenants`` > 0) taking turns
@@ -193,6 +204,7 @@ def _depth(counter: _Callgrind, client: redis.Redis, depth: int, calls: int) -> 
             gov.acquire().release()
         gov.call(lambda: None)
         _fill(_Driver(client, name, config), depth, 0)
+        _no_maintenance(client, gov.keys.state)
         if gov.status().in_flight != depth:
             raise RuntimeError(f"expected {depth} live leases before measuring")
         counter_key = f"{name}:raw"
@@ -245,6 +257,7 @@ def _features(counter: _Callgrind, client: redis.Redis, calls: int) -> None:
                 gov.acquire().release()
             gov.call(lambda: None)
             _fill(_Driver(client, gov.name, config), SHALLOW, 0)
+            _no_maintenance(client, gov.keys.state)
             counter.count(f"f{i}:call", lambda gov=gov: gov.call(lambda: None), calls)
             counter.count(f"f{i}:acquire_release", lambda gov=gov: gov.acquire().release(), calls)
         finally:
@@ -259,13 +272,17 @@ def _queue(counter: _Callgrind, client: redis.Redis, depth: int, calls: int, nam
     ``depth`` leases, ``depth`` waiters behind them (of the default tenant, or
     taking turns among ``tenants``, newcomers too), counted as
     ``d<depth>:<phase><suffix>``."""
-    queue_config = _config(max_capacity=depth)
+    # aging an hour: no waiter ages while counted (how many would depends on how long the fill took)
+    queue_config = _config(max_capacity=depth, aging=3600.0)
     if config is not None:
         queue_config = dataclasses.replace(config, max_capacity=depth + config.reserve)  # the lower classes fill depth
+        if config.aging is not None:
+            queue_config = dataclasses.replace(queue_config, aging=3600.0)
     driver = _Driver(client, name, queue_config)
     try:
         driver.run(driver.core.init(holds_leases=False))
         holders, queue = _fill(driver, depth, depth, tenants)
+        _no_maintenance(client, driver.core.keys.state)
         places = [driver.core.place(tenant=_tenant(i)) for i in range(tenants)]
         joined = len(queue)
 

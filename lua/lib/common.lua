@@ -1,9 +1,11 @@
 --[[ lib/common.lua: the prelude of the governor's functions library.
 
-governor/scripts.py builds one Redis Functions library from: the field
-table generated from governor/protocol.py and governor/policies.py (SCHEMA,
-MAX_INT, the kind tables, FIELDS: every stored field's kind, REQUIRED), this
-file, the fragments of lua/lib/ (one per concern, in the order of
+governor/scripts.py builds one Redis Functions library from: the
+blueprint generated from governor/protocol.py, governor/budgets.py and
+governor/policies.py (SCHEMA, the keys' names and types, the budget kinds
+and their costs, each class's vtime field, the base config fields, the
+status fields, HOT, FIELDS: every stored field's kind, REQUIRED: see
+field_table() there), this file, the fragments of lua/lib/ (one per concern, in the order of
 governor/scripts.py FRAGMENTS: budgets, shares, capacity, upkeep,
 admission, queue, policy, admin, config), then each operation's file as
 the body of OPS.<operation>, registered as a function. Each file's "Uses"
@@ -12,21 +14,10 @@ library's top level once, when it loads it; each call runs begin(keys,
 argv), then the operation. This file also holds the holder records and the
 arguments every operation parses.
 
-KEYS (every function receives all of them, in this order: governor.protocol.KEYS)
-  KEYS[1]  state     hash    admission state: capacity, pause, hold, fence, vtime
-  KEYS[2]  config    hash    the stored config and its policy's numbers
-  KEYS[3]  policy    hash    what the policy learnt (its own fields)
-  KEYS[4]  leases    zset    lease id -> expiry, ms
-  KEYS[5]  holders   hash    lease or waiter id -> holder record (record_format)
-  KEYS[6]  queue     zset    waiter id -> band * QUEUE_BAND + tag (lib/queue.lua)
-  KEYS[7]  waiters   zset    waiter id -> deadline, ms (dropped unless refreshed)
-  KEYS[8]  attempts  zset    "seq:o" -> time, ms: every attempt in the window
-  KEYS[9]  limited   zset    "seq:o" -> time, ms: rate-limited attempts in window
-  KEYS[10] events    stream  decision log, capped at about config.log_length entries
-  KEYS[11] aging     zset    waiter id -> ms when it goes ahead of every class
-  KEYS[12] shares    zset    "rank:tenant" -> finish tag: where its next waiter's tag starts
-  KEYS[13] held      hash    a capped tenant (or LOWER_HELD, the lower classes) -> leases in flight
-  KEYS[14] parked    zset    waiter id -> slot * PARK_SLOT + seq: a waiter of a tenant at its cap
+KEYS: every function receives all of the governor's keys, in the order
+of governor.protocol.KEYS (its docstring says what each holds); the
+library reaches them by name, K.<name> (KEY_NAMES and TYPES are
+generated), never by position.
 
 ARGV (common to every script)
   ARGV[1] now       int ms or ''  injected clock, or '' for Redis TIME
