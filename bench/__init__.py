@@ -1,18 +1,23 @@
-"""The swarm benchmark: a mock LLM provider, a swarm of agent hosts, and the
-overhead benchmarks behind ``python -m bench demo`` and ``python -m bench bench``.
+"""The benchmarks and the demo of fleet-governor, run from a checkout as
+``python -m bench <command>`` (demo, provider, swarm, worker, bench, budgets,
+matrix, shares, churn); not part of the wheel.
 
-Needs the ``bench`` extra (aiohttp, matplotlib); nothing here is imported by
-``import governor``, and the modules import their heavy dependencies
-themselves, so ``bench.cli`` can be loaded to register its commands
-without them.
+Needs the ``bench`` extra (aiohttp, matplotlib, fakeredis); nothing here is
+imported by ``import governor``, and the modules import their heavy
+dependencies themselves, so ``bench.cli`` can be loaded to register its
+commands without them.
 
+- :mod:`bench.kit`: what the benchmarks share (host processes, statistics,
+  figures as text, tables, charts).
 - :mod:`bench.provider`: the mock provider (an aiohttp server).
-- :mod:`bench.scenario`: every knob of a swarm run.
-- :mod:`bench.host`: one host process: its agents and their strategy.
-- :mod:`bench.swarm`: the driver that runs each strategy in turn.
-- :mod:`bench.analysis`: goodput, 429 share, waits, fairness, recovery.
-- :mod:`bench.report`: the tables (compact and wide), the JSON file and the chart.
-- :mod:`bench.console`: the live progress line, and messages that never land in it.
-- :mod:`bench.bench`: the overhead benchmarks.
-- :mod:`bench.cli`: the click commands.
+- :mod:`bench.scenario`, :mod:`bench.host`, :mod:`bench.workers`,
+  :mod:`bench.swarm`, :mod:`bench.analysis`, :mod:`bench.report`: the swarm
+  benchmark (its knobs, one host's agents, the hosts, the driver, the
+  figures, the tables and chart); :mod:`bench.matrix` runs it over a grid.
+- :mod:`bench.budget_bench`, :mod:`bench.shares_bench`, :mod:`bench.churn`:
+  the budgets, shares and churn benchmarks.
+- :mod:`bench.bench`, :mod:`bench.instructions`: the overhead benchmarks.
+- :mod:`bench.redis_server`, :mod:`bench.embedded`: private redis-server
+  processes, and the demo's Redis.
+- :mod:`bench.console`, :mod:`bench.cli`: the progress line and the click commands.
 """

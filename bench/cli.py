@@ -1,5 +1,5 @@
 """Click commands of the simulator: ``demo``, ``bench``, ``swarm``, ``provider``, ``worker``, ``budgets``,
-``matrix``, ``shares``.
+``matrix``, ``shares``, ``churn``.
 
 Each is a ``click.Command`` the main CLI registers with ``cli.add_command``;
 ``python -m bench`` offers them too. This module imports only click
@@ -15,11 +15,13 @@ extra) are imported when a command runs.
     python -m bench worker --redis-url redis://redis:6379/0
     python -m bench budgets --out docs/benchmarks   # requests and tokens per minute
     python -m bench shares --out docs/benchmarks    # priorities, tenants' shares, aging
+    python -m bench churn                    # admissions while thousands of waiters cancel
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import shlex
 import tempfile
 from collections.abc import Callable
@@ -114,8 +116,8 @@ def token_options(f: F) -> F:
     options = [
         click.option("--rpm-bucket/--rpm-window", default=False, show_default=True,
                      help="--rpm as a token bucket like the token limits, or a strict sliding window."),
-        click.option("--tpm", type=click.IntRange(min=1), default=None,
-                     help="Tokens (input + output) per --rate-period (default: no such limit)."),
+        click.option("--tpm", type=click.IntRange(min=1), default=200_000, show_default=True,
+                     help="Tokens (input + output) per --rate-period (an OpenAI tier-1 account's figure)."),
         click.option("--input-tpm", type=click.IntRange(min=1), default=None,
                      help="Input tokens per --rate-period (Anthropic's ITPM)."),
         click.option("--output-tpm", type=click.IntRange(min=1), default=None,
@@ -409,14 +411,21 @@ def demo_command(**kw: Any) -> None:
 @click.command("provider")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free).")
-@provider_options(limit=40, latency=0.2, schedule="")
+@provider_options(limit=40, latency=0.2, schedule="", rpm=500)
 @token_options
 def provider_command(host: str, port: int, **kw: Any) -> None:
-    """Serve the mock LLM provider (OpenAI chat completions and Anthropic messages).
+    """Serve the mock LLM provider: OpenAI chat completions, Anthropic messages,
+    Azure OpenAI deployments, Gemini (and Vertex AI) generateContent, Bedrock
+    converse.
 
-    OpenAI clients use base URL http://HOST:PORT/v1, Anthropic clients
-    http://HOST:PORT (any API key). A swarm driver controls runs with GET
-    /sim/config, POST /sim/reset, GET /sim/stats and GET /sim/live.
+    OpenAI clients use base URL http://HOST:PORT/v1, Anthropic, Gemini
+    (google-genai's http_options base_url), Azure (azure_endpoint) and Bedrock
+    (boto3's endpoint_url) clients http://HOST:PORT (any key). It announces
+    the rate limits of a tier-1-like account by default (500 requests and
+    200,000 tokens a minute) in the OpenAI, Azure and Anthropic headers;
+    Gemini and Bedrock send none, as those providers do. A swarm driver
+    controls runs with GET /sim/config, POST /sim/reset, GET /sim/stats and
+    GET /sim/live.
     """
     from .provider import serve
 
@@ -897,6 +906,52 @@ def sim_group() -> None:
     benchmarks."""
 
 
+@click.command("churn")
+@click.option(
+    "--redis-url",
+    envvar="GOVERNOR_REDIS_URL",
+    default=None,
+    help="Redis of the run's governor [default: a private redis-server].",
+)
+@click.option("--waiters", type=click.IntRange(min=1), default=5000, show_default=True, help="asyncio waiters.")
+@click.option("--seconds", type=click.FloatRange(1, 3600), default=20.0, show_default=True, help="How long they run.")
+@click.option("--capacity", type=click.IntRange(min=1), default=5, show_default=True, help="The fixed limit.")
+@click.option("--hold", type=click.FloatRange(0, 10), default=0.01, show_default=True, help="Each lease's hold, s.")
+@click.option(
+    "--patience",
+    default="0.5,5",
+    show_default=True,
+    help="low,high: each wait gives up after uniform(low, high) seconds (its acquire cancelled), then asks again.",
+)
+def churn_command(
+    redis_url: str | None, waiters: int, seconds: float, capacity: int, hold: float, patience: str
+) -> None:
+    """Admissions while thousands of asyncio waiters cancel: per second, and release to next admission p50/p99."""
+    from .churn import run_churn
+    from .embedded import open_backend
+
+    try:
+        low, high = (float(x) for x in patience.split(","))
+    except ValueError as error:
+        raise click.BadParameter(f"--patience must be low,high seconds, got {patience!r}") from error
+    with open_backend(redis_url, allow_fake=False) as backend:
+        click.echo(f"governor on {backend.describe()}")
+
+        async def main() -> None:
+            client = backend.async_client()
+            try:
+                result = await run_churn(
+                    client, f"churn-{random.randrange(1 << 30):08x}", waiters, seconds, capacity, hold, (low, high)
+                )
+            finally:
+                await client.aclose()
+            for line in result.lines():
+                click.echo(line)
+
+        asyncio.run(main())
+    click.echo(f"command: {_command_line()}")
+
+
 # COMMANDS: those `python -m bench` and the main CLI (governor.cli.SIM_COMMANDS) offer.
 COMMANDS = (
     demo_command,
@@ -907,6 +962,7 @@ COMMANDS = (
     budgets_command,
     matrix_command,
     shares_command,
+    churn_command,
 )
 for _command in COMMANDS:
     sim_group.add_command(_command)

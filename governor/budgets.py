@@ -44,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, UsageTooLarge
 
 #: the budget kinds, in the order the scripts take them
 KINDS: tuple[str, ...] = ("requests", "tokens", "input_tokens", "output_tokens")
@@ -54,6 +54,12 @@ SOURCES: tuple[str, ...] = ("configured", "header", "learned")
 
 #: a reservation or usage above this is refused (2^53 keeps Lua exact)
 MAX_TOKENS = 2**53
+
+#: a reported usage above this (input + output tokens of one call) is refused by
+#: the client (UsageTooLarge): a thousand times the largest context window, so
+#: only a counting bug reaches it. The scripts bound a bucket's debt anyway (one
+#: burst's worth below zero), so even a figure under it cannot stall the fleet.
+MAX_USAGE = 10**9
 
 
 def _count(name: str, value: object) -> int:
@@ -106,6 +112,16 @@ class Tokens:
     def arg(self) -> str:
         """The scripts' form: ``"input,output"``."""
         return f"{self.input},{self.output}"
+
+    def as_usage(self) -> Tokens:
+        """Itself, checked as a call's reported usage: UsageTooLarge (a
+        ConfigError) beyond MAX_USAGE tokens."""
+        if self.total > MAX_USAGE:
+            raise UsageTooLarge(
+                f"usage of {self.total} tokens ({self.input} in, {self.output} out) is beyond any call's "
+                f"(at most {MAX_USAGE:,}): check how the usage is counted; nothing was reported"
+            )
+        return self
 
 
 def config_field(kind: str) -> str:

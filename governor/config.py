@@ -26,6 +26,7 @@ from .budgets import MAX_TOKENS, config_field
 from .errors import ConfigError, StateError
 from .policies import REGISTRY, Policy, policy_from
 from .protocol import (
+    DEFAULT_LEASE_TTL,
     DEFAULT_PREFIX,
     MAX_CAP,
     MAX_CAPACITY,
@@ -60,7 +61,7 @@ class GovernorConfig:
     #: a provider's Retry-After holds the whole fleet, but never longer than this
     retry_after_cap: float = 60.0
     #: a lease expires unless renewed within this (renewed every lease_ttl / 3)
-    lease_ttl: float = 30.0
+    lease_ttl: float = DEFAULT_LEASE_TTL
     #: a queued caller re-checks (and probes for recovery) at least this often
     poll: float = 1.0
     #: a queued caller that stops refreshing is dropped after this
@@ -76,15 +77,21 @@ class GovernorConfig:
     #: (besides one for pub/sub and one for its background worker); more callers
     #: at once wait their turn, however many there are
     redis_connections: int = 16
-    #: a governor created on a Redis server younger than ``lease_ttl`` holds new
-    #: admissions until the server is that old: holders from before a restart
-    #: may still be running and re-register meanwhile. False only where no fleet
-    #: can have held this governor's leases before (a new name a test, benchmark
-    #: or simulation makes)
-    restart_hold: bool = True
+    #: the strict mode: a governor created on a Redis server younger than ``lease_ttl``
+    #: holds new admissions until the server is that old, whoever creates it, so
+    #: holders cut off across a restart without persistence never see a newcomer
+    #: admitted beside them; its cost: every new deployment on a fresh Redis waits up to
+    #: ``lease_ttl``. False (the default): a governor is held only on evidence that a
+    #: fleet held it (a client that knew it, other listeners, a state that came back)
+    restart_hold: bool = False
     #: replicas that must confirm every grant and renewal (Redis ``WAIT``) before a
     #: caller or the heartbeat relies on it; 0: none (see docs/guarantees.md)
     wait_replicas: int = 0
+    #: how long a grant or renewal waits for ``wait_replicas`` replicas (Redis ``WAIT``);
+    #: None: 0.8 x ``redis_timeout``. Below ``redis_timeout`` (the socket would time out
+    #: first) and below ``lease_ttl / 3`` (a renewal must be confirmed before the next);
+    #: it must exceed the replication round trip, or nothing is ever confirmed
+    replica_timeout: float | None = None
     #: when Redis cannot be reached: ``"fail"`` closed (raise GovernorUnavailable, the
     #: default), or ``"local"``: admit at most ``local_capacity`` callers per governor object
     #: until Redis answers again, then register those holders in the shared limit
@@ -164,6 +171,7 @@ class GovernorConfig:
                 f"queue_ttl ({self.queue_ttl}) must be at least twice poll ({self.poll}): "
                 "a waiter refreshes its place every poll and must not be dropped between two"
             )
+        self._check_replicas()
         if not 1.0 <= self.idle_expiry <= 30 * 86400:
             raise ConfigError(f"idle_expiry must be between 1 s and 30 days, got {self.idle_expiry!r}")
         if self.idle_expiry < max(self.window, self.lease_ttl, self.queue_ttl):
@@ -175,6 +183,31 @@ class GovernorConfig:
                 _check_int(config_field(kind), ceiling)
                 if not 1 <= ceiling <= MAX_TOKENS:
                     raise ConfigError(f"{config_field(kind)} must be None or in [1, 2^53], got {ceiling!r}")
+
+    def _check_replicas(self) -> None:
+        """replica_timeout (when wait_replicas is set) fits the timeouts it runs within."""
+        if self.replica_timeout is not None:
+            _check_float("replica_timeout", self.replica_timeout)
+            if self.replica_timeout <= 0:
+                raise ConfigError(f"replica_timeout must be > 0 seconds, got {self.replica_timeout!r}")
+        if not self.wait_replicas:
+            return
+        wait = self.replica_wait
+        if wait >= self.redis_timeout:
+            raise ConfigError(
+                f"replica_timeout ({wait} s) must be below redis_timeout ({self.redis_timeout} s): the socket "
+                "would time out before Redis answers the WAIT; raise redis_timeout or lower replica_timeout"
+            )
+        if wait >= self.lease_ttl / 3:
+            raise ConfigError(
+                f"replica_timeout ({wait} s) must be below lease_ttl / 3 ({self.lease_ttl / 3:.3f} s): a renewal "
+                "must be confirmed before the next one is due; raise lease_ttl or lower replica_timeout"
+            )
+
+    @property
+    def replica_wait(self) -> float:
+        """Seconds a grant or renewal waits for ``wait_replicas`` replicas (Redis ``WAIT``)."""
+        return self.replica_timeout if self.replica_timeout is not None else 0.8 * self.redis_timeout
 
     def _check_shares(self) -> None:
         """Validate the classes, the aging and the weights; normalise the weights."""

@@ -14,11 +14,10 @@ import math
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from .budgets import KINDS as BUDGET_KINDS
-from .budgets import Budget, Tokens, parse_budgets
+from .budgets import Tokens, parse_budgets
 from .config import GovernorConfig
 from .errors import ConfigError, CostTooLarge, StateError
 from .protocol import (
@@ -32,35 +31,44 @@ from .protocol import (
     ms,
     validate_tenant,
 )
+from .replies import (
+    MISSING,
+    UNSET,
+    Ask,
+    Call,
+    Denied,
+    Granted,
+    Missing,
+    Place,
+    Queued,
+    Refreshed,
+    Renewed,
+    Status,
+    _Unset,
+)
 
-__all__ = ["Outcome", "Wake"]  # defined in governor.protocol, used through here too
+#: defined in governor.protocol and governor.replies, used through here too
+__all__ = [
+    "MISSING",
+    "UNSET",
+    "Ask",
+    "Call",
+    "Denied",
+    "Granted",
+    "Missing",
+    "Outcome",
+    "Place",
+    "Queued",
+    "Refreshed",
+    "Renewed",
+    "Status",
+    "Wake",
+    "_Unset",
+]
 
 Clock = Callable[[], float]
 T = TypeVar("T")
 R = TypeVar("R", covariant=True)
-
-
-class _Unset:
-    """The type of UNSET: an argument not given (None has a meaning of its own)."""
-
-
-UNSET = _Unset()
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a caller waits in the queue: its priority class (and the class's
-    rank, 0 the highest) and its tenant (and the tenant's weight), as the
-    fleet's stored config names them."""
-
-    priority: str
-    rank: int
-    tenant: str
-    weight: int
-
-    def args(self) -> tuple[str, str, str]:
-        """acquire.lua's ARGV[9..11]."""
-        return (str(self.rank), self.tenant, str(self.weight))
 
 
 #: the stored config fields a Place and set_shares are resolved from
@@ -76,129 +84,6 @@ _SHARE_FIELDS = (
 )
 #: set_shares.lua's ARGV[3..], in order
 _SET_SHARES_ARGS = ("tenant_weights", "default_weight", "aging_ms", "tenant_caps", "reserve")
-
-
-@dataclass(frozen=True)
-class Status:
-    """A governor's state as the scripts see it. Times are Unix seconds."""
-
-    name: str  #: the governor
-    capacity: int  #: current adaptive limit (0 only while paused)
-    max_capacity: int  #: configured ceiling
-    paused: bool  #: new admissions stopped
-    pause_reason: str  #: why paused ('' when not)
-    pause_kind: str  #: 'policy', 'operator' or ''
-    paused_until: float | None  #: an operator pause's end, if it has one
-    not_before: float | None  #: fleet-wide hold from a provider's Retry-After
-    in_flight: int  #: live leases
-    queued: int  #: live waiters
-    window_rate_limited: int  #: rate-limited attempts in the window
-    window_attempts: int  #: all attempts in the window
-    window: float  #: window length, seconds
-    policy: str  #: the policy's name (governor.policies.REGISTRY)
-    ceiling: int  #: adaptive: in-flight level of the last pushback (0 unknown)
-    streak: int  #: successes in a row since the last change
-    fence: int  #: the last fence handed out
-    quota_exhausted: int  #: quota-exhausted reports since creation
-    quota_at: float | None  #: when the last one came
-    epoch: str  #: id of this incarnation of the state (changes when state is lost)
-    created: float  #: when this incarnation was created
-    now: float  #: the clock the scripts used
-    #: why a new caller would wait now, in the admission rule's words ('' if it would not)
-    blocked: str = ""
-    #: slots of capacity only the highest class takes (the stored config's reserve; 0: none)
-    reserve: int = 0
-    #: the active budgets (requests and tokens per minute), in governor.budgets.KINDS order
-    budgets: tuple[Budget, ...] = ()
-    schema: int = SCHEMA_VERSION  #: schema version of the state and replies
-
-    def budget(self, kind: str) -> Budget | None:
-        """The active budget of ``kind``, or None when that kind is not governed."""
-        return next((b for b in self.budgets if b.kind == kind), None)
-
-    @property
-    def rate_limited_share(self) -> float:
-        """Rate-limited share of the attempts in the window (0 when empty)."""
-        return self.window_rate_limited / self.window_attempts if self.window_attempts else 0.0
-
-    @property
-    def holding(self) -> bool:
-        """True while a provider's Retry-After holds new admissions."""
-        return self.not_before is not None and self.not_before > self.now
-
-
-class Missing:
-    """A script found no state: the governor must be (re)created first."""
-
-
-MISSING = Missing()
-
-
-@dataclass(frozen=True)
-class Granted:
-    """acquire/refresh: the caller holds a lease."""
-
-    fence: int
-    epoch: str
-    #: seconds the lease had left when the script answered (None: not known,
-    #: e.g. a grant announced on pub/sub)
-    remaining: float | None = None
-
-
-@dataclass(frozen=True)
-class Queued:
-    """acquire: the caller waits in the FIFO queue."""
-
-    position: int  #: waiters ahead of it (0 = next)
-    reason: str  #: why it is not admitted now
-    hint: float  #: seconds until asking again may pay off (0: no idea)
-    epoch: str
-
-
-@dataclass(frozen=True)
-class Denied:
-    """try_acquire: not admitted now."""
-
-    reason: str
-    hint: float
-    epoch: str
-
-
-@dataclass(frozen=True)
-class Refreshed:
-    """refresh: where each of a process's waiters stands."""
-
-    epoch: str
-    reason: str
-    hint: float
-    granted: dict[str, tuple[int, float]]  #: id -> (fence, seconds the lease had left)
-    queued: dict[str, int]  #: id -> position
-    unknown: tuple[str, ...]  #: no longer queued nor granted: enqueue again
-
-
-@dataclass(frozen=True)
-class Renewed:
-    """renew: the fate of each lease of a heartbeat."""
-
-    epoch: str
-    ok: tuple[str, ...]
-    adopted: dict[str, int]  #: id -> new fence (the state was lost and re-created)
-    lost: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Call(Generic[R]):
-    """One script invocation: which script, its ARGV, and how to read the reply."""
-
-    script: str
-    args: tuple[str, ...]
-    parse: Callable[[Any], R | Missing]
-    #: recreate the state and call again when it is missing; else return `if_missing`
-    recreate: bool = True
-    if_missing: Any = None
-    #: what it answers (a grant, a renewal) is relied on: with ``wait_replicas``
-    #: the facade has it confirmed by the replicas (Redis WAIT) first
-    confirm: bool = False
 
 
 def text(value: Any) -> str:
@@ -261,6 +146,8 @@ class GovernorCore:
         self._queue_ttl_ms = str(ms(config.queue_ttl))
         #: highest fence seen, so a re-created state never hands out a lower one
         self.fence_floor = 0
+        #: the longest lease TTL the state recorded (ms): a state this client re-creates holds that long
+        self.ttl_max_ms = ms(config.lease_ttl)
         #: local time of the last reply that showed the state existed
         self.last_seen: float | None = None
         #: the stored config as init.lua last answered it (name, value pairs):
@@ -291,6 +178,12 @@ class GovernorCore:
     def _seen(self) -> None:
         self.last_seen = self.local_now()
 
+    def _saw_ttl(self, ttl_ms: Any) -> None:
+        """The longest lease TTL the state recorded, as a reply told it."""
+        value = text(ttl_ms)
+        if value.isdigit() and int(value) > self.ttl_max_ms:
+            self.ttl_max_ms = int(value)
+
     def _saw_fence(self, fence: int) -> None:
         if fence > self.fence_floor:
             self.fence_floor = fence
@@ -301,14 +194,11 @@ class GovernorCore:
         """Create the state if it is missing, from the stored config this
         client last saw (else its own); either way learn the stored config.
 
-        It is a *recovery* (start cautiously, hold admissions for a lease
-        TTL while holders re-register) when this client saw the state
-        recently enough that idle expiry cannot explain its loss, or holds
-        leases. Otherwise the script still holds when the Redis server is
-        younger than a lease TTL (a restart) or other clients listen
-        (they re-register on the announcement). ``listening``: this
-        client's own worker is subscribed to the channel.
-        """
+        A *recovery* (hold for the longest lease TTL known, start at the
+        resume level) when this client holds leases or saw the state within
+        ``idle_expiry``; else init.lua holds only when others listen or in
+        the strict mode (``restart_hold``). ``listening``: this client's
+        own worker is subscribed to the channel."""
         recovered = holds_leases or (
             self.last_seen is not None and self.local_now() - self.last_seen < self.config.idle_expiry
         )
@@ -316,7 +206,7 @@ class GovernorCore:
             secrets.token_hex(8),
             "1" if recovered else "0",
             str(self.fence_floor),
-            self._ttl_ms,
+            str(self.ttl_max_ms),
             "1" if listening else "0",
             str(ms(min(self.config.poll, NOTICE_HOLD))),
             "1" if self.config.restart_hold else "0",
@@ -332,7 +222,8 @@ class GovernorCore:
         if kind not in ("created", "exists"):
             raise self._unexpected("init", kind)
         self._seen()
-        pairs = [text(value) for value in rest[1:]]
+        self._saw_ttl(rest[1])
+        pairs = [text(value) for value in rest[2:]]
         self.stored_config = dict(zip(pairs[::2], pairs[1::2], strict=True))
         return kind
 
@@ -435,10 +326,16 @@ class GovernorCore:
             raise self._unexpected("cancel", kind)
         return text(rest[0])
 
-    def renew(self, leases: Sequence[tuple[str, str, str]]) -> Call[Renewed]:
-        """Renew (id, epoch, holder) triples in one call."""
-        flat = [part for triple in leases for part in triple]
-        ids = [triple[0] for triple in leases]
+    def renew(self, leases: Sequence[tuple[str, str, str] | tuple[str, str, str, Place, Tokens]]) -> Call[Renewed]:
+        """Renew leases in one call: (id, epoch, holder, place, tokens) each,
+        the place and tokens it was granted with, so a lease adopted by a new
+        state (after a loss) keeps its tenant, class and reservation; an
+        (id, epoch, holder) triple stands for the default place and no tokens."""
+        flat: list[str] = []
+        for lease in leases:
+            place, tokens = (lease[3], lease[4]) if len(lease) == 5 else (self.place(), Tokens())
+            flat += [lease[0], lease[1], lease[2], *place.args(), "" if tokens == Tokens() else tokens.arg()]
+        ids = [lease[0] for lease in leases]
         return self._call("renew", (self._ttl_ms, *flat), self._renew_parser(ids), confirm=True)
 
     def _renew_parser(self, ids: Sequence[str]) -> Callable[[Any], Renewed | Missing]:
@@ -477,13 +374,18 @@ class GovernorCore:
         release: bool = False,
         usage: Tokens | None = None,
         limits: Mapping[str, tuple[int | None, int | None]] | None = None,
+        refusals_count: bool = True,
     ) -> Call[bool]:
         """True if recorded, False if the lease was no longer live (fenced off).
         ``lease_id`` is checked for liveness; ``fence`` alone (a lease already
         released) only tells the policy which admission wave the call was in.
         ``release``: the same call also releases the lease. ``usage``: the
-        tokens the call used, settling the lease's reservation. ``limits``:
-        budget kind -> (limit, remaining) from the response's headers."""
+        tokens the call used, settling the lease's reservation (UsageTooLarge
+        beyond MAX_USAGE). ``limits``: budget kind -> (limit, remaining) from
+        the response's headers. ``refusals_count``: whether the provider counts
+        a refused (rate-limited) call against its limits: its reservation is
+        then spent, else given back (the fleet's level is clamped to 0 either
+        way, unless the headers say what remains)."""
         if not isinstance(outcome, Outcome):
             raise ConfigError(f"outcome must be an Outcome, got {outcome!r}")
         ra = ""
@@ -496,6 +398,10 @@ class GovernorCore:
         lease_args = (lease_id or "", "" if fence is None else str(fence), "1" if release and lease_id else "0")
         if usage is not None and not isinstance(usage, Tokens):
             raise ConfigError(f"usage must be a Tokens or None, got {usage!r}")
+        if usage is not None:
+            usage = usage.as_usage()
+        if not isinstance(refusals_count, bool):
+            raise ConfigError(f"refusals_count must be a bool, got {refusals_count!r}")
         figures: list[str] = []  # kind, "limit,remaining" pairs: only the kinds announced
         for kind in BUDGET_KINDS:
             limit, remaining = (limits or {}).get(kind, (None, None))
@@ -504,8 +410,9 @@ class GovernorCore:
                     raise ConfigError(f"{kind} limits must be integers >= 0 or None, got {value!r}")
             if limit is not None or remaining is not None:
                 figures += [kind, f"{'' if limit is None else limit},{'' if remaining is None else remaining}"]
-        budget_args = ("" if usage is None else usage.arg(), *figures)
-        if budget_args == ("",):
+        refused = "0" if outcome is Outcome.RATE_LIMITED and not refusals_count else ""
+        budget_args = ("" if usage is None else usage.arg(), refused, *figures)
+        if budget_args == ("", ""):
             budget_args = ()  # the common report: the script reads '' for what is not sent
         return self._call("report", (outcome.value, ra, *lease_args, *budget_args), self._parse_reported)
 
@@ -532,16 +439,16 @@ class GovernorCore:
                 raise self._unexpected("refresh", kind)
             self._seen()
             granted: dict[str, tuple[int, float]] = {}
-            queued: dict[str, int] = {}
+            queued: dict[str, tuple[int, str]] = {}
             unknown: list[str] = []
-            _check_count("refresh", self.name, ids, len(rest) - 3, per=3)
-            for lease_id, i in zip(ids, range(3, len(rest), 3), strict=True):
+            _check_count("refresh", self.name, ids, len(rest) - 3, per=4)
+            for lease_id, i in zip(ids, range(3, len(rest), 4), strict=True):
                 status, value, remaining = text(rest[i]), int(text(rest[i + 1])), int(text(rest[i + 2]))
                 if status == "granted":
                     granted[lease_id] = (value, remaining / 1000)
                     self._saw_fence(value)
                 elif status == "queued":
-                    queued[lease_id] = value
+                    queued[lease_id] = (value, text(rest[i + 3]))
                 elif status == "unknown":
                     unknown.append(lease_id)
                 else:
@@ -602,8 +509,9 @@ class GovernorCore:
                 raise ConfigError(f"pause duration must be > 0 seconds, got {duration!r}")
         return self._call("pause", (reason, str(ms(duration) if duration else 0)), self._parse_status, recreate=create)
 
-    def resume(self, create: bool = True) -> Call[Status]:
-        return self._call("resume", (), self._parse_status, recreate=create)
+    def resume(self, create: bool = True, lift_recovery_hold: bool = False) -> Call[Status]:
+        """Lift a pause and a Retry-After hold; the recovery hold only with ``lift_recovery_hold``."""
+        return self._call("resume", ("lift-hold" if lift_recovery_hold else "",), self._parse_status, recreate=create)
 
     def reset(self, with_config: bool, create: bool = True) -> Call[Status]:
         """Clear what the policy learnt; with_config also stores this client's config."""
@@ -622,6 +530,7 @@ class GovernorCore:
         f = {key: text(value) for key, value in raw.items()}
         try:
             self._saw_fence(int(f["fence"]))
+            self._saw_ttl(f["ttl_max"])
             if self.stored_config is not None:  # what an operator may have changed (set_max, set_shares)
                 self.stored_config["max_capacity"] = f["max_capacity"]
                 self.stored_config["reserve"] = f["reserve"]
@@ -649,8 +558,12 @@ class GovernorCore:
                 created=int(f["created"]) / 1000,
                 now=int(f["now"]) / 1000,
                 blocked=f["blocked"],
+                held_back=f["held_back"],
                 reserve=int(f["reserve"]),
                 budgets=parse_budgets(budget_section, text),
+                hold_until=_seconds(f["hold_until"]),
+                hold_reason=f["hold_reason"],
+                ttl_max=int(f["ttl_max"]) / 1000,
             )
         except (KeyError, ValueError, ConfigError) as exc:
             raise StateError(f"governor {self.name!r}: unreadable status reply ({exc})", name=self.name) from exc

@@ -44,6 +44,11 @@ class CostTooLarge(ConfigError):
     it could never be admitted, so it is refused at once instead of waiting."""
 
 
+class UsageTooLarge(ConfigError):
+    """A reported usage is beyond any call's (governor.budgets.MAX_USAGE): a
+    bug in the caller's counting, refused before it reaches the budgets."""
+
+
 class AcquireTimeout(GovernorError, TimeoutError):
     """No lease was granted within the timeout; the caller's place is given up."""
 
@@ -56,9 +61,14 @@ class LeaseLost(GovernorError):
 class QuotaExhausted(GovernorError):
     """The provider says the account's quota or spend limit is used up.
 
-    Billing, not a throttle: retrying does not help and the adaptive policy
-    ignores it; an operator has to act.
+    Billing or a per-day quota, not a throttle: retrying does not help and
+    the adaptive policy ignores it. :attr:`until` is when a per-day quota
+    comes back (Unix seconds; None: billing, an operator has to act).
     """
+
+    def __init__(self, message: str, *, name: str | None = None, until: float | None = None) -> None:
+        super().__init__(message, name=name)
+        self.until = until  #: Unix seconds the quota resets, when the provider's error says when
 
 
 class GovernorNotFound(GovernorError, LookupError):
@@ -89,6 +99,27 @@ class StateError(GovernorError):
     schema written by another version, or a reply this client cannot read."""
 
 
+class LayoutError(StateError):
+    """The state's layout admits only newer clients than this one: upgrade this
+    client (docs/upgrade.md). The running fleet's state is fine: keep it."""
+
+    def __init__(self, message: str, *, name: str | None = None, layout: int = 0, min_layout: int = 0) -> None:
+        super().__init__(message, name=name)
+        self.layout = layout  #: the layout that wrote the state
+        self.min_layout = min_layout  #: the oldest client layout that may use it
+
+
+class HashMissing(StateError):
+    """The config or policy hash is gone while the state is there (evicted,
+    deleted): the facades store their config again (init) and call again."""
+
+
+class Migrating(GovernorUnavailable):
+    """The governor's cluster slot is moving between two nodes (``TRYAGAIN``,
+    ``ASK``): its keys are on both for a moment. Retried within the caller's
+    timeout; raised only when the migration outlasts it."""
+
+
 class WrongKeyType(StateError):
     """A key of the governor holds another Redis type: another program wrote
     to it. Nothing was changed; delete the key or use another name."""
@@ -116,13 +147,30 @@ def error_from_reply(message: str, name: str | None) -> GovernorError:
         return ConfigError(f"{_who(name)}invalid argument: {detail}", name=name)
     if code == "BADSTATE":
         return StateError(
-            f"{_who(name)}stored state is unusable ({detail}); nothing was changed. "
-            "Reset the governor (`governor reset`) or delete its keys (`governor keys`)",
+            f"{_who(name)}stored state is unusable ({detail}); nothing was changed. If clients of another "
+            "version share this governor, upgrade this one (docs/upgrade.md); else another program wrote "
+            "to its keys: `governor configure` stores a config again (holders and waiters kept)",
             name=name,
+        )
+    if code == "MISSING":
+        return HashMissing(f"{_who(name)}the {detail} hash is gone while the state is there", name=name)
+    if code == "LAYOUT":
+        parts = detail.split()
+        layout, low = (int(parts[0]), int(parts[1])) if len(parts) >= 2 and parts[1].isdigit() else (0, 0)
+        spoken = re.search(r"speaks layout (\d+)", detail)  # the library's own layout, in its reply
+        client = f"layout {spoken.group(1)}" if spoken else "an older layout"
+        return LayoutError(
+            f"{_who(name)}the state has layout {layout} and admits clients of layout {low} and later; this "
+            f"client speaks {client}. Nothing was changed: upgrade this client to a release of layout "
+            f"{low} or later (docs/upgrade.md) and keep the state, the running fleet uses it",
+            name=name,
+            layout=layout,
+            min_layout=low,
         )
     if code == "SCHEMA":
         return StateError(
-            f"{_who(name)}state has schema version {detail}; upgrade this client or reset the governor",
+            f"{_who(name)}the state has schema version {detail}; nothing was changed. Upgrade this client "
+            "to the release the rest of the fleet runs (docs/upgrade.md) and keep the state",
             name=name,
         )
     return StateError(f"{_who(name)}unknown error reply GOVERNOR_{code}: {detail}", name=name)
@@ -166,15 +214,39 @@ def map_errors(name: str | None, locate: Callable[[str], str] | None = None) -> 
         ) from exc
     except redis.exceptions.BusyLoadingError as exc:
         raise GovernorUnavailable(f"{_who(name)}Redis is loading its data set; retry shortly", name=name) from exc
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.ClusterError) as exc:
+    except redis.exceptions.ClusterError as exc:
+        if "TTL exhausted" not in str(exc):
+            raise GovernorUnavailable(
+                f"{_who(name)}Redis is unreachable ({type(exc).__name__}: {exc}); check the URL and that Redis is up",
+                name=name,
+            ) from exc
+        raise Migrating(
+            f"{_who(name)}the cluster client was redirected again and again for the governor's slot (TTL "
+            "exhausted): its slot is migrating between two nodes, or a failover is under way; retried until the "
+            "caller's timeout",
+            name=name,
+        ) from exc
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         raise GovernorUnavailable(
             f"{_who(name)}Redis is unreachable ({type(exc).__name__}: {exc}); check the URL and that Redis is up",
             name=name,
         ) from exc
-    except (redis.exceptions.MovedError, redis.exceptions.AskError) as exc:
+    except redis.exceptions.TryAgainError as exc:
+        raise Migrating(
+            f"{_who(name)}the governor's cluster slot is migrating between two nodes and its keys are split "
+            f"for a moment (TRYAGAIN: {exc}); retried until the caller's timeout",
+            name=name,
+        ) from exc
+    except redis.exceptions.MovedError as exc:
         raise WrongNode(
             f"{_who(name)}this Redis is part of a cluster and the governor's slot is served by {exc.node_addr}: "
             "use a redis.cluster.RedisCluster client (Governor.from_url detects a cluster by itself)",
+            name=name,
+        ) from exc
+    except redis.exceptions.AskError as exc:  # after MovedError: a MovedError is an AskError
+        raise Migrating(
+            f"{_who(name)}the governor's cluster slot is migrating to {exc.node_addr} (ASK); retried until the "
+            "caller's timeout",
             name=name,
         ) from exc
     except redis.exceptions.ResponseError as exc:
@@ -188,7 +260,13 @@ def map_errors(name: str | None, locate: Callable[[str], str] | None = None) -> 
                 f"{_who(name)}Redis is full (out of memory: maxmemory reached): {text}; nothing was written",
                 name=name,
             ) from exc
-        if text.startswith(("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS")):
+        if text.startswith("TRYAGAIN"):
+            raise Migrating(
+                f"{_who(name)}the governor's cluster slot is migrating between two nodes and its keys are split "
+                f"for a moment ({text}); retried until the caller's timeout",
+                name=name,
+            ) from exc
+        if text.startswith(("BUSY", "LOADING", "MASTERDOWN", "READONLY", "CLUSTERDOWN", "NOREPLICAS")):
             raise GovernorUnavailable(f"{_who(name)}Redis cannot serve now: {text}", name=name) from exc
         if locate is not None:  # a fault in the library: name the Lua file and line
             text = locate(text)

@@ -59,6 +59,7 @@ from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any
 
+from . import events
 from .backoff import RETRY_AFTER_HEADERS, read_retry_after
 from .errors import ConfigError
 
@@ -212,6 +213,16 @@ def parse(headers: Mapping[str, str] | Iterable[tuple[Any, Any]] | None, *, now:
             retry_after = seconds
     budgets = {kind: BudgetHeader(**figures) for kind, figures in found.items()}
     return RateLimits(budgets, retry_after, tuple(malformed))
+
+
+def budget_limits(headers: Mapping[str, str], name: str) -> dict[str, tuple[int | None, int | None]]:
+    """A response's rate-limit headers as budget kind -> (limit, remaining), as
+    governor ``name``'s report sends them; unreadable ones are counted
+    (events.MalformedHeaders), never raised."""
+    read = parse(headers)
+    if read.malformed:
+        events.emit(events.MalformedHeaders(name, read.malformed))
+    return {kind: (figures.limit, figures.remaining) for kind, figures in read.budgets.items()}
 
 
 def _anthropic_first(name: str) -> tuple[int, str]:

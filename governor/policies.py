@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .errors import ConfigError
-from .protocol import CONFIG, COUNT, DURATION, FLAG, POLICY_STATE, POSITIVE, SHARE, STATE, STEP, Kind, ms
+from .protocol import CONFIG, COUNT, DURATION, FLAG, POLICY_STATE, POSITIVE, SHARE, STATE, STATE_ORIGIN, STEP, Kind, ms
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,7 @@ def fields() -> dict[str, dict[str, Kind]]:
     """Every stored field and its kind, by hash: the base fields of
     :mod:`governor.protocol` and each policy's own (its config and learnt state)."""
     config = {**CONFIG, "policy": Kind("POLICY", "str", values=POLICY_NAMES), **config_kinds()}
-    return {"state": dict(STATE), "config": config, "policy": {**POLICY_STATE, **state_kinds()}}
+    return {"state": {**STATE, **STATE_ORIGIN}, "config": config, "policy": {**POLICY_STATE, **state_kinds()}}
 
 
 def all_fields() -> dict[str, Kind]:

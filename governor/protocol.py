@@ -9,8 +9,10 @@ range are written once; ``tests/test_protocol.py`` checks that the Lua
 names no key, field, reply or wake word this module does not.
 
 Keys (all under one hash tag, so a script touches them atomically on a
-cluster; ``v3`` is :data:`SCHEMA_VERSION`, so another layout can live beside
-this one)::
+cluster; ``v3`` is :data:`SCHEMA_VERSION`, the key prefix of every version
+from this one on: one governor name is one set of keys, whatever version of
+the client uses it; what a version may do with them is the state's layout,
+:data:`LAYOUT`)::
 
     governor:v3:{N}:state     hash    admission state: capacity, pause, hold, fences
     governor:v3:{N}:config    hash    the stored config (the policy's numbers included)
@@ -43,6 +45,17 @@ from .errors import ConfigError
 
 SCHEMA_VERSION = 3
 DEFAULT_PREFIX = "governor"
+
+#: GovernorConfig's default lease TTL (s): also the recovery hold of a state that records none
+DEFAULT_LEASE_TTL = 30.0
+#: the layout of the state this client writes and reads: the fields, keys and
+#: rules it relies on. 3: the last layout before the origin stamp (its states
+#: carry none); 4: the origin stamp, the recovery hold of its own, ttl_max.
+LAYOUT = 4
+#: the oldest client layout that may use a state this client writes: a client
+#: of layout 3 reads and admits on it correctly (the recovery hold is in
+#: not_before too, which it honours); what it does not know it leaves alone
+MIN_LAYOUT = 3
 
 # -- keys ----------------------------------------------------------------------------------
 
@@ -250,7 +263,8 @@ STATE: dict[str, Kind] = {
     "pause_reason": TEXT,
     "paused_until": COUNT,  #: ms; 0: until resumed (or, for the policy, until the window drains)
     "saved_capacity": LEVEL,  #: capacity to return to after an operator pause
-    "not_before": COUNT,  #: ms: the fleet-wide hold from a provider's Retry-After, or after a loss
+    #: ms: admissions held until then: a provider's Retry-After, and the recovery hold (hold_until)
+    "not_before": COUNT,
     "fence": COUNT,  #: the last fence handed out (HINCRBY)
     #: each class's fair-queueing virtual time: the largest tag granted in it (see QUEUE_BAND)
     **{f"vtime_{rank}": COUNT for rank in range(MAX_CLASSES)},
@@ -264,6 +278,19 @@ STATE: dict[str, Kind] = {
     "reclaim_due": COUNT,  #: ms: when expired leases and dead waiters are removed next
     "budgets": BUDGET_LIST,  #: the active budget kinds, comma-separated in governor.budgets.KINDS order
     **{name: kind for k in BUDGET_KINDS for name, kind in budget_fields(k).items()},
+}
+
+#: fields of ``state`` a state of an older layout may lack (not in :func:`required`):
+#: where the state came from and the recovery hold
+STATE_ORIGIN: dict[str, Kind] = {
+    #: "layout:min_layout:run_id:replid": the layout that wrote the state, the oldest
+    #: client layout that may use it, and the Redis server (INFO server run_id) and
+    #: replication id it was written under; a state stamped by another server came
+    #: back (a restart that loaded it, a promoted replica, a restore, a migration)
+    "origin": TEXT,
+    "hold_until": COUNT,  #: ms: the recovery hold's end (0: none); not_before covers it too
+    "hold_reason": TEXT,  #: why the recovery hold runs ('' none)
+    "ttl_max": DURATION,  #: ms: the longest lease TTL any client of this governor announced
 }
 
 #: the ``config`` hash: the config a client stored (GovernorConfig.script_fields):
@@ -424,6 +451,10 @@ STATUS_FIELDS: tuple[str, ...] = (
     "quota_at",
     "created",
     "blocked",
+    "hold_until",
+    "hold_reason",
+    "ttl_max",
+    "held_back",
     "budgets",
 )
 

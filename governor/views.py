@@ -278,12 +278,13 @@ def _record(raw: Any) -> HolderRecord | None:
 
 
 def state_of(status: Status) -> str:
-    """One word for what a new caller meets: open (admitted), paused,
+    """One word for what a new caller meets: open (admitted), limited
+    (admitted, but some class or tenant is not: ``status.held_back``), paused,
     holding (a provider's Retry-After), or full (a budget is used up, or
     earlier callers are queued ahead of it). Whether it waits is the
     scripts' answer, ``status.blocked``; the word only says which kind."""
     if not status.blocked:
-        return "open"
+        return "limited" if status.held_back else "open"
     if status.paused:
         return "paused"
     if status.holding:

@@ -1,6 +1,6 @@
 --[[ acquire.lua: ask for a lease; join the queue when it must wait.
 
-Uses    lib/common.lua, lib/shares.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua
+Uses    lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
@@ -26,7 +26,7 @@ Reply
   {SCHEMA, 'refused', reason, epoch}   the cost is above a budget's whole limit:
                                   it can never be admitted (any mode)
   {SCHEMA, 'missing'}    no such governor: run init.lua, then call again
-  position counts from 0 (a waiter parked at its tenant's cap: the queue's
+  position counts from 0 (a waiter parked at its tenant's cap: -1)
   length); hint_ms > 0 is when asking again may pay off; reason is the
   admission rule's (blocked() of lib/admission.lua).
 Nobody waiting and room: admitted at once. A waiter's place in the queue
@@ -48,6 +48,12 @@ clock()
 if not load(ADMIT) then return missing_reply() end
 caps_config()  -- the reserve and the tenants' caps are in the admission rule
 keep_alive()
+if not redis.call('ZSCORE', K.leases, SENTINEL) then
+  -- leases lost while the state stayed: found before anything is admitted (lib/origin.lua)
+  prepare()
+  check_types()
+  reclaim(true)
+end
 if S.capacity == 0 then
   -- Paused: a pause whose time is up lifts here too.
   prepare()
@@ -90,6 +96,10 @@ else
   local reason, hint = blocked(tokens, place)
   if waiting == 0 and not reason then
     -- Nobody waits and the rule admits: at once (FIFO holds trivially).
+    if oversize(tokens) then  -- add_lease logs it
+      more('config', 'log_length')
+      guard(K.events)
+    end
     return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens, place), ttl, S.epoch})
   end
   if mode == 'try' then
@@ -114,5 +124,5 @@ if granted[id] then
   return finish({SCHEMA, 'granted', granted[id], ttl, S.epoch})
 end
 local reason, hint = blocked(tokens, place)
-local position = redis.call('ZRANK', K.queue, id) or redis.call('ZCARD', K.queue)  -- parked: behind the queue
+local position = redis.call('ZRANK', K.queue, id) or -1  -- parked at its tenant's cap: -1
 return finish({SCHEMA, 'queued', position, reason or 'behind earlier waiters', hint, S.epoch})

@@ -1,6 +1,6 @@
 --[[ init.lua: create a governor's state from a client's config if missing.
 
-Uses    lib/common.lua, lib/shares.lua, lib/capacity.lua, lib/queue.lua, lib/admin.lua, lib/config.lua
+Uses    lib/common.lua, lib/budgets.lua, lib/capacity.lua, lib/queue.lua, lib/admin.lua, lib/config.lua, lib/origin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME
@@ -8,36 +8,46 @@ ARGV
   ARGV[3] epoch        string        random id of the new state
   ARGV[4] recovered    '1' | '0'     '1' if the client saw this governor before
   ARGV[5] fence_floor  int >= 0      highest fence the client has seen
-  ARGV[6] ttl_ms       int ms >= 0   the client's lease TTL: how long a holder
-                                     may go on believing in a lease unrenewed
+  ARGV[6] ttl_ms       int ms >= 0   the longest lease TTL the client knows of (its
+                                     own, or a longer one the state recorded):
+                                     how long a holder may go on believing in a
+                                     lease unrenewed
   ARGV[7] listening    '1' | '0'     '1' if the calling client itself listens
   ARGV[8] notice_ms    int ms >= 0   hold when others listen (a loss unknown to the caller)
-  ARGV[9] restart_hold '1' | '0'     '1': hold on a server younger than ttl_ms
+  ARGV[9] strict       '1' | '0'     '1': hold on a server younger than ttl_ms (the
+                                     strict mode, GovernorConfig.restart_hold)
   ARGV[10..] config    name, value pairs (lib/config.lua): the config the
                        client last saw stored, else its own
 Reply
-  {SCHEMA, 'created', epoch, name1, value1, ...}   a new state was written
-  {SCHEMA, 'exists', epoch, name1, value1, ...}    the state was there; nothing changed
-  The pairs are the stored config (the exact stored strings).
+  {SCHEMA, 'created', epoch, ttl_max, name1, value1, ...}   a new state was written
+  {SCHEMA, 'exists', epoch, ttl_max, name1, value1, ...}    the state was there
+  The pairs are the stored config (the exact stored strings); ttl_max the
+  longest lease TTL any client announced (ms).
 
 Every other script answers {SCHEMA, 'missing'} when the state hash is gone (a
 first use, Redis restarted without persistence, FLUSHDB, idle expiry); the
 client then runs this script and calls again. The new state is announced
 on the channel (a message holding only the epoch): every listening client
 renews its leases at once, and renew.lua adopts those of a lost state.
+A state that exists records the caller's TTL when it is the longest yet
+(ttl_max), and gets its config and policy hashes again when either is gone
+(GOVERNOR_MISSING from another script): the caller's config, what the
+policy learnt starting over at the resume level.
 
 A holder goes on believing in its lease for up to ttl_ms after its last
 renewal, even cut off from Redis, so a new state may have holders nobody
-can see yet. Admissions hold (not_before) for the longest of:
+can see yet. Admissions hold (the recovery hold, lib/origin.lua) only on
+evidence that a fleet held this governor, for the longest of:
 - ttl_ms, after a loss the client knows of (recovered = '1'); capacity then
   starts at the resume level;
-- ttl_ms less the Redis server's uptime (INFO server), when the server
-  started less than ttl_ms ago and restart_hold is '1': whatever it held
-  before its restart is gone, and its holders may still believe (not with
-  an injected clock: a simulated clock has no server age);
-- notice_ms when other clients listen: they renew on the announcement.
-Otherwise (a first use on a server up longer than ttl_ms, nobody
-listening) there is no hold.
+- notice_ms when other clients listen: they renew on the announcement;
+- in the strict mode only, ttl_ms less the Redis server's uptime (INFO
+  server), when the server started less than ttl_ms ago: whatever it held
+  before a restart is gone, and its holders may still believe (not with an
+  injected clock: a simulated clock has no server age).
+Otherwise (a first deployment, a fresh client nobody listens beside) the
+state admits at once. A state that came back from elsewhere (a snapshot, a
+promoted replica) is found by its origin stamp (lib/origin.lua).
 ]]
 
 local epoch = arg_id(3, 'epoch')
@@ -46,15 +56,29 @@ local fence_floor = arg_int(5, 'fence_floor')
 local ttl = arg_int(6, 'ttl_ms')
 local listening = ARGV[7] == '1'
 local notice = arg_int(8, 'notice_ms')
-local restart_hold = ARGV[9] == '1'
+local strict = ARGV[9] == '1'
 local cfg, raw = parse_config(10)
 clock()
 check_types()
-if load_all() then return {SCHEMA, 'exists', S.epoch, unpack(config_pairs())} end
+if redis.call('EXISTS', K.state) == 1 and (redis.call('EXISTS', K.config) == 0 or redis.call('EXISTS', K.policy) == 0) then
+  -- The config or the policy hash lost while the state stayed: stored again
+  -- from the caller's (the fleet's as it last saw it), learnt state anew.
+  local lost = redis.call('EXISTS', K.config) == 0 and 'config' or 'policy'
+  S = {}
+  read_all(K.state, S)
+  apply_config(cfg, raw)
+  set('state', 'capacity', resume_level())
+  log('repair', 'why', 'the ' .. lost .. ' hash was lost (evicted or deleted): the config stored again from a client')
+  save()
+end
+if load_all() then
+  ORIGIN.note_ttl(ttl)
+  return finish({SCHEMA, 'exists', S.epoch, S.ttl_max, unpack(config_pairs())})
+end
 
 -- How long ago the server started, in ms (nil: not known, or an injected clock).
 local function server_age()
-  if ARGV[1] ~= '' or not restart_hold then return nil end
+  if ARGV[1] ~= '' or not strict then return nil end
   local info = redis.pcall('INFO', 'server')
   if type(info) ~= 'string' then return nil end
   local seconds = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
@@ -80,27 +104,33 @@ set('state', 'quota_at', 0)
 set('state', 'touch_due', 0)
 set('state', 'reclaim_due', 0)
 set('state', 'capacity', cfg.max_capacity)
+set('state', 'origin', ORIGIN.stamp())
+set('state', 'ttl_max', ttl)
+set('state', 'hold_until', 0)
+set('state', 'hold_reason', '')
 apply_config(cfg, raw)
 local others = redis.call('PUBLISH', CHANNEL, epoch)
 if listening then others = others - 1 end
 local age = server_age()
-local hold, why = 0, nil
 if recovered then
-  hold, why = ttl, 'state was lost (Redis restart, flush or expiry)'
-elseif age and age < ttl then
-  hold, why = ttl - age, 'Redis started ' .. age .. ' ms ago (a restart loses what it held)'
+  ORIGIN.hold(ttl, 'the state was lost (a Redis restart without it, a flush or an expiry) while a client held '
+    .. 'leases or used it: holding ' .. ttl .. ' ms (the longest lease TTL known) for holders to re-register')
+  set('state', 'capacity', resume_level())
 end
-if others > 0 and notice > hold then
-  hold, why = notice, 'created while ' .. others .. ' other clients listen'
+if age and age < ttl then
+  ORIGIN.hold(ttl - age, 'strict mode: Redis started ' .. age .. ' ms ago (a restart loses what it held): holding '
+    .. (ttl - age) .. ' ms for holders to re-register')
 end
-if recovered then set('state', 'capacity', resume_level()) end
-if hold > 0 then
-  set('state', 'not_before', NOW + hold)
-  log(recovered and 'recreate' or 'create', 'until', NOW + hold, 'listeners', others,
-    'why', why .. ': holding ' .. hold .. ' ms for holders to re-register')
+if others > 0 then
+  ORIGIN.hold(notice, 'created while ' .. others .. ' other clients listen: holding ' .. notice
+    .. ' ms for them to re-register')
+end
+if S.hold_until > 0 then
+  reborn()  -- what the fleet spent before the loss is not known
+  log(recovered and 'recreate' or 'create', 'until', S.hold_until, 'listeners', others, 'why', S.hold_reason)
 else
-  log('create', 'why', 'first use')
+  log('create', 'why', 'first use: no evidence that a fleet held this governor, no hold')
 end
 save()
 touch_all()
-return finish({SCHEMA, 'created', epoch, unpack(config_pairs())})
+return finish({SCHEMA, 'created', epoch, ttl, unpack(config_pairs())})

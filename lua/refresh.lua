@@ -15,10 +15,14 @@ ARGV
   ARGV[3] queue_ttl_ms  int ms >= 1   new deadline of each waiter's place
   ARGV[4..] ids         string        the waiters of one process
 Reply
-  {SCHEMA, 'refreshed', epoch, reason, hint_ms, status1, fence1, remaining1, ...}
-    status = 'granted' (the lease's fence and ms left) | 'queued' (0, 0: queued or parked)
-           | 'unknown' (0, 0: not queued, not granted; enqueue again)
-    reason: the admission rule's, '' when a new caller would be admitted
+  {SCHEMA, 'refreshed', epoch, reason, hint_ms, status1, value1, ms1, why1, ...}
+    status = 'granted' (value: the lease's fence, ms: left, why '')
+           | 'queued' (value: waiters ahead of it, -1 parked at its tenant's
+             cap; ms: when asking again may pay off, 0: no idea; why: what
+             holds it, in the admission rule's words for its own cost and place)
+           | 'unknown' (0, 0, '': not queued, not granted; enqueue again)
+    reason: the admission rule's for a new caller of no cost, '' when it
+    would be admitted
   {SCHEMA, 'missing'}    no such governor: run init.lua, then call again
 ]]
 
@@ -44,11 +48,14 @@ for i = 4, #ARGV do
     reply[#reply + 1] = 'granted'
     reply[#reply + 1] = granted[id]
     reply[#reply + 1] = tonumber(redis.call('ZSCORE', K.leases, id)) - NOW
+    reply[#reply + 1] = ''
   elseif redis.call('ZADD', K.waiters, 'XX', 'CH', deadline, id) == 1 or redis.call('ZSCORE', K.queue, id)
       or redis.call('ZSCORE', K.parked, id) then
+    local why, wait = waiting_on(id)
     reply[#reply + 1] = 'queued'
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
+    reply[#reply + 1] = redis.call('ZRANK', K.queue, id) or -1
+    reply[#reply + 1] = wait
+    reply[#reply + 1] = why
   else
     local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
     if expiry and expiry > NOW then
@@ -56,10 +63,12 @@ for i = 4, #ARGV do
       reply[#reply + 1] = 'granted'
       reply[#reply + 1] = (m and m.fence or 0)
       reply[#reply + 1] = expiry - NOW
+      reply[#reply + 1] = ''
     else
       reply[#reply + 1] = 'unknown'
       reply[#reply + 1] = 0
       reply[#reply + 1] = 0
+      reply[#reply + 1] = ''
     end
   end
 end

@@ -2,7 +2,9 @@
 
 A lease that is no longer live is lost, unless the state it was granted in
 is gone (Redis restarted or flushed, the epoch changed): then the lease is
-adopted into the new state, so the running holders count again.
+adopted into the new state, so the running holders count again, each with
+the place and reservation it was granted with (its renewal carries them):
+its tenant's cap, the reserve and the budgets count it as before the loss.
 
 Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/admission.lua
 KEYS    the governor's keys, see lib/common.lua
@@ -10,7 +12,9 @@ ARGV
   ARGV[1] now        int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel    string        where grants to waiters are announced
   ARGV[3] ttl_ms     int ms >= 1   new time to live of every lease
-  ARGV[4..] triples  id, epoch the lease was granted in, holder label
+  ARGV[4..] sevens   id, epoch the lease was granted in, holder label,
+                     class rank, tenant, weight (as acquire.lua's ARGV[9..11]),
+                     tokens reserved ("input,output" or '')
 Reply
   {SCHEMA, 'renewed', epoch, status1, fence1, status2, fence2, ...}
     status = 'ok' (fence 0: unchanged) | 'adopted' (fence: the new fence)
@@ -19,10 +23,16 @@ Reply
 ]]
 
 local ttl = arg_int(3, 'ttl_ms', 1)
-if (#ARGV - 3) % 3 ~= 0 then fail('BADARG', 'renew takes (id, epoch, holder) triples') end
-for i = 4, #ARGV, 3 do
+local WIDTH = 7
+if (#ARGV - 3) % WIDTH ~= 0 then
+  fail('BADARG', 'renew takes (id, epoch, holder, rank, tenant, weight, tokens) sevens')
+end
+local places, reserved = {}, {}
+for i = 4, #ARGV, WIDTH do
   arg_id(i, 'id')
   arg_label(i + 2)
+  places[i] = arg_place(i + 3)
+  reserved[i] = arg_tokens(i + 6, 'tokens')
 end
 clock()
 if not load(WRITE) then return missing_reply() end
@@ -31,7 +41,7 @@ keep_alive()
 -- Read every lease first; a batch that adopts or drops a lease touches
 -- holders and events too, so it checks every key before its first write.
 local expiries, writes_more = {}, false
-for i = 4, #ARGV, 3 do
+for i = 4, #ARGV, WIDTH do
   local expiry = tonumber(redis.call('ZSCORE', K.leases, ARGV[i]))
   expiries[i] = expiry
   if not (expiry and expiry > NOW) then writes_more = true end
@@ -43,7 +53,7 @@ end
 
 reclaim()
 local reply = {SCHEMA, 'renewed', S.epoch}
-for i = 4, #ARGV, 3 do
+for i = 4, #ARGV, WIDTH do
   local id, epoch, holder = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local expiry = expiries[i]
   if expiry and expiry > NOW then
@@ -52,8 +62,9 @@ for i = 4, #ARGV, 3 do
     reply[#reply + 1] = 0
   elseif epoch ~= S.epoch then
     if CALL.live == nil then CALL.live = in_flight() end
-    local fence = add_lease(id, ttl, holder, NO_TOKENS, ADOPTED)  -- its reservation and place were the lost state's
-    log('adopt', 'lease', id, 'fence', fence, 'why', 'holder of a lease from a lost state renewed')
+    local fence = add_lease(id, ttl, holder, reserved[i], places[i], true)  -- counted in its cap, the reserve, the budgets
+    log('adopt', 'lease', id, 'fence', fence, 'tenant', places[i].tenant, 'rank', places[i].rank,
+      'why', 'holder of a lease from a lost state renewed')
     reply[#reply + 1] = 'adopted'
     reply[#reply + 1] = fence
   else

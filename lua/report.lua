@@ -8,9 +8,9 @@ ARGV
   ARGV[3] outcome         's' success | 'r' rate-limited | 'e' other error
                           | 'q' quota exhausted (recorded, never a policy input)
                           (governor.protocol.Outcome)
-  ARGV[4] retry_after_ms  int ms or ''  the provider's Retry-After ('r' only);
-                          sets the fleet-wide not_before, capped at
-                          retry_after_cap_ms
+  ARGV[4] retry_after_ms  int ms or ''  'r': the provider's Retry-After; sets the
+                          fleet-wide not_before, capped at retry_after_cap_ms;
+                          'q': when a per-day quota comes back (logged)
   ARGV[5] lease           string or ''  the reporting lease; a lease that is no
                           longer live is fenced off and changes nothing (its
                           news may be stale: the holder stalled past its TTL)
@@ -21,7 +21,13 @@ ARGV
   ARGV[8] usage           "input,output" or ''  the tokens the call used
                           (governor.budgets.Tokens.arg): settles the live
                           lease's reservation in every budget
-  ARGV[9..] limits        kind, "limit,remaining" pairs, one per budget kind
+  ARGV[9] refusals        '0' | '1' | ''  ('r' only) '0': the provider does not
+                          count a refused call against its limits, so its
+                          reservation is given back by the usage; else it is
+                          spent (never given back). Either way every bucket
+                          whose remaining the figures do not announce is then
+                          clamped to 0 (refused() of lib/budgets.lua)
+  ARGV[10..] limits       kind, "limit,remaining" pairs, one per budget kind
                           (BUDGET_KINDS) the response announced: its
                           rate-limit figures (either may be empty;
                           governor/headers.py reads them), which calibrate
@@ -45,9 +51,13 @@ if ARGV[6] ~= '' then fence = arg_int(6, 'fence') end
 local release = lease ~= nil and ARGV[7] == '1'
 local usage = nil
 if ARGV[8] ~= nil and ARGV[8] ~= '' then usage = arg_tokens(8, 'usage') end
+local refusals = ARGV[9]
+if refusals ~= nil and refusals ~= '' and refusals ~= '0' and refusals ~= '1' then
+  fail('BADARG', 'refusals must be 0, 1 or empty, got ' .. tostring(refusals))
+end
 local limits = {}  -- {kind, limit or nil, remaining or nil}
-if #ARGV > 8 and (#ARGV - 8) % 2 ~= 0 then fail('BADARG', 'report takes its limits as (kind, "limit,remaining") pairs') end
-for i = 9, #ARGV, 2 do
+if #ARGV > 9 and (#ARGV - 9) % 2 ~= 0 then fail('BADARG', 'report takes its limits as (kind, "limit,remaining") pairs') end
+for i = 10, #ARGV, 2 do
   local kind, v = ARGV[i], ARGV[i + 1]
   if not KIND_OF[kind] or (limits[kind]) then
     fail('BADARG', 'limits name each budget kind at most once, one of ' .. table.concat(BUDGET_KINDS, ', ')
@@ -127,7 +137,12 @@ reclaim()
 if outcome == 'q' then
   set('state', 'quota_exhausted', S.quota_exhausted + 1)
   set('state', 'quota_at', NOW)
-  log('quota', 'count', S.quota_exhausted, 'why', 'provider reported its quota exhausted (billing, not a throttle)')
+  if retry_after then
+    log('quota', 'count', S.quota_exhausted, 'until', NOW + retry_after,
+      'why', 'provider reported a per-day quota used up (not a throttle)')
+  else
+    log('quota', 'count', S.quota_exhausted, 'why', 'provider reported its quota exhausted (billing, not a throttle)')
+  end
 else
   record(policy, outcome, fence, rl, total)
   if outcome == 'r' and retry_after then
@@ -139,8 +154,13 @@ else
     end
   end
 end
-if settles and lease_record then settle(lease_record.tokens, usage) end
-for _, figures in ipairs(limits) do calibrate(figures[1], figures[2], figures[3]) end
+if settles and lease_record then settle(lease_record.tokens, usage, outcome == 'r' and refusals ~= '0') end
+local announced = {}  -- the kinds whose remaining the provider told
+for _, figures in ipairs(limits) do
+  calibrate(figures[1], figures[2], figures[3])
+  if figures[3] then announced[figures[1]] = true end
+end
+if outcome == 'r' then refused(announced) end  -- a refusal is information, not a refund
 give_back()
 if waiting then grant() end
 return finish({SCHEMA, 'reported'})

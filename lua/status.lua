@@ -18,6 +18,7 @@ Reply
   {SCHEMA, 'missing'}   no such governor
 ]]
 
+READ_ONLY = true  -- registered no-writes: a state that came back is reported, not handled
 clock()
 if not load_all() then return missing_reply() end
 return status_reply()

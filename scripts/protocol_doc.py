@@ -193,7 +193,7 @@ def section_fields() -> str:
 
 
 def section_holder() -> str:
-    doc = " ".join((protocol.HolderRecord.__doc__ or "").split())
+    doc = " ".join((protocol.HolderRecord.__doc__ or "").split()).replace("``", "`")
     example = protocol.HolderRecord(1765000000123, 30000, 1765000000, 120, 400, 3, 1, "default", "host-1/4242")
     return f"{doc}\n\nExample: `{example.format()}`. A waiter's record has fence 0 and level 0."
 

@@ -110,10 +110,13 @@ def test_a_lease_released_or_expired_without_a_report_keeps_its_reservation_as_s
 
 def test_requests_are_spent_whatever_the_outcome(make_gov: MakeGov, clock: FakeClock) -> None:
     gov = make_gov(GovernorConfig(max_capacity=10, requests_per_minute=3, restart_hold=False), clock=clock)
-    for _ in range(3):
+    for _ in range(2):
         lease = gov.try_acquire()
         assert lease is not None
-        gov.report(R, lease=lease, release=True, usage=Tokens())  # refused requests count, as OpenAI's do
+        gov.report(S, lease=lease, release=True, usage=Tokens())
+    lease = gov.try_acquire()
+    assert lease is not None
+    gov.report(R, lease=lease, release=True, usage=Tokens())  # refused requests count, as OpenAI's do
     assert gov.try_acquire() is None
     assert gov.status().blocked.startswith("requests budget: 1 wanted, 0 left of 3")
     clock.advance(20)  # 3 a minute: one more every 20 s
@@ -222,16 +225,19 @@ def test_a_cost_above_a_budgets_whole_limit_is_refused_at_once(make_gov: MakeGov
     assert isinstance(CostTooLarge("x"), ConfigError)
 
 
-def test_a_waiter_whose_cost_a_lower_limit_makes_impossible_is_refused_on_its_turn(
+def test_a_waiter_whose_cost_a_lower_ceiling_makes_impossible_is_refused_on_its_turn(
     make_gov: MakeGov, clock: FakeClock
 ) -> None:
-    gov = make_gov(GovernorConfig(max_capacity=1, restart_hold=False), clock=clock)
-    gov.report(S, headers=openai_headers(tokens=(9000, 9000)))
+    """A configured ceiling lowered below a waiter's cost refuses it on its
+    turn (a header's lower limit does not: tests/test_budget_faults.py)."""
+    gov = make_gov(GovernorConfig(max_capacity=1, tokens_per_minute=9000, restart_hold=False), clock=clock)
     holder = gov.try_acquire(tokens=100)
     assert holder is not None
     waiter = new_id()
     assert isinstance(gov._execute(gov._core.acquire(waiter, "w", wait=True, tokens=Tokens(5000, 0))), Queued)
-    gov.report(S, lease=holder, release=True, headers=openai_headers(tokens=(4000, 3000)))  # the limit falls
+    lower = make_gov(GovernorConfig(max_capacity=1, tokens_per_minute=4000, restart_hold=False), clock=clock)
+    lower.configure()  # an operator stores a lower ceiling
+    holder.release()
     assert gov.client.zcard(gov.keys.queue) == 0  # dropped from the queue by the grant that reached it
     with pytest.raises(CostTooLarge):
         gov._execute(gov._core.acquire(waiter, "w", wait=True, fresh=False, tokens=Tokens(5000, 0)))

@@ -231,7 +231,9 @@ def test_status_shows_why_callers_wait(run: Run, make: Callable[..., Governor], 
     assert "HOLDING until" in out
     assert "blocked     holding until the provider's retry-after" in out  # the scripts' words
     data = as_json(run("status", "--json"))
-    assert (data["state"], data["blocked"]) == ("holding", "holding until the provider's retry-after")
+    assert data["state"] == "holding" and data["blocked"].startswith(
+        "holding until the provider's retry-after (ends in 4"
+    )
     gov.pause("deploy in progress")
     out = ok(run("status"))
     assert "PAUSED by an operator (new callers queue" in out
@@ -965,7 +967,7 @@ def test_exporter_bad_input(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     refused(run("--json", "exporter", "--all", gov=None), "no --json", code=2)
     refused(run("exporter", "--all", "--top-tenants", "-1", gov=None), "--top-tenants", code=2)
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    refused(run("exporter", "--all", gov=None), "pip install 'fleet-governor[metrics]'")
+    refused(run("exporter", "--all", gov=None), "pip install prometheus-client (the metrics extra")
 
 
 def test_exporter_port_in_use(run: Run) -> None:
@@ -976,3 +978,21 @@ def test_exporter_port_in_use(run: Run) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         refused(run("exporter", "--all", "--port", str(port), "--addr", "127.0.0.1", gov=None), "cannot listen on")
+
+
+def test_resume_reset_and_configure_say_they_keep_a_recovery_hold_and_one_flag_lifts_it(
+    run: Run, make: Callable[..., Governor], behind: FakeClock, client: redis.Redis
+) -> None:
+    gov = make(GovernorConfig(max_capacity=4, lease_ttl=60), clock=behind)
+    gov.status()
+    client.delete(*gov.keys.keys)  # Redis restarted without persistence: the client knew the governor
+    assert gov.status().recovery_hold
+    out = ok(run("status"))
+    assert "HOLDING: recovery hold until" in out and "the state was lost" in out
+    for command in ("resume", "reset"):
+        out = ok(run(command))
+        assert "kept: recovery hold until" in out and "--lift-recovery-hold" in out, out
+        assert gov.status().recovery_hold
+    out = ok(run("resume", "--lift-recovery-hold"))
+    assert "recovery hold lifted" in out and "kept:" not in out
+    assert not gov.status().recovery_hold

@@ -19,9 +19,11 @@ comes from an injected clock, so the run is deterministic and replayable.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import fakeredis
@@ -40,11 +42,11 @@ from hypothesis.stateful import (
 
 from governor import Governor, GovernorConfig, Outcome
 from governor.budgets import KINDS as BUDGET_KINDS
-from governor.budgets import Tokens
-from governor.core import Call
+from governor.budgets import MAX_USAGE, Tokens
+from governor.core import Call, Place
 from governor.errors import CostTooLarge
 from governor.policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
-from governor.protocol import QUEUE_BAND, SENTINEL, HolderRecord
+from governor.protocol import LOWER_HELD, QUEUE_BAND, SENTINEL, HolderRecord
 from governor.scripts import function_name
 
 from .conftest import FakeClock, load_library
@@ -54,6 +56,13 @@ from .support.model import Model, init_call, parse_hash
 #: how often the random runs reached each budget path (the test fails if one never is)
 OPERATIONS = {"count": 0, "checks": 0, "budget_wait": 0, "refused": 0, "settled": 0, "calibrated": 0}
 OPERATIONS.update({"rank0": 0, "rank1": 0, "rank2": 0, "aged": 0, "parked": 0, "slow_start": 0})
+#: the budgets' and shares' paths under faults and bad input: a refused call's settlement
+#: (spent, or given back when the provider does not count refusals), a debt at its bound,
+#: a lease adopted after a loss with its own tenant or class, a recount (set_shares,
+#: reset) while an expired lease is not yet reclaimed
+OPERATIONS.update({"refusal_spent": 0, "refusal_given_back": 0, "debt_bound": 0, "adopted_placed": 0})
+OPERATIONS.update({"recount_expired": 0})
+FAULT_PATHS = ("refusal_spent", "refusal_given_back", "debt_bound", "adopted_placed", "recount_expired")
 #: the queue's paths: waiters of each class, and aged ones
 QUEUE_PATHS = ("rank0", "rank1", "rank2", "aged")
 BUDGET_PATHS = ("refused", "settled", "calibrated")  #: budget waits: also the directed replay below
@@ -86,9 +95,9 @@ def as_zset(raw: Any) -> dict[str, int]:
 
 
 def comparable(script: str, reply: list[str]) -> list[Any]:
-    """A reply as compared: init's config pairs are the stored hash, in no set order."""
-    if script == "init" and len(reply) > 3:
-        return [*reply[:3], dict(zip(reply[3::2], reply[4::2], strict=True))]
+    """A reply as compared: init's config pairs (after the epoch and ttl_max) are the stored hash, in no set order."""
+    if script == "init" and len(reply) > 4:
+        return [*reply[:4], dict(zip(reply[4::2], reply[5::2], strict=True))]
     return reply
 
 
@@ -167,6 +176,8 @@ token_counts = st.one_of(
     st.none(),
     st.builds(Tokens, st.sampled_from([0, 100, 450, 4000]), st.sampled_from([0, 50, 250, 2500])),
 )
+#: a call's reported usage: as above, or one far beyond any budget (the debt bound)
+usages = st.one_of(token_counts, st.just(Tokens(MAX_USAGE // 2, MAX_USAGE // 2)))
 #: a response's rate-limit figures for one kind: (limit, remaining), either may be absent
 figures = st.tuples(
     st.one_of(st.none(), st.sampled_from([0, 5, 700, 9000])), st.one_of(st.none(), st.sampled_from([0, 3, 400, 8000]))
@@ -190,6 +201,7 @@ class GovernorMachine(RuleBasedStateMachine):
         self.gov: Governor | None = None
         self.ids: list[str] = []
         self.epoch_of: dict[str, str] = {}  #: lease id -> epoch it was granted in
+        self.asked: dict[str, tuple[Place, Tokens]] = {}  #: lease id -> the place and tokens it asked with
         self.pubsub: Any = None
 
     # -- plumbing -------------------------------------------------------------
@@ -218,7 +230,7 @@ class GovernorMachine(RuleBasedStateMachine):
         elif kind in ("queued", "denied") and " budget: " in str(reply[3 if kind == "queued" else 2]):
             OPERATIONS["budget_wait"] += 1
         elif call.script == "report" and kind == "reported" and len(call.args) > 7:
-            usage, limits = call.args[7], call.args[8:]
+            usage, limits = call.args[7], call.args[9:]
             if usage and self.model.state is not None and self.model.active():
                 OPERATIONS["settled"] += 1
             if any(limits):
@@ -296,6 +308,7 @@ class GovernorMachine(RuleBasedStateMachine):
     def enqueue(self, holder: str, tokens: Tokens | None, where: tuple[str | None, str | None]) -> None:
         lease_id = self.new_id()
         place = self.g._core.place(*where)
+        self.asked[lease_id] = (place, Tokens.of(tokens))
         call = self.g._core.acquire(lease_id, holder, wait=True, tokens=tokens, place=place)
         self.note_grant(lease_id, self.acquire(call))
         OPERATIONS[f"rank{place.rank}"] += 1
@@ -304,19 +317,50 @@ class GovernorMachine(RuleBasedStateMachine):
     def try_acquire(self, tokens: Tokens | None, where: tuple[str | None, str | None]) -> None:
         lease_id = self.new_id()
         place = self.g._core.place(*where)
+        self.asked[lease_id] = (place, Tokens.of(tokens))
         self.note_grant(
             lease_id, self.acquire(self.g._core.acquire(lease_id, "try", wait=False, tokens=tokens, place=place))
         )
 
-    @rule(tokens=token_counts, usage=token_counts, calls=st.integers(2, 5))
-    def short_calls(self, tokens: Tokens | None, usage: Tokens | None, calls: int) -> None:
+    @rule(
+        tokens=token_counts,
+        usage=usages,
+        calls=st.integers(2, 5),
+        outcome=st.sampled_from([Outcome.SUCCESS, Outcome.RATE_LIMITED]),
+        refusals_count=st.booleans(),
+    )
+    def short_calls(
+        self, tokens: Tokens | None, usage: Tokens | None, calls: int, outcome: Outcome, refusals_count: bool
+    ) -> None:
         """Calls that come and go (try, then report and release at once), as a
-        busy fleet makes them: they drain the budgets that concurrency leaves room for."""
+        busy fleet makes them: they drain the budgets that concurrency leaves
+        room for; refused ones (a 429 with its usage, counted by the provider
+        or not) clamp them."""
         for _ in range(calls):
             lease_id = self.new_id()
             reply = self.acquire(self.g._core.acquire(lease_id, "short", wait=False, tokens=tokens))
             if reply[1] == "granted":
-                self.run(self.g._core.report(Outcome.SUCCESS, None, lease_id, int(reply[2]), release=True, usage=usage))
+                self._count_refusal(outcome, usage, refusals_count)
+                call = self.g._core.report(
+                    outcome, None, lease_id, int(reply[2]), release=True, usage=usage, refusals_count=refusals_count
+                )
+                self.run(call)
+                self._count_debt()
+
+    def _count_refusal(self, outcome: Outcome, usage: Tokens | None, refusals_count: bool) -> None:
+        """A live lease's refused call is about to be settled."""
+        if (
+            outcome is Outcome.RATE_LIMITED
+            and usage is not None
+            and self.model.state is not None
+            and self.model.active()
+        ):
+            OPERATIONS["refusal_spent" if refusals_count else "refusal_given_back"] += 1
+
+    def _count_debt(self) -> None:
+        m = self.model
+        if m.state is not None and any(m.budget_level(k) <= -m._capacity_of(k) for k in m.active()):
+            OPERATIONS["debt_bound"] += 1
 
     @precondition(lambda self: self.ids)
     @rule(data=st.data())
@@ -346,17 +390,22 @@ class GovernorMachine(RuleBasedStateMachine):
         if not ids:
             return
         epoch = self.model.S["epoch"]
-        reply = self.run(self.g._core.renew([(i, self.epoch_of.get(i, epoch), "h") for i in ids]))
+        default = (self.g._core.place(), Tokens())
+        renewals = [(i, self.epoch_of.get(i, epoch), "h", *self.asked.get(i, default)) for i in ids]
+        reply = self.run(self.g._core.renew(renewals))
         for i, status in zip(ids, reply[3::2], strict=True):
             if status == "adopted":
                 self.epoch_of[i] = reply[2]
+                place, _ = self.asked.get(i, default)
+                if place.rank > 0 or place.tenant != default[0].tenant:
+                    OPERATIONS["adopted_placed"] += 1
 
     @precondition(lambda self: self.ids)
     @rule(data=st.data())
     def refresh(self, data: st.DataObject) -> None:
         ids = data.draw(st.lists(st.sampled_from(self.ids), min_size=0, max_size=4, unique=True))
         reply = self.run(self.g._core.refresh(ids))
-        for i, status in zip(ids, reply[5::3], strict=True):
+        for i, status in zip(ids, reply[5::4], strict=True):
             if status == "granted":
                 self.epoch_of[i] = reply[2]
 
@@ -368,8 +417,9 @@ class GovernorMachine(RuleBasedStateMachine):
         retry_after=st.one_of(st.none(), st.sampled_from([0.0, 0.5, 2.0, 100.0])),
         with_lease=st.booleans(),
         release=st.booleans(),
-        usage=token_counts,
+        usage=usages,
         limits=limit_sets,
+        refusals_count=st.booleans(),
     )
     def report(
         self,
@@ -380,13 +430,27 @@ class GovernorMachine(RuleBasedStateMachine):
         release: bool,
         usage: Tokens | None,
         limits: dict[str, tuple[int | None, int | None]] | None,
+        refusals_count: bool,
     ) -> None:
         lease_id = data.draw(st.sampled_from(self.ids)) if with_lease and self.ids else None
         fence = None
-        if self.model.state is not None:  # the fence of a lease of this wave or of an older one
-            fence = data.draw(st.one_of(st.none(), st.integers(self.model.S["fence"] - 3, self.model.S["fence"])))
-        call = self.g._core.report(outcome, retry_after, lease_id, fence, release=release, usage=usage, limits=limits)
+        m = self.model
+        if m.state is not None:  # the fence of a lease of this wave or of an older one
+            fence = data.draw(st.one_of(st.none(), st.integers(m.S["fence"] - 3, m.S["fence"])))
+        if lease_id is not None and m.leases.get(lease_id, 0) > m.now:
+            self._count_refusal(outcome, usage, refusals_count)
+        call = self.g._core.report(
+            outcome,
+            retry_after,
+            lease_id,
+            fence,
+            release=release,
+            usage=usage,
+            limits=limits,
+            refusals_count=refusals_count,
+        )
         self.run(call)
+        self._count_debt()
 
     @rule()
     def probe(self) -> None:
@@ -418,12 +482,14 @@ class GovernorMachine(RuleBasedStateMachine):
         if reserve is not None:
             reserve = min(reserve, int(self.model.raw_config["max_capacity"]) - 1)
         self.g._core.stored_config = dict(self.model.raw_config)  # the ceiling it checks the reserve against
+        self._note_recount()
         self.run(self.g._core.set_shares(tenant_weights=weights, aging=aging, tenant_caps=caps, reserve=reserve))
         self.g._core.stored_config = dict(self.model.raw_config)  # as the config wake has every client learn
 
     @rule(with_config=st.booleans())
     def reset(self, with_config: bool) -> None:
         """Without a config: the stored one applied afresh; with one: this client's."""
+        self._note_recount()
         self.run(self.g._core.reset(with_config))
         self.note_start()
 
@@ -442,6 +508,12 @@ class GovernorMachine(RuleBasedStateMachine):
         core = type(self.g._core)(self.g.name, other, clock=self.clock)
         self.run(core.reset(with_config=True))
         self.note_start()
+
+    def _note_recount(self) -> None:
+        """A recount is about to run while an expired lease waits to be reclaimed."""
+        m = self.model
+        if m.state is not None and any(0 < expiry <= m.now for expiry in m.leases.values()):
+            OPERATIONS["recount_expired"] += 1
 
     # -- time and faults ------------------------------------------------------
 
@@ -469,6 +541,7 @@ class GovernorMachine(RuleBasedStateMachine):
         stored = self.model.stored()
         for hash_name in ("state", "config", "policy"):
             raw = as_str_dict(c.hgetall(getattr(keys, hash_name)))
+            raw.pop("origin", None)  # the Redis server that wrote the state: outside any model
             real = raw if hash_name == "config" else parse_hash(raw)
             want = stored[hash_name]
             differ = {k: (real.get(k), want.get(k)) for k in set(real) | set(want) if real.get(k) != want.get(k)}
@@ -519,6 +592,9 @@ def test_the_scripts_agree_with_the_model(backend: str, redis_url: str, fake_ser
     assert all(ran[key] > 0 for key in BUDGET_PATHS), f"a budget path was never reached: {ran}"
     print(f"{backend}: adaptive starts below max_capacity (create, reset, configure, lost state): {ran['slow_start']}")
     assert ran["slow_start"] > 0, f"no adaptive governor started below max_capacity: {ran}"
+    # the fault paths are reached only sometimes (a refused call needs an active budget
+    # with room and a usage): the directed replay below walks each of them every time
+    print(f"{backend}: fault paths reached: " + ", ".join(f"{key} {ran[key]}" for key in FAULT_PATHS))
     print(f"{backend}: queue paths reached: " + ", ".join(f"{key} {ran[key]}" for key in QUEUE_PATHS))
     # aging is reached only sometimes (a lower class's waiter must outlive aging
     # while the slots stay taken): the directed replay below walks it every time
@@ -562,19 +638,38 @@ def test_a_capacity_jump_admits_at_most_a_batch_per_call_like_the_model(redis_ur
 # -- replays: sequences the random runs found, kept as plain tests ------------------------------
 
 
+#: a replay step: the state lost (every key gone), then re-created by a client holding leases
+LOSE = "lose"
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A replay step that asserts something of the model (which Redis agrees with)."""
+
+    check: Callable[[Model], object]
+
+
 def replay(client: Any, steps: list[Any], config: GovernorConfig | None = None) -> Model:
-    """Run ``steps`` (a Call factory taking the core, or seconds for the clock
-    to move) on Redis and on the model; every reply and the keys must agree."""
+    """Run ``steps`` (a Call factory taking the core, seconds for the clock
+    to move, or LOSE: every key gone, the state re-created by a client that
+    knew it) on Redis and on the model; every reply and the keys must agree."""
     clock = FakeClock()
     config = config or GovernorConfig(max_capacity=1, lease_ttl=10.0, poll=1.0, queue_ttl=3.0)
     gov = Governor(client, f"model-replay-{uuid.uuid4().hex[:8]}", config, clock=clock)
     load_library(client)
     model = Model()
     try:
-        for step in [lambda core: init_call(core, holds_leases=False), *steps]:
+        for i, step in enumerate([lambda core: init_call(core, holds_leases=False), *steps]):
             if isinstance(step, (int, float)):
                 clock.advance(step)
                 continue
+            if isinstance(step, Check):
+                assert step.check(model), f"step {i}: the model's check failed (held {model.held})"
+                continue
+            if step == LOSE:
+                client.delete(*gov.keys.keys)
+                model.lose_state()
+                step = lambda core: init_call(core, holds_leases=True)  # noqa: E731
             call = step(gov._core)
             real, want = fcall(client, gov, call), norm(model.call(call.script, call.args))
             assert comparable(call.script, real) == comparable(call.script, want), (
@@ -750,3 +845,81 @@ def test_classes_aging_and_tenant_shares_agree_with_the_model(replay_client: Any
     )
     assert [lease for lease, _ in model.grants] == ["holder", "b1", "i1", "i2"]
     assert model.S["aging_due"] == 0 and not model.aging
+
+
+def test_refusals_debt_adoption_and_recounts_agree_with_the_model(replay_client: Any) -> None:
+    """The paths of budgets and shares under faults and bad input, each
+    walked once: a refused call's reservation spent, then given back (the
+    provider does not count refusals), both clamped to 0; a usage far beyond
+    the bucket charged down to the debt bound; a state lost and re-created
+    with its buckets empty, a lease adopted with its tenant, class and
+    reservation; a recount (set_shares, reset) while an expired lease is not
+    yet reclaimed."""
+    config = GovernorConfig(
+        max_capacity=4,
+        tokens_per_minute=600,
+        tenant_caps={"a": 1},
+        reserve=1,
+        lease_ttl=10.0,
+        poll=1.0,
+        queue_ttl=30.0,
+        policy="fixed",
+    )
+    R, S = Outcome.RATE_LIMITED, Outcome.SUCCESS
+    a_batch = Place("batch", 2, "a", 1)
+    tokens = Tokens(100, 0)
+
+    def report(outcome: Outcome, lease: str, usage: Tokens, refusals_count: bool = True) -> Any:
+        return lambda core: core.report(
+            outcome, None, lease, None, release=True, usage=usage, refusals_count=refusals_count
+        )
+
+    def level(m: Model) -> float:
+        return m.budget_level("tokens")
+
+    model = replay(
+        replay_client,
+        [
+            lambda core: core.acquire("r1", "h", wait=False, tokens=tokens),
+            Check(lambda m: level(m) == 500),
+            report(R, "r1", Tokens()),  # spent, then clamped to 0
+            Check(lambda m: level(m) == 0),
+            30.0,
+            lambda core: core.acquire("r2", "h", wait=False, tokens=tokens),
+            Check(lambda m: level(m) == 200),
+            report(R, "r2", Tokens(), refusals_count=False),  # given back (300), then clamped to 0
+            Check(lambda m: level(m) == 0),
+            60.0,
+            lambda core: core.acquire("d1", "h", wait=False, tokens=tokens),
+            report(S, "d1", Tokens(10**8, 0)),  # charged down to the debt bound
+            Check(lambda m: level(m) == -600),
+            120.0,
+            lambda core: core.acquire("held", "h", wait=False, tokens=tokens, place=a_batch),
+            Check(lambda m: m.held == {"a": 1, LOWER_HELD: 1}),
+            LOSE,  # re-created: the bucket starts empty, held for the holders to re-register
+            Check(lambda m: level(m) == 0 and m.held == {}),
+            lambda core: core.renew([("held", "lost-epoch", "h", a_batch, tokens)]),  # adopted: a, batch, 100 tokens
+            Check(lambda m: m.held == {"a": 1, LOWER_HELD: 1} and level(m) == -100),
+            6.0,
+            lambda core: core.renew([("held", "", "h", a_batch, tokens)]),
+            6.0,  # past the hold
+            lambda core: core.renew([("held", "", "h", a_batch, tokens)]),
+            lambda core: core.set_max_capacity(4),  # a re-created state starts at the resume level
+            lambda core: core.acquire("dead", "h", wait=False, place=Place("default", 1, "b", 1)),
+            Check(lambda m: "dead" in m.leases),
+            5.0,
+            lambda core: core.renew([("held", "", "h", a_batch, tokens)]),
+            5.5,  # dead's lease (10 s) ran out, not reclaimed
+            Check(lambda m: "dead" in m.leases and m.held == {"a": 1, LOWER_HELD: 2}),
+            lambda core: core.set_shares(tenant_caps={"a": 1, "b": 2}, reserve=1),  # reclaims, then recounts
+            Check(lambda m: "dead" not in m.leases and m.held == {"a": 1, LOWER_HELD: 1}),
+            lambda core: core.acquire("dead2", "h", wait=False, place=Place("default", 1, "b", 1)),
+            5.0,
+            lambda core: core.renew([("held", "", "h", a_batch, tokens)]),
+            5.5,  # dead2 ran out, not reclaimed
+            lambda core: core.reset(False),  # recounts (dead2 included), then reclaims it: counted once
+            Check(lambda m: "dead2" not in m.leases and m.held == {"a": 1, LOWER_HELD: 1}),
+        ],
+        config,
+    )
+    assert "held" in model.leases

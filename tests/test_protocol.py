@@ -363,7 +363,8 @@ def test_every_policy_round_trips_through_a_real_init(make_gov: MakeGov, sync_cl
         assert list(stored) and set(stored) == set(protocol.CONFIG) | {f for f, _ in cls.stored.values()}
         learnt = {text(k) for k in sync_client.hgetall(gov.keys.policy)}
         assert learnt == set(protocol.POLICY_STATE) | set(cls.state), name
-        assert set(text(k) for k in sync_client.hgetall(gov.keys.state)) == set(protocol.STATE)
+        stored_state = {text(k) for k in sync_client.hgetall(gov.keys.state)}
+        assert stored_state == set(protocol.STATE) | set(protocol.STATE_ORIGIN)
         sync_client.delete(*gov.keys.keys)
 
 

@@ -638,7 +638,7 @@ def test_malformed_ids_and_numbers_are_refused_by_every_script(real: redis.Redis
             gov._connection.run(core.acquire(new_id(), "x" * 201, wait=True))
         with pytest.raises(ConfigError, match="holder"):
             gov._connection.run(core.renew([(lease_id, "e", "x" * 201)]))
-        with pytest.raises(ConfigError, match="triples"):
+        with pytest.raises(ConfigError, match="sevens"):
             gov._connection.run(Call("renew", (*core.renew([(lease_id, "e", "h")]).args, "extra"), lambda r: r))
         with pytest.raises(ConfigError, match="reason"):
             gov._connection.run(Call("pause", (*core.pause("x", 1.0).args[:2], "x" * 501, "0"), core._parse_status))

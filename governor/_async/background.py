@@ -8,8 +8,9 @@ sync facade) listens for grants on the governor's pub/sub channel,
 refreshes this process's queued callers every ``poll`` seconds in one
 script call (a recovery probe too), and renews every held lease each
 ``lease_ttl / 3`` in one call. The facade (governor.py) registers its
-waiters and leases here and starts and stops the worker; the worker runs
-its scripts through the facade's ``_execute``.
+waiters and leases here and starts and stops the worker; the worker sees
+the facade through :class:`Governed` only, builds its calls with the
+governor's core and runs them through the facade.
 """
 
 from __future__ import annotations
@@ -17,16 +18,18 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..backoff import full_jitter
-from ..core import Granted, Refreshed, Renewed
+from ..config import GovernorConfig
+from ..core import Call, GovernorCore, Granted, Refreshed, Renewed
 from ..errors import GovernorError, GovernorUnavailable, map_errors
-from ._compat import Event, Lock, Semaphore, Worker, sleep
+from ._compat import Event, Lock, Worker, sleep
 
 if TYPE_CHECKING:
-    from .governor import AsyncGovernor
     from .lease import AsyncLease
+
+T = TypeVar("T")
 
 log = logging.getLogger("governor")
 
@@ -34,6 +37,38 @@ log = logging.getLogger("governor")
 LISTEN_SLICE = 0.25
 #: ids per refresh or renew call, so no single script call grows unbounded
 BATCH = 500
+
+
+class Governed(Protocol):
+    """The governor as its background worker sees it: these members only."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config(self) -> GovernorConfig: ...
+
+    @property
+    def keys(self) -> Any: ...
+
+    @property
+    def client(self) -> Any: ...
+
+    #: aclose() was called: the worker stops
+    _closed: bool
+
+    async def _execute(self, call: Call[T], *, slot: bool = True) -> T:
+        """Run one script (``slot=False``: outside the callers' connections)."""
+        ...
+
+    async def _learn_config(self) -> None:
+        """Read the stored config anew (an operator changed it)."""
+        ...
+
+    def _forked(self) -> None:
+        """In a child forked from the process that made the governor: its
+        per-process limits anew (the parent's threads may hold them)."""
+        ...
 
 
 class _Waiter:
@@ -53,13 +88,16 @@ class _Waiter:
         self.error: GovernorError | None = None
         self.reason = ""
         self.position = -1
+        #: its acquire had a slot to go out on (until then, Redis has not heard of it)
+        self.sent = False
 
 
 class _Background:
     """Listens for grants, refreshes waiters, renews leases: one per governor."""
 
-    def __init__(self, governor: AsyncGovernor) -> None:
+    def __init__(self, governor: Governed, core: GovernorCore) -> None:
         self._gov = governor
+        self._core = core
         self._lock = Lock()
         self._waiters: dict[str, _Waiter] = {}
         self._leases: dict[str, AsyncLease] = {}
@@ -123,8 +161,7 @@ class _Background:
         self._listening = Event()
         self._attempted = Event()
         self._failing = False
-        self._gov._local = Semaphore(self._gov.config.local_capacity)
-        self._gov._slots = Semaphore(self._gov.config.redis_connections)
+        self._gov._forked()
 
     def state_lost(self) -> None:
         """The state was re-created: renew (and so re-register) leases at once."""
@@ -235,7 +272,7 @@ class _Background:
         """A message on the channel: grants; admission held back for a while
         (returns the seconds until this process's waiters should ask again);
         or a new state whose holders must re-register now."""
-        wake = self._gov._core.parse_wake(data)
+        wake = self._core.parse_wake(data)
         if wake.config_changed:  # learn it anew, at the worker's next turn
             self._learn_config = True
             return 0.0
@@ -267,8 +304,8 @@ class _Background:
         hint = poll
         for start in range(0, len(ids), BATCH):
             chunk = ids[start : start + BATCH]
-            sent_at = self._gov._core.local_now()
-            result: Refreshed = await self._gov._execute(self._gov._core.refresh(chunk), slot=False)
+            sent_at = self._core.local_now()
+            result: Refreshed = await self._gov._execute(self._core.refresh(chunk), slot=False)
             if result.hint > 0:
                 hint = min(hint, result.hint + 0.001)
             with self._lock:
@@ -278,10 +315,10 @@ class _Background:
                         waiter.granted = Granted(fence, result.epoch, remaining)
                         waiter.deadline = sent_at + remaining
                         waiter.event.set()
-                for lease_id in result.queued:
+                for lease_id, (position, why) in result.queued.items():
                     waiter = self._waiters.get(lease_id)
                     if waiter is not None:
-                        waiter.confirmed_at, waiter.reason = sent_at, result.reason
+                        waiter.confirmed_at, waiter.reason, waiter.position = sent_at, why, position
                 for lease_id in result.unknown:
                     waiter = self._waiters.get(lease_id)
                     if waiter is not None:
@@ -294,8 +331,8 @@ class _Background:
             leases = [lease for lease in self._leases.values() if not lease.lost and not lease.released]
         for start in range(0, len(leases), BATCH):
             chunk = leases[start : start + BATCH]
-            sent_at = self._gov._core.local_now()
-            call = self._gov._core.renew([(lease.id, lease.epoch, lease.holder) for lease in chunk])
+            sent_at = self._core.local_now()
+            call = self._core.renew([lease._renewal() for lease in chunk])
             result: Renewed = await self._gov._execute(call, slot=False)
             by_id = {lease.id: lease for lease in chunk}
             for lease_id in result.ok:
@@ -303,7 +340,7 @@ class _Background:
             for lease_id, fence in result.adopted.items():
                 lease = by_id[lease_id]
                 if lease.released:  # released while this renewal was on its way: undo the adoption
-                    await self._gov._execute(self._gov._core.release(lease_id), slot=False)
+                    await self._gov._execute(self._core.release(lease_id), slot=False)
                     continue
                 lease.fence, lease.epoch = fence, result.epoch
                 lease._deadline = sent_at + self._gov.config.lease_ttl

@@ -12,6 +12,7 @@ Redis's errors become the governor's (:func:`governor.errors.map_errors`).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, TypeVar
 
 import redis.asyncio as redis_client
@@ -25,6 +26,7 @@ from ..core import Call, text
 from ..errors import (
     ConfigError,
     GovernorUnavailable,
+    Migrating,
     NotReplicated,
     WrongKeyType,
     WrongNode,
@@ -34,6 +36,7 @@ from ..errors import (
 )
 from ..protocol import GovernorKeys, ms
 from ..scripts import MISSING_FUNCTION, function_name, library, library_name, locate
+from ._compat import sleep
 
 log = logging.getLogger("governor")
 T = TypeVar("T")
@@ -121,6 +124,8 @@ class Connection:
         #: from_url's URL and options, to switch to a cluster client when redirected
         self.url: str | None = None
         self.options: dict[str, Any] = {}
+        #: (time.monotonic(), what happened) of the last grant or renewal the replicas did not confirm
+        self.unconfirmed: tuple[float, str] | None = None
 
     def own(self, url: str, options: dict[str, Any]) -> None:
         """The client was made from ``url`` (:func:`client_from_url`) for this
@@ -131,28 +136,83 @@ class Connection:
 
     async def run(self, call: Call[T]) -> Any:
         """Run one function of the library and parse its reply; the errors of
-        Redis become the governor's (a library fault names its Lua file and line)."""
+        Redis become the governor's (a library fault names its Lua file and
+        line). A cluster slot that is migrating is asked again for up to
+        ``redis_timeout``."""
+        give_up = time.monotonic() + self._config.redis_timeout
+        pause = 0.005
+        while True:
+            try:
+                return await self._run_once(call)
+            except Migrating:
+                if time.monotonic() + pause > give_up:
+                    raise
+                await sleep(pause)
+                pause = min(pause * 2, 0.1)
+
+    async def _run_once(self, call: Call[T]) -> Any:
         try:
             with map_errors(self._name, locate):
                 reply, confirmed = await self._send(call)
         except WrongKeyType as error:
             raise await self._which_key(error) from error
-        except WrongNode:
+        except Migrating as error:
+            # a standalone client of from_url redirected by ASK: a cluster client follows it
             if self.url is None or isinstance(self.client, redis_cluster.RedisCluster):
                 raise
+            if not isinstance(error.__cause__, redis.exceptions.AskError):
+                raise
             await self._switch_to_cluster()
-            return await self.run(call)
+            return await self._run_once(call)
+        except WrongNode as error:
+            if isinstance(self.client, redis_cluster.RedisCluster):  # the slot moved: the client follows it
+                raise Migrating(
+                    f"governor {self._name!r}: the governor's cluster slot moved to another node ({error}); "
+                    "retried until the caller's timeout",
+                    name=self._name,
+                ) from error
+            if self.url is None:
+                raise
+            await self._switch_to_cluster()
+            return await self._run_once(call)
         result = call.parse(reply)
-        if not confirmed:
+        if confirmed is not True:
+            what = (
+                f"grants are not confirmed: {call.script} was acknowledged by {confirmed} of "
+                f"wait_replicas={self._config.wait_replicas} replica(s) within replica_timeout="
+                f"{duration(self._config.replica_wait)}"
+            )
+            self.unconfirmed = (time.monotonic(), what)
             raise NotReplicated(
-                f"governor {self._name!r}: {call.script} was not confirmed by {self._config.wait_replicas} "
-                f"replica(s) within {duration(self._config.redis_timeout / 2)}",
+                f"governor {self._name!r}: {what}. The replicas lag more than that, or fewer are connected: check "
+                "`INFO replication` on the primary (connected_slaves, each replica's lag); raise replica_timeout "
+                "(below redis_timeout and lease_ttl / 3) or lower wait_replicas. The grant was given back",
                 name=self._name,
             )
+        if call.confirm and self._config.wait_replicas:
+            self.unconfirmed = None
         return result
 
-    async def _send(self, call: Call[T], reload: bool = True) -> tuple[Any, bool]:
-        """The function's reply, and whether the replicas confirmed it: with
+    async def run_settled(self, call: Call[T]) -> Any:
+        """:meth:`run`; a cluster slot that is migrating is asked again for up to ``redis_timeout``."""
+        give_up = time.monotonic() + self._config.redis_timeout
+        pause = 0.005
+        while True:
+            try:
+                return await self.run(call)
+            except Migrating:
+                if time.monotonic() + pause > give_up:
+                    raise
+                await sleep(pause)
+                pause = min(pause * 2, 0.1)
+
+    def unconfirmed_within(self, seconds: float) -> str | None:
+        """What the replicas last failed to confirm, if within ``seconds``."""
+        last = self.unconfirmed
+        return last[1] if last is not None and time.monotonic() - last[0] < seconds else None
+
+    async def _send(self, call: Call[T], reload: bool = True) -> tuple[Any, bool | int]:
+        """The function's reply, and True when the replicas confirmed it (else how many did): with
         ``wait_replicas``, a call whose answer is relied on (a grant, a
         renewal) goes in one pipeline with a ``WAIT`` on the same connection.
         A server that lost the library (a restart, FUNCTION FLUSH, a new
@@ -165,15 +225,15 @@ class Connection:
                 return await self.client.fcall(*command), True
             pipe = self.client.pipeline(transaction=False)
             pipe.fcall(*command)
-            # Half of redis_timeout, so a slow replica is told apart from a hung Redis.
-            pipe.execute_command("WAIT", replicas, ms(self._config.redis_timeout / 2))
+            # Below redis_timeout (GovernorConfig checks), so a slow replica is told apart from a hung Redis.
+            pipe.execute_command("WAIT", replicas, ms(self._config.replica_wait))
             reply, acknowledged = await pipe.execute()
         except redis.exceptions.ResponseError as error:
             if not reload or MISSING_FUNCTION not in str(error):
                 raise
             await self._load_library()
             return await self._send(call, reload=False)
-        return reply, int(acknowledged) >= replicas
+        return reply, True if int(acknowledged) >= replicas else int(acknowledged)
 
     async def _load_library(self) -> None:
         """Load the library (on every primary of a cluster) when Redis said a
@@ -212,6 +272,11 @@ class Connection:
                 if actual not in ("none", expected):
                     return wrong_key_type(f"{key} is a {actual}, expected a {expected}", self._name)
         return error
+
+    async def read(self, key: str) -> Any:
+        """A hash of the governor (HGETALL), read without a script."""
+        with map_errors(self._name):
+            return await self.client.hgetall(key)
 
     async def aclose(self) -> None:
         """Close the client if it is the governor's own."""

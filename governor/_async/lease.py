@@ -13,13 +13,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ..budgets import Tokens
-from ..core import Place
+from ..core import Ask, Place
 from ..errors import ConfigError, GovernorError
 
 if TYPE_CHECKING:
     from .governor import AsyncGovernor
 
-NO_TOKENS = Tokens()
 log = logging.getLogger("governor")
 
 
@@ -53,21 +52,19 @@ class AsyncLease:
         lease_id: str,
         fence: int,
         epoch: str,
-        holder: str,
         deadline: float,
+        ask: Ask,
         local: bool = False,
-        tokens: Tokens = NO_TOKENS,
-        place: Place | None = None,
     ) -> None:
         self._governor = governor
         self.id = lease_id  #: unguessable lease id (also its key in Redis)
         self.fence = fence  #: monotonically increasing fencing token (0 for a local lease)
         self.epoch = epoch  #: the state incarnation the lease belongs to
-        self.holder = holder  #: label shown to operators
-        self.tokens = tokens  #: what the lease reserved from the budgets (settled by its report)
-        where = place if place is not None else governor._core.place()
-        self.priority = where.priority  #: the priority class it waited in
-        self.tenant = where.tenant  #: the tenant whose share it counts in
+        self.holder = ask.holder  #: label shown to operators
+        self.tokens = ask.tokens  #: what the lease reserved from the budgets (settled by its report)
+        self.priority = ask.place.priority  #: the priority class it waited in
+        self.tenant = ask.place.tenant  #: the tenant whose share it counts in
+        self._place = ask.place
         #: admitted by the local fallback limit while Redis was unreachable
         #: (``on_unavailable="local"``); registered in Redis once it answers again
         self.local = local
@@ -80,6 +77,10 @@ class AsyncLease:
     @property
     def governor(self) -> AsyncGovernor:
         return self._governor
+
+    def _renewal(self) -> tuple[str, str, str, Place, Tokens]:
+        """What its renewal carries: a new state adopts it with its place and reservation."""
+        return (self.id, self.epoch, self.holder, self._place, self.tokens)
 
     @property
     def lost(self) -> bool:

@@ -53,8 +53,10 @@ class Semaphore:
     def __init__(self, value: int) -> None:
         self._semaphore = threading.Semaphore(value)
 
-    def acquire(self, timeout: float | None) -> bool:
-        """Take a unit within ``timeout`` seconds (None: wait); True if taken."""
+    def acquire(self, timeout: float | None, urgent: bool = False) -> bool:
+        """Take a unit within ``timeout`` seconds (None: wait); True if taken.
+        ``urgent`` is the asyncio version's (threads are not cancelled in
+        crowds, so their order is the threading module's)."""
         return self._semaphore.acquire(timeout=timeout)
 
     def release(self) -> None:

@@ -9,6 +9,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import redis.cluster as redis_cluster
@@ -20,13 +21,13 @@ from ..config import GovernorConfig, RetryPolicy
 from ..core import (
     MISSING,
     UNSET,
+    Ask,
     Call,
     Clock,
     Denied,
     GovernorCore,
     Granted,
     Outcome,
-    Place,
     Queued,
     Status,
     _Unset,
@@ -38,18 +39,18 @@ from ..errors import (
     GovernorError,
     GovernorNotFound,
     GovernorUnavailable,
+    HashMissing,
     LeaseLost,
     NotReplicated,
     StateError,
     duration,
-    map_errors,
 )
-from ..headers import parse as parse_headers
+from ..headers import budget_limits
 
 from ._compat import Semaphore, shielded
 from .background import _Background, _Waiter
 from .connection import Connection, client_from_url
-from .lease import NO_TOKENS, Lease, _holder_label
+from .lease import Lease, _holder_label
 from .retry import retry_call, retry_decorator
 
 log = logging.getLogger("governor")
@@ -87,7 +88,7 @@ class Governor:
                 "wait_replicas is not supported on a Redis Cluster client (WAIT needs the primary's connection)"
             )
         self._closed = False
-        self._background = _Background(self)
+        self._background = _Background(self, self._core)
         self._local = Semaphore(self._core.config.local_capacity)
         #: callers' script calls in progress, at most redis_connections at once
         self._slots = Semaphore(self._core.config.redis_connections)
@@ -176,20 +177,18 @@ class Governor:
         self._check_open()
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise ConfigError(f"timeout must be None or seconds >= 0, got {timeout!r}")
-        label = _holder_label(holder)
-        reserve = Tokens.of(tokens)
-        place = self._core.place(priority, tenant)
+        ask = self._ask(holder, tokens, priority, tenant)
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
         lease = None
         while lease is None:
             try:
-                lease = self._acquire_shared(label, deadline, timeout, reserve, place)
+                lease = self._acquire_shared(ask, deadline, timeout)
             except GovernorUnavailable as error:
                 if self.config.on_unavailable != "local":
                     raise
                 # None: no local permit within a poll; Redis may answer again
-                lease = self._acquire_local(label, deadline, error, slice_=self.config.poll, place=place)
+                lease = self._acquire_local(ask, deadline, error, slice_=self.config.poll)
         try:
             events.emit(events.Admitted(self.name, time.monotonic() - started, lease.local))
         except BaseException:  # interrupted here, the lease never reaches the caller: give it back
@@ -197,15 +196,17 @@ class Governor:
             raise
         return lease
 
-    def _acquire_shared(
-        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens, place: Place
-    ) -> Lease:
+    def _ask(self, holder: str | None, tokens: Tokens | int | None, priority: str | None, tenant: str | None) -> Ask:
+        """The public arguments of an acquire, checked, as one value."""
+        return Ask(_holder_label(holder), Tokens.of(tokens), self._core.place(priority, tenant))
+
+    def _acquire_shared(self, ask: Ask, deadline: float | None, timeout: float | None) -> Lease:
         while True:
-            lease_id, granted, expires = self._wait_for_grant(label, deadline, timeout, tokens, place)
+            lease_id, granted, expires = self._wait_for_grant(ask, deadline, timeout)
             try:
-                claimed = self._claim(lease_id, granted, expires, label)
+                claimed = self._claim(lease_id, granted, expires, ask)
                 if claimed is not None:
-                    return self._hold(lease_id, *claimed, label=label, tokens=tokens, place=place)
+                    return self._hold(lease_id, *claimed, ask)
             except NotReplicated:
                 shielded(self._abandon(lease_id))  # Redis answers: give the grant back
                 raise
@@ -218,7 +219,7 @@ class Governor:
             # past the TTL): queue again, under a new id.
 
     def _wait_for_grant(
-        self, label: str, deadline: float | None, timeout: float | None, tokens: Tokens, place: Place
+        self, ask: Ask, deadline: float | None, timeout: float | None
     ) -> tuple[str, Granted, float]:
         """Queue (or be admitted at once); the grant and the local time by
         which it surely lives."""
@@ -227,13 +228,14 @@ class Governor:
         try:
             self._background.start(wait_listening=True, timeout=timeout)
             sent_at = self._core.local_now()
-            result = self._execute(self._core.acquire(lease_id, label, wait=True, tokens=tokens, place=place))
+            call = self._core.acquire(lease_id, ask.holder, wait=True, tokens=ask.tokens, place=ask.place)
+            result = self._execute(call, sending=waiter)
             waiter.enqueued, waiter.confirmed_at = True, sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             while not isinstance(result, Granted):
                 if isinstance(result, Queued):
                     waiter.reason, waiter.position = result.reason, result.position
-                result, expires = self._wait_turn(waiter, deadline, timeout, label, tokens, place)
+                result, expires = self._wait_turn(waiter, deadline, timeout, ask)
             return lease_id, result, expires
         except NotReplicated:
             shielded(self._abandon(lease_id))  # Redis answers: give the place or grant back
@@ -241,12 +243,13 @@ class Governor:
         except GovernorUnavailable:
             raise  # no use telling an unreachable Redis; the place and any grant expire by TTL
         except BaseException:
-            shielded(self._abandon(lease_id))
+            if waiter.sent:  # cancelled before its acquire was sent: Redis never heard of it
+                shielded(self._abandon(lease_id))
             raise
         finally:
             self._background.remove_waiter(lease_id)
 
-    def _claim(self, lease_id: str, granted: Granted, expires: float, label: str) -> tuple[Granted, float] | None:
+    def _claim(self, lease_id: str, granted: Granted, expires: float, ask: Ask) -> tuple[Granted, float] | None:
         """Take a grant. One that may expire before the heartbeat's next
         renewal (its waiter stalled, or heard of it late) is renewed first,
         and so is one announced on pub/sub when replicas must confirm it:
@@ -255,7 +258,7 @@ class Governor:
         if expires - self._core.local_now() > self.config.renew_interval and not (pushed and self.config.wait_replicas):
             return granted, expires
         sent_at = self._core.local_now()
-        renewed = self._execute(self._core.renew([(lease_id, granted.epoch, label)]))
+        renewed = self._execute(self._core.renew([(lease_id, granted.epoch, ask.holder, ask.place, ask.tokens)]))
         expires = sent_at + self.config.lease_ttl
         if lease_id in renewed.ok:
             return granted, expires
@@ -264,12 +267,7 @@ class Governor:
         return None
 
     def _acquire_local(
-        self,
-        label: str,
-        deadline: float | None,
-        error: GovernorUnavailable,
-        slice_: float | None = None,
-        place: Place | None = None,
+        self, ask: Ask, deadline: float | None, error: GovernorUnavailable, slice_: float | None = None
     ) -> Lease | None:
         """The fallback while Redis is unreachable: a per-process limit of
         ``local_capacity``; the heartbeat registers these leases in Redis as
@@ -288,20 +286,21 @@ class Governor:
                 name=self.name,
             ) from error
         log.warning("governor %r: Redis unreachable, admitting under the local limit: %s", self.name, error)
-        lease = self._hold(new_id(), Granted(0, LOCAL_EPOCH), math.inf, label=label, local=True, place=place)
+        lease = self._hold(new_id(), Granted(0, LOCAL_EPOCH), math.inf, ask, local=True)
         self._background.start(wait_listening=False)
         return lease
 
     def _wait_turn(
-        self, waiter: _Waiter, deadline: float | None, timeout: float | None, label: str, tokens: Tokens, place: Place
+        self, waiter: _Waiter, deadline: float | None, timeout: float | None, ask: Ask
     ) -> tuple[Granted | Queued | Denied, float]:
         """Wait for the background worker's news: a grant (and the local time
         by which it surely lives), or the next step."""
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
+            where = "parked at its tenant's cap" if waiter.position < 0 else f"{waiter.position} ahead"
             raise AcquireTimeout(
                 f"governor {self.name!r}: no lease within {duration(timeout or 0.0)} "
-                f"({waiter.reason or 'queued'}; {waiter.position} ahead at last look)",
+                f"({waiter.reason or 'queued'}; {where} at last look)",
                 name=self.name,
             )
         slice_ = self.config.queue_ttl if remaining is None else min(remaining, self.config.queue_ttl)
@@ -314,9 +313,10 @@ class Governor:
         if waiter.retry:
             waiter.retry = False
             sent_at = self._core.local_now()
-            result = self._execute(
-                self._core.acquire(waiter.lease_id, label, wait=True, fresh=False, tokens=tokens, place=place)
+            call = self._core.acquire(
+                waiter.lease_id, ask.holder, wait=True, fresh=False, tokens=ask.tokens, place=ask.place
             )
+            result = self._execute(call)
             waiter.confirmed_at = sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             return result, expires
@@ -327,7 +327,7 @@ class Governor:
         """Give up a place or a grant; never raises (the TTLs clean up after us).
         Returns what was given up: 'queued', 'granted', 'none' or 'failed'."""
         try:
-            return self._execute(self._core.cancel(lease_id))
+            return self._execute(self._core.cancel(lease_id), urgent=True)
         except GovernorError as error:
             log.warning(
                 "governor %r: cancel of %s failed (%s); its place expires by itself", self.name, lease_id, error
@@ -346,20 +346,19 @@ class Governor:
         ``tokens``) and nobody is queued, else None (``priority`` and
         ``tenant`` as for :meth:`acquire`: the lease counts in them)."""
         self._check_open()
-        label = _holder_label(holder)
-        reserve = Tokens.of(tokens)
-        place = self._core.place(priority, tenant)
+        ask = self._ask(holder, tokens, priority, tenant)
         lease_id = new_id()
         sent_at = self._core.local_now()
         try:
-            result = self._execute(self._core.acquire(lease_id, label, wait=False, tokens=reserve, place=place))
+            call = self._core.acquire(lease_id, ask.holder, wait=False, tokens=ask.tokens, place=ask.place)
+            result = self._execute(call)
         except GovernorUnavailable as error:
             if isinstance(error, NotReplicated):
                 shielded(self._abandon(lease_id))  # Redis answers: give the grant back
             if self.config.on_unavailable != "local":
                 raise
             try:
-                return self._acquire_local(label, time.monotonic(), error, place=place)
+                return self._acquire_local(ask, time.monotonic(), error)
             except AcquireTimeout:
                 return None
         except BaseException:
@@ -367,25 +366,13 @@ class Governor:
             raise
         if not isinstance(result, Granted):
             return None
-        lease = self._hold(
-            lease_id, result, sent_at + (result.remaining or 0.0), label=label, tokens=reserve, place=place
-        )
+        lease = self._hold(lease_id, result, sent_at + (result.remaining or 0.0), ask)
         self._background.start(wait_listening=False)
         return lease
 
-    def _hold(
-        self,
-        lease_id: str,
-        granted: Granted,
-        deadline: float,
-        *,
-        label: str,
-        local: bool = False,
-        tokens: Tokens = NO_TOKENS,
-        place: Place | None = None,
-    ) -> Lease:
+    def _hold(self, lease_id: str, granted: Granted, deadline: float, ask: Ask, local: bool = False) -> Lease:
         """The lease of a grant, renewed by the background worker from now on."""
-        lease = Lease(self, lease_id, granted.fence, granted.epoch, label, deadline, local, tokens, place)
+        lease = Lease(self, lease_id, granted.fence, granted.epoch, deadline, ask, local)
         return self._background.add_lease(lease)
 
     def _forget(self, lease: Lease) -> bool:
@@ -405,7 +392,7 @@ class Governor:
         if not self._forget(lease):
             return False
         # Shielded: a caller cancelled while releasing must not leak the slot.
-        shielded(self._execute(self._core.release(lease.id)))
+        shielded(self._execute(self._core.release(lease.id), urgent=True))
         return True
 
     # -- calls under the limit --------------------------------------------------------------
@@ -470,11 +457,14 @@ class Governor:
         release: bool = False,
         usage: Tokens | None = None,
         headers: Mapping[str, str] | None = None,
+        refusals_count: bool = True,
     ) -> None:
         """Feed one provider outcome to the fleet's policy and budgets.
 
         ``retry_after`` (seconds, rate-limited only) holds the whole fleet
-        until then, capped by ``config.retry_after_cap``. Pass the ``lease``
+        until then, capped by ``config.retry_after_cap``; with
+        ``QUOTA_EXHAUSTED`` it is when a per-day quota comes back, which the
+        decision log records. Pass the ``lease``
         the call ran under: the adaptive policy then knows which admission
         wave the outcome belongs to. A lease that has been lost is fenced off:
         nothing is recorded and LeaseLost is raised. ``release=True`` also
@@ -482,11 +472,18 @@ class Governor:
         call used) settles the lease's reservation; ``headers`` (the
         response's) calibrate the budgets from the provider's rate-limit
         headers (governor/headers.py; unreadable ones change nothing and are
-        counted, never raised).
+        counted, never raised). A rate-limited outcome clamps the fleet's
+        buckets to 0 (as a remaining of 0 would) unless its headers say what
+        remains; ``refusals_count`` (the provider profile's) says whether the
+        provider counted the refused call: its reservation is then spent,
+        else given back before the clamp. A usage beyond MAX_USAGE raises
+        UsageTooLarge.
         """
         if usage is not None and not isinstance(usage, Tokens):
             raise ConfigError(f"usage must be a Tokens (input and output tokens) or None, got {usage!r}")
-        limits = self._limits(headers)
+        if usage is not None:
+            usage.as_usage()  # before the lease is given up: a refused report changes nothing
+        limits = None if headers is None else budget_limits(headers, self.name)
         if lease is not None and lease._governor is not self:
             raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
         if release and lease is None:
@@ -497,10 +494,19 @@ class Governor:
             if not lease.released:  # a lease released before its report is not checked
                 lease_id = lease.id
         releasing = release and lease is not None and self._forget(lease)
-        call = self._core.report(outcome, retry_after, lease_id, fence, release=releasing, usage=usage, limits=limits)
+        call = self._core.report(
+            outcome,
+            retry_after,
+            lease_id,
+            fence,
+            release=releasing,
+            usage=usage,
+            limits=limits,
+            refusals_count=refusals_count,
+        )
         try:
             # Shielded when it releases: a caller cancelled meanwhile must not leak the slot.
-            recorded = shielded(self._execute(call)) if releasing else self._execute(call)
+            recorded = shielded(self._execute(call, urgent=True)) if releasing else self._execute(call)
         except GovernorUnavailable as error:
             if self.config.on_unavailable != "local":
                 raise
@@ -514,15 +520,6 @@ class Governor:
                 name=self.name,
             )
 
-    def _limits(self, headers: Mapping[str, str] | None) -> dict[str, tuple[int | None, int | None]] | None:
-        """A response's rate-limit headers as budget kind -> (limit, remaining)."""
-        if headers is None:
-            return None
-        read = parse_headers(headers)
-        if read.malformed:
-            events.emit(events.MalformedHeaders(self.name, read.malformed))
-        return {kind: (figures.limit, figures.remaining) for kind, figures in read.budgets.items()}
-
     def probe(self) -> Status:
         """Time-driven recovery: reclaim expired leases, lift a drained pause,
         admit waiters; returns the status."""
@@ -531,14 +528,18 @@ class Governor:
     def status(self, *, create: bool = True) -> Status:
         """The governor's state, read-only in Redis. A governor that does not
         exist yet is created from this object's config, unless ``create`` is
-        False: then GovernorNotFound is raised (what operator tools want)."""
-        return self._found(self._execute(self._core.status(create)))
+        False: then GovernorNotFound is raised (what operator tools want).
+        While this object's grants are not confirmed by ``wait_replicas``
+        replicas, ``blocked`` says so."""
+        status = self._found(self._execute(self._core.status(create)))
+        unconfirmed = self._connection.unconfirmed_within(self.config.lease_ttl)
+        if unconfirmed is not None:
+            status = replace(status, blocked=unconfirmed + (f"; {status.blocked}" if status.blocked else ""))
+        return status
 
     def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
-        """Change the ceiling, keeping what the policy learnt: a lower one
-        applies at once, a higher one the adaptive policy approaches as it
-        approaches any (seed, fixed: capacity at it at once); while paused,
-        the resume uses it."""
+        """Change the ceiling, keeping what the policy learnt: a lower one applies at once, a higher
+        one the adaptive policy approaches (seed, fixed: at once); while paused, the resume uses it."""
         return self._found(self._execute(self._core.set_max_capacity(n, create)))
 
     def set_shares(
@@ -568,15 +569,17 @@ class Governor:
         ``resume()`` or for ``duration`` seconds."""
         return self._found(self._execute(self._core.pause(reason, duration, create)))
 
-    def resume(self, *, create: bool = True) -> Status:
-        """Lift any pause and any Retry-After hold."""
-        return self._found(self._execute(self._core.resume(create)))
+    def resume(self, *, lift_recovery_hold: bool = False, create: bool = True) -> Status:
+        """Lift any pause and any Retry-After hold. A recovery hold (after a
+        loss: ``Status.hold_until``) stays unless ``lift_recovery_hold``:
+        holders from before the loss may still run unseen until it ends."""
+        return self._found(self._execute(self._core.resume(create, lift_recovery_hold)))
 
     def reset(self, *, create: bool = True) -> Status:
-        """Forget what the policy learnt (window, pause, hold, adaptive memory);
-        capacity goes back to max_capacity (the adaptive policy: to its slow
-        start from the resume level). The stored config, holders and
-        waiters are kept."""
+        """Forget what the policy learnt (window, pause, Retry-After hold,
+        adaptive memory); capacity goes back to max_capacity (the adaptive
+        policy: to its slow start from the resume level). The stored config,
+        holders, waiters and a recovery hold are kept."""
         return self._found(self._execute(self._core.reset(with_config=False, create=create)))
 
     def configure(self, *, create: bool = True) -> Status:
@@ -599,16 +602,25 @@ class Governor:
 
     # -- plumbing -----------------------------------------------------------------
 
-    def _execute(self, call: Call[T], *, slot: bool = True) -> T:
+    def _execute(
+        self, call: Call[T], *, slot: bool = True, sending: _Waiter | None = None, urgent: bool = False
+    ) -> T:
         """Run one script; when the state is missing, re-create it and run
         again. ``slot``: a caller's call, one of at most ``redis_connections``
-        at once (the background worker has a connection of its own)."""
+        at once (the background worker has a connection of its own).
+        ``sending``: the waiter whose id the call carries, marked sent once
+        the call has its slot (a caller cancelled before has nothing to give
+        back). ``urgent``: a call that gives a slot back (release, cancel, a
+        releasing report) goes ahead of the callers waiting for a slot, so a
+        crowd of new acquires never holds up the capacity they wait for."""
         if slot:
-            self._slots.acquire(None)
+            self._slots.acquire(None, urgent=urgent)
+        if sending is not None:
+            sending.sent = True
         try:
             if call.recreate and self._core.stored_config is None:
                 self._init()  # the first call learns the stored config (or creates the state)
-            result = self._connection.run(call)
+            result = self._run_repaired(call)
             if result is MISSING:
                 if not call.recreate:
                     return call.if_missing  # type: ignore[no-any-return]
@@ -620,6 +632,15 @@ class Governor:
         finally:
             if slot:
                 self._slots.release()
+
+    def _run_repaired(self, call: Call[T]) -> Any:
+        """Run ``call``; a config or policy hash lost while the state stayed
+        is stored again (init) and the call made again."""
+        try:
+            return self._connection.run_settled(call)
+        except HashMissing:
+            self._init()
+            return self._connection.run_settled(call)
 
     def _init(self) -> str:
         """Create the state if it is missing (init.lua) and learn the stored
@@ -634,9 +655,13 @@ class Governor:
         """The stored config anew, after an operator changed it: read from
         the config hash, never created (init here could re-create a state
         lost meanwhile from the config this object held before the change)."""
-        with map_errors(self.name):
-            stored = self._connection.client.hgetall(self._core.keys.config)
-        self._core.learn_stored_config(stored)
+        self._core.learn_stored_config(self._connection.read(self._core.keys.config))
+
+    def _forked(self) -> None:
+        """In a child forked from the process that made this object: this process's
+        own local and connection limits (the parent's threads may hold its semaphores)."""
+        self._local = Semaphore(self._core.config.local_capacity)
+        self._slots = Semaphore(self._core.config.redis_connections)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -19,7 +19,17 @@ from ..policies import POLICY_NAMES, REGISTRY, Policy
 from ..protocol import MAX_CAP, MAX_CAPACITY, MAX_WEIGHT, STATUS_FIELDS, ms, validate_tenant
 from ..views import SharesSettings
 from .app import App, F, command, fail, global_options, json_option, pass_app
-from .render import aging_line, emit_json, shown, span, state_line, status_dict, weights_line, when
+from .render import (
+    aging_line,
+    emit_json,
+    recovery_hold_line,
+    shown,
+    span,
+    state_line,
+    status_dict,
+    weights_line,
+    when,
+)
 
 #: status reply fields that traffic moves between any two reads: not compared
 MOVING = ("now", "epoch", "created", "fence", "in_flight", "queued", "quota_exhausted", "quota_at")
@@ -28,13 +38,15 @@ COMPARED = tuple(f for f in STATUS_FIELDS if f not in MOVING)
 #: the Status attribute of a status reply field where the two differ, and the reply's unit
 ATTRIBUTE: dict[str, tuple[str, Callable[[float], Any]]] = {"window_ms": ("window", ms)}
 #: the status fields that are times (Status: Unix seconds or None)
-TIMES = ("paused_until", "not_before")
+TIMES = ("paused_until", "not_before", "hold_until")
 
 
 def compared(status: Status, field: str) -> Any:
     """A status field as the status reply names it."""
     if field == "not_before" and not status.holding:
         return None  # a hold that is over holds nobody: clearing it changes nothing
+    if field in ("hold_until", "hold_reason") and not status.recovery_hold:
+        return None
     if field == "budgets":  # a bucket's level refills and leases reserve all the time: not a change
         return tuple(f"{b.kind} {b.limit}/min (burst {b.burst}, {b.source})" for b in status.budgets)
     attribute, convert = ATTRIBUTE.get(field, (field, lambda v: v))
@@ -93,6 +105,8 @@ def confirm_change(
     click.echo(f"  now: {state_line(after)}")
     if after.blocked:
         click.echo(f"  blocked: {after.blocked}")
+    if after.recovery_hold:
+        click.echo(f"  kept: {recovery_hold_line(after)}; `governor resume --lift-recovery-hold` ends it")
 
 
 DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -155,10 +169,17 @@ def pause(app: App, reason: str, duration: float | None, as_json: bool) -> None:
 @json_option
 @global_options()
 @pass_app
-def resume(app: App, as_json: bool) -> None:
-    """Lift any pause and any Retry-After hold."""
+@click.option(
+    "--lift-recovery-hold",
+    is_flag=True,
+    help="Also end the recovery hold after a loss: holders from before the loss may still run unseen until it ends.",
+)
+def resume(app: App, as_json: bool, lift_recovery_hold: bool) -> None:
+    """Lift any pause and any Retry-After hold; a recovery hold only with --lift-recovery-hold."""
     gov, before = app.existing()
-    confirm_change("resumed", before, gov.resume(create=False), as_json)
+    after = gov.resume(lift_recovery_hold=lift_recovery_hold, create=False)
+    action = "resumed" + (", recovery hold lifted" if lift_recovery_hold and before.recovery_hold else "")
+    confirm_change(action, before, after, as_json)
 
 
 @command()

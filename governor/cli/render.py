@@ -86,7 +86,11 @@ def status_dict(status: Status) -> dict[str, Any]:
 
 def blocked_line(status: Status) -> str:
     """Why a new caller waits, in the scripts' words, or that it does not."""
-    return status.blocked or "no: new callers are admitted"
+    if status.blocked:
+        return status.blocked
+    if status.held_back:
+        return f"not the default caller; held back: {status.held_back}"
+    return "no: new callers are admitted"
 
 
 def state_line(status: Status) -> str:
@@ -97,11 +101,24 @@ def state_line(status: Status) -> str:
         until = f" until {when(status.paused_until)}" if status.paused_until else ""
         return f"PAUSED by {who}{until} (new callers queue, holders keep running)"
     if state == "holding":
+        if status.recovery_hold and (status.hold_until or 0) >= (status.not_before or 0):
+            return f"HOLDING: {recovery_hold_line(status)}; new callers queue"
         left = (status.not_before or 0) - status.now
         return f"HOLDING until {when(status.not_before)} ({span(left)} left); new callers queue"
     if state == "full":
         return f"FULL: {status.in_flight} in flight of {status.capacity}, {status.queued} queued; new callers queue"
+    if state == "limited":
+        return (
+            f"LIMITED: {max(0, status.capacity - status.in_flight)} free slot(s), but not for every caller "
+            f"(held back: {status.held_back})"
+        )
     return f"OPEN: {max(0, status.capacity - status.in_flight)} free slot(s); new callers are admitted"
+
+
+def recovery_hold_line(status: Status) -> str:
+    """The recovery hold: until when, how long left, and why."""
+    left = (status.hold_until or 0) - status.now
+    return f"recovery hold until {when(status.hold_until)} ({span(left)} left): {status.hold_reason}"
 
 
 def budget_line(budget: Budget) -> str:

@@ -19,9 +19,31 @@ end
 
 -- Why a new caller would wait now ('' when it would be admitted).
 local function why_blocked()
+  local unusable = ORIGIN.status_why()  -- another server's state, a lost key (lib/origin.lua)
+  if unusable ~= '' then return unusable end
   local why = blocked(NO_TOKENS)
-  if not why and redis.call('ZCOUNT', K.waiters, LIVE, '+inf') > 0 then why = 'earlier callers are queued' end
+  -- (the queue: a waiter parked at its tenant's cap holds up nobody)
+  if not why and redis.call('ZCARD', K.queue) > 0 then why = 'earlier callers are queued' end
   return why or ''
+end
+
+-- Who cannot be admitted now while a new caller of the default place
+-- would be ('' when nobody, or when everyone waits: blocked says why):
+-- the classes below the highest when the reserve holds them, each capped
+-- tenant at its cap, in the admission rule's words, '; '-separated.
+-- O(capped tenants): for status only.
+local function held_back()
+  if blocked(NO_TOKENS) then return '' end
+  local out = {}
+  local lower = blocked(NO_TOKENS, {rank = 1})
+  if lower then out[#out + 1] = lower end
+  if C.tenant_caps ~= '' then
+    for tenant in string.gmatch(C.tenant_caps, '([^,=]+)=%d+') do
+      local why = blocked(NO_TOKENS, {rank = 0, tenant = tenant})
+      if why then out[#out + 1] = why end
+    end
+  end
+  return table.concat(out, '; ')
 end
 
 -- Each active budget: kind, limit, capacity (its burst, else its limit),
@@ -66,7 +88,8 @@ local function status_reply()
     queued = redis.call('ZCOUNT', K.waiters, LIVE, '+inf'), window_rate_limited = rl, window_attempts = total,
     window_ms = C.window_ms, streak = P.streak or 0, fence = S.fence, ceiling = P.ceiling or 0,
     quota_exhausted = S.quota_exhausted, quota_at = S.quota_at, created = S.created, blocked = why_blocked(),
-    budgets = budget_section(),
+    hold_until = S.hold_until or 0, hold_reason = S.hold_reason or '', ttl_max = S.ttl_max or 0,
+    held_back = held_back(), budgets = budget_section(),
   }
   local reply = {SCHEMA, 'status'}
   for _, name in ipairs(STATUS_FIELDS) do

@@ -1,7 +1,7 @@
 --[[ lib/admission.lua: the one admission rule, and a new lease.
 
 Uses lib/common.lua, lib/budgets.lua, lib/shares.lua.
-Defines: BUDGETS, never, blocked, add_lease.
+Defines: BUDGETS, never, blocked, waiting_on, add_lease.
 
 The rule: a caller is admitted when the governor is not paused, no hold
 runs (not_before), every budget has room for the lease's cost, and nobody
@@ -55,11 +55,12 @@ for i = 1, #BUDGET_KINDS do
       if on() then set_level(kind, budget_level(kind) - budget_cost(kind, tokens)) end
     end,
     never = function(tokens)
-      if not on() then return nil end
+      -- (a header's limit may rise again: a cost above it waits for a full bucket, oversize())
+      if not on() or S[kind .. '_source'] ~= 'configured' then return nil end
       local cost = budget_cost(kind, tokens)
       if cost > S[kind .. '_limit'] then
         return 'a cost of ' .. cost .. ' is above the ' .. kind .. ' budget\'s whole limit of '
-          .. S[kind .. '_limit'] .. ' per minute'
+          .. S[kind .. '_limit'] .. ' per minute (configured)'
       end
       return nil
     end}
@@ -104,9 +105,7 @@ local function blocked(tokens, place)
       return 'paused: ' .. S.pause_reason, hint
     end
   end
-  if NOW < S.not_before then
-    return 'holding until the provider\'s retry-after', S.not_before - NOW
-  end
+  if NOW < S.not_before then return ORIGIN.held(), S.not_before - NOW end  -- a Retry-After or a recovery hold
   local buckets = S.budgets ~= ''  -- none active: the token buckets are not asked
   for _, budget in ipairs(BUDGETS) do
     if buckets or not budget.bucket then
@@ -117,10 +116,28 @@ local function blocked(tokens, place)
   return nil, 0
 end
 
+-- What holds waiter `id` (queued or parked): the admission rule's reason
+-- for its own cost and place, else 'behind N earlier waiter(s)' (its rank
+-- in the queue), and a hint (ms). Needs prepare().
+local function waiting_on(id)
+  local m = record_parse(redis.call('HGET', K.holders, id))
+  local score = tonumber(redis.call('ZSCORE', K.queue, id))
+  local tokens, place = NO_TOKENS, nil
+  if m then
+    tokens, place = m.tokens, {rank = m.rank, tenant = m.tenant, aged = score ~= nil and score < QUEUE_BAND}
+  end
+  local why, hint = blocked(tokens, place)
+  if why then return why, hint end
+  local ahead = redis.call('ZRANK', K.queue, id) or 0
+  return 'behind ' .. ahead .. ' earlier waiter(s) of its class or above', 0
+end
+
 -- A new lease: the fence (HINCRBY, the first write), then its holder
 -- record, then its expiry; it takes its cost from every budget. A holders
 -- key of another type undoes the fence and fails, so nothing is left written.
-local function add_lease(id, ttl, holder, tokens, place)
+-- A lease of a cost above a header's limit is logged ('oversize': the
+-- caller has guarded events when announced_budgets()), unless `adopted`.
+local function add_lease(id, ttl, holder, tokens, place, adopted)
   if CALL.live == nil then CALL.live = in_flight() end
   local fence = redis.call('HINCRBY', K.state, 'fence', 1)
   local level = CALL.live + 1
@@ -134,6 +151,13 @@ local function add_lease(id, ttl, holder, tokens, place)
   hold(place)
   S.fence = fence
   local buckets = S.budgets ~= ''
+  if buckets and not adopted then
+    local kind, cost, limit = oversize(tokens)
+    if kind then
+      log('oversize', 'budget', kind, 'cost', cost, 'limit', limit, 'holder', holder,
+        'why', 'a cost above the announced limit: admitted on a full bucket, its response may raise the limit')
+    end
+  end
   for _, budget in ipairs(BUDGETS) do
     if buckets or not budget.bucket then budget.take(tokens) end
   end

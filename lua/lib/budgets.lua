@@ -2,7 +2,14 @@
 
 Uses lib/common.lua.
 Defines: KIND_OF, budget_fields, budget_cost, active_budgets,
-capacity_of, budget_level, set_level, settle, calibrate. A call reads the
+capacity_of, budget_level, set_level, settle, refused, reborn, oversize,
+announced_budgets, calibrate.
+
+Under faults and bad input: a level's debt is bounded to one capacity
+below 0 (set_level); a refused call never raises a level (refused); a
+state re-created after a loss starts each bucket empty (reborn); a cost
+above a header-announced limit waits for a full bucket rather than being
+refused for good (oversize; a configured ceiling still refuses it). A call reads the
 active kinds' fields once (CALL.active), only when some are active, so a
 governor without budgets pays one field (S.budgets).
 ]]
@@ -57,18 +64,72 @@ local function budget_level(kind)
   return math.min(level, capacity_of(kind))
 end
 
+-- A level is written here only: its debt is bounded to one capacity's
+-- worth below 0 (a bucket in debt is full again within two of its refills),
+-- so no charge, however large, stalls the fleet for longer.
 local function set_level(kind, level)
-  set('state', kind .. '_level', level)
+  set('state', kind .. '_level', math.max(level, -capacity_of(kind)))
   set('state', kind .. '_at', NOW)
 end
 
 -- A lease's report settles its reservation: what it did not use goes back,
--- what it used beyond is charged (a level may go below 0).
-local function settle(reserved, used)
+-- what it used beyond is charged (a level may go below 0, down to the
+-- debt bound). `spent`: a refused call the provider counted keeps its
+-- reservation (charged beyond it, never given back).
+local function settle(reserved, used, spent)
   for _, kind in ipairs(active_budgets()) do
     local delta = budget_cost(kind, reserved) - budget_cost(kind, used)
+    if spent then delta = math.min(delta, 0) end
     if delta ~= 0 then set_level(kind, math.min(budget_level(kind) + delta, capacity_of(kind))) end
   end
+end
+
+-- A rate-limited outcome: the provider's bucket is empty, so each active
+-- bucket whose level the report's headers did not announce (`announced`:
+-- kind -> true) is clamped to 0, as a remaining of 0 would. A refusal
+-- never raises a level, so refusals cannot admit one another in a loop.
+-- Needs C.log_length and the events key's type checked.
+local function refused(announced)
+  for _, kind in ipairs(active_budgets()) do
+    if not announced[kind] and budget_level(kind) > 0 then
+      set_level(kind, 0)
+      log('budget', 'budget', kind, 'limit', S[kind .. '_limit'], 'burst', S[kind .. '_burst'], 'level', 0,
+        'source', S[kind .. '_source'], 'why', 'rate-limited: clamped to 0')
+    end
+  end
+end
+
+-- A state created after a loss (init.lua): each active bucket starts empty,
+-- not full, since what the fleet spent in the last minute is not known;
+-- it refills at its limit. Needs C.log_length and the events key's type checked.
+local function reborn()
+  for _, kind in ipairs(active_budgets()) do
+    set_level(kind, 0)
+    log('budget', 'budget', kind, 'limit', S[kind .. '_limit'], 'burst', S[kind .. '_burst'], 'level', 0,
+      'source', S[kind .. '_source'], 'why', 'state lost: the bucket starts empty (the fleet\'s spending is not known)')
+  end
+end
+
+-- The first active budget whose limit a header announced (not a
+-- configured ceiling) and that a lease of `tokens` costs more than:
+-- kind, cost, limit; else nil. Such a lease goes in when the bucket is
+-- full (the provider's answer to it is the only way a higher limit is
+-- heard of), at most once per refill of the whole bucket.
+local function oversize(tokens)
+  for _, kind in ipairs(active_budgets()) do
+    local cost, limit = budget_cost(kind, tokens), S[kind .. '_limit']
+    if cost > limit and S[kind .. '_source'] ~= 'configured' then return kind, cost, limit end
+  end
+  return nil
+end
+
+-- Whether some active budget's limit came from a header (an admission may
+-- then log an oversize lease: its caller guards events).
+local function announced_budgets()
+  for _, kind in ipairs(active_budgets()) do
+    if S[kind .. '_source'] ~= 'configured' then return true end
+  end
+  return false
 end
 
 -- A response's rate-limit figures for one kind (limit and remaining, nil

@@ -30,6 +30,11 @@ Error replies (raised with error(msg, 0), mapped by governor/errors.py):
   GOVERNOR_BADARG <what>    a malformed argument (client bug or tampering)
   GOVERNOR_SCHEMA <found>   the state hash was written by another schema
   GOVERNOR_BADSTATE <what>  a stored state value is missing or out of range
+  GOVERNOR_MISSING <hash>   the config or policy hash is gone while the state
+                            is there: the client runs init.lua (which stores
+                            its config again) and calls again
+  GOVERNOR_LAYOUT <l> <min> the state's layout l admits clients of layout min
+                            and up only (lib/origin.lua)
 
 Cost. The library's tables and helpers are built once, at load; a call
 pays for each redis.call (about 5,000 server instructions), each stored
@@ -53,7 +58,10 @@ events, amortised.
 Schema. The schema version is in every key's name (governor.protocol
 SCHEMA_VERSION) and in the state's schema field, which init and the
 operator scripts check (GOVERNOR_SCHEMA), and so does any script that
-finds the state unreadable.
+finds the state unreadable. Within the schema, the state's origin stamp
+(the field origin, read by load() with the fields it reads anyway) holds
+its layout and the oldest client layout that may use it, and the server it
+was written under: lib/origin.lua checks it on every call.
 
 No write and then a failure. Redis keeps a script's writes when it then
 fails, so everything that could stop a script is checked before its first
@@ -81,8 +89,14 @@ local OPS = {}
 --   caps    tenant -> {cap, slot} or false, as this call found them (lib/shares.lua)
 --   held    field of held -> leases in flight, as this call read and changed them (lib/shares.lua)
 --   live    the leases in flight, once counted (lib/admission.lua)
+--   foreign why a read-only call found the state written by another server (lib/origin.lua)
 local CALL = {}
 local NOW, LIVE, CHANNEL
+local READ_ONLY     -- the call may not write (status.lua sets it): a state that came back is only reported
+-- Where the state came from (lib/origin.lua sets both): STAMP() is this
+-- server's origin stamp, learnt once per library load; CHECK(raw) handles a
+-- state stamped otherwise (raw false: an older layout's state, unstamped).
+local ORIGIN = {}
 local S, C, P       -- the state, config and policy hashes as the call read them (nil: none yet)
 local DIRTY         -- hash name -> field -> true: changed by the call, written back by save()
 local STORE         -- field -> the exact string to store instead of the number (a config as sent)
@@ -95,7 +109,7 @@ local SENTINEL = '~'
 local function begin(keys, argv)
   KEYS, ARGV = keys, argv
   for i = 1, #KEY_NAMES do K[KEY_NAMES[i]] = keys[i] end
-  NOW, LIVE, CHANNEL = nil, nil, argv[2]
+  NOW, LIVE, CHANNEL, READ_ONLY = nil, nil, argv[2], false
   S, C, P, DIRTY, STORE, CREATED = nil, nil, nil, nil, nil, nil
   CALL.active, CALL.caps, CALL.held, CALL.live = nil, nil, nil, nil
 end
@@ -231,14 +245,31 @@ local function read_all(key, into)
 end
 
 -- The state: `fields`, a list whose first is 'epoch' (it tells whether
--- the state exists). Nil when the governor does not exist.
+-- the state exists), read with its origin stamp in the same HMGET. Nil
+-- when the governor does not exist. A stamp other than this server's
+-- goes to ORIGIN.check (a layout this client may not use fails; a state
+-- that came back is handled as a loss), after the fields are read.
 local function load(fields)
   S = {}
-  if not read(K.state, S, fields) then
-    S = nil
-    return nil
+  local raw = redis.call('HMGET', K.state, 'origin', unpack(fields))
+  if not raw[2] then
+    if redis.call('EXISTS', K.state) == 0 then
+      S = nil
+      return nil
+    end
+    local schema = redis.call('HGET', K.state, 'schema')
+    if schema and tonumber(schema) ~= SCHEMA then fail('SCHEMA', schema .. ' (this client speaks ' .. SCHEMA .. ')') end
   end
+  for i = 1, #fields do S[fields[i]] = value_of(fields[i], raw[i + 1]) end
+  if raw[1] ~= ORIGIN.stamp() then ORIGIN.check(raw[1]) end
   return S
+end
+
+-- A config or policy hash gone while the state is there (evicted, deleted
+-- alone): the client stores its config again (init.lua) and calls again.
+local function hash_missing(hash)
+  if hash == 'config' or hash == 'policy' then fail('MISSING', hash) end
+  fail('BADSTATE', 'the ' .. hash .. ' hash is missing')
 end
 
 -- More fields of the state, config or policy, read when a path needs them.
@@ -258,7 +289,7 @@ local function more(hash, ...)
     end
     fields = missing
   end
-  if not read(K[hash], into, fields) then fail('BADSTATE', 'the ' .. hash .. ' hash is missing') end
+  if not read(K[hash], into, fields) then hash_missing(hash) end
   return into
 end
 
@@ -308,8 +339,8 @@ end
 -- expiries back (touch_all), so that nothing it reads later can fail it.
 local function check_all()
   read_all(K.state, values('state'))
-  read_all(K.config, values('config'))
-  read_all(K.policy, values('policy'))
+  if not read_all(K.config, values('config')) then hash_missing('config') end
+  if not read_all(K.policy, values('policy')) then hash_missing('policy') end
   for hash, names in pairs(REQUIRED) do
     local into = values(hash)
     for _, name in ipairs(names) do
@@ -398,9 +429,6 @@ local function arg_tokens(i, what)
   end
   return {input = a, output = b}
 end
-
--- The place of a lease adopted from a lost state (its own was the lost state's).
-local ADOPTED = {rank = 0, tenant = DEFAULT_TENANT}
 
 -- ARGV[i], ARGV[i + 1], ARGV[i + 2]: a caller's class rank (0: the
 -- highest), tenant and the tenant's weight (GovernorConfig.weight_of).

@@ -66,7 +66,8 @@ end
 
 -- Store a config (replacing the config hash: another policy's fields go)
 -- and a fresh learnt state: capacity at max (the adaptive policy's reset
--- lowers it to the resume level: its slow start), no pause, no hold, the
+-- lowers it to the resume level: its slow start), no pause, no Retry-After
+-- hold (a recovery hold stays: S.hold_until, read with every field), the
 -- policy's state reset, each budget at its configured ceiling (full) or
 -- not governed until a header announces it. Needs S.fence and NOW; every
 -- key's type checked.
@@ -86,7 +87,9 @@ local function apply_config(cfg, raw)
   set('state', 'pause_reason', '')
   set('state', 'paused_until', 0)
   set('state', 'saved_capacity', 0)
-  set('state', 'not_before', 0)
+  -- a recovery hold stays (lib/origin.lua): only resume's lift-hold ends it
+  local hold_until = S.hold_until or 0
+  set('state', 'not_before', hold_until > NOW and hold_until or 0)
   set('state', 'capacity', cfg.max_capacity)
   local on = {}
   for _, kind in ipairs(BUDGET_KINDS) do

@@ -40,7 +40,8 @@ end
 
 -- guard(...), and the keys grant() may write beyond them: aging while some
 -- waiter waits to age (or when `ages`: the call adds one), events when one
--- is due now (age() logs). Needs prepare().
+-- is due now (age() logs) or a header's limit may make a grant oversize
+-- (add_lease logs). Needs prepare().
 local function guard_grant(ages, ...)
   local keys = {...}
   if ages or S.aging_due > 0 then keys[#keys + 1] = K.aging end
@@ -49,7 +50,7 @@ local function guard_grant(ages, ...)
     keys[#keys + 1] = K.parked
     keys[#keys + 1] = K.aging
   end
-  if S.aging_due > 0 and NOW >= S.aging_due then keys[#keys + 1] = K.events end
+  if (S.aging_due > 0 and NOW >= S.aging_due) or announced_budgets() then keys[#keys + 1] = K.events end
   guard(unpack(keys))
 end
 

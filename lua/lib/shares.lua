@@ -133,7 +133,9 @@ local function unhold(m, waiting)
 end
 
 -- The caps or the reserve changed (set_shares, a config stored afresh):
--- held counted again from the live leases' records; each parked waiter
+-- held counted again from the records of the leases in leases (expired
+-- ones not yet reclaimed included: reclaim() takes each off when it
+-- removes it, so each lease counts exactly once, in one call); each parked waiter
 -- whose tenant still has a cap moves to its new slot, keeping its order,
 -- the others go back to the queue (all of them when `fresh`: a new state,
 -- whose tags start again), and each capped tenant's room is filled from
@@ -145,7 +147,7 @@ local function recount(fresh)
   local shaped = C.tenant_caps ~= '' or C.reserve > 0
   set('state', 'capped', shaped and 1 or 0)
   if shaped then
-    local ids = redis.call('ZRANGEBYSCORE', K.leases, LIVE, '+inf')
+    local ids = redis.call('ZRANGEBYSCORE', K.leases, '(0', '+inf')  -- every lease but the sentinel
     for i = 1, #ids, 1000 do
       local chunk = {unpack(ids, i, math.min(i + 999, #ids))}
       local records = redis.call('HMGET', K.holders, unpack(chunk))

@@ -15,6 +15,7 @@ local function reclaim(force)
   if not force and NOW < S.reclaim_due then return end
   check_types()
   set('state', 'reclaim_due', NOW + RECLAIM_MS)
+  ORIGIN.keys_lost()  -- leases or holders gone while the state stayed (lib/origin.lua)
   local expired = redis.call('ZRANGEBYSCORE', K.leases, '(0', NOW, 'LIMIT', 0, BATCH)  -- not the sentinel
   if #expired > 0 then
     local counted = redis.call('EXISTS', K.held) == 1  -- each lease's record is read only then

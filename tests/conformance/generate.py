@@ -220,6 +220,16 @@ def describe(name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, 
         return {"reason": args[0], "duration": args[1]}
     if name == "set_max_capacity":
         return {"n": args[0]}
+    if name == "set_shares":  # unset ones keep the stored config's
+        return {
+            "tenant_weights": kw.get("tenant_weights"),
+            "default_weight": kw.get("default_weight"),
+            "aging": kw.get("aging", "unchanged"),
+            "tenant_caps": kw.get("tenant_caps"),
+            "reserve": kw.get("reserve"),
+        }
+    if name == "reset":  # with_config: store this client's own config
+        return {"with_config": args[0]}
     return None
 
 
@@ -465,12 +475,14 @@ SCENARIOS: list[tuple[str, str, GovernorConfig, list[Step]]] = [
     ),
     (
         "budgets",
-        "token and request budgets: a reservation, a settlement, a refill, a header calibration, a refused cost",
+        "token and request budgets: a reservation, a settlement, a refill, a header calibration (the ceiling "
+        "below it wins), a refused cost, a refusal (a 429) clamping the buckets",
         GovernorConfig(
             max_capacity=4, policy="fixed", requests_per_minute=3, tokens_per_minute=600, lease_ttl=10.0, queue_ttl=30.0
         ),
         [
             init,
+            acquire("big", wait=False, tokens=Tokens(5000, 0)),  # above the tokens budget's whole limit
             acquire("a", wait=False, tokens=Tokens(300, 100)),
             op("report", Outcome.SUCCESS, None, "a", None, release=True, usage=Tokens(50, 50)),
             acquire("b", wait=False, tokens=Tokens(200, 0)),
@@ -479,9 +491,11 @@ SCENARIOS: list[tuple[str, str, GovernorConfig, list[Step]]] = [
             acquire("e", tokens=Tokens(400, 0)),
             20.0,
             op("refresh", ["e"]),
-            op("report", Outcome.SUCCESS, None, None, None, limits={"tokens": (600, 50)}),
+            op("report", Outcome.SUCCESS, None, None, None, limits={"tokens": (900, 50)}),
             op("status"),
             acquire("f", wait=False, tokens=Tokens(5000, 0)),
+            op("report", Outcome.RATE_LIMITED, None, "b", None, release=True, usage=Tokens()),
+            op("status"),
         ],
     ),
     (

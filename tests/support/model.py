@@ -280,6 +280,21 @@ class Model:
         why, hint, _ = self._rule(tokens, place)
         return why, hint
 
+    def _held(self) -> str:
+        """Why admissions are held (lib/origin.lua ORIGIN.held): the recovery hold, or a Retry-After."""
+        S = self.S
+        if S.get("hold_until", 0) >= S["not_before"]:
+            return f"recovery hold: {S['hold_reason']} (ends in {(S['hold_until'] - self.now) / 1000:.1f} s)"
+        return f"holding until the provider's retry-after (ends in {(S['not_before'] - self.now) / 1000:.1f} s)"
+
+    def _hold_for(self, length: int, why: str) -> None:
+        """ORIGIN.hold: hold admissions ``length`` ms from now (never shortened)."""
+        S, until = self.S, self.now + length
+        if until > S.get("hold_until", 0):
+            S["hold_until"], S["hold_reason"] = until, why
+        if until > S.get("not_before", 0):
+            S["not_before"] = until
+
     def _rule(self, tokens: Tokens, place: Place | None) -> tuple[str | None, int, bool]:
         """blocked(), and whether it is the tenant's cap (the waiter is parked)."""
         S = self.S
@@ -287,7 +302,7 @@ class Model:
             hint = S["paused_until"] - self.now if S["paused_until"] > 0 else 0
             return "paused: " + S["pause_reason"], hint, False
         if self.now < S["not_before"]:
-            return "holding until the provider's retry-after", S["not_before"] - self.now, False
+            return self._held(), S["not_before"] - self.now, False
         why = self._concurrency(place)
         if why is not None:
             return why, 0, False
@@ -379,10 +394,10 @@ class Model:
         self.held = {}
         shaped = self.raw_config.get("tenant_caps", "") != "" or self.C["reserve"] > 0
         self.S["capped"] = 1 if shaped else 0
-        if shaped:
-            for lease_id, expiry in self.leases.items():
+        if shaped:  # every lease still in leases, expired or not: each counts until it leaves
+            for lease_id in self.leases:
                 record = self._record(lease_id)
-                if expiry > self.now and record is not None:
+                if record is not None:
                     self._hold(record.rank, record.tenant)
         tenants: dict[str, int] = {}
         for lease_id, score in _zsorted(self.parked):
@@ -414,7 +429,8 @@ class Model:
         return min(level, self._capacity_of(kind))
 
     def _set_level(self, kind: str, level: float) -> None:
-        self.S[f"{kind}_level"] = level
+        """The one place a level is written: its debt bounded to one capacity below 0."""
+        self.S[f"{kind}_level"] = max(level, -self._capacity_of(kind))
         self.S[f"{kind}_at"] = self.now
 
     def _bucket_room(self, kind: str, tokens: Tokens) -> tuple[str | None, int]:
@@ -430,19 +446,35 @@ class Model:
         """Why a lease of ``tokens`` can never be admitted: a cost above a budget's limit."""
         for kind in self.active():
             cost, limit = tokens.cost(kind), self.S[f"{kind}_limit"]
-            if cost > limit:
-                return f"a cost of {cost} is above the {kind} budget's whole limit of {limit} per minute"
+            if cost > limit and self.S[f"{kind}_source"] == "configured":  # a header's limit may rise again
+                return f"a cost of {cost} is above the {kind} budget's whole limit of {limit} per minute (configured)"
         return None
 
     def _take(self, tokens: Tokens) -> None:
         for kind in self.active():
             self._set_level(kind, self.budget_level(kind) - tokens.cost(kind))
 
-    def _settle(self, reserved: Tokens, used: Tokens) -> None:
+    def _settle(self, reserved: Tokens, used: Tokens, spent: bool = False) -> None:
+        """What was not used goes back, what was used beyond is charged;
+        ``spent``: a refused call the provider counted gives nothing back."""
         for kind in self.active():
             delta = reserved.cost(kind) - used.cost(kind)
+            if spent:
+                delta = min(delta, 0)
             if delta != 0:
                 self._set_level(kind, min(self.budget_level(kind) + delta, self._capacity_of(kind)))
+
+    def _refused(self, announced: set[str]) -> None:
+        """A rate-limited outcome: each active bucket its headers did not
+        announce is clamped to 0 (a refusal never raises a level)."""
+        for kind in self.active():
+            if kind not in announced and self.budget_level(kind) > 0:
+                self._set_level(kind, 0)
+
+    def _reborn(self) -> None:
+        """A state created after a loss: each active bucket starts empty."""
+        for kind in self.active():
+            self._set_level(kind, 0)
 
     def _calibrate(self, kind: str, limit_h: int | None, remaining: int | None) -> None:
         """A response's figures for one kind: the provider's limit (a lower
@@ -505,7 +537,8 @@ class Model:
             raise ModelViolation(f"{lease_id} admitted into the reserve: {lower} below the highest class")
         for kind in self.active():
             cost, level = tokens.cost(kind), self.budget_level(kind)
-            if cost > S[f"{kind}_limit"] or level < min(cost, self._capacity_of(kind)):
+            configured = S[f"{kind}_source"] == "configured"
+            if (cost > S[f"{kind}_limit"] and configured) or level < min(cost, self._capacity_of(kind)):
                 raise ModelViolation(f"{lease_id} admitted with {cost} {kind} wanted and {level} left")
         if self.leases.get(lease_id, 0) > self.now:
             raise ModelViolation(f"lease {lease_id} granted while it is live")
@@ -642,8 +675,16 @@ class Model:
         S, C, P = self.S, self.C, self.P
         rl, total = self._window()
         why, _ = self.blocked()
-        if why is None and self._queued() > 0:
+        if why is None and len(self.queue) > 0:  # a waiter parked at its cap holds up nobody
             why = "earlier callers are queued"
+        held_back: list[str] = []
+        if self.blocked()[0] is None:
+            lower, _ = self.blocked(NO_TOKENS, Place(1, ""))
+            held_back += [lower] if lower else []
+            for item in filter(None, self.raw_config.get("tenant_caps", "").split(",")):
+                tenant = item.partition("=")[0]
+                capped, _ = self.blocked(NO_TOKENS, Place(0, tenant))
+                held_back += [capped] if capped else []
         pairs = {
             "now": self.now,
             "epoch": S["epoch"],
@@ -668,6 +709,10 @@ class Model:
             "quota_at": S["quota_at"],
             "created": S["created"],
             "blocked": why or "",
+            "hold_until": S.get("hold_until", 0),
+            "hold_reason": S.get("hold_reason", ""),
+            "ttl_max": S.get("ttl_max", 0),
+            "held_back": "; ".join(held_back),
         }
         reply: list[Any] = [SCHEMA, "status"]
         for k, v in pairs.items():
@@ -703,7 +748,9 @@ class Model:
         S = self.S
         self.raw_config = dict(raw)
         self.policy_state = {"streak": 0}
-        S.update(paused=0, pause_kind="", pause_reason="", paused_until=0, saved_capacity=0, not_before=0)
+        hold_until = S.get("hold_until", 0)  # a recovery hold stays
+        S.update(paused=0, pause_kind="", pause_reason="", paused_until=0, saved_capacity=0)
+        S["not_before"] = hold_until if hold_until > self.now else 0
         S["capacity"] = self.C["max_capacity"]
         C = self.C
         for kind in BUDGET_KINDS:
@@ -722,26 +769,34 @@ class Model:
         # a[6]: restart_hold, which an injected clock never applies (no server age)
         raw = self._parse_config(a[7:])
         if self.state is not None:
-            return [SCHEMA, "exists", self.S["epoch"], *self._config_pairs()]
+            if ttl > self.S.get("ttl_max", 0):
+                self.S["ttl_max"] = ttl
+            return [SCHEMA, "exists", self.S["epoch"], self.S.get("ttl_max", 0), *self._config_pairs()]
         # init deletes the state, config and policy hashes before it writes a new state
         self.state = {"schema": SCHEMA, "epoch": epoch, "created": self.now}
         self.S.update(fence=max(fence_floor, self.now * 1000), aging_due=0, event_seq=0, park_seq=0)
         self.S.update({f"vtime_{rank}": 0 for rank in range(MAX_CLASSES)})
         self.S.update(quota_exhausted=0, quota_at=0)
         self.aging, self.shares = {}, {}  # tags start again at vtime 0
-        self.S.update(touch_due=0, reclaim_due=0)
+        self.S.update(touch_due=0, reclaim_due=0, ttl_max=ttl, hold_until=0, hold_reason="")
         self._apply_config(raw)
         self.published.append(epoch)  # the new state is announced: holders renew at once
         others = self.listeners - (1 if listening else 0)
-        hold = ttl if recovered else 0
-        if others > 0 and notice > hold:
-            hold = notice
         if recovered:
+            self._hold_for(
+                ttl,
+                "the state was lost (a Redis restart without it, a flush or an expiry) while a client held leases "
+                f"or used it: holding {ttl} ms (the longest lease TTL known) for holders to re-register",
+            )
             self.S["capacity"] = self._resume_level()
-        if hold > 0:
-            self.S["not_before"] = self.now + hold
+        if others > 0:
+            self._hold_for(
+                notice, f"created while {others} other clients listen: holding {notice} ms for them to re-register"
+            )
+        if self.S.get("hold_until", 0) > 0:
+            self._reborn()  # what the fleet spent before the loss is not known
         self._touch_all()
-        return [SCHEMA, "created", epoch, *self._config_pairs()]
+        return [SCHEMA, "created", epoch, ttl, *self._config_pairs()]
 
     def _config_pairs(self) -> list[str]:
         """The stored config as init.lua answers it: name, stored string (HGETALL order)."""
@@ -794,9 +849,23 @@ class Model:
         return [SCHEMA, "queued", self._rank(lease_id), reason or "behind earlier waiters", str(hint), S["epoch"]]
 
     def _rank(self, lease_id: str) -> int:
-        """Its position in the queue (parked: the queue's length)."""
+        """Its position in the queue (parked at its tenant's cap: -1)."""
         order = [m for m, _ in _zsorted(self.queue)]
-        return order.index(lease_id) if lease_id in self.queue else len(order)
+        return order.index(lease_id) if lease_id in self.queue else -1
+
+    def _waiting_on(self, lease_id: str) -> tuple[str, int]:
+        """What holds a waiter: the rule's reason for its own cost and place, else its rank."""
+        record = self._record(lease_id)
+        tokens, place = NO_TOKENS, None
+        if record is not None:
+            score = self.queue.get(lease_id)
+            aged = score is not None and score < QUEUE_BAND
+            tokens, place = Tokens(record.input, record.output), Place(record.rank, record.tenant, aged)
+        why, hint = self.blocked(tokens, place)
+        if why is not None:
+            return why, hint
+        ahead = self._rank(lease_id) if lease_id in self.queue else 0
+        return f"behind {ahead} earlier waiter(s) of its class or above", 0
 
     def _op_refresh(self, a: list[str]) -> list[Any]:
         queue_ttl = int(a[0])
@@ -818,14 +887,15 @@ class Model:
             if lease_id in self.waiters:
                 self.waiters[lease_id] = deadline  # ZADD XX CH
             if lease_id in granted:
-                reply += ["granted", granted[lease_id], self.leases[lease_id] - self.now]
+                reply += ["granted", granted[lease_id], self.leases[lease_id] - self.now, ""]
             elif changed or lease_id in self.queue or lease_id in self.parked:
-                reply += ["queued", 0, 0]
+                why, wait = self._waiting_on(lease_id)
+                reply += ["queued", self._rank(lease_id), wait, why]
             elif expiry is not None and expiry > self.now:
                 record = self._record(lease_id)
-                reply += ["granted", record.fence if record else 0, expiry - self.now]
+                reply += ["granted", record.fence if record else 0, expiry - self.now, ""]
             else:
-                reply += ["unknown", 0, 0]
+                reply += ["unknown", 0, 0, ""]
         return reply
 
     def _op_cancel(self, a: list[str]) -> list[Any]:
@@ -857,15 +927,17 @@ class Model:
         self._keep_alive()
         self._reclaim()
         reply: list[Any] = [SCHEMA, "renewed", S["epoch"]]
-        triples = a[1:]
-        for i in range(0, len(triples), 3):
-            lease_id, epoch, holder = triples[i : i + 3]
+        items = a[1:]
+        for i in range(0, len(items), 7):
+            lease_id, epoch, holder, rank, tenant, _weight, tokens = items[i : i + 7]
             expiry = self.leases.get(lease_id)
             if expiry is not None and expiry > self.now:
                 self.leases[lease_id] = max(expiry, self.now + ttl)  # ZADD XX GT: never shorter
                 reply += ["ok", "0"]
             elif epoch != S["epoch"]:
-                reply += ["adopted", str(self._add_lease(lease_id, ttl, holder))]
+                # its place and reservation carried by the renewal: counted in its cap, the reserve, the budgets
+                place = (int(rank), tenant)
+                reply += ["adopted", str(self._add_lease(lease_id, ttl, holder, parse_tokens(tokens), place))]
             else:
                 if expiry is not None:
                     record = self._record(lease_id)
@@ -906,8 +978,9 @@ class Model:
         fence = int(a[3]) if a[3] != "" else None
         release = lease_id != "" and a[4] == "1"
         usage = parse_tokens(a[5]) if len(a) > 5 and a[5] else None
+        spent = not (len(a) > 6 and a[6] == "0")  # refusals counted by the provider (the default)
         limits = []
-        for kind, figures in zip(a[6::2], a[7::2], strict=True):  # kind, "limit,remaining" pairs
+        for kind, figures in zip(a[7::2], a[8::2], strict=True):  # kind, "limit,remaining" pairs
             limit, remaining = figures.split(",")
             limits.append((kind, int(limit) if limit else None, int(remaining) if remaining else None))
         if self.state is None:
@@ -935,9 +1008,11 @@ class Model:
                 if until > S["not_before"]:
                     S["not_before"] = until
         if held is not None and usage is not None:
-            self._settle(Tokens(held.input, held.output), usage)
+            self._settle(Tokens(held.input, held.output), usage, spent=outcome == "r" and spent)
         for kind, limit, remaining in limits:
             self._calibrate(kind, limit, remaining)
+        if outcome == "r":
+            self._refused({kind for kind, _, remaining in limits if remaining is not None})
         if release:
             self._give_back(lease_id, waiting)
         if waiting:
@@ -970,6 +1045,7 @@ class Model:
         return self._status_reply()
 
     def _op_resume(self, a: list[str]) -> list[Any]:
+        lift = (a[0] if a else "") == "lift-hold"
         if self.state is None:
             return [SCHEMA, "missing"]
         S = self.S
@@ -979,7 +1055,10 @@ class Model:
                 self._resume(S["saved_capacity"])
             else:
                 self._resume(self._resume_level())
-        S["not_before"] = 0
+        recovery = S.get("hold_until", 0)
+        if recovery > self.now and lift:
+            S["hold_until"], S["hold_reason"], recovery = 0, "", 0
+        S["not_before"] = recovery if recovery > self.now else 0
         self._reclaim(force=True)
         self._grant()
         return self._status_reply()

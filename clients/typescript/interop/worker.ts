@@ -34,6 +34,8 @@ interface Args {
   tenant?: string;
   holder?: string;
   seconds?: number;
+  /** seconds between two tries (budget) */
+  pause?: number;
   report?: boolean;
 }
 
@@ -85,6 +87,7 @@ async function holdFor(lease: Lease, seconds: number): Promise<boolean> {
 async function main(): Promise<void> {
   const gov = Governor.fromUrl(args.url, args.name, args.config);
   const deadline = monotonic() + LIFETIME;
+  if (args.mode === "budget") await gov.status(); // connected, the stored config learnt: ready to take at once
   await emit({ kind: "ready" });
   while (args.goKey && !(await stopRequested(args.goKey)) && monotonic() < deadline) await new Promise((r) => setTimeout(r, 2));
   const holder = args.holder ?? `${role}/${process.pid}`;
@@ -111,6 +114,7 @@ async function main(): Promise<void> {
           admitted += 1;
           await lease.release();
         }
+        await new Promise((r) => setTimeout(r, (args.pause ?? 0) * 1000));
       }
       await emit({ kind: "done", admitted });
     } else {

@@ -5,7 +5,17 @@
 import { randomBytes } from "node:crypto";
 import { BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY } from "./generated.js";
 import { ConfigError, CostTooLarge, StateError } from "./errors.js";
-import { ms, place, scriptFields, type BudgetKind, type Place, type ResolvedConfig } from "./config.js";
+import { ms, place, scriptFields, validateTenant, type BudgetKind, type Place, type ResolvedConfig } from "./config.js";
+
+/** A change of the tenants' shares (set_shares): what is not given stays as stored. */
+export interface SharesChange {
+  tenantWeights?: Readonly<Record<string, number>>;
+  defaultWeight?: number;
+  /** seconds; null: never */
+  aging?: number | null;
+  tenantCaps?: Readonly<Record<string, number>>;
+  reserve?: number;
+}
 
 export type Operation =
   | "acquire" | "cancel" | "init" | "pause" | "probe" | "refresh" | "release"
@@ -81,8 +91,17 @@ export interface Refreshed {
   readonly reason: string;
   readonly hint: number;
   readonly granted: Map<string, { fence: number; remaining: number }>;
-  readonly queued: Map<string, number>;
+  /** id -> [waiters ahead of it (-1: parked at its tenant's cap), what holds it] */
+  readonly queued: Map<string, [number, string]>;
   readonly unknown: string[];
+}
+/** A lease to renew: its id, the epoch it was granted in, its holder label, and the place and tokens it was granted with. */
+export interface RenewedLease {
+  readonly id: string;
+  readonly epoch: string;
+  readonly holder: string;
+  readonly place?: Place;
+  readonly tokens?: Tokens;
 }
 export interface Renewed { readonly epoch: string; readonly ok: string[]; readonly adopted: Map<string, number>; readonly lost: string[] }
 /** An active budget in a status reply. */
@@ -133,7 +152,7 @@ function int(value: unknown): number {
 }
 
 /** the status fields that are text; every other one is a count, a level or a time in ms */
-const STATUS_TEXT = new Set(["epoch", "policy", "pause_kind", "pause_reason", "blocked"]);
+const STATUS_TEXT = new Set(["epoch", "policy", "pause_kind", "pause_reason", "blocked", "held_back", "hold_reason"]);
 
 export const OUTCOME_CODES = { success: "s", rate_limited: "r", error: "e", quota_exhausted: "q" } as const;
 export type Outcome = keyof typeof OUTCOME_CODES;
@@ -147,6 +166,8 @@ export class Core {
   lastSeen: number | null = null;
   /** the stored config as init last answered it: a lost state is re-created from it */
   storedConfig: Record<string, string> | null = null;
+  /** the longest lease TTL the state recorded (ms): a state this client re-creates holds that long */
+  ttlMaxMs: number;
   private readonly ttlMs: string;
   private readonly queueTtlMs: string;
 
@@ -154,6 +175,12 @@ export class Core {
     this.keys = governorKeys(name, config.keyPrefix);
     this.ttlMs = String(ms(config.leaseTtl));
     this.queueTtlMs = String(ms(config.queueTtl));
+    this.ttlMaxMs = ms(config.leaseTtl);
+  }
+
+  private sawTtl(value: unknown): void {
+    const raw = text(value);
+    if (/^\d+$/.test(raw) && Number(raw) > this.ttlMaxMs) this.ttlMaxMs = Number(raw);
   }
 
   nowArg(): string {
@@ -201,7 +228,7 @@ export class Core {
       randomBytes(8).toString("hex"),
       recovered ? "1" : "0",
       String(this.fenceFloor),
-      this.ttlMs,
+      String(this.ttlMaxMs),
       listening ? "1" : "0",
       String(ms(Math.min(this.config.poll, NOTICE_HOLD))),
       this.config.restartHold ? "1" : "0",
@@ -212,7 +239,9 @@ export class Core {
       if (kind !== "created" && kind !== "exists") throw this.unexpected("init", kind);
       this.seen();
       const stored: Record<string, string> = {};
-      for (let i = 1; i + 1 < rest.length; i += 2) stored[text(rest[i])] = text(rest[i + 1]);
+      // rest: epoch, ttl_max (the longest lease TTL recorded), then the stored config's pairs
+      this.sawTtl(rest[1]);
+      for (let i = 2; i + 1 < rest.length; i += 2) stored[text(rest[i])] = text(rest[i + 1]);
       this.storedConfig = stored;
       return kind;
     });
@@ -262,9 +291,15 @@ export class Core {
     }, false, "none");
   }
 
-  renew(leases: readonly (readonly [string, string, string])[]): Call<Renewed> {
-    const ids = leases.map((l) => l[0]);
-    return this.call("renew", [this.ttlMs, ...leases.flat()], (reply) => {
+  /** Renew leases in one call: each with the place and tokens it was granted with, so a lease adopted by a new state keeps its tenant, class and reservation. */
+  renew(leases: readonly RenewedLease[]): Call<Renewed> {
+    const ids = leases.map((l) => l.id);
+    const flat: string[] = [];
+    for (const l of leases) {
+      const where = l.place ?? this.place();
+      flat.push(l.id, l.epoch, l.holder, String(where.rank), where.tenant, String(where.weight), tokensArg(l.tokens ?? { input: 0, output: 0 }));
+    }
+    return this.call("renew", [this.ttlMs, ...flat], (reply) => {
       const [kind, rest] = this.check(reply, "renew");
       if (kind === "missing") return MISSING;
       if (kind !== "renewed") throw this.unexpected("renew", kind);
@@ -291,16 +326,16 @@ export class Core {
       if (kind === "missing") return MISSING;
       if (kind !== "refreshed") throw this.unexpected("refresh", kind);
       this.seen();
-      if (rest.length - 3 !== 3 * ids.length) throw new StateError(`governor ${JSON.stringify(this.name)}: refresh answered for ${(rest.length - 3) / 3} ids, asked for ${ids.length}`, this.name);
+      if (rest.length - 3 !== 4 * ids.length) throw new StateError(`governor ${JSON.stringify(this.name)}: refresh answered for ${(rest.length - 3) / 4} ids, asked for ${ids.length}`, this.name);
       const out: Refreshed = { epoch: text(rest[0]), reason: text(rest[1]), hint: int(rest[2]) / 1000, granted: new Map(), queued: new Map(), unknown: [] };
       ids.forEach((id, n) => {
-        const status = text(rest[3 + 3 * n]);
-        const value = int(rest[4 + 3 * n]);
-        const remaining = int(rest[5 + 3 * n]);
+        const status = text(rest[3 + 4 * n]);
+        const value = int(rest[4 + 4 * n]);
+        const remaining = int(rest[5 + 4 * n]);
         if (status === "granted") {
           out.granted.set(id, { fence: value, remaining: remaining / 1000 });
           this.sawFence(value);
-        } else if (status === "queued") out.queued.set(id, value);
+        } else if (status === "queued") out.queued.set(id, [value, text(rest[6 + 4 * n])]);
         else if (status === "unknown") out.unknown.push(id);
         else throw this.unexpected("refresh", status);
       });
@@ -316,6 +351,7 @@ export class Core {
     release: boolean,
     usage: Tokens | undefined,
     limits: Partial<Record<BudgetKind, [number | null, number | null]>> | undefined,
+    refusalsCount = true,
   ): Call<boolean> {
     let ra = "";
     if (retryAfter !== undefined) {
@@ -328,8 +364,10 @@ export class Core {
       const [limit, remaining] = limits?.[kind] ?? [null, null];
       if (limit !== null || remaining !== null) figures.push(kind, `${limit ?? ""},${remaining ?? ""}`);
     }
-    let budgetArgs: string[] = [usage === undefined ? "" : `${usage.input},${usage.output}`, ...figures];
-    if (budgetArgs.length === 1 && budgetArgs[0] === "") budgetArgs = []; // the common report: '' is read for what is not sent
+    // '0': the provider does not count a refused call against its limits (its reservation given back)
+    const refused = outcome === "rate_limited" && !refusalsCount ? "0" : "";
+    let budgetArgs: string[] = [usage === undefined ? "" : `${usage.input},${usage.output}`, refused, ...figures];
+    if (budgetArgs.length === 2 && budgetArgs[0] === "" && budgetArgs[1] === "") budgetArgs = []; // the common report
     const args = [OUTCOME_CODES[outcome], ra, leaseId ?? "", fence === undefined ? "" : String(fence), release && leaseId !== undefined ? "1" : "0", ...budgetArgs];
     return this.call("report", args, (reply) => {
       const [kind] = this.check(reply, "report");
@@ -341,13 +379,50 @@ export class Core {
     });
   }
 
-  status(op: "status" | "probe" | "resume" = "status", create = true): Call<Status> {
+  status(op: "status" | "probe" = "status", create = true): Call<Status> {
     return this.call(op, [], (reply) => this.parseStatus(reply, op), create);
+  }
+
+  /** Lift a pause and a Retry-After hold; the recovery hold only with liftRecoveryHold. */
+  resume(liftRecoveryHold = false): Call<Status> {
+    return this.call("resume", [liftRecoveryHold ? "lift-hold" : ""], (reply) => this.parseStatus(reply, "resume"));
   }
 
   setMax(n: number): Call<Status> {
     if (!Number.isInteger(n) || n < 1 || n > 1_000_000) throw new ConfigError(`max_capacity must be an integer in [1, 1000000], got ${n}`);
     return this.call("set_max", [String(n)], (reply) => this.parseStatus(reply, "set_max"));
+  }
+
+  /** Store new shares, each unchanged when not given (aging: null for never), on the fleet's stored config. */
+  setShares(changes: SharesChange): Call<Status> {
+    const stored = this.storedConfig;
+    const own = scriptFields(this.config);
+    const mine: Record<string, string> = {};
+    for (let i = 0; i + 1 < own.length; i += 2) mine[own[i]!] = own[i + 1]!;
+    const base = (field: string): string => stored?.[field] ?? mine[field] ?? "";
+    const pairs = (value: Readonly<Record<string, number>>, high: number): string =>
+      Object.entries(value)
+        .map(([t, n]) => {
+          validateTenant(t);
+          if (!Number.isInteger(n) || n < 1 || n > high) throw new ConfigError(`${t} must have an integer in [1, ${high}], got ${n}`);
+          return [t, n] as const;
+        })
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .map(([t, n]) => `${t}=${n}`)
+        .join(",");
+    const args = [
+      changes.tenantWeights === undefined ? base("tenant_weights") : pairs(changes.tenantWeights, 1000),
+      changes.defaultWeight === undefined ? base("default_weight") : String(changes.defaultWeight),
+      changes.aging === undefined ? base("aging_ms") : String(changes.aging === null ? 0 : Math.max(1, ms(changes.aging))),
+      changes.tenantCaps === undefined ? base("tenant_caps") : pairs(changes.tenantCaps, 1_000_000),
+      changes.reserve === undefined ? base("reserve") : String(changes.reserve),
+    ];
+    return this.call("set_shares", args, (reply) => this.parseStatus(reply, "set_shares"));
+  }
+
+  /** Forget what the policy learnt; withConfig also stores this client's own config. */
+  reset(withConfig: boolean): Call<Status> {
+    return this.call("reset", withConfig ? scriptFields(this.config) : [], (reply) => this.parseStatus(reply, "reset"));
   }
 
   pause(reason: string, duration?: number): Call<Status> {
@@ -376,11 +451,13 @@ export class Core {
     if (out["budgets"] === undefined) out["budgets"] = [];
     const fence = out["fence"];
     if (typeof fence === "number") this.sawFence(fence);
+    if (out["ttl_max"] !== undefined) this.sawTtl(out["ttl_max"]);
     const top = out["max_capacity"];
     if (this.storedConfig !== null && typeof top === "number") {
       // the ceiling an operator may have changed; set_max lowers a reserve with it
       this.storedConfig["max_capacity"] = String(top);
-      if (Number(this.storedConfig["reserve"] ?? "0") >= top) this.storedConfig["reserve"] = String(top - 1);
+      const reserve = out["reserve"];
+      if (typeof reserve === "number") this.storedConfig["reserve"] = String(reserve);
     }
     return out as unknown as Status;
   }

@@ -7,7 +7,7 @@
  * reported; a stream (text/event-stream) keeps its lease until the body
  * ends, is cancelled or fails, then reports and releases.
  */
-import { CHARS_PER_TOKEN, DEFAULT_OUTPUT_TOKENS, OUTPUT_FIELDS } from "./generated.js";
+import { ESTIMATE } from "./generated.js";
 import type { Tokens } from "./core.js";
 import type { Governor, Lease } from "./governor.js";
 import { classifyHttp, usageOf, type RetryPolicy, type Verdict } from "./retry.js";
@@ -22,22 +22,90 @@ export interface GovernedFetchOptions {
   retry?: RetryPolicy;
 }
 
-/** The tokens a request reserves: its text at CHARS_PER_TOKEN, and the output it asks for at most. */
-export function estimateRequest(body: string): Tokens {
-  let output: number = DEFAULT_OUTPUT_TOKENS;
+const E = ESTIMATE;
+const MEDIA = new Set<string>(E.mediaKeys);
+const UNCOUNTED = new Set<string>(E.uncountedKeys);
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function isCount(value: unknown): value is number {
+  return typeof value === "number" && Number.isInteger(value) && value >= 0;
+}
+
+/** Characters of text, messages, media parts and token ids in a request (governor/estimate.py's _Count). */
+class Count {
+  chars = 0;
+  messages = 0;
+  media = 0;
+  tokenIds = 0;
+
+  walk(value: unknown, depth = 0): void {
+    if (depth > 64) return; // a body nested this deep is no model request
+    if (typeof value === "string") this.chars += [...value].length;
+    else if (Array.isArray(value)) {
+      for (const item of value) {
+        if (Number.isInteger(item)) this.tokenIds += 1; // a prompt as token ids
+        else this.walk(item, depth + 1);
+      }
+    } else if (isRecord(value)) {
+      if (Object.keys(value).some((k) => MEDIA.has(k))) this.media += 1;
+      for (const [k, item] of Object.entries(value)) if (!MEDIA.has(k) && !UNCOUNTED.has(k)) this.walk(item, depth + 1);
+    }
+  }
+}
+
+/**
+ * The tokens a request reserves, by the Python client's rule (governor/estimate.py):
+ * its text at CHARS_PER_TOKEN, message and request overheads, media parts,
+ * token ids; the most output it asks for, times its choices.
+ */
+export function estimateRequest(body: string, path = ""): Tokens {
+  const bounded = (n: number): number => Math.min(n, E.maxTokens);
+  if (body.trim() === "") return { input: 0, output: 0 };
+  let request: unknown;
   try {
-    const parsed = JSON.parse(body) as Record<string, unknown>;
-    for (const field of OUTPUT_FIELDS) {
-      const value = parsed[field];
-      if (typeof value === "number" && Number.isSafeInteger(value) && value >= 0) {
-        output = value;
+    request = JSON.parse(body);
+  } catch {
+    request = undefined;
+  }
+  if (!isRecord(request)) return { input: bounded(Math.ceil(Buffer.byteLength(body) / E.charsPerToken)), output: E.defaultOutputTokens };
+  const trimmed = path.replace(/\/+$/, "");
+  const endpoint = trimmed.endsWith("embeddings") ? "embeddings" : trimmed.endsWith("completions") && !trimmed.endsWith("chat/completions") ? "legacy" : "other";
+  const count = new Count();
+  for (const name of E.textFields) {
+    const value = request[name];
+    if (value === undefined || value === null) continue;
+    if ((name === "messages" || name === "input") && Array.isArray(value)) count.messages += value.filter(isRecord).length;
+    count.walk(value);
+  }
+  for (const name of E.schemaFields) {
+    const value = request[name];
+    if (value === undefined || value === null || (name === "text" && !isRecord(value))) continue;
+    count.chars += [...JSON.stringify(value)].length;
+  }
+  const input = E.requestOverhead + Math.ceil(count.chars / E.charsPerToken) + E.messageOverhead * count.messages + E.mediaTokens * count.media + count.tokenIds;
+  let output = 0;
+  if (endpoint !== "embeddings") {
+    let maximum: number = endpoint === "legacy" ? E.legacyCompletionsDefault : E.defaultOutputTokens;
+    for (const name of E.outputFields) {
+      if (isCount(request[name])) {
+        maximum = request[name];
         break;
       }
     }
-  } catch {
-    // not JSON: the text alone
+    let choices = 1;
+    for (const name of endpoint === "legacy" ? ["best_of", "n"] : ["n"]) {
+      const value = request[name];
+      if (isCount(value) && value >= 1 && value <= E.maxChoices) {
+        choices = value;
+        break;
+      }
+    }
+    output = maximum * choices;
   }
-  return { input: Math.ceil(body.length / CHARS_PER_TOKEN), output };
+  return { input: bounded(input), output: bounded(output) };
 }
 
 function bodyText(init: RequestInit | undefined): string | undefined {
@@ -54,7 +122,8 @@ export function governedFetch(gov: Governor, options: GovernedFetchOptions = {})
     const method = (init?.method ?? (input instanceof Request ? input.method : "GET")).toUpperCase();
     if (method !== "POST") return base(input, init);
     const text = bodyText(init);
-    const tokens = text === undefined ? undefined : estimateRequest(text);
+    const url = input instanceof Request ? input.url : String(input);
+    const tokens = text === undefined ? undefined : estimateRequest(text, new URL(url, "http://localhost").pathname);
     return gov.call<Response>((lease) => base(input, { ...init, ...(init?.signal ? {} : {}) }).then((response) => track(gov, lease, response)), {
       ...(options.holder === undefined ? {} : { holder: options.holder }),
       ...(options.priority === undefined ? {} : { priority: options.priority }),

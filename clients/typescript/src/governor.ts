@@ -13,7 +13,7 @@ import { AbortError, AcquireTimeout, ConfigError, GovernorError, GovernorUnavail
 import { resolveConfig, type BudgetKind, type GovernorConfig, type Place, type ResolvedConfig } from "./config.js";
 import {
   Core, MISSING, functionName, newId, parseWake, tokensOf,
-  type Call, type Denied, type Granted, type Outcome, type Queued, type Status, type Tokens,
+  type Call, type Denied, type Granted, type Outcome, type Queued, type SharesChange, type Status, type Tokens,
 } from "./core.js";
 import { callWithRetry, type CallOptions } from "./retry.js";
 
@@ -165,6 +165,8 @@ export interface ReportOptions {
   usage?: Tokens;
   /** the response's headers: their rate-limit figures calibrate the budgets */
   headers?: Headers | Record<string, string | string[] | undefined>;
+  /** whether the provider counts a refused (rate-limited) call against its limits (default true: its reservation is spent) */
+  refusalsCount?: boolean;
 }
 
 export interface FromUrlOptions {
@@ -265,7 +267,7 @@ export class Governor {
       const [id, granted, expires] = await this.waitForGrant(label, deadline, timeout, tokens, where, signal);
       let claimed: [Granted, number] | null;
       try {
-        claimed = await this.claim(id, granted, expires, label);
+        claimed = await this.claim(id, granted, expires, label, where, tokens);
       } catch (error) {
         if (!(error instanceof GovernorUnavailable)) await this.abandon(id);
         throw error;
@@ -363,10 +365,10 @@ export class Governor {
   }
 
   /** Take a grant; one that may expire before the next heartbeat is renewed first (null: already lost). */
-  private async claim(id: string, granted: Granted, expires: number, label: string): Promise<[Granted, number] | null> {
+  private async claim(id: string, granted: Granted, expires: number, label: string, where: Place, tokens: Tokens): Promise<[Granted, number] | null> {
     if (expires - this.core.localNow() > this.config.leaseTtl / 3) return [granted, expires];
     const sentAt = this.core.localNow();
-    const renewed = await this.execute(this.core.renew([[id, granted.epoch, label]]));
+    const renewed = await this.execute(this.core.renew([{ id, epoch: granted.epoch, holder: label, place: where, tokens }]));
     const until = sentAt + this.config.leaseTtl;
     if (renewed.ok.includes(id)) return [granted, until];
     const fence = renewed.adopted.get(id);
@@ -404,7 +406,9 @@ export class Governor {
     }
     const releasing = release && lease !== undefined && lease.markReleased();
     if (releasing) this.background.dropLease(lease);
-    const recorded = await this.execute(this.core.report(outcome, options.retryAfter, leaseId, fence, releasing, options.usage, readLimits(options.headers)));
+    const recorded = await this.execute(
+      this.core.report(outcome, options.retryAfter, leaseId, fence, releasing, options.usage, readLimits(options.headers), options.refusalsCount ?? true),
+    );
     if (!recorded && lease !== undefined) {
       lease.markLost();
       throw new LeaseLost(`governor ${JSON.stringify(this.name)}: lease ${lease.id} (fence ${lease.fence}) expired before this report; its outcome was not counted and its slot may be someone else's`, this.name);
@@ -426,8 +430,9 @@ export class Governor {
     return this.execute(this.core.status("probe"));
   }
 
-  resume(): Promise<Status> {
-    return this.execute(this.core.status("resume"));
+  /** Lift a pause and a Retry-After hold; the recovery hold after a loss only with liftRecoveryHold. */
+  resume(liftRecoveryHold = false): Promise<Status> {
+    return this.execute(this.core.resume(liftRecoveryHold));
   }
 
   setMaxCapacity(n: number): Promise<Status> {
@@ -436,6 +441,21 @@ export class Governor {
 
   pause(reason: string, duration?: number): Promise<Status> {
     return this.execute(this.core.pause(reason, duration));
+  }
+
+  /** Change the tenants' weights and caps, the reserve and the aging at run time (stored: every client learns them). */
+  setShares(changes: SharesChange): Promise<Status> {
+    return this.execute(this.core.setShares(changes));
+  }
+
+  /** Forget what the policy learnt (window, pause, hold); the stored config stays. */
+  reset(): Promise<Status> {
+    return this.execute(this.core.reset(false));
+  }
+
+  /** Store this object's config as the fleet's, then reset. */
+  configure(): Promise<Status> {
+    return this.execute(this.core.reset(true));
   }
 
   /** Renew every lease this object holds now (the heartbeat does it every leaseTtl / 3). */
@@ -460,7 +480,7 @@ export class Governor {
   /** Run one function; when the state is missing, create it (init) and run it again. */
   async execute<T>(call: Call<T>): Promise<T> {
     if (call.recreate && this.core.storedConfig === null) await this.init();
-    let result = await this.run(call);
+    let result = await this.runRepaired(call);
     if (result === MISSING) {
       if (!call.recreate) return call.ifMissing as T;
       await this.init();
@@ -468,6 +488,17 @@ export class Governor {
       if (result === MISSING) throw new StateError(`governor ${JSON.stringify(this.name)}: state vanished right after creation`, this.name);
     }
     return result;
+  }
+
+  /** Run `call`; a config or policy hash lost while the state stayed (GOVERNOR_MISSING) is stored again (init) and the call made again. */
+  private async runRepaired<T>(call: Call<T>): Promise<T | Missing> {
+    try {
+      return await this.run(call);
+    } catch (error) {
+      if (!(error instanceof StateError && error.message.includes("GOVERNOR_MISSING"))) throw error;
+      await this.init();
+      return this.run(call);
+    }
   }
 
   private async init(): Promise<string> {
@@ -548,6 +579,11 @@ function raceAbort<T>(promise: Promise<T>, signal: AbortSignal | undefined): Pro
 function mapError(error: unknown, name: string): GovernorError {
   if (error instanceof GovernorError) return error;
   const message = error instanceof Error ? error.message : String(error);
+  const layout = /GOVERNOR_LAYOUT (\d+) (\d+)/.exec(message);
+  if (layout !== null) {
+    return new StateError(`governor ${JSON.stringify(name)}: the state has layout ${layout[1]} and admits clients of layout ${layout[2]} and later; this client's library is older. Nothing was changed: upgrade this client (docs/upgrade.md) and keep the state, the running fleet uses it`, name, { cause: error });
+  }
+  if (message.includes("GOVERNOR_BADARG")) return new ConfigError(`governor ${JSON.stringify(name)}: invalid argument: ${message}`, name, { cause: error });
   if (/^(ERR|BADARG|WRONGTYPE|STATE)/.test(message) || message.includes("user_function")) {
     return new StateError(`governor ${JSON.stringify(name)}: Redis refused the call: ${message}`, name, { cause: error });
   }
@@ -780,7 +816,7 @@ class Background {
     for (let start = 0; start < leases.length; start += BATCH) {
       const chunk = leases.slice(start, start + BATCH);
       const sentAt = this.gov.core.localNow();
-      const result = await this.gov.execute(this.gov.core.renew(chunk.map((l) => [l.id, l.epoch, l.holder] as const)));
+      const result = await this.gov.execute(this.gov.core.renew(chunk.map((l) => ({ id: l.id, epoch: l.epoch, holder: l.holder, place: l.place, tokens: l.tokens }))));
       const byId = new Map(chunk.map((l) => [l.id, l]));
       for (const id of result.ok) byId.get(id)!.deadline = sentAt + ttl;
       for (const [id, fence] of result.adopted) {

@@ -1,7 +1,7 @@
 export { Governor, Lease, library, readLimits } from "./governor.js";
 export type { AcquireOptions, ReportOptions, FromUrlOptions } from "./governor.js";
 export type { GovernorConfig, ResolvedConfig, Place } from "./config.js";
-export type { BudgetStatus, Outcome, Status, Tokens, Wake } from "./core.js";
+export type { BudgetStatus, Outcome, SharesChange, Status, Tokens, Wake } from "./core.js";
 export { governorKeys, functionName, parseWake } from "./core.js";
 export { classifyHttp, defaultClassifier, parseRetryAfter, retryWait, usageOf } from "./retry.js";
 export type { CallOptions, Classification, RetryPolicy, Verdict } from "./retry.js";

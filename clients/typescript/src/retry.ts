@@ -5,7 +5,7 @@
  * governor/backoff.py and governor/classify.py, with their tables.
  */
 import {
-  QUOTA_CODES, QUOTA_PHRASES, RATE_LIMIT_CODES, RATE_LIMIT_STATUSES, RETRY_AFTER_HEADERS, RETRY_AFTER_LIMIT, RETRY_DEFAULTS,
+  QUOTA_CODES, QUOTA_PHRASES, RATE_LIMIT_CODES, RETRY_AFTER_HEADERS, RETRY_AFTER_LIMIT, RETRY_DEFAULTS,
 } from "./generated.js";
 import { AcquireTimeout, GovernorError, GovernorUnavailable, LeaseLost, QuotaExhausted } from "./errors.js";
 import type { Outcome, Tokens } from "./core.js";
@@ -123,7 +123,6 @@ export function classifyHttp(status: number | undefined, headers?: HeaderBag, bo
   let throttled = status === 429 || status === 529 || [...names].some((n) => (RATE_LIMIT_CODES as readonly string[]).includes(n));
   if (status === 503 && (fields.detail === undefined || (RATE_LIMIT_CODES as readonly string[]).includes(fields.detail))) throttled = true;
   if (throttled) return { outcome: "rate_limited", retryAfter: parseRetryAfter(headers), description };
-  void RATE_LIMIT_STATUSES;
   return { outcome: "error", retryAfter: undefined, description };
 }
 

@@ -1,5 +1,5 @@
 /**
- * Every ```js example of docs/clients/typescript.md runs, as written,
+ * Every ```js example of docs/clients/typescript.md and README.md runs, as written,
  * against a private redis-server and (for the SDK example) a local HTTP
  * server in the OpenAI shape that the real openai SDK calls
  * (OPENAI_BASE_URL). Each runs as a module inside this package, so
@@ -14,7 +14,9 @@ import { fileURLToPath } from "node:url";
 import { Governor } from "../src/index.js";
 import { privateRedis } from "./support.js";
 
-const page = readFileSync(new URL("../../../../docs/clients/typescript.md", import.meta.url), "utf8");
+const page = ["docs/clients/typescript.md", "README.md"]
+  .map((path) => readFileSync(new URL(`../../../../${path}`, import.meta.url), "utf8"))
+  .join("\n");
 const examples = [...page.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]!);
 
 async function openaiShape(req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -192,3 +192,14 @@ test("an operator's change is learnt on the !config wake", async () => {
   await operator.setMaxCapacity(9);
   await until(() => worker.core.storedConfig?.["max_capacity"] === "9", 5, "the stored config learnt anew");
 });
+
+test("after its subscriber reconnects, the heartbeat renews at once", async () => {
+  const gov = governor({ leaseTtl: 30 }); // next renewal due in 10 s
+  const lease = await gov.acquire();
+  const leases = gov.keys.byName["leases"]!;
+  const first = Number(await gov.redis().zscore(leases, lease.id));
+  await new Promise((r) => setTimeout(r, 20)); // the renewal's expiry lands later than the grant's
+  await gov.redis().call("CLIENT", "KILL", "TYPE", "pubsub");
+  await until(async () => Number(await gov.redis().zscore(leases, lease.id)) > first, 5, "a renewal on reconnecting");
+  await lease.release();
+});

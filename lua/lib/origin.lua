@@ -1,0 +1,215 @@
+--[[ lib/origin.lua: where the state came from, the layout handshake, the
+recovery hold, and a key of the state lost.
+
+Uses lib/common.lua, lib/shares.lua, lib/capacity.lua.
+Defines: the functions of ORIGIN (declared in lib/common.lua). Sets ORIGIN.stamp and ORIGIN.check
+(called by load() of lib/common.lua), ORIGIN.hold and ORIGIN.held (init.lua,
+blocked() of lib/admission.lua), ORIGIN.keys_lost (reclaim() of
+lib/upkeep.lua, acquire.lua) and ORIGIN.status_why (status_reply of lib/admin.lua).
+
+The origin stamp. Every writing call that finds the state stamps it (field
+origin) "layout:min_layout:run_id:replid": the layout this library writes
+(LAYOUT), the oldest client layout that may use the state (MIN_LAYOUT), and
+the Redis server it runs on: its run id (a new one at every start) and its
+replication id. The library learns its server's stamp once per load (one
+INFO server per server process and library version, never per call), and
+load() compares the state's stamp with it: one field of the HMGET it makes
+anyway, one string comparison. A stamp of another run id means the state
+was written by another server process: it came back (an RDB snapshot or
+the append-only file loaded at a restart, a promoted replica, a restore, a
+cluster slot migration), and grants made after it was saved may be missing
+while their holders run: a loss. The call then, before anything else:
+  - gives the state a new epoch (holders' renewals adopt their leases: a
+    lease the state lacks gets a new fence, renew.lua),
+  - moves the fence above anything that can have been issued (the clock
+    floor of a new state: NOW * 1000),
+  - holds admissions for the longest lease TTL any client announced
+    (ttl_max), capacity at most the resume level,
+  - logs 'came-back' with the case and publishes the new epoch (listening
+    clients renew at once).
+A read-only call (status) reports it in blocked and changes nothing.
+
+The handshake. A stamp whose min_layout is above LAYOUT fails the call
+(GOVERNOR_LAYOUT: this client is too old for the state; governor/errors.py
+names the upgrade); a stamp of an older layout is served as it is and
+stamped anew; a newer one that admits this layout is left as it is. A
+state without a stamp was written by a client of layout 3.
+
+The recovery hold (hold_until, hold_reason) is state of its own: set by
+init.lua (a loss a client knows of, listeners, the strict mode), by a state
+that came back and by a lost key; not_before covers it too (older clients
+honour not_before), so a provider's Retry-After never shortens it. configure,
+reset and resume keep it (lib/config.lua, resume.lua); resume with the
+lift-hold flag ends it, and says so in the log.
+
+A lost key. leases and holders each keep a sentinel (lib/common.lua): either
+missing means that key was evicted or deleted while the state stayed.
+reclaim() looks (at most once a second) and handles it as a loss: without
+the holders' records the leases go too, the held counts are counted again
+from what exists (recount), new epoch (the holders' renewals adopt their
+leases), the hold. Until reclaim looks (at most RECLAIM_MS), admissions
+count what is left.
+]]
+
+local SERVER = nil  -- {run = run_id, replid = master_replid, stamp = ...}, learnt once per library load
+
+-- The state's hold and the clients' longest TTL, read without a check (a
+-- state of an older layout lacks them): never fails, for any path.
+local function hold_fields()
+  local raw = redis.call('HMGET', K.state, 'hold_until', 'hold_reason', 'ttl_max')
+  return tonumber(raw[1]) or 0, raw[2] or '', tonumber(raw[3]) or 0
+end
+
+local function info_field(section, name)
+  local info = redis.pcall('INFO', section)
+  if type(info) ~= 'string' then return '' end
+  return string.match(info, name .. ':([%w]+)') or ''
+end
+
+-- This server's stamp ('' run id: INFO unavailable, the check is off).
+local function learn()
+  local run = info_field('server', 'run_id')
+  local replid = info_field('replication', 'master_replid')
+  SERVER = {run = run, replid = replid,
+    stamp = string.format('%d:%d:%s:%s', LAYOUT, MIN_LAYOUT, run, replid)}
+end
+
+ORIGIN.stamp = function()
+  if not SERVER then learn() end
+  return SERVER.stamp
+end
+
+local function seconds(ms)
+  return string.format('%.1f s', ms / 1000)
+end
+
+-- Hold admissions for `length` ms from now, for `why` (never shortened).
+ORIGIN.hold = function(length, why)
+  local until_ms = NOW + length
+  local current = S.hold_until
+  if current == nil then current = hold_fields() end
+  if until_ms > current then
+    set('state', 'hold_until', until_ms)
+    set('state', 'hold_reason', why)
+  end
+  if until_ms > (S.not_before or 0) then set('state', 'not_before', until_ms) end
+end
+
+-- A client announces its lease TTL (init.lua): the longest is recorded.
+ORIGIN.note_ttl = function(ttl)
+  local recorded = S.ttl_max or select(3, hold_fields())
+  if ttl > recorded then set('state', 'ttl_max', ttl) end
+  S.ttl_max = math.max(ttl, recorded)
+end
+
+-- Why admissions are held (S.not_before is after NOW), with the end.
+ORIGIN.held = function()
+  local hold_until, reason = hold_fields()
+  if hold_until >= S.not_before then
+    return 'recovery hold: ' .. reason .. ' (ends in ' .. seconds(hold_until - NOW) .. ')'
+  end
+  return 'holding until the provider\'s retry-after (ends in ' .. seconds(S.not_before - NOW) .. ')'
+end
+
+-- A loss the state itself shows: new epoch, fences above the clock floor,
+-- the hold for the longest TTL recorded, announced. Every key's type and
+-- every field is checked first, so nothing is written before a failure.
+local function lost(kind, why)
+  local ttl_max = select(3, hold_fields())
+  if ttl_max == 0 then ttl_max = DEFAULT_TTL_MS end
+  local epoch = string.format('%d', NOW) .. '-' .. string.sub(SERVER.run ~= '' and SERVER.run or 'x', 1, 12)
+  set('state', 'epoch', epoch)
+  local fence = math.max(tonumber(redis.call('HGET', K.state, 'fence')) or 0, NOW * 1000)
+  redis.call('HSET', K.state, 'fence', fence)  -- now: add_lease counts on from the stored fence
+  S.fence = fence
+  ORIGIN.hold(ttl_max, why .. ': holding ' .. ttl_max .. ' ms (the longest lease TTL recorded) for holders to '
+    .. 're-register')
+  if S.capacity > 0 and C.max_capacity and C.resume_fraction then
+    set('state', 'capacity', math.min(S.capacity, resume_level()))
+  end
+  log(kind, 'until', NOW + ttl_max, 'why', why)
+  save()
+  redis.call('PUBLISH', CHANNEL, epoch)  -- listening clients renew at once: their leases are adopted
+end
+
+-- The case a stamp of another run id is, from this server's replication
+-- and persistence (INFO, on this rare path only). A primary's replication
+-- id changes at every start, so only a promoted replica is told for sure.
+local function which_case(replid)
+  if replid ~= '' and replid == info_field('replication', 'master_replid2') then
+    return 'came from a replica promoted to primary (grants the old primary made in its last moments may be '
+      .. 'missing)'
+  end
+  if info_field('persistence', 'aof_enabled') == '1' then
+    return 'was loaded from the append-only file at a restart, or copied from another server (grants made '
+      .. 'after it was written may be missing)'
+  end
+  return 'was loaded from an RDB snapshot at a restart, or copied from another server (a restore, a cluster '
+    .. 'slot migration: grants made after it was saved may be missing)'
+end
+
+-- A state stamped otherwise than this server would (raw: its stamp, false
+-- when it has none).
+ORIGIN.check = function(raw)
+  if not SERVER then learn() end
+  if SERVER.run == '' then return end  -- no INFO (a test double of Redis): no check
+  if not raw then  -- a state of layout 3: served as it is, stamped from now on
+    if not READ_ONLY then set('state', 'origin', SERVER.stamp) end
+    return
+  end
+  local layout, min_layout, run, replid = string.match(raw, '^(%d+):(%d+):([%w]*):([%w]*)$')
+  layout, min_layout = tonumber(layout), tonumber(min_layout)
+  if not layout then fail('BADSTATE', 'field origin holds ' .. string.format('%q', raw)) end
+  if min_layout > LAYOUT then
+    fail('LAYOUT', layout .. ' ' .. min_layout .. ' (this client speaks layout ' .. LAYOUT .. ')')
+  end
+  local stamp = string.format('%d:%d:%s:%s', math.max(layout, LAYOUT), math.max(min_layout, MIN_LAYOUT),
+    SERVER.run, SERVER.replid)
+  if run == SERVER.run then
+    if layout < LAYOUT and not READ_ONLY then set('state', 'origin', stamp) end  -- older: stamped anew
+    return
+  end
+  local why = 'the state ' .. which_case(replid)
+  if READ_ONLY then
+    CALL.foreign = why .. '; the next writing call handles it as a loss and holds'
+    return
+  end
+  check_types()
+  check_all()
+  set('state', 'origin', stamp)
+  lost('came-back', why)
+end
+
+-- A key of the state gone while the state stayed (evicted, deleted): its
+-- sentinel tells. For reclaim() (prepare() done, every key's type checked).
+ORIGIN.keys_lost = function()
+  local gone = {}
+  if not redis.call('ZSCORE', K.leases, SENTINEL) then gone[#gone + 1] = 'leases' end
+  if redis.call('HEXISTS', K.holders, SENTINEL) == 0 then gone[#gone + 1] = 'holders' end
+  if #gone == 0 then return end
+  if gone[#gone] == 'holders' then
+    -- the leases' records (tenant, class, reservation) are gone: the leases
+    -- go too, and their holders re-register within the hold (adoption)
+    redis.call('DEL', K.leases)
+  end
+  redis.call('ZADD', K.leases, 'NX', 0, SENTINEL)
+  redis.call('HSETNX', K.holders, SENTINEL, '')
+  created(K.leases)
+  created(K.holders)
+  recount(false)  -- the held counts from the leases and records that exist
+  lost('lost-key', 'key(s) ' .. table.concat(gone, ', ') .. ' lost (evicted or deleted)')
+end
+
+-- Why status sees the state unusable as it is ('' none): another server's
+-- state, or a lost key.
+ORIGIN.status_why = function()
+  if CALL.foreign then return CALL.foreign end
+  local gone = {}
+  if not redis.call('ZSCORE', K.leases, SENTINEL) then gone[#gone + 1] = 'leases' end
+  if redis.call('HEXISTS', K.holders, SENTINEL) == 0 then gone[#gone + 1] = 'holders' end
+  if #gone > 0 then
+    return 'key(s) ' .. table.concat(gone, ', ') .. ' lost (evicted or deleted): the next writing call counts '
+      .. 'again and holds'
+  end
+  return ''
+end

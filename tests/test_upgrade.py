@@ -1,0 +1,233 @@
+"""A rolling upgrade: clients of two versions on one governor.
+
+The older client is the release before the layout handshake (commit
+9e3613f, layout 3: its states carry no origin stamp), installed by the
+fixture into a virtual environment of its own (cached in the temporary
+directory). Processes of both versions contend for one governor of
+capacity 4 and report every hold to a control Redis; the witness
+(tests/support/witness.py) counts the holders and the fences of both.
+
+The handshake: a state stamped by a newer layout that admits only newer
+clients is refused, naming both layouts and the upgrade step, never
+advising to reset or delete the state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from governor import Governor, GovernorConfig, LayoutError, StateError
+from governor.protocol import LAYOUT, MIN_LAYOUT
+
+from .support.faultkit import figure
+from .support.servers import RedisServer
+from .support.witness import read_events, witness
+
+ROOT = Path(__file__).resolve().parent.parent
+#: the last release of layout 3 (no origin stamp, no recovery hold of its own)
+OLD_COMMIT = "9e3613f"
+
+#: run by both versions' interpreters: ``threads`` callers acquire, hold 0.1-0.3 s, release, for
+#: ``seconds``; every hold is reported to the control Redis in the witness's event shape
+WORKER = r"""
+import json, os, random, sys, threading, time
+import redis
+import governor
+from governor import Governor, GovernorConfig, GovernorError, AcquireTimeout
+
+url, name, control_url, events, role, threads, seconds, config = sys.argv[1:9]
+config = GovernorConfig(**json.loads(config))
+control = redis.Redis.from_url(control_url, decode_responses=True)
+gov = Governor.from_url(url, name, config)
+counts = {"admitted": 0, "errors": 0}
+lock = threading.Lock()
+
+def emit(**event):
+    control.rpush(events, json.dumps(event))
+
+def caller(seed):
+    rng = random.Random(seed)
+    deadline = time.monotonic() + float(seconds)
+    while time.monotonic() < deadline:
+        try:
+            lease = gov.acquire(timeout=1.0, holder=role)
+        except AcquireTimeout:
+            continue
+        except GovernorError as error:
+            with lock:
+                counts["errors"] += 1
+            emit(kind="error", role=role, error=str(error))
+            time.sleep(0.05)
+            continue
+        key = f"{role}/{os.getpid()}/{lease.id}"
+        emit(kind="entered", key=key, role=role, t=time.monotonic(), fence=lease.fence)
+        with lock:
+            counts["admitted"] += 1
+        time.sleep(rng.uniform(0.1, 0.3))
+        t = time.monotonic()
+        emit(kind="left", key=key, how="lost" if lease.lost else "released", t=t, held_until=t)
+        try:
+            lease.release()
+        except GovernorError:
+            pass
+
+workers = [threading.Thread(target=caller, args=(i,)) for i in range(int(threads))]
+for w in workers:
+    w.start()
+for w in workers:
+    w.join()
+emit(kind="done", role=role, version=governor.__file__, **counts)
+gov.close()
+"""
+
+CONFIG = {"max_capacity": 4, "policy": "fixed", "lease_ttl": 3.0, "poll": 0.2, "queue_ttl": 1.0, "redis_timeout": 2.0}
+
+
+@pytest.fixture(scope="module")
+def old_python() -> Path:
+    """The interpreter of a virtual environment holding the older release
+    (commit OLD_COMMIT from this checkout's history); its dependencies are
+    this environment's, its ``governor`` the older one."""
+    cache = Path(tempfile.gettempdir()) / f"governor-old-{OLD_COMMIT}"
+    python = cache / "venv" / "bin" / "python"
+    if not (cache / "ready").exists():
+        src = cache / "src"
+        src.mkdir(parents=True, exist_ok=True)
+        try:
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", OLD_COMMIT], check=True, capture_output=True, timeout=60
+            ).stdout
+        except (OSError, subprocess.CalledProcessError) as error:
+            pytest.skip(f"the older release {OLD_COMMIT} is not in this checkout's history ({error})")
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True, timeout=60)
+        try:
+            subprocess.run(
+                [sys.executable, "-m", "venv", "--without-pip", str(cache / "venv")], check=True, timeout=120
+            )
+        except (OSError, subprocess.CalledProcessError) as error:
+            pytest.skip(f"cannot create a virtual environment for the older release: {error}")
+        site = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True, capture_output=True, text=True, timeout=60,
+        ).stdout.strip()  # fmt: skip
+        # the older source first, then this environment's packages for its dependencies (a path a
+        # .pth names is not a site directory: the newer governor's own .pth there is not run)
+        Path(site, "governor-old.pth").write_text(f"{src}\n{sysconfig.get_paths()['purelib']}\n")
+        (cache / "ready").write_text(OLD_COMMIT)
+    found = subprocess.run(
+        [str(python), "-c", "import governor, governor.protocol as p; print(governor.__file__, getattr(p, 'LAYOUT', 3))"],  # noqa: E501
+        check=True, capture_output=True, text=True, timeout=60, cwd=tempfile.gettempdir(),
+    ).stdout.split()  # fmt: skip
+    assert found[0].startswith(str(cache / "src")) and found[1] == "3", found
+    return python
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    srv = RedisServer().start()
+    yield srv
+    srv.cleanup()
+
+
+@pytest.fixture
+def control(server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis(port=server.port, db=1, decode_responses=True)
+    yield client
+    client.close()
+
+
+def start(
+    python: Path, server: RedisServer, name: str, events: str, role: str, seconds: float
+) -> subprocess.Popen[bytes]:
+    control_url = f"redis://127.0.0.1:{server.port}/1"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.Popen(
+        [str(python), "-c", WORKER, server.url, name, control_url, events, role, "2", str(seconds), json.dumps(CONFIG)],
+        cwd=tempfile.gettempdir(), env=env,
+    )  # fmt: skip
+
+
+def test_an_older_and_a_newer_fleet_share_one_governor(
+    old_python: Path, server: RedisServer, control: redis.Redis
+) -> None:
+    name, events = "upgrade", f"events:{uuid.uuid4().hex}"
+    old = [start(old_python, server, name, events, "old", 5.0) for _ in range(2)]  # the running fleet
+    time.sleep(1.0)  # the older clients create the state (layout 3, unstamped)
+    new = [start(Path(sys.executable), server, name, events, "new", 3.0) for _ in range(2)]  # the upgrade rolls in
+    for process in old + new:
+        assert process.wait(60) == 0
+    seen = witness(control, events, CONFIG["max_capacity"], time.monotonic())
+    done = {e["role"]: e for e in read_events(control, events) if e["kind"] == "done"}
+    errors = [e["error"] for e in read_events(control, events) if e["kind"] == "error"]
+    print(
+        f"\nolder and newer fleet on one governor: {seen}; admitted { ({r: d['admitted'] for r, d in done.items()}) }"
+    )
+    figure("mixed versions: most simultaneous holders (capacity 4)", seen.peak, "")
+    assert seen.peak <= CONFIG["max_capacity"] and not seen.shared, f"the witness saw {seen}"
+    assert done["old"]["admitted"] > 0 and done["new"]["admitted"] > 0, done
+    assert done["old"]["version"].startswith(str(old_python.parent.parent.parent / "src")), done["old"]["version"]
+    assert not errors, errors[:3]
+    admin = server.client(decode_responses=True)
+    try:  # served as it was, stamped by the newer client
+        origin = admin.hget(Governor(admin, name).keys.state, "origin")
+        assert origin.startswith(f"{LAYOUT}:{MIN_LAYOUT}:"), origin
+    finally:
+        admin.close()
+
+
+def test_a_state_only_newer_clients_may_use_is_refused_naming_both_layouts(server: RedisServer) -> None:
+    gov = Governor.from_url(server.url, "newer", GovernorConfig(max_capacity=4))
+    admin = server.client(decode_responses=True)
+    try:
+        gov.status()
+        origin = admin.hget(gov.keys.state, "origin")
+        _, _, run_id, replid = origin.split(":")
+        admin.hset(gov.keys.state, "origin", f"{LAYOUT + 1}:{LAYOUT + 1}:{run_id}:{replid}")
+        before = admin.hgetall(gov.keys.state)
+        for call in (gov.status, gov.try_acquire, gov.reset):
+            with pytest.raises(LayoutError) as caught:
+                call()
+            message = str(caught.value)
+            assert f"layout {LAYOUT + 1}" in message and f"this client speaks layout {LAYOUT}" in message
+            assert "upgrade this client" in message and "docs/upgrade.md" in message
+            assert "reset" not in message.lower() and "keep the state" in message
+            assert "delete" not in message.lower()
+            assert (caught.value.layout, caught.value.min_layout) == (LAYOUT + 1, LAYOUT + 1)
+        assert admin.hgetall(gov.keys.state) == before  # nothing was changed
+        # a newer layout that still admits this one is served, and left stamped as it is
+        admin.hset(gov.keys.state, "origin", f"{LAYOUT + 1}:{MIN_LAYOUT}:{run_id}:{replid}")
+        lease = gov.try_acquire()
+        assert lease is not None
+        lease.release()
+        assert admin.hget(gov.keys.state, "origin") == f"{LAYOUT + 1}:{MIN_LAYOUT}:{run_id}:{replid}"
+    finally:
+        admin.close()
+        gov.close()
+
+
+def test_an_unreadable_state_never_advises_deleting_a_running_fleets_state(server: RedisServer) -> None:
+    gov = Governor.from_url(server.url, "unreadable", GovernorConfig(max_capacity=4))
+    admin = server.client()
+    try:
+        gov.status()
+        admin.hset(gov.keys.state, "capacity", "many")  # what another version or program may leave
+        with pytest.raises(StateError) as caught:
+            gov.status()
+        message = str(caught.value)
+        assert "delete" not in message.lower() and "`governor reset`" not in message, message
+        assert "docs/upgrade.md" in message
+    finally:
+        admin.close()
+        gov.close()
