@@ -1,7 +1,6 @@
 --[[ init.lua: create a governor's state from a client's config if missing.
 
-Uses    lib/common.lua, lib/budgets.lua, lib/capacity.lua, lib/queue.lua, lib/admin.lua, lib/config.lua,
-        lib/origin.lua
+Uses    lib/common.lua, lib/budgets.lua, lib/capacity.lua, lib/queue.lua, lib/admin.lua, lib/config.lua, lib/origin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME

@@ -195,6 +195,24 @@ def test_the_readme_names_every_error() -> None:
     assert not missing, f"not in the README's error tree: {sorted(missing)}"
 
 
+#: paths the pages name that are not in the repository: where the wheel puts the Lua
+NOT_IN_THE_TREE = {"governor/lua"}
+
+
+def test_every_file_the_pages_name_exists() -> None:
+    """A path in a code span (`governor/...`, `tests/...::test`, ...) names a
+    file or folder of the repository: a move that leaves a page behind fails."""
+    gone = []
+    for page in PAGES:
+        for match in re.finditer(
+            r"`((?:governor|lua|tests|bench|scripts|docker|clients|docs)/[\w./-]*)", page.read_text(encoding="utf-8")
+        ):
+            path = match.group(1).rstrip(".")
+            if path not in NOT_IN_THE_TREE and not (ROOT / path).exists():
+                gone.append(f"{page.relative_to(ROOT)}: {path}")
+    assert not gone, gone
+
+
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     """``mkdocs build --strict``: every link, anchor and included README
     section resolves, and every page is in the nav."""

@@ -552,10 +552,8 @@ class AsyncGovernor:
         return status
 
     async def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
-        """Change the ceiling, keeping what the policy learnt: a lower one
-        applies at once, a higher one the adaptive policy approaches as it
-        approaches any (seed, fixed: capacity at it at once); while paused,
-        the resume uses it."""
+        """Change the ceiling, keeping what the policy learnt: a lower one applies at once, a higher
+        one the adaptive policy approaches (seed, fixed: at once); while paused, the resume uses it."""
         return self._found(await self._execute(self._core.set_max_capacity(n, create)))
 
     async def set_shares(

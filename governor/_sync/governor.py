@@ -538,10 +538,8 @@ class Governor:
         return status
 
     def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
-        """Change the ceiling, keeping what the policy learnt: a lower one
-        applies at once, a higher one the adaptive policy approaches as it
-        approaches any (seed, fixed: capacity at it at once); while paused,
-        the resume uses it."""
+        """Change the ceiling, keeping what the policy learnt: a lower one applies at once, a higher
+        one the adaptive policy approaches (seed, fixed: at once); while paused, the resume uses it."""
         return self._found(self._execute(self._core.set_max_capacity(n, create)))
 
     def set_shares(
