@@ -116,8 +116,8 @@ def token_options(f: F) -> F:
     options = [
         click.option("--rpm-bucket/--rpm-window", default=False, show_default=True,
                      help="--rpm as a token bucket like the token limits, or a strict sliding window."),
-        click.option("--tpm", type=click.IntRange(min=1), default=None,
-                     help="Tokens (input + output) per --rate-period (default: no such limit)."),
+        click.option("--tpm", type=click.IntRange(min=1), default=200_000, show_default=True,
+                     help="Tokens (input + output) per --rate-period (an OpenAI tier-1 account's figure)."),
         click.option("--input-tpm", type=click.IntRange(min=1), default=None,
                      help="Input tokens per --rate-period (Anthropic's ITPM)."),
         click.option("--output-tpm", type=click.IntRange(min=1), default=None,
@@ -411,14 +411,21 @@ def demo_command(**kw: Any) -> None:
 @click.command("provider")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free).")
-@provider_options(limit=40, latency=0.2, schedule="")
+@provider_options(limit=40, latency=0.2, schedule="", rpm=500)
 @token_options
 def provider_command(host: str, port: int, **kw: Any) -> None:
-    """Serve the mock LLM provider (OpenAI chat completions and Anthropic messages).
+    """Serve the mock LLM provider: OpenAI chat completions, Anthropic messages,
+    Azure OpenAI deployments, Gemini (and Vertex AI) generateContent, Bedrock
+    converse.
 
-    OpenAI clients use base URL http://HOST:PORT/v1, Anthropic clients
-    http://HOST:PORT (any API key). A swarm driver controls runs with GET
-    /sim/config, POST /sim/reset, GET /sim/stats and GET /sim/live.
+    OpenAI clients use base URL http://HOST:PORT/v1, Anthropic, Gemini
+    (google-genai's http_options base_url), Azure (azure_endpoint) and Bedrock
+    (boto3's endpoint_url) clients http://HOST:PORT (any key). It announces
+    the rate limits of a tier-1-like account by default (500 requests and
+    200,000 tokens a minute) in the OpenAI, Azure and Anthropic headers;
+    Gemini and Bedrock send none, as those providers do. A swarm driver
+    controls runs with GET /sim/config, POST /sim/reset, GET /sim/stats and
+    GET /sim/live.
     """
     from .provider import serve
 

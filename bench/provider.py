@@ -65,6 +65,7 @@ aiohttp is imported here, so this module needs the ``bench`` extra.
 from __future__ import annotations
 
 import asyncio
+import binascii
 import itertools
 import json
 import math
@@ -94,7 +95,9 @@ KINDS = (REQUESTS, TOTAL, INPUT, OUTPUT)
 REASONS = ("concurrency", *KINDS)
 
 #: the API shapes served
-OPENAI, ANTHROPIC = "openai", "anthropic"
+OPENAI, ANTHROPIC, GEMINI, BEDROCK, AZURE = "openai", "anthropic", "gemini", "bedrock", "azure"
+#: the shapes that send no rate-limit headers (the provider's own behaviour)
+HEADERLESS = (GEMINI, BEDROCK)
 
 #: a request header a benchmark may set to an opaque tag of its own: the arrival of
 #: each accepted request so tagged is recorded (the admission wait of that call)
@@ -145,6 +148,11 @@ class ProviderConfig:
     anthropic_tokens_header: bool = True
     #: requests accepted in all before every answer is a billing error (None: unlimited)
     quota: int | None = None
+    #: requests accepted per day before every answer is a per-day quota error (Gemini's requests per
+    #: day, reset at midnight Pacific time; None: unlimited)
+    daily_quota: int | None = None
+    #: Azure answers put -1 and 0 in some rate-limit headers, as some Azure APIs do
+    azure_odd_headers: bool = True
     #: ((seconds after the run's start, new hidden limit), ...)
     schedule: tuple[tuple[float, int], ...] = ()
     #: completion tokens of each answer when ``completion_mean`` is None (capped by max_tokens)
@@ -189,6 +197,10 @@ class ProviderConfig:
             )
         if self.quota is not None:
             _int_at_least("quota", self.quota, 0)
+        if self.daily_quota is not None:
+            _int_at_least("daily_quota", self.daily_quota, 0)
+        if not isinstance(self.azure_odd_headers, bool):
+            raise ConfigError(f"azure_odd_headers must be true or false, got {self.azure_odd_headers!r}")
         last = -1.0
         for entry in self.schedule:
             if not isinstance(entry, (tuple, list)) or len(entry) != 2:
@@ -642,6 +654,14 @@ class MockProvider:
             [
                 web.post("/v1/chat/completions", self._chat),
                 web.post("/v1/messages", self._messages),
+                web.post("/openai/deployments/{deployment}/chat/completions", self._azure),
+                web.post("/{version}/models/{call}", self._gemini),
+                web.post("/{version}/publishers/google/models/{call}", self._gemini),
+                web.post(
+                    "/{version}/projects/{project}/locations/{location}/publishers/google/models/{call}", self._gemini
+                ),
+                web.post("/model/{model}/converse", self._converse),
+                web.post("/model/{model}/converse-stream", self._converse),
                 web.get("/v1/models", self._models),
                 web.get("/sim/config", self._get_config),
                 web.post("/sim/reset", self._post_reset),
@@ -773,6 +793,15 @@ class MockProvider:
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         return await self._handle(request, ANTHROPIC)
 
+    async def _azure(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, AZURE)
+
+    async def _gemini(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, GEMINI)
+
+    async def _converse(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, BEDROCK)
+
     async def _handle(self, request: web.Request, api: str) -> web.StreamResponse:
         run = self._run
         arrival = self.now()
@@ -792,6 +821,8 @@ class MockProvider:
         now = arrival
         if config.quota is not None and self._accepted >= config.quota:
             return await self._refuse(run, arrival, call, QUOTA, None, None)
+        if config.daily_quota is not None and self._accepted >= config.daily_quota:
+            return await self._refuse(run, arrival, call, QUOTA, "day", None)
         cost = call.cost
         for kind, limit in self._limits.items():
             if not limit.fits(cost.of(kind), now):
@@ -831,6 +862,11 @@ class MockProvider:
             headers = self._headers(call.api, arrival)
             if call.api == ANTHROPIC:
                 return web.json_response(_message(call, n, completion, truncated), headers=headers)
+            if call.api == GEMINI:
+                return web.json_response(_gemini_response(call, n, completion, truncated), headers=headers)
+            if call.api == BEDROCK:
+                latency = round((self.now() - arrival) * 1000)
+                return web.json_response(_converse_response(call, completion, truncated, latency), headers=headers)
             return web.json_response(_chat_completion(call, n, completion, truncated), headers=headers)
         finally:
             if run is self._run:
@@ -894,14 +930,25 @@ class MockProvider:
         config = self.config
         n = next(self._ids)
         response = web.StreamResponse(status=200, headers=self._headers(call.api, arrival))
-        response.content_type = "text/event-stream"
-        response.headers["Cache-Control"] = "no-cache"
+        if call.api == BEDROCK:
+            response.content_type = "application/vnd.amazon.eventstream"
+        else:
+            response.content_type = "text/event-stream"
+            response.headers["Cache-Control"] = "no-cache"
         cut_at: int | None = None
         if config.stream_error_rate > 0 and self._rng.random() < config.stream_error_rate:
             cut_at = self._rng.randint(0, max(0, completion - 1))
         sent = 0
         kind = ABANDONED
-        events = _AnthropicEvents(call, n) if call.api == ANTHROPIC else _OpenAIChunks(call, n)
+        events: Any
+        if call.api == ANTHROPIC:
+            events = _AnthropicEvents(call, n)
+        elif call.api == GEMINI:
+            events = _GeminiChunks(call, n)
+        elif call.api == BEDROCK:
+            events = _ConverseEvents(call, arrival, self.now)
+        else:
+            events = _OpenAIChunks(call, n)
         try:
             await response.prepare(request)
             await response.write(events.start())
@@ -953,6 +1000,17 @@ class MockProvider:
                 self.record.refused[reason] = self.record.refused.get(reason, 0) + 1
             self.record.responses.append((arrival, self.now(), kind))
         headers = self._headers(call.api, arrival)
+        if call.api == GEMINI:
+            return _gemini_error(
+                call,
+                kind,
+                reason,
+                self._retry_after_value(wait),
+                "" if kind == QUOTA or reason is None else self._refusal_message(call, kind, reason, wait),
+                headers,
+            )
+        if call.api == BEDROCK:
+            return _bedrock_error(kind, reason, headers)
         if kind == QUOTA:
             if call.api == ANTHROPIC:
                 return _anthropic_error(
@@ -974,6 +1032,8 @@ class MockProvider:
         if seconds is not None and math.isfinite(seconds):
             if call.api == OPENAI:
                 headers["retry-after-ms"] = str(max(1, round(seconds * 1000)))
+            if call.api == AZURE:
+                headers["x-ms-retry-after-ms"] = str(max(1, round(seconds * 1000)))
             headers["retry-after"] = str(max(1, math.ceil(seconds)))
         message = self._refusal_message(call, kind, reason, wait)
         if call.api == ANTHROPIC:
@@ -1023,6 +1083,10 @@ class MockProvider:
             headers = {"request-id": request_id, "x-request-id": request_id}
             headers.update(self._anthropic_limits(now))
             return headers
+        if api == GEMINI:  # the Gemini API and Vertex AI send no rate-limit headers
+            return {"x-goog-request-id": request_id, "server-timing": f"gfet4t7; dur={round((now - arrival) * 1000)}"}
+        if api == BEDROCK:  # nor does Bedrock
+            return {"x-amzn-RequestId": request_id}
         headers = {"x-request-id": request_id, "openai-processing-ms": str(max(0, round((now - arrival) * 1000)))}
         for kind, name in ((REQUESTS, "requests"), (TOTAL, "tokens")):
             limit = self._limits.get(kind)
@@ -1030,6 +1094,13 @@ class MockProvider:
                 headers[f"x-ratelimit-limit-{name}"] = str(limit.limit)
                 headers[f"x-ratelimit-remaining-{name}"] = str(limit.remaining(now))
                 headers[f"x-ratelimit-reset-{name}"] = go_duration(limit.full_in(now))
+        if api == AZURE:
+            headers["apim-request-id"] = request_id
+            for name in ("requests", "tokens"):
+                headers.pop(f"x-ratelimit-reset-{name}", None)  # Azure sends no resets
+            if self.config.azure_odd_headers:  # what some Azure APIs send: a limit of 0, nothing remaining known
+                headers.setdefault("x-ratelimit-limit-requests", "0")
+                headers.setdefault("x-ratelimit-remaining-requests", "-1")
         return headers
 
     def _anthropic_limits(self, now: float) -> dict[str, str]:
@@ -1147,7 +1218,11 @@ async def _read_body(
     """What a request asks for, or a 4xx in its API's shape explaining what is wrong with it."""
     if api == ANTHROPIC:
         return await _read_messages_body(request, config)
-    return await _read_chat_body(request, config)
+    if api == GEMINI:
+        return await _read_gemini_body(request, config)
+    if api == BEDROCK:
+        return await _read_converse_body(request, config)
+    return await _read_chat_body(request, config, api)
 
 
 async def _json_object(request: web.Request) -> dict[str, Any] | str:
@@ -1174,15 +1249,24 @@ def _max_tokens(body: Mapping[str, Any], names: Sequence[str]) -> int | str | No
     return None
 
 
-async def _read_chat_body(request: web.Request, config: ProviderConfig) -> tuple[_Call | None, web.Response | None]:
+async def _read_chat_body(
+    request: web.Request, config: ProviderConfig, api: str = OPENAI
+) -> tuple[_Call | None, web.Response | None]:
     def bad(message: str, status: int = 400) -> tuple[None, web.Response]:
         return None, _error(status, message, "invalid_request_error", None, {})
 
-    if not request.headers.get("Authorization", "").startswith("Bearer "):
+    if api == AZURE:
+        if not request.headers.get("api-key") and not request.headers.get("Authorization", "").startswith("Bearer "):
+            return bad("Access denied due to missing subscription key.", 401)
+        if not request.query.get("api-version"):
+            return bad("Missing required query parameter: api-version")
+    elif not request.headers.get("Authorization", "").startswith("Bearer "):
         return bad("Missing bearer authentication in header", 401)
     body = await _json_object(request)
     if isinstance(body, str):
         return bad(body)
+    if api == AZURE:
+        body.setdefault("model", request.match_info.get("deployment", ""))
     if not isinstance(body.get("model"), str) or not body["model"]:
         return bad("you must provide a model parameter")
     messages = body.get("messages")
@@ -1198,8 +1282,8 @@ async def _read_chat_body(request: web.Request, config: ProviderConfig) -> tuple
     if isinstance(cap, str):
         return bad(cap)
     call = _Call(
-        api=OPENAI,
-        model=body["model"],
+        api=api,
+        model=body["model"] if api == OPENAI else request.match_info.get("deployment", body["model"]),
         prompt=prompt_tokens(body),
         max_tokens=cap if cap is not None else config.default_max_tokens,
         stream=bool(stream),
@@ -1241,6 +1325,92 @@ async def _read_messages_body(request: web.Request, config: ProviderConfig) -> t
         prompt=prompt_tokens(body),
         max_tokens=cap,
         stream=bool(stream),
+        include_usage=True,
+    )
+    return call, None
+
+
+async def _read_gemini_body(request: web.Request, config: ProviderConfig) -> tuple[_Call | None, web.Response | None]:
+    """``POST .../models/{model}:generateContent`` or ``:streamGenerateContent`` (``?alt=sse``)."""
+
+    def bad(message: str, status: int = 400, code: str = "INVALID_ARGUMENT") -> tuple[None, web.Response]:
+        body = {"error": {"code": status, "message": message, "status": code}}
+        return None, web.json_response(body, status=status)
+
+    model, _, verb = request.match_info["call"].partition(":")
+    if verb not in ("generateContent", "streamGenerateContent"):
+        return bad(f"Method {verb!r} is not served by the mock provider.", 404, "NOT_FOUND")
+    if not request.headers.get("x-goog-api-key") and not request.headers.get("Authorization", "").startswith("Bearer "):
+        return bad(
+            "Method doesn't allow unregistered callers. Please use API Key or other form of API consumer "
+            "identity to call this API.",
+            403,
+            "PERMISSION_DENIED",
+        )
+    body = await _json_object(request)
+    if isinstance(body, str):
+        return bad(body)
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents or not all(isinstance(c, dict) for c in contents):
+        return bad("* GenerateContentRequest.contents: contents is not specified")
+    generation = body.get("generationConfig") or {}
+    if not isinstance(generation, dict):
+        return bad("generationConfig must be an object")
+    cap = _max_tokens(generation, ("maxOutputTokens",))
+    if isinstance(cap, str):
+        return bad(cap)
+    call = _Call(
+        api=GEMINI,
+        model=model,
+        prompt=gemini_prompt_tokens(body),
+        max_tokens=cap if cap is not None else config.default_max_tokens,
+        stream=verb == "streamGenerateContent",
+        include_usage=True,
+    )
+    return call, None
+
+
+def gemini_prompt_tokens(body: Mapping[str, Any]) -> int:
+    """The prompt of a Gemini request by the rule of :func:`prompt_tokens`: each
+    content's parts' text, the system instruction, the JSON of tools."""
+    total = 0
+    for content in body.get("contents") or ():
+        if isinstance(content, Mapping):
+            total += _text_tokens(content.get("parts")) + MESSAGE_TOKENS
+    system = body.get("systemInstruction")
+    if isinstance(system, Mapping):
+        total += _text_tokens(system.get("parts")) + MESSAGE_TOKENS
+    if body.get("tools"):
+        total += math.ceil(len(json.dumps(body["tools"])) / CHARS_PER_TOKEN)
+    return max(1, total)
+
+
+async def _read_converse_body(request: web.Request, config: ProviderConfig) -> tuple[_Call | None, web.Response | None]:
+    """Bedrock's ``POST /model/{modelId}/converse`` and ``/converse-stream``."""
+
+    def bad(message: str, status: int = 400) -> tuple[None, web.Response]:
+        return None, _bedrock_response(status, "ValidationException", message, {})
+
+    if not request.headers.get("Authorization", "").startswith("AWS4-HMAC-SHA256"):
+        return bad("Missing Authentication Token", 403)
+    body = await _json_object(request)
+    if isinstance(body, str):
+        return bad(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        return bad("A conversation must start with a user message.")
+    inference = body.get("inferenceConfig") or {}
+    if not isinstance(inference, dict):
+        return bad("inferenceConfig must be an object")
+    cap = _max_tokens(inference, ("maxTokens",))
+    if isinstance(cap, str):
+        return bad(cap)
+    call = _Call(
+        api=BEDROCK,
+        model=request.match_info["model"],
+        prompt=prompt_tokens({"messages": messages, "system": body.get("system")}),
+        max_tokens=cap if cap is not None else config.default_max_tokens,
+        stream=request.path.endswith("/converse-stream"),
         include_usage=True,
     )
     return call, None
@@ -1288,6 +1458,39 @@ def _message(call: _Call, n: int, completion: int, truncated: bool) -> dict[str,
         "stop_reason": "max_tokens" if truncated else "end_turn",
         "stop_sequence": None,
         "usage": _anthropic_usage(call.prompt, completion),
+    }
+
+
+def _gemini_usage(prompt: int, completion: int) -> dict[str, Any]:
+    return {
+        "promptTokenCount": prompt,
+        "candidatesTokenCount": completion,
+        "totalTokenCount": prompt + completion,
+        "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt}],
+    }
+
+
+def _gemini_response(call: _Call, n: int, completion: int, truncated: bool) -> dict[str, Any]:
+    return {
+        "candidates": [
+            {
+                "content": {"parts": [{"text": _text(completion)}], "role": "model"},
+                "finishReason": "MAX_TOKENS" if truncated else "STOP",
+                "index": 0,
+            }
+        ],
+        "usageMetadata": _gemini_usage(call.prompt, completion),
+        "modelVersion": call.model,
+        "responseId": f"sim{n:010d}",
+    }
+
+
+def _converse_response(call: _Call, completion: int, truncated: bool, latency_ms: int) -> dict[str, Any]:
+    return {
+        "output": {"message": {"role": "assistant", "content": [{"text": _text(completion)}]}},
+        "stopReason": "max_tokens" if truncated else "end_turn",
+        "usage": {"inputTokens": call.prompt, "outputTokens": completion, "totalTokens": call.prompt + completion},
+        "metrics": {"latencyMs": max(0, latency_ms)},
     }
 
 
@@ -1397,6 +1600,167 @@ class _AnthropicEvents:
         return _sse({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, "error")
 
 
+class _GeminiChunks:
+    """``streamGenerateContent?alt=sse``: one ``data:`` chunk per delta, each with
+    the usage so far (the last with the whole of it); the stream ends when the
+    connection closes, with no closing event. An overload cuts it with an error chunk."""
+
+    def __init__(self, call: _Call, n: int) -> None:
+        self.call = call
+        self.id = f"sim{n:010d}"
+        self.sent = 0
+
+    def _chunk(self, text: str, finish: str | None) -> bytes:
+        candidate: dict[str, Any] = {"content": {"parts": [{"text": text}], "role": "model"}, "index": 0}
+        if finish is not None:
+            candidate["finishReason"] = finish
+        chunk = {
+            "candidates": [candidate],
+            "usageMetadata": _gemini_usage(self.call.prompt, self.sent),
+            "modelVersion": self.call.model,
+            "responseId": self.id,
+        }
+        return _sse(chunk).replace(b"\n\n", b"\r\n\r\n")
+
+    def start(self) -> bytes:
+        return b""
+
+    def delta(self, tokens: int, first: bool) -> bytes:
+        self.sent += tokens
+        return self._chunk(_text(tokens, first), None)
+
+    def end(self, completion: int, truncated: bool) -> bytes:
+        self.sent = completion
+        return self._chunk("", "MAX_TOKENS" if truncated else "STOP")
+
+    def overloaded(self) -> bytes:
+        error = {"code": 503, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE"}
+        return _sse({"error": error})
+
+
+def event_frame(headers: Mapping[str, str], payload: bytes) -> bytes:
+    """One message of AWS's event-stream framing (what boto3 reads from
+    ``converse_stream``): prelude (total and headers length, CRC32), string
+    headers, payload, CRC32 of the whole."""
+    encoded = b""
+    for name, value in headers.items():
+        key, text = name.encode(), value.encode()
+        encoded += bytes([len(key)]) + key + b"\x07" + len(text).to_bytes(2, "big") + text
+    total = 12 + len(encoded) + len(payload) + 4
+    prelude = total.to_bytes(4, "big") + len(encoded).to_bytes(4, "big")
+    prelude += binascii.crc32(prelude).to_bytes(4, "big")
+    message = prelude + encoded + payload
+    return message + binascii.crc32(message).to_bytes(4, "big")
+
+
+def _event(kind: str, data: Mapping[str, Any]) -> bytes:
+    headers = {":event-type": kind, ":content-type": "application/json", ":message-type": "event"}
+    return event_frame(headers, json.dumps(data, separators=(",", ":")).encode())
+
+
+class _ConverseEvents:
+    """``converse-stream``: messageStart, contentBlockDelta..., contentBlockStop,
+    messageStop, then metadata (usage and latency) as event-stream frames; an
+    overload is a ``serviceUnavailableException`` exception frame."""
+
+    def __init__(self, call: _Call, arrival: float, now: Callable[[], float]) -> None:
+        self.call, self.arrival, self.now = call, arrival, now
+
+    def start(self) -> bytes:
+        return _event("messageStart", {"role": "assistant"})
+
+    def delta(self, tokens: int, first: bool) -> bytes:
+        return _event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": _text(tokens, first)}})
+
+    def end(self, completion: int, truncated: bool) -> bytes:
+        usage = {
+            "inputTokens": self.call.prompt,
+            "outputTokens": completion,
+            "totalTokens": self.call.prompt + completion,
+        }
+        latency = max(0, round((self.now() - self.arrival) * 1000))
+        return (
+            _event("contentBlockStop", {"contentBlockIndex": 0})
+            + _event("messageStop", {"stopReason": "max_tokens" if truncated else "end_turn"})
+            + _event("metadata", {"usage": usage, "metrics": {"latencyMs": latency}})
+        )
+
+    def overloaded(self) -> bytes:
+        headers = {
+            ":exception-type": "serviceUnavailableException",
+            ":content-type": "application/json",
+            ":message-type": "exception",
+        }
+        return event_frame(headers, json.dumps({"message": "Bedrock is unable to process your request."}).encode())
+
+
+#: Google's per-minute and per-day quota ids, as its QuotaFailure names them
+GEMINI_QUOTAS = {
+    REQUESTS: "GenerateRequestsPerMinutePerProjectPerModel",
+    TOTAL: "GenerateContentInputTokensPerModelPerMinute",
+    INPUT: "GenerateContentInputTokensPerModelPerMinute",
+    OUTPUT: "GenerateContentOutputTokensPerModelPerMinute",
+    "concurrency": "GenerateRequestsPerMinutePerProjectPerModel",
+    "day": "GenerateRequestsPerDayPerProjectPerModel",
+}
+
+
+def _gemini_error(
+    call: _Call, kind: str, reason: str | None, wait: float | None, message: str, headers: dict[str, str]
+) -> web.Response:
+    """A 429 ``RESOURCE_EXHAUSTED`` in Google's shape: QuotaFailure (which quota),
+    Help, RetryInfo (``retryDelay`` when there is a wait to name); no rate-limit headers."""
+    if kind == QUOTA and reason is None:  # billing: the free tier's "check your plan" error
+        quota, text = (
+            "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+            ("You exceeded your current quota, please check your plan and billing details."),
+        )
+    else:
+        quota = GEMINI_QUOTAS.get(reason or "concurrency", GEMINI_QUOTAS["concurrency"])
+        text = f"You exceeded your current quota, please check your plan and billing details. {message}".strip()
+    details: list[dict[str, Any]] = [
+        {
+            "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+            "violations": [
+                {
+                    "quotaMetric": "generativelanguage.googleapis.com/generate_content_requests",
+                    "quotaId": quota,
+                    "quotaDimensions": {"location": "global", "model": call.model},
+                }
+            ],
+        },
+        {
+            "@type": "type.googleapis.com/google.rpc.Help",
+            "links": [
+                {
+                    "description": "Learn more about Gemini API quotas",
+                    "url": "https://ai.google.dev/gemini-api/docs/rate-limits",
+                }
+            ],
+        },
+    ]
+    if wait is not None and math.isfinite(wait):
+        details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{max(0.0, wait):.3f}s"})
+    body = {"error": {"code": 429, "message": text, "status": "RESOURCE_EXHAUSTED", "details": details}}
+    return web.json_response(body, status=429, headers=headers)
+
+
+def _bedrock_error(kind: str, reason: str | None, headers: dict[str, str]) -> web.Response:
+    """Bedrock's throttling answers: 429 ``ThrottlingException`` (its message names
+    tokens or requests, or the day's tokens), named in ``x-amzn-ErrorType``."""
+    if kind == QUOTA:
+        return _bedrock_response(
+            429, "ThrottlingException", "Too many tokens per day, please wait before trying again.", headers
+        )
+    what = "requests" if reason in (REQUESTS, "concurrency") else "tokens"
+    return _bedrock_response(429, "ThrottlingException", f"Too many {what}, please wait before trying again.", headers)
+
+
+def _bedrock_response(status: int, kind: str, message: str, headers: dict[str, str]) -> web.Response:
+    headers = {**headers, "x-amzn-ErrorType": f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/"}
+    return web.json_response({"message": message}, status=status, headers=headers)
+
+
 def _error(status: int, message: str, type_: str, code: str | None, headers: dict[str, str]) -> web.Response:
     body = {"error": {"message": message, "type": type_, "param": None, "code": code}}
     return web.json_response(body, status=status, headers=headers)
@@ -1422,7 +1786,11 @@ async def serve(config: ProviderConfig, host: str, port: int, on_ready: Callable
 __all__ = [
     "ABANDONED",
     "ANTHROPIC",
+    "AZURE",
+    "BEDROCK",
     "CALL_TAG",
+    "GEMINI",
+    "HEADERLESS",
     "INPUT",
     "KINDS",
     "LIMITED",
@@ -1442,6 +1810,8 @@ __all__ = [
     "ProviderConfig",
     "RunRecord",
     "Window",
+    "event_frame",
+    "gemini_prompt_tokens",
     "go_duration",
     "parse_retry_after",
     "parse_schedule",

@@ -4,41 +4,45 @@
 function raises and acts on the answer, an :class:`~governor.core.Outcome`
 (the one reported to the governor):
 
-- ``RATE_LIMITED``: a throttle (429) or an overloaded provider (529, 503, an
+- ``RATE_LIMITED``: a throttle (429, Google's ``RESOURCE_EXHAUSTED``, AWS's
+  ``ThrottlingException``) or an overloaded provider (529, 503, an
   ``overloaded_error`` event inside a streamed 200): reported to the
   governor, which shrinks the fleet's capacity and holds it for the
-  provider's Retry-After, then retried.
+  provider's retry hint (a header, or the body's: Google's
+  ``RetryInfo.retryDelay``, OpenAI's "Please try again in 424ms"), then retried.
 - ``QUOTA_EXHAUSTED``: billing (OpenAI ``insufficient_quota``, Anthropic
-  credit balance too low or a spend limit reached, HTTP 402): retrying
-  cannot help, so it is never retried and never shrinks capacity; it is
-  counted for operators and surfaces as ``QuotaExhausted``.
+  credit balance too low or a spend limit reached, HTTP 402), or a per-day
+  quota used up (Google's ``QuotaFailure`` naming a ``PerDay`` quota, with
+  the moment it resets in :attr:`Classification.until`): retrying cannot
+  help, so it is never retried and never shrinks capacity; it is counted
+  for operators and surfaces as ``QuotaExhausted``.
 - ``ERROR``: everything else, reported as an attempt and propagated unchanged.
 
 ``SUCCESS`` is no verdict: a classification describes a failure.
 
-The provider SDKs are optional. Nothing here imports them: exceptions are
-matched by the module they come from and read by duck typing
-(``status_code``, ``response.headers``, ``body``), so one set of rules covers
-the ``openai`` and ``anthropic`` SDKs, ``httpx`` (and ``httpx2``, which the
-SDKs use), ``requests``, ``aiohttp`` and any client that can hand over a
-status, headers and body. The rules read the stable fields of an error body
-(OpenAI's ``error.code`` / ``error.type``, Anthropic's ``error.type`` and
-``error.details.error_code``) and, for the two billing errors Anthropic
-sends only as prose, the message.
+What each provider's errors mean is its profile's (governor/profiles.py);
+this module finds the status, headers and body of an exception and asks
+the profile of the SDK it comes from. The provider SDKs are optional.
+Nothing here imports them: exceptions are matched by the module they come
+from and read by duck typing (``status_code``, ``response.headers``,
+``body``), so the same rules cover the SDKs, ``httpx`` (and ``httpx2``),
+``requests``, ``aiohttp`` and any client that can hand over a status,
+headers and body; a body in no known provider's shape is read by OpenAI's
+rules (which cover Anthropic's too).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .backoff import parse_retry_after
 from .budgets import Tokens
 from .core import Outcome
 from .errors import ConfigError, GovernorError
+from .profiles import Profile, detect, read_error
+from .profiles import profile as find_profile
 
 #: the outcomes a classification may give: what a failure means for the fleet
 FAILURES = (Outcome.RATE_LIMITED, Outcome.QUOTA_EXHAUSTED, Outcome.ERROR)
@@ -53,6 +57,8 @@ class Classification:
     kind: Outcome
     retry_after: float | None = None  #: seconds the provider asked to wait (RATE_LIMITED only)
     description: str = ""  #: short, for logs and error messages
+    #: Unix seconds a used-up per-day quota comes back (QUOTA_EXHAUSTED only; None: unknown)
+    until: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in FAILURES:
@@ -65,6 +71,11 @@ class Classification:
             isinstance(ra, bool) or not isinstance(ra, (int, float)) or not math.isfinite(ra) or ra < 0
         ):
             raise ConfigError(f"Classification.retry_after must be None or finite seconds >= 0, got {ra!r}")
+        until = self.until
+        if until is not None and (
+            isinstance(until, bool) or not isinstance(until, (int, float)) or not math.isfinite(until)
+        ):
+            raise ConfigError(f"Classification.until must be None or Unix seconds, got {until!r}")
 
 
 @dataclass(frozen=True)
@@ -100,55 +111,22 @@ Classifier = Callable[[BaseException], Classification]
 """Turns an exception raised by the called function into a :class:`Classification`."""
 
 
-#: error codes and types (any of OpenAI's ``code``/``type``, Anthropic's
-#: ``type``/``details.error_code``) that mean the account cannot pay
-QUOTA_CODES = frozenset(
-    {
-        "insufficient_quota",  # OpenAI 429: "You exceeded your current quota"
-        "billing_hard_limit_reached",  # OpenAI: the account's hard spend limit
-        "billing_not_active",  # OpenAI: no active billing
-        "billing_error",  # Anthropic error type
-        "contract_spend_limit_reached",  # Anthropic 429
-        "enforced_spend_limit_reached",  # Anthropic 429: monthly threshold of the API tier
-        "linked_organization_spend_limit_reached",  # Anthropic 402
-        "linked_organization_billing_unavailable",  # Anthropic 402
-    }
-)
-#: billing errors Anthropic sends only as prose (lower-cased substrings of the message)
-QUOTA_PHRASES = (
-    "credit balance is too low",  # 400 invalid_request_error
-    "reached your specified api usage limits",  # 400: the spend limit set in the console
-    "extra usage is required",  # 429 rate_limit_error, a billing gate, not a throttle
-    "usage credits are required",  # same gate, newer wording
-)
-#: error codes and types that mean throttled or overloaded whatever the status
-#: (a stream's error event arrives inside a 200 response)
-RATE_LIMIT_CODES = frozenset({"rate_limit_error", "overloaded_error", "rate_limit_exceeded", "overloaded"})
-#: a body larger than this is not parsed: error bodies are small
-MAX_BODY = 65536
-
-
-def classify_http(status: int | None, headers: Any = None, body: Any = None) -> Classification:
+def classify_http(
+    status: int | None, headers: Any = None, body: Any = None, *, profile: Profile | str | None = None
+) -> Classification:
     """Classify a failed HTTP exchange of any client: status, headers, body.
 
     ``body`` is the decoded JSON error (a dict, as the SDKs keep it), or the
     raw text or bytes, or None. ``status`` may be None when the error came
-    without one (an error event in a stream).
+    without one (an error event in a stream). ``profile`` is the provider's
+    (governor/profiles.py); without one, the body's shape names it (Google's
+    ``status``, AWS's ``__type``/``x-amzn-ErrorType``, else OpenAI's rules,
+    which cover Anthropic's too).
     """
-    fields = _error_fields(body)
-    names = {name for name in (fields.type, fields.code, fields.detail) if name}
-    description = _describe(status, fields)
-    message = (fields.message or "").lower()
-    if names & QUOTA_CODES or status == 402 or any(phrase in message for phrase in QUOTA_PHRASES):
-        return Classification(Outcome.QUOTA_EXHAUSTED, None, description)
-    throttled = status in (429, 529) or bool(names & RATE_LIMIT_CODES)
-    # A 503 is overload unless the body names another cause (Anthropic's
-    # details.error_code, e.g. "cmek_key_unreachable"): those are not throttles.
-    if status == 503 and (fields.detail is None or fields.detail in RATE_LIMIT_CODES):
-        throttled = True
-    if throttled:
-        return Classification(Outcome.RATE_LIMITED, parse_retry_after(headers), description)
-    return Classification(Outcome.ERROR, None, description)
+    fields = read_error(body, headers)
+    chosen = detect(fields, headers) if profile is None else find_profile(profile)
+    reading = chosen.classify(status, headers, fields)
+    return Classification(reading.kind, reading.retry_after, reading.description, reading.until)
 
 
 def classify_response(response: Any) -> Classification:
@@ -187,14 +165,55 @@ def classify_anthropic(exc: BaseException) -> Classification:
     starts mid-stream arrives) raises an ``APIStatusError`` with status 200
     and that body: its ``overloaded_error`` type makes it rate-limited.
     """
-    return _classify_sdk(exc)
+    return _classify_sdk(exc, "anthropic")
+
+
+def classify_google(exc: BaseException) -> Classification:
+    """Classify an exception of the ``google-genai`` SDK (Gemini API and Vertex AI).
+
+    ``errors.APIError`` carries ``code`` (the HTTP status), ``details`` (the
+    decoded error body: ``status`` such as ``RESOURCE_EXHAUSTED``, and
+    ``details`` with ``google.rpc.RetryInfo`` and ``google.rpc.QuotaFailure``)
+    and the httpx ``response``. A 429 naming a per-day quota is quota
+    exhausted until midnight Pacific time (:attr:`Classification.until`).
+    """
+    status = _status(getattr(exc, "code", None))
+    body = getattr(exc, "details", None)
+    response = getattr(exc, "response", None)
+    if status is None and body is None:
+        return Classification(Outcome.ERROR, None, _exception_text(exc))
+    return classify_http(status, getattr(response, "headers", None), body, profile="gemini")
+
+
+def classify_botocore(exc: BaseException) -> Classification:
+    """Classify an exception of ``botocore`` (``boto3``'s Bedrock runtime).
+
+    A ``ClientError``'s ``response`` is a dict: ``Error.Code``
+    (``ThrottlingException``, ``ServiceUnavailableException``, ...),
+    ``Error.Message`` and ``ResponseMetadata`` (``HTTPStatusCode``,
+    ``HTTPHeaders``). An exception event inside ``converse_stream``
+    (``EventStreamError``) has the same shape.
+    """
+    response = getattr(exc, "response", None)
+    if not isinstance(response, Mapping):
+        return Classification(Outcome.ERROR, None, _exception_text(exc))
+    error = response.get("Error")
+    metadata = response.get("ResponseMetadata")
+    status = _status(metadata.get("HTTPStatusCode")) if isinstance(metadata, Mapping) else None
+    headers = metadata.get("HTTPHeaders") if isinstance(metadata, Mapping) else None
+    if isinstance(error, Mapping):
+        body: Any = {"__type": error.get("Code"), "message": error.get("Message")}
+    else:
+        body = None
+    return classify_http(status, headers, body, profile="bedrock")
 
 
 def default_classifier(exc: BaseException) -> Classification:
     """The classifier ``Governor.call`` uses unless given another.
 
     Dispatches on the exception's module (``openai``, ``anthropic``,
-    ``httpx``, ``httpx2``); any other exception that carries an HTTP status
+    ``google`` (google-genai), ``botocore``, ``litellm``, ``httpx``,
+    ``httpx2``) to its provider profile (governor/profiles.py); any other exception that carries an HTTP status
     (``status_code`` or ``status``, on itself or its ``response``) goes
     through :func:`classify_http`. An exception without one is ``ERROR``,
     unless it was raised ``from`` a classifiable one (a wrapper's
@@ -222,6 +241,12 @@ def _classify_one(exc: BaseException) -> Classification | None:
         return classify_openai(exc)
     if root == "anthropic":
         return classify_anthropic(exc)
+    if root == "google":
+        return classify_google(exc)
+    if root == "botocore":
+        return classify_botocore(exc)
+    if root == "litellm":
+        return _classify_sdk(exc, "litellm")
     if root in ("httpx", "httpx2"):
         return classify_httpx(exc)
     status, headers, body = _http_parts(exc)
@@ -230,11 +255,15 @@ def _classify_one(exc: BaseException) -> Classification | None:
     return classify_http(status, headers, body)
 
 
-def _classify_sdk(exc: BaseException) -> Classification:
+def _classify_sdk(exc: BaseException, profile: str = "openai") -> Classification:
     status, headers, body = _http_parts(exc)
+    if body is None and profile == "litellm":
+        body = getattr(exc, "message", None)  # the provider's own message, its "try again in" included
     if status is None and body is None:  # APIConnectionError, APITimeoutError, client-side errors
         return Classification(Outcome.ERROR, None, _exception_text(exc))
-    return classify_http(status, headers, body)
+    if profile == "litellm":
+        return classify_http(status, headers, body)  # the body's shape names the provider behind LiteLLM
+    return classify_http(status, headers, body, profile=profile)
 
 
 def _http_parts(exc: BaseException) -> tuple[int | None, Any, Any]:
@@ -270,58 +299,6 @@ def _response_body(response: Any) -> Any:
     except Exception:  # noqa: BLE001
         return None
     return text if isinstance(text, (str, bytes)) else None
-
-
-@dataclass(frozen=True)
-class _Fields:
-    type: str | None = None
-    code: str | None = None
-    detail: str | None = None  #: Anthropic error.details.error_code
-    message: str | None = None
-
-
-def _error_fields(body: Any) -> _Fields:
-    """The stable fields of an error body in OpenAI's or Anthropic's shape."""
-    if isinstance(body, (bytes, bytearray)):
-        body = bytes(body[:MAX_BODY]).decode("utf-8", "replace")
-    if isinstance(body, str):
-        text = body.strip()
-        if not text.startswith("{") or len(text) > MAX_BODY:
-            return _Fields(message=text[:500] or None)
-        try:
-            body = json.loads(text)
-        except ValueError:
-            return _Fields(message=text[:500])
-    if not isinstance(body, Mapping):
-        return _Fields()
-    error: Any = body.get("error", body)
-    if isinstance(error, str):  # {"error": "Too many requests"}, as some gateways answer
-        return _Fields(message=error)
-    if not isinstance(error, Mapping):
-        return _Fields()
-    details = error.get("details")
-    detail = details.get("error_code") if isinstance(details, Mapping) else None
-    return _Fields(_text(error.get("type")), _text(error.get("code")), _text(detail), _text(error.get("message")))
-
-
-def _text(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool):  # some gateways send numeric codes
-        return str(value)
-    return None
-
-
-def _describe(status: int | None, fields: _Fields) -> str:
-    label = "HTTP error" if status is None else f"HTTP {status}"
-    if status == 200:
-        label = "stream error event"
-    name = fields.detail or fields.code or fields.type
-    parts = [label] + ([name] if name else [])
-    text = " ".join(parts)
-    if fields.message:
-        text += f": {fields.message}"
-    return _clip(text)
 
 
 def _exception_text(exc: BaseException) -> str:

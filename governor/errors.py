@@ -61,9 +61,14 @@ class LeaseLost(GovernorError):
 class QuotaExhausted(GovernorError):
     """The provider says the account's quota or spend limit is used up.
 
-    Billing, not a throttle: retrying does not help and the adaptive policy
-    ignores it; an operator has to act.
+    Billing or a per-day quota, not a throttle: retrying does not help and
+    the adaptive policy ignores it. :attr:`until` is when a per-day quota
+    comes back (Unix seconds; None: billing, an operator has to act).
     """
+
+    def __init__(self, message: str, *, name: str | None = None, until: float | None = None) -> None:
+        super().__init__(message, name=name)
+        self.until = until  #: Unix seconds the quota resets, when the provider's error says when
 
 
 class GovernorNotFound(GovernorError, LookupError):

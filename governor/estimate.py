@@ -70,7 +70,10 @@ TEXT_FIELDS = ("messages", "system", "input", "instructions", "prompt")
 #: request fields sent as JSON inside the prompt (tool and output schemas)
 SCHEMA_FIELDS = ("tools", "functions", "response_format", "text")
 #: keys of a content part that hold media (an image, audio, a file), never counted as text
-MEDIA_KEYS = frozenset({"image_url", "input_audio", "file", "file_data", "file_id", "file_url", "source", "image"})
+MEDIA_KEYS = frozenset(
+    {"image_url", "input_audio", "file", "file_data", "file_id", "file_url", "source", "image",
+     "inlineData", "inline_data", "fileData", "document", "video"}
+)  # fmt: skip
 #: keys whose values are no prompt text (their cost is in MESSAGE_OVERHEAD)
 UNCOUNTED_KEYS = frozenset({"role", "type", "cache_control"})
 #: the most choices multiplied in (a larger n is an error the provider answers)
@@ -102,6 +105,96 @@ def estimate_request(body: bytes | str | Mapping[str, Any] | None, path: str = "
         return Tokens(_bounded(math.ceil((size or 0) / CHARS_PER_TOKEN)), DEFAULT_OUTPUT_TOKENS)
     endpoint = _endpoint(path)
     return Tokens(_bounded(_input_tokens(request)), _bounded(_output_tokens(request, endpoint)))
+
+
+def estimate_gemini(body: bytes | str | Mapping[str, Any] | None) -> Tokens:
+    """A Gemini (or Vertex AI) ``generateContent`` request's tokens, by the
+    same rule as :func:`estimate_request`: the text of ``contents`` and
+    ``systemInstruction``, the JSON of ``tools`` and the response schema as
+    input; ``generationConfig.maxOutputTokens`` (else
+    ``DEFAULT_OUTPUT_TOKENS``) times ``candidateCount`` as output."""
+    request, size = _decoded(body)
+    if request is None:
+        return Tokens() if size == 0 else Tokens(_bounded(math.ceil(size / CHARS_PER_TOKEN)), DEFAULT_OUTPUT_TOKENS)
+    count = _Count()
+    for name in ("contents", "systemInstruction", "system_instruction"):
+        value = request.get(name)
+        if isinstance(value, list):
+            count.messages += sum(1 for item in value if isinstance(item, Mapping))
+        elif isinstance(value, Mapping):
+            count.messages += 1
+        if value is not None:
+            count.walk(value)
+    config = request.get("generationConfig") or request.get("generation_config") or {}
+    config = config if isinstance(config, Mapping) else {}
+    for value in (request.get("tools"), config.get("responseSchema"), config.get("responseJsonSchema")):
+        if value is not None:
+            count.chars += _json_size(value, count)
+    maximum = config.get("maxOutputTokens", config.get("max_output_tokens"))
+    output = maximum if _is_count(maximum) else DEFAULT_OUTPUT_TOKENS
+    choices = config.get("candidateCount", config.get("candidate_count"))
+    if _is_count(choices) and 1 <= choices <= MAX_CHOICES:
+        output *= choices
+    return Tokens(_bounded(_sum(count)), _bounded(output))
+
+
+def estimate_bedrock(body: bytes | str | Mapping[str, Any] | None) -> Tokens:
+    """A Bedrock ``Converse`` (or Anthropic-shaped ``InvokeModel``) request's
+    tokens: the text of ``messages`` and ``system``, the JSON of
+    ``toolConfig`` as input; ``inferenceConfig.maxTokens`` (InvokeModel:
+    ``max_tokens``; else ``DEFAULT_OUTPUT_TOKENS``) as output, which is what
+    Bedrock takes from the quota at the start."""
+    request, size = _decoded(body)
+    if request is None:
+        return Tokens() if size == 0 else Tokens(_bounded(math.ceil(size / CHARS_PER_TOKEN)), DEFAULT_OUTPUT_TOKENS)
+    if "inferenceConfig" not in request and "toolConfig" not in request:
+        return estimate_request(request)  # InvokeModel with the model's own body (Anthropic's messages)
+    count = _Count()
+    for name in ("messages", "system"):
+        value = request.get(name)
+        if isinstance(value, list) and name == "messages":
+            count.messages += sum(1 for item in value if isinstance(item, Mapping))
+        if value is not None:
+            count.walk(value)
+    if request.get("toolConfig") is not None:
+        count.chars += _json_size(request["toolConfig"], count)
+    config = request.get("inferenceConfig")
+    maximum = config.get("maxTokens") if isinstance(config, Mapping) else None
+    return Tokens(_bounded(_sum(count)), _bounded(maximum if _is_count(maximum) else DEFAULT_OUTPUT_TOKENS))
+
+
+def _decoded(body: bytes | str | Mapping[str, Any] | None) -> tuple[Mapping[str, Any] | None, int]:
+    """(the JSON object, None when it is not one; the body's size)."""
+    if body is None:
+        return None, 0
+    if isinstance(body, Mapping):
+        return body, 1
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else bytes(body)
+    if not raw.strip():
+        return None, 0
+    try:
+        request = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None, len(raw)
+    return (request, len(raw)) if isinstance(request, Mapping) else (None, len(raw))
+
+
+def _json_size(value: Any, count: _Count) -> int:
+    try:
+        return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+    except (TypeError, ValueError, RecursionError):
+        count.walk(value)
+        return 0
+
+
+def _sum(count: _Count) -> int:
+    return (
+        REQUEST_OVERHEAD
+        + math.ceil(count.chars / CHARS_PER_TOKEN)
+        + MESSAGE_OVERHEAD * count.messages
+        + MEDIA_TOKENS * count.media
+        + count.token_ids
+    )
 
 
 def _endpoint(path: str) -> str:
@@ -207,11 +300,22 @@ def usage_of(obj: Any) -> Tokens | None:
     """
     if obj is None:
         return None
+    google = _field(obj, "usageMetadata")
+    if google is None:
+        google = _field(obj, "usage_metadata")
+    if google is None and _field(obj, "promptTokenCount") is not None:
+        google = obj
+    if google is not None:
+        return _google_usage(google)
     usage = _field(obj, "usage")
-    if usage is None and (_field(obj, "prompt_tokens") is not None or _field(obj, "input_tokens") is not None):
+    if usage is None and any(
+        _field(obj, name) is not None for name in ("prompt_tokens", "input_tokens", "inputTokens")
+    ):
         usage = obj  # the usage object itself
     if usage is None or isinstance(usage, (str, bytes, int, float)):
         return None
+    if _field(usage, "inputTokens") is not None:  # Bedrock's Converse
+        return _bedrock_usage(usage)
     prompt = _field(usage, "prompt_tokens")
     if prompt is not None:  # OpenAI chat completions, legacy completions, embeddings
         completion = _field(usage, "completion_tokens")
@@ -227,6 +331,40 @@ def usage_of(obj: Any) -> Tokens | None:
         return None
     output = _field(usage, "output_tokens")
     return _tokens(sum(part for part in parts if part is not None), 0 if output is None else output)
+
+
+def _google_usage(usage: Any) -> Tokens | None:
+    """Gemini's usageMetadata: the prompt (cached content included) and tool-use
+    prompt as input; candidates and thoughts as output."""
+    prompt = _field(usage, "promptTokenCount")
+    if prompt is None:
+        prompt = _field(usage, "prompt_token_count")
+    if not _is_count(prompt):
+        return None
+    parts = []
+    for camel, snake in (
+        ("toolUsePromptTokenCount", "tool_use_prompt_token_count"),
+        ("candidatesTokenCount", "candidates_token_count"),
+        ("thoughtsTokenCount", "thoughts_token_count"),
+    ):
+        value = _field(usage, camel)
+        if value is None:
+            value = _field(usage, snake)
+        if value is not None and not _is_count(value):
+            return None
+        parts.append(value or 0)
+    tool, candidates, thoughts = parts
+    return _tokens(prompt + tool, candidates + thoughts)
+
+
+def _bedrock_usage(usage: Any) -> Tokens | None:
+    """Bedrock's Converse usage: input tokens and cache writes as input (cache
+    reads are given back to the quota when the request settles), output tokens."""
+    values = [_field(usage, name) for name in ("inputTokens", "cacheWriteInputTokens", "outputTokens")]
+    if any(value is not None and not _is_count(value) for value in values):
+        return None
+    inputs, writes, output = (value or 0 for value in values)
+    return _tokens(inputs + writes, output)
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -367,7 +505,12 @@ class StreamUsage:
         if text.startswith(b"[DONE]"):
             self.done = True
             return
-        if event not in _USAGE_EVENTS and event != "error" and b'"usage"' not in text and b'"error"' not in text:
+        if (
+            event not in _USAGE_EVENTS
+            and event != "error"
+            and b'"usage' not in text  # usage, usageMetadata (Gemini)
+            and b'"error"' not in text
+        ):
             if event in ("message_stop",):
                 self.done = True
             return  # a content chunk: nothing to read, and no need to decode it
@@ -398,6 +541,10 @@ class StreamUsage:
                 self._error({"error": response.get("error")})
         elif kind == "error" or isinstance(payload.get("error"), Mapping):
             self._error(payload)
+        elif isinstance(payload.get("usageMetadata"), Mapping):  # a Gemini chunk: the figures so far
+            found = usage_of(payload)
+            if found is not None:
+                self.usage = found
         elif isinstance(payload.get("usage"), Mapping):  # an OpenAI chunk, the include_usage one
             found = usage_of(payload["usage"])
             if found is not None:
@@ -430,6 +577,8 @@ __all__ = [
     "MESSAGE_OVERHEAD",
     "REQUEST_OVERHEAD",
     "StreamUsage",
+    "estimate_bedrock",
+    "estimate_gemini",
     "estimate_request",
     "usage_of",
 ]

@@ -8,9 +8,9 @@ ARGV
   ARGV[3] outcome         's' success | 'r' rate-limited | 'e' other error
                           | 'q' quota exhausted (recorded, never a policy input)
                           (governor.protocol.Outcome)
-  ARGV[4] retry_after_ms  int ms or ''  the provider's Retry-After ('r' only);
-                          sets the fleet-wide not_before, capped at
-                          retry_after_cap_ms
+  ARGV[4] retry_after_ms  int ms or ''  'r': the provider's Retry-After; sets the
+                          fleet-wide not_before, capped at retry_after_cap_ms;
+                          'q': when a per-day quota comes back (logged)
   ARGV[5] lease           string or ''  the reporting lease; a lease that is no
                           longer live is fenced off and changes nothing (its
                           news may be stale: the holder stalled past its TTL)
@@ -124,7 +124,12 @@ reclaim()
 if outcome == 'q' then
   set('state', 'quota_exhausted', S.quota_exhausted + 1)
   set('state', 'quota_at', NOW)
-  log('quota', 'count', S.quota_exhausted, 'why', 'provider reported its quota exhausted (billing, not a throttle)')
+  if retry_after then
+    log('quota', 'count', S.quota_exhausted, 'until', NOW + retry_after,
+      'why', 'provider reported a per-day quota used up (not a throttle)')
+  else
+    log('quota', 'count', S.quota_exhausted, 'why', 'provider reported its quota exhausted (billing, not a throttle)')
+  end
 else
   record(policy, outcome, fence, rl, total)
   if outcome == 'r' and retry_after then

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate the sync facade from the asyncio one (the source of truth).
 
-    python scripts/unasync.py          write governor/_sync/{governor,connection,lease,background,retry}.py
+    python scripts/unasync.py          write governor/_sync/{governor,connection,lease,background,retry,transport}.py
     python scripts/unasync.py --check  exit 1 if a checked-in file drifted
 
 Every module of governor/_async/ is generated, except the hand-kept ones
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ASYNC, SYNC = ROOT / "governor/_async", ROOT / "governor/_sync"
 #: the modules generated from their asyncio source
-GENERATED = ("governor.py", "connection.py", "lease.py", "background.py", "retry.py")
+GENERATED = ("governor.py", "connection.py", "lease.py", "background.py", "retry.py", "transport.py")
 #: the modules each facade keeps by hand
 HAND_KEPT = ("__init__.py", "_compat.py")
 PAIRS = [(ASYNC / name, SYNC / name) for name in GENERATED]
@@ -38,6 +38,12 @@ SUBS = [
     (r"\bawait ", ""),
     (r"\bAsyncGovernor\b", "Governor"),
     (r"\bAsyncLease\b", "Lease"),
+    (r"\bAsyncGovernedTransport\b", "GovernedTransport"),
+    (r"\bAsyncHTTPTransport\b", "HTTPTransport"),
+    (r"\bAsyncIterator\b", "Iterator"),
+    (r"\b__aiter__\b", "__iter__"),
+    (r"\bhandle_async_request\b", "handle_request"),
+    (r"\baread\b", "read"),
     (r"\bredis\.asyncio\b", "redis"),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),

@@ -129,6 +129,7 @@ def test_a_refusal_clamps_the_bucket_and_a_drained_bucket_admits_only_its_refill
             admitted += 1
             gov.report(R, lease=lease, release=True, usage=Tokens())
         clock.advance(0.01)
+    print(f"drained bucket: {admitted} admitted in 3 s")
     assert admitted <= 4, f"{admitted} calls admitted in 3 s where the refill allows 3"
     assert budget(gov).level <= 100
 
@@ -184,6 +185,7 @@ def test_a_fleet_at_the_providers_limit_does_not_storm_after_a_refusal(make_gov:
     start = clock.now
     run_fleet(gov, clock, provider, seconds=6, callers=20, cost=100)
     accepted, refused = provider.totals(start, start + 6)
+    print(f"at the provider's limit: {accepted} tokens accepted, {refused} 429s in 6 s")
     assert refused <= 3, f"{refused} 429s in 6 s"
     assert accepted >= 3000 + 4 * 6000 // 60, f"only {accepted} tokens accepted: the fleet stalled"
 
@@ -206,6 +208,7 @@ def test_a_bucket_reborn_after_a_loss_starts_empty_and_the_provider_sees_no_burs
     lost_at = clock.now
     run_fleet(gov, clock, provider, seconds=6, callers=20, cost=100)
     accepted, refused = provider.totals(lost_at, lost_at + 6)
+    print(f"after a loss: {accepted} tokens accepted, {refused} 429s in 6 s")
     assert refused <= 2, f"{refused} 429s in the 6 s after the loss"
     assert accepted >= 300, f"only {accepted} tokens accepted after the loss"
 

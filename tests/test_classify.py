@@ -481,3 +481,144 @@ def test_real_sdk_http_date_retry_after(
     verdict = default_classifier(caught.value)
     # Measured against the response's Date header; both have one-second resolution.
     assert verdict.kind is RATE and verdict.retry_after is not None and 28.0 <= verdict.retry_after <= 31.0
+
+
+# -- provider profiles: body retry hints, Google and AWS shapes, per-day quotas -------------------
+
+from governor.profiles import REGISTRY, next_midnight, parse_google_duration, try_again_in  # noqa: E402
+
+GOOGLE_429 = {
+    "error": {
+        "code": 429,
+        "message": "You exceeded your current quota, please check your plan and billing details.",
+        "status": "RESOURCE_EXHAUSTED",
+        "details": [
+            {
+                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                "violations": [{"quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}],
+            },
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "37s"},
+        ],
+    }
+}
+
+
+def google_429(quota: str, delay: str | None = "37s") -> dict[str, object]:
+    details: list[object] = [
+        {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{"quotaId": quota}]}
+    ]
+    if delay is not None:
+        details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay})
+    return {"error": {"code": 429, "message": "Resource exhausted", "status": "RESOURCE_EXHAUSTED", "details": details}}
+
+
+def test_google_retry_delay_in_the_body_is_the_retry_hint() -> None:
+    verdict = classify_http(429, {}, GOOGLE_429)
+    assert verdict.kind is RATE and verdict.retry_after == 37.0 and verdict.until is None
+    assert "RESOURCE_EXHAUSTED" in verdict.description
+
+
+def test_a_header_wins_over_the_body_hint() -> None:
+    assert classify_http(429, {"retry-after": "2"}, GOOGLE_429).retry_after == 2.0
+
+
+def test_google_durations() -> None:
+    assert parse_google_duration("0.5s") == 0.5
+    assert parse_google_duration("37s") == 37.0
+    assert parse_google_duration("37") is None and parse_google_duration("-1s") is None
+    assert parse_google_duration(None) is None
+
+
+def test_openai_try_again_in_the_message_is_the_retry_hint() -> None:
+    body = {
+        "error": {
+            "message": "Rate limit reached for gpt-4o on tokens per min (TPM): Limit 30000, Used 29800, "
+            "Requested 500. Please try again in 424ms. Visit https://platform.openai.com/account/rate-limits",
+            "type": "tokens",
+            "code": "rate_limit_exceeded",
+        }
+    }
+    verdict = classify_http(429, {}, body)
+    assert verdict.kind is RATE and verdict.retry_after == pytest.approx(0.424)
+    assert try_again_in("Please try again in 6m0s.") == 360.0
+    assert try_again_in("Please try again in 1.5s.") == 1.5
+    assert try_again_in("Please try again later.") is None
+
+
+def test_a_per_day_quota_is_quota_exhaustion_until_midnight_pacific() -> None:
+    now = 1_790_000_000.0  # 2026-09-21 14:13:20 UTC: 07:13:20 in Los Angeles (PDT, UTC-7)
+    reading = REGISTRY["gemini"].classify(
+        429, {}, google_429("GenerateRequestsPerDayPerProjectPerModel-FreeTier"), now=now
+    )
+    assert reading.kind is QUOTA
+    assert reading.until == next_midnight(now) == 1_790_060_400.0  # 2026-09-22 07:00 UTC = midnight PDT
+    verdict = classify_http(429, {}, google_429("GenerateRequestsPerDayPerProjectPerModel-FreeTier"))
+    assert verdict.kind is QUOTA and verdict.until is not None
+
+
+def test_a_per_minute_google_quota_is_a_throttle() -> None:
+    verdict = classify_http(429, {}, google_429("GenerateContentInputTokensPerModelPerMinute", None))
+    assert verdict.kind is RATE and verdict.retry_after is None
+
+
+def test_vertex_rest_errors_come_as_a_list_of_one() -> None:
+    body = [
+        {
+            "error": {
+                "code": 429,
+                "message": "Resource exhausted. Please try again later.",
+                "status": "RESOURCE_EXHAUSTED",
+            }
+        }
+    ]
+    assert classify_http(429, {}, body).kind is RATE
+
+
+def test_bedrock_throttling_is_named_in_the_header_or_the_body() -> None:
+    header = {"x-amzn-ErrorType": "ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/"}
+    verdict = classify_http(429, header, {"message": "Too many tokens, please wait before trying again."})
+    assert verdict.kind is RATE and verdict.retry_after is None
+    assert "ThrottlingException" in verdict.description
+    assert classify_http(503, {}, {"__type": "ServiceUnavailableException", "message": "x"}).kind is RATE
+    assert classify_http(400, {}, {"__type": "ValidationException", "message": "x"}).kind is ERROR
+
+
+def test_botocore_client_errors_are_classified_by_the_bedrock_profile() -> None:
+    from botocore.exceptions import ClientError
+
+    response = {
+        "Error": {"Code": "ThrottlingException", "Message": "Too many requests, please wait before trying again."},
+        "ResponseMetadata": {"HTTPStatusCode": 429, "HTTPHeaders": {}},
+    }
+    assert default_classifier(ClientError(response, "Converse")).kind is RATE  # type: ignore[arg-type]
+    response["Error"] = {"Code": "ValidationException", "Message": "bad"}
+    response["ResponseMetadata"] = {"HTTPStatusCode": 400, "HTTPHeaders": {}}
+    assert default_classifier(ClientError(response, "Converse")).kind is ERROR  # type: ignore[arg-type]
+
+
+def test_google_genai_errors_are_classified_by_the_gemini_profile() -> None:
+    from google.genai import errors
+
+    verdict = default_classifier(errors.ClientError(429, GOOGLE_429))
+    assert verdict.kind is RATE and verdict.retry_after == 37.0
+
+
+def test_azure_zero_limits_are_no_figure() -> None:
+    limits = REGISTRY["azure"].rate_limits(
+        {
+            "x-ratelimit-limit-requests": "0",
+            "x-ratelimit-remaining-requests": "-1",
+            "x-ratelimit-limit-tokens": "1000",
+            "x-ratelimit-remaining-tokens": "900",
+        }
+    )
+    assert "requests" not in limits.budgets
+    assert limits.budgets["tokens"].limit == 1000
+    assert "x-ratelimit-remaining-requests" in limits.malformed
+
+
+def test_every_profile_names_its_facts() -> None:
+    for name, profile in REGISTRY.items():
+        assert profile.name == name and profile.stream_end and profile.tiers
+    assert not REGISTRY["gemini"].headers and not REGISTRY["bedrock"].headers and REGISTRY["azure"].headers
+    assert REGISTRY["openai"].refusals_count

@@ -967,7 +967,7 @@ def test_exporter_bad_input(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     refused(run("--json", "exporter", "--all", gov=None), "no --json", code=2)
     refused(run("exporter", "--all", "--top-tenants", "-1", gov=None), "--top-tenants", code=2)
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    refused(run("exporter", "--all", gov=None), "pip install 'fleet-governor[metrics]'")
+    refused(run("exporter", "--all", gov=None), "pip install prometheus-client (the metrics extra")
 
 
 def test_exporter_port_in_use(run: Run) -> None:

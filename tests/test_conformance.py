@@ -17,7 +17,9 @@ import pytest
 import redis
 
 from governor.protocol import KEYS, governor_keys
-from governor.scripts import function_name, library, library_name
+from governor.scripts import function_name, library_name
+
+from .conftest import load_library
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "tests" / "conformance" / "vectors.json"
@@ -95,7 +97,7 @@ def test_the_vectors_reach_every_function_and_reply() -> None:
 @pytest.fixture(scope="module")
 def client(redis_url: str) -> Any:
     c = redis.Redis.from_url(redis_url, socket_timeout=10)
-    c.function_load(library(), replace=True)
+    load_library(c)  # only when missing: REDIS_URL may be a Redis other clients use
     yield c
     c.close()
 

@@ -686,3 +686,77 @@ def test_sdk_sse_decoder_agrees_on_events() -> None:
     for data in (openai_stream(USAGE), openai_stream(USAGE, "\r\n"), anthropic_stream()):
         events = [e for e in SSEDecoder().iter_bytes(chunks_of(data, 7)) if e.data]
         assert len(events) == fed(data).events
+
+
+# -- Gemini and Bedrock -----------------------------------------------------------------------
+
+
+def test_gemini_estimate_reads_contents_and_max_output_tokens() -> None:
+    from governor.estimate import estimate_gemini
+
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": "x" * 400}]}],
+        "systemInstruction": {"parts": [{"text": "y" * 40}]},
+        "generationConfig": {"maxOutputTokens": 50, "candidateCount": 2},
+    }
+    assert estimate_gemini(json.dumps(body).encode()) == Tokens(3 + 110 + 2 * 4, 100)
+    assert estimate_gemini(b"") == Tokens()
+
+
+def test_bedrock_estimate_is_input_plus_max_tokens_times_the_burndown() -> None:
+    from governor.profiles import REGISTRY
+
+    body = {"messages": [{"role": "user", "content": [{"text": "x" * 400}]}], "inferenceConfig": {"maxTokens": 64}}
+    raw = json.dumps(body).encode()
+    assert REGISTRY["bedrock"].estimate(raw, "/model/amazon.nova-lite-v1:0/converse") == Tokens(3 + 100 + 4, 64)
+    claude = "/model/anthropic.claude-sonnet-4-20250514-v1:0/converse"
+    assert REGISTRY["bedrock"].estimate(raw, claude) == Tokens(107, 64 * 5)
+
+
+def test_usage_of_gemini_and_bedrock_answers() -> None:
+    gemini = {
+        "usageMetadata": {
+            "promptTokenCount": 10,
+            "candidatesTokenCount": 5,
+            "thoughtsTokenCount": 7,
+            "totalTokenCount": 22,
+        }
+    }
+    assert usage_of(gemini) == Tokens(10, 12)
+    bedrock = {
+        "usage": {
+            "inputTokens": 10,
+            "outputTokens": 5,
+            "totalTokens": 15,
+            "cacheReadInputTokens": 100,
+            "cacheWriteInputTokens": 3,
+        }
+    }
+    assert usage_of(bedrock) == Tokens(13, 5)  # cache reads are given back to Bedrock's quota
+
+
+def test_anthropic_profile_leaves_cache_reads_out_of_input() -> None:
+    from governor.profiles import REGISTRY
+
+    message = {
+        "usage": {
+            "input_tokens": 50,
+            "output_tokens": 30,
+            "cache_read_input_tokens": 1000,
+            "cache_creation_input_tokens": 20,
+        }
+    }
+    assert usage_of(message) == Tokens(1070, 30)
+    assert REGISTRY["anthropic"].usage(message) == Tokens(70, 30)
+
+
+def test_gemini_stream_usage_is_the_last_chunk_s() -> None:
+    stream = StreamUsage()
+    for sent in (8, 16):
+        chunk = {
+            "candidates": [{"content": {"parts": [{"text": "ok"}]}}],
+            "usageMetadata": {"promptTokenCount": 7, "candidatesTokenCount": sent},
+        }
+        stream.feed(b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n")
+    stream.finish()
+    assert stream.usage == Tokens(7, 16)

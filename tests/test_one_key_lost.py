@@ -59,7 +59,8 @@ def test_leases_or_holders_lost_is_a_loss_not_a_stall(
         assert len(capped) == 1 and len(others) == 2
         sync_client.delete(getattr(fleet.keys, key))  # evicted, or a mistaken DEL
         st = fleet.status()
-        assert st.blocked.startswith(f"key(s) {key} lost"), st.blocked  # never "open" while stuck
+        # never "open" while stuck (the heartbeat's reclaim may have found it already: then the hold says it)
+        assert f"key(s) {key} lost" in st.blocked, st.blocked
         assert not state_line(st).startswith("OPEN")
         clock.advance(1.1)  # reclaim looks at most once a second
         newcomer = make_gov(CONFIG, clock=clock)

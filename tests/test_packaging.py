@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis
+import tomllib
 
 from governor import policies, protocol
 from governor.scripts import (
@@ -33,6 +34,11 @@ from governor.scripts import (
 )
 
 from .conftest import load_library
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    tomllib = pytest.importorskip("tomli")
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "lua"
@@ -287,3 +293,22 @@ def test_the_sync_facade_is_generated_from_the_async_one() -> None:
         [sys.executable, str(ROOT / "scripts" / "unasync.py"), "--check"], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_install_page_names_every_extra_with_what_it_installs() -> None:
+    """docs/install.md's table of extras is pyproject's: each extra and the
+    packages it installs (the test extra aside: it is the rest and the
+    checkers); no extra installs what nothing it is for uses (the SDKs bring
+    their own HTTP library)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = {
+        name: {re.split(r"[\[<>=!~ ;]", req, maxsplit=1)[0] for req in reqs}
+        for name, reqs in project["optional-dependencies"].items()
+        if name != "test"
+    }
+    page = (ROOT / "docs/install.md").read_text(encoding="utf-8")
+    table = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", page, re.M)
+    rows = {extra: set(re.findall(r"`([\w.-]+)(?:\[\w+\])?`", installs)) for extra, installs in table}
+    assert {name: rows.get(name) for name in extras} == extras
+    assert extras["providers"] == {"openai", "anthropic"}
+    assert "test" in rows

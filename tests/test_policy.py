@@ -772,6 +772,7 @@ def test_plain_semaphore_use_reaches_max_capacity_without_a_report(make_gov: Mak
         while fleet.most < 8 and clock.now - start < 20:
             fleet.step(0.25)
         assert fleet.most == 8, f"{fleet.most} inside at most after {clock.now - start:.2f} s"
+        print(f"\n8 callers, no report, window 8 s: all 8 inside {clock.now - start:.2f} s after the first acquire")
         assert clock.now - start <= 10
         assert clock.now - start >= 4  # two doublings, one per probe interval of waiting: no burst
     finally:
@@ -794,6 +795,7 @@ def test_a_launch_gate_of_128_reaches_max_within_three_probe_intervals(make_gov:
         while fleet.most < 128 and clock.now - start < 120:
             fleet.step(1.0)
         assert fleet.most == 128, f"{fleet.most} inside at most after {clock.now - start:.0f} s"
+        print(f"\n128 callers, no report, probe interval 15 s: all inside {clock.now - start:.0f} s after the first")
         assert clock.now - start <= 3 * 15
         for _ in range(3):
             fleet.step(60.0)  # minutes later: all still inside, nothing above max_capacity

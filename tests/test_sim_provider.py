@@ -827,3 +827,103 @@ async def test_accepted_requests_carry_their_tag_into_the_record(http: aiohttp.C
     assert [tag for tag, _ in provider.record.tagged] == ["a/0/0", "b/0/0"]
     arrivals = [t for _, t in provider.record.tagged]
     assert 0 <= arrivals[0] < arrivals[1]
+
+
+def test_the_provider_command_announces_realistic_limits_by_default() -> None:
+    command = [sys.executable, "-m", "bench", "provider", "--port", "0"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None and process.stderr is not None
+            line = process.stdout.readline()
+            assert "hidden limit" in line, process.stderr.read() if process.poll() is not None else line
+            url = line.split()[3].removesuffix("/v1")
+            with openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0) as client:
+                raw = client.chat.completions.with_raw_response.create(
+                    model="sim-1", messages=[{"role": "user", "content": "hi"}]
+                )
+            assert raw.headers["x-ratelimit-limit-requests"] == "500"
+            assert raw.headers["x-ratelimit-limit-tokens"] == "200000"
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
+# -- the other providers' shapes ------------------------------------------------------------------
+
+
+async def test_gemini_shape_refuses_with_retry_info_and_no_headers() -> None:
+    provider = await start(latency_mean=0.01, latency_sigma=0.0, limit=0, retry_after=3.0)
+    try:
+        async with aiohttp.ClientSession(headers={"x-goog-api-key": "k"}) as session:
+            body = {"contents": [{"role": "user", "parts": [{"text": "hello"}]}]}
+            async with session.post(f"{provider.url}/v1beta/models/gemini-2.5-flash:generateContent", json=body) as r:
+                status, headers, error = r.status, r.headers, await r.json()
+    finally:
+        await provider.stop()
+    assert status == 429 and error["error"]["status"] == "RESOURCE_EXHAUSTED"
+    kinds = {detail["@type"].rpartition("/")[2]: detail for detail in error["error"]["details"]}
+    assert kinds["google.rpc.RetryInfo"]["retryDelay"] == "3.000s"
+    assert kinds["google.rpc.QuotaFailure"]["violations"][0]["quotaId"].endswith("PerMinutePerProjectPerModel")
+    assert not any(name.lower().startswith(("x-ratelimit", "retry-after")) for name in headers)
+
+
+async def test_gemini_per_day_quota_names_a_per_day_quota_id() -> None:
+    provider = await start(latency_mean=0.01, latency_sigma=0.0, daily_quota=0)
+    try:
+        async with aiohttp.ClientSession(headers={"x-goog-api-key": "k"}) as session:
+            body = {"contents": [{"role": "user", "parts": [{"text": "hello"}]}]}
+            async with session.post(f"{provider.url}/v1beta/models/gemini-2.5-flash:generateContent", json=body) as r:
+                error = await r.json()
+    finally:
+        await provider.stop()
+    quota = error["error"]["details"][0]["violations"][0]["quotaId"]
+    assert "PerDay" in quota
+    assert default_classifier_of_body(429, error).kind is Outcome.QUOTA_EXHAUSTED
+
+
+def default_classifier_of_body(status: int, body: Any) -> Any:
+    from governor.classify import classify_http
+
+    return classify_http(status, {}, body)
+
+
+async def test_bedrock_stream_is_event_stream_framing_botocore_reads() -> None:
+    from botocore.eventstream import EventStreamBuffer
+
+    from bench.provider import event_frame
+
+    frame = event_frame({":event-type": "metadata", ":message-type": "event"}, b'{"usage":{"inputTokens":1}}')
+    buffer = EventStreamBuffer()
+    buffer.add_data(frame[:7])
+    buffer.add_data(frame[7:])
+    (message,) = list(buffer)
+    assert message.headers[":event-type"] == "metadata"
+    assert json.loads(message.payload) == {"usage": {"inputTokens": 1}}
+
+
+async def test_bedrock_throttling_is_named_in_x_amzn_errortype() -> None:
+    provider = await start(latency_mean=0.01, latency_sigma=0.0, limit=0)
+    try:
+        async with aiohttp.ClientSession(headers={"Authorization": "AWS4-HMAC-SHA256 Credential=k"}) as session:
+            body = {"messages": [{"role": "user", "content": [{"text": "hi"}]}]}
+            async with session.post(f"{provider.url}/model/amazon.nova-lite-v1:0/converse", json=body) as r:
+                status, headers, error = r.status, r.headers, await r.json()
+    finally:
+        await provider.stop()
+    assert status == 429 and headers["x-amzn-ErrorType"].startswith("ThrottlingException:")
+    assert error == {"message": "Too many requests, please wait before trying again."}
+
+
+async def test_azure_shape_sends_its_odd_headers_and_x_ms_retry_after_ms() -> None:
+    provider = await start(latency_mean=0.01, latency_sigma=0.0, limit=0, retry_after=2.0, tpm=1000)
+    try:
+        async with aiohttp.ClientSession(headers={"api-key": "k"}) as session:
+            url = f"{provider.url}/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21"
+            async with session.post(url, json={"messages": [{"role": "user", "content": "hi"}]}) as r:
+                status, headers = r.status, r.headers
+    finally:
+        await provider.stop()
+    assert status == 429
+    assert headers["x-ms-retry-after-ms"] == "2000"
+    assert headers["x-ratelimit-limit-requests"] == "0" and headers["x-ratelimit-remaining-requests"] == "-1"
+    assert headers["x-ratelimit-limit-tokens"] == "1000" and "x-ratelimit-reset-tokens" not in headers

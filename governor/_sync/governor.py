@@ -462,7 +462,9 @@ class Governor:
         """Feed one provider outcome to the fleet's policy and budgets.
 
         ``retry_after`` (seconds, rate-limited only) holds the whole fleet
-        until then, capped by ``config.retry_after_cap``. Pass the ``lease``
+        until then, capped by ``config.retry_after_cap``; with
+        ``QUOTA_EXHAUSTED`` it is when a per-day quota comes back, which the
+        decision log records. Pass the ``lease``
         the call ran under: the adaptive policy then knows which admission
         wave the outcome belongs to. A lease that has been lost is fenced off:
         nothing is recorded and LeaseLost is raised. ``release=True`` also
@@ -536,10 +538,8 @@ class Governor:
         return status
 
     def set_max_capacity(self, n: int, *, create: bool = True) -> Status:
-        """Change the ceiling, keeping what the policy learnt: a lower one
-        applies at once, a higher one the adaptive policy approaches as it
-        approaches any (seed, fixed: capacity at it at once); while paused,
-        the resume uses it."""
+        """Change the ceiling, keeping what the policy learnt: a lower one applies at once, a higher
+        one the adaptive policy approaches (seed, fixed: at once); while paused, the resume uses it."""
         return self._found(self._execute(self._core.set_max_capacity(n, create)))
 
     def set_shares(

@@ -90,11 +90,13 @@ def retry_call(
             except Exception as error:
                 verdict = _classify(governor, classifier, error)
                 if verdict.kind is Outcome.QUOTA_EXHAUSTED:
-                    _report(governor, lease, Outcome.QUOTA_EXHAUSTED)
+                    comes_back = None if verdict.until is None else max(0.0, verdict.until - time.time())
+                    _report(governor, lease, Outcome.QUOTA_EXHAUSTED, comes_back)
                     raise QuotaExhausted(
                         f"governor {governor.name!r}: the provider says the quota or spend limit is used up "
-                        f"({verdict.description}); not retried, an operator must act",
+                        f"({verdict.description}); {_quota_advice(verdict.until)}",
                         name=governor.name,
+                        until=verdict.until,
                     ) from error
                 if verdict.kind is not Outcome.RATE_LIMITED:
                     _report(governor, lease, Outcome.ERROR)
@@ -258,6 +260,14 @@ def _judge(governor: Governor, judge: Judge, result: Any, lease: Lease) -> Verdi
             f"governor {governor.name!r}: judge must return a Verdict or None, got {verdict!r}", name=governor.name
         )
     return verdict
+
+
+def _quota_advice(until: float | None) -> str:
+    """What to do about a used-up quota: wait for its reset, or act."""
+    if until is None:
+        return "not retried, an operator must act"
+    moment = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(until))
+    return f"not retried: it comes back at {moment} (the provider's daily reset); calls before then fail the same way"
 
 
 def _queue_timeout(timeout: float | None, deadline: float | None) -> tuple[float | None, bool]:

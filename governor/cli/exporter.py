@@ -57,7 +57,10 @@ def exporter(app: App, port: int, addr: str, names: tuple[str, ...], all_: bool,
 
         from ..metrics import start_exporter
     except ImportError as error:
-        fail(f"the exporter needs prometheus_client ({error}): pip install 'fleet-governor[metrics]'")
+        fail(
+            f"the exporter needs prometheus_client ({error}): pip install prometheus-client "
+            "(the metrics extra; docs/install.md)"
+        )
     # Redis is not checked here: an exporter may start before Redis, and
     # each scrape reports an unreadable governor as governor_up 0.
     try:

@@ -475,7 +475,8 @@ SCENARIOS: list[tuple[str, str, GovernorConfig, list[Step]]] = [
     ),
     (
         "budgets",
-        "token and request budgets: a reservation, a settlement, a refill, a header calibration, a refused cost",
+        "token and request budgets: a reservation, a settlement, a refill, a header calibration (the ceiling "
+        "below it wins), a refused cost, a refusal (a 429) clamping the buckets",
         GovernorConfig(
             max_capacity=4, policy="fixed", requests_per_minute=3, tokens_per_minute=600, lease_ttl=10.0, queue_ttl=30.0
         ),
@@ -490,9 +491,11 @@ SCENARIOS: list[tuple[str, str, GovernorConfig, list[Step]]] = [
             acquire("e", tokens=Tokens(400, 0)),
             20.0,
             op("refresh", ["e"]),
-            op("report", Outcome.SUCCESS, None, None, None, limits={"tokens": (600, 50)}),
+            op("report", Outcome.SUCCESS, None, None, None, limits={"tokens": (900, 50)}),
             op("status"),
             acquire("f", wait=False, tokens=Tokens(5000, 0)),
+            op("report", Outcome.RATE_LIMITED, None, "b", None, release=True, usage=Tokens()),
+            op("status"),
         ],
     ),
     (

@@ -42,24 +42,50 @@ The same by hand: ``OpenAI(max_retries=0)``, ``Anthropic(max_retries=0)``
 (and their Async twins), or ``client.with_options(max_retries=0)`` for a
 client made elsewhere, which is what :func:`without_retries` does.
 
+The other providers, each under its profile (governor/profiles.py):
+
+- :func:`azure_openai_client` / :func:`async_azure_openai_client`: Azure
+  OpenAI (``x-ms-retry-after-ms``; its ``-1``/``0`` headers are no figure).
+- :func:`gemini_client`: ``google.genai.Client`` for the Gemini API or
+  Vertex AI (``vertexai=True``): the SDK's own HTTP clients over the
+  governed transport; a Governor governs ``client.models``, an
+  AsyncGovernor ``client.aio.models``. The SDK's retries are off by default
+  and ``http_options.retry_options`` is refused.
+- :func:`governor.providers.bedrock.bedrock_client`: boto3's
+  ``bedrock-runtime`` client, governed through botocore's ``before-send``
+  event, boto3's retries cut to one attempt.
+- :func:`governor.providers.litellm.litellm_client`: ``completion`` and
+  ``acompletion`` of LiteLLM through the governor;
+  :func:`governor.providers.litellm.governor_hook` for the LiteLLM proxy.
+
+A governor error raised inside an SDK's transport (an acquire timeout,
+Redis unreachable, an unknown priority class) reaches the caller as that
+error through every client; the anthropic SDK, which wraps every other
+exception of its transport as ``APIConnectionError``, gets an instance of a
+subclass of both the governor error and ``anthropic.AnthropicError``
+(:func:`governor.transport.sdk_twin`).
+
 The SDKs are imported when one of these functions is called, never on
-``import governor``; they come with the ``providers`` extra.
+``import governor``; they come with the extras ``providers`` (openai,
+anthropic), ``gemini``, ``bedrock`` and ``litellm``.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from anthropic import Anthropic, AsyncAnthropic
-    from openai import AsyncOpenAI, OpenAI
+    from google.genai import Client as GenaiClient
+    from openai import AsyncAzureOpenAI, AsyncOpenAI, AzureOpenAI, OpenAI
 
-    from ._async.governor import AsyncGovernor
-    from ._sync.governor import Governor
-    from .config import RetryPolicy
+    from .._async.governor import AsyncGovernor
+    from .._sync.governor import Governor
+    from ..config import RetryPolicy
 
 C = TypeVar("C")
 
@@ -121,6 +147,118 @@ def anthropic_client(
     return _build("anthropic", "Anthropic", options, governor, False, retry, holder, priority, tenant)  # type: ignore[no-any-return]
 
 
+def azure_openai_client(
+    governor: Governor | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
+    **options: Any,
+) -> AzureOpenAI:
+    """``openai.AzureOpenAI(**options)`` with ``max_retries=0``; with
+    ``governor=``, every model request governed under Azure's profile
+    (``x-ms-retry-after-ms``, its ``-1``/``0`` headers read as no figure)."""
+    return _build("openai", "AzureOpenAI", options, governor, False, retry, holder, priority, tenant)  # type: ignore[no-any-return]
+
+
+def async_azure_openai_client(
+    governor: AsyncGovernor | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
+    **options: Any,
+) -> AsyncAzureOpenAI:
+    """``openai.AsyncAzureOpenAI(**options)`` with ``max_retries=0``; with an
+    AsyncGovernor as ``governor=``, every model request governed."""
+    return _build("openai", "AsyncAzureOpenAI", options, governor, True, retry, holder, priority, tenant)  # type: ignore[no-any-return]
+
+
+def gemini_client(
+    governor: Governor | AsyncGovernor | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
+    http_options: Any = None,
+    **options: Any,
+) -> GenaiClient:
+    """``google.genai.Client(**options)`` (the Gemini API, or Vertex AI with
+    ``vertexai=True``) with the SDK's own retries off (its default); with
+    ``governor=``, every model request governed under the Gemini (or Vertex)
+    profile: a :class:`~governor.Governor` governs the client's sync calls
+    (``client.models...``), an :class:`~governor.AsyncGovernor` its asyncio
+    ones (``client.aio.models...``). ``http_options`` (a ``types.HttpOptions``
+    or its dict) keeps its other settings (``base_url``, ``api_version``,
+    ``headers``, ``timeout``); its ``retry_options`` are refused, as
+    ``max_retries`` is for the other SDKs."""
+    genai = _import("google.genai", "gemini")
+    types = importlib.import_module("google.genai.types")
+    if governor is None and any(v is not None for v in (retry, holder, priority, tenant)):
+        raise ConfigError(
+            "retry=, holder=, priority= and tenant= are options of the governed transport: pass governor= too"
+        )
+    settings = (
+        dict(http_options or {})
+        if not isinstance(http_options, types.HttpOptions)
+        else (http_options.model_dump(exclude_none=True))
+    )
+    if settings.get("retry_options") is not None:
+        raise ConfigError(
+            "http_options.retry_options: the governor does the retrying; SDK retries on top would be "
+            "attempts the governor never sees. Build the client yourself if you really want them."
+        )
+    if governor is not None:
+        for name in ("httpx_client", "httpx_async_client", "aiohttp_client", "client_args", "async_client_args"):
+            if settings.get(name) is not None:
+                raise ConfigError(
+                    f"gemini_client(governor=...) builds its own HTTP clients over the governed transport; "
+                    f"http_options.{name} cannot be given with it"
+                )
+        vertex = bool(options.get("vertexai") or options.get("enterprise"))
+        profile = "vertex" if vertex else "gemini"
+        from .._async.governor import AsyncGovernor
+        from ..transport import AsyncGovernedTransport, GovernedTransport
+
+        _is_async(governor)  # a ConfigError for anything else
+        # The SDK builds (and closes) its clients over the governed transport; the transport
+        # makes its inner one of the library the SDK picked.
+        if isinstance(governor, AsyncGovernor):
+            settings["async_client_args"] = {
+                "transport": AsyncGovernedTransport(
+                    governor, retry=retry, holder=holder, profile=profile, priority=priority, tenant=tenant
+                )
+            }
+        else:
+            settings["client_args"] = {
+                "transport": GovernedTransport(
+                    governor, retry=retry, holder=holder, profile=profile, priority=priority, tenant=tenant
+                )
+            }
+    return genai.Client(http_options=types.HttpOptions(**settings), **options)  # type: ignore[no-any-return]
+
+
+def _is_async(governor: Any) -> bool:
+    from .._async.governor import AsyncGovernor
+    from .._sync.governor import Governor
+
+    if isinstance(governor, AsyncGovernor):
+        return True
+    if isinstance(governor, Governor):
+        return False
+    raise ConfigError(f"governor must be a Governor or an AsyncGovernor, got {governor!r}")
+
+
+def _import(module: str, extra: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ImportError(f"the {module!r} package is not installed: pip install 'fleet-governor[{extra}]'") from error
+
+
 def async_anthropic_client(
     governor: AsyncGovernor | None = None,
     *,
@@ -161,14 +299,12 @@ def _build(
             f"{class_name.lower()}_client(governor=...) builds its own http_client over the governed transport; "
             "to govern an http_client of your own, give it transport=GovernedTransport(governor, <its transport>)"
         )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ImportError(
-            f"the {module_name!r} package is not installed: pip install 'fleet-governor[providers]'"
-        ) from error
+    module = _import(module_name, "providers")
     if governor is not None:
-        place = {"priority": priority, "tenant": tenant}
+        place: dict[str, Any] = {"priority": priority, "tenant": tenant}
+        place["profile"] = "azure" if "Azure" in class_name else module_name
+        if module_name == "anthropic":  # it wraps every other exception of its transport as APIConnectionError
+            place["errors"] = module.AnthropicError
         options["http_client"] = _governed_http_client(module, governor, asynchronous, retry, holder, place)
     return getattr(module, class_name)(max_retries=0, **options)
 
@@ -183,7 +319,7 @@ def _governed_http_client(
 ) -> Any:
     """The SDK's own default HTTP client (its timeout, limits, redirects) over
     a governed transport of the HTTP library the SDK is built on."""
-    from .transport import AsyncGovernedTransport, GovernedTransport
+    from ..transport import AsyncGovernedTransport, GovernedTransport
 
     client_class = sdk.DefaultAsyncHttpxClient if asynchronous else sdk.DefaultHttpxClient
     library = importlib.import_module(_library_of(client_class))

@@ -1,0 +1,265 @@
+"""What the governed transports share: which requests are governed, how a response is judged.
+
+The transports themselves are in governor/_async/transport.py (the
+source) and governor/_sync/transport.py (generated from it by
+scripts/unasync.py); governor/transport.py is their public face.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import json
+import logging
+import math
+import re
+import sys
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from .budgets import Tokens
+from .classify import Verdict, classify_http
+from .config import RetryPolicy
+from .core import Outcome
+from .errors import ConfigError, GovernorError
+from .estimate import StreamUsage, usage_of
+from .profiles import Profile
+
+log = logging.getLogger("governor")
+
+#: path endings of the model endpoints governed (OpenAI and Anthropic)
+MODEL_PATHS = ("chat/completions", "completions", "responses", "messages", "embeddings")
+#: the HTTP libraries a transport can serve
+LIBRARIES = ("httpx", "httpx2")
+#: the estimate's signature: (request body, URL path) -> tokens to reserve
+Estimator = Callable[[bytes, str], "Tokens | int | None"]
+
+_STREAM_FLAG = re.compile(rb'"stream"\s*:\s*true')
+
+
+def is_model_request(method: str, path: str, profile: Profile | None = None) -> bool:
+    """Whether a request is governed: a POST to a model endpoint (of the
+    profile's provider; without one, OpenAI's and Anthropic's)."""
+    if profile is not None:
+        return profile.is_model_request(method, path)
+    if method.upper() != "POST":
+        return False
+    path = path.rstrip("/")
+    return any(path == ending or path.endswith("/" + ending) for ending in MODEL_PATHS)
+
+
+def asks_for_stream(body: bytes) -> bool:
+    """Whether a JSON request body sets ``"stream": true``."""
+    if b'"stream"' not in body:
+        return False
+    try:
+        decoded = json.loads(body)
+    except (ValueError, RecursionError):
+        return bool(_STREAM_FLAG.search(body))
+    return isinstance(decoded, dict) and decoded.get("stream") is True
+
+
+def is_stream(status: int, content_type: str, asked: bool) -> bool:
+    """Whether a response is a stream to hand over: a success that is
+    server-sent events, or that a streaming request got in anything but JSON.
+    Errors are always read whole (they are small, and judged before the
+    caller sees them)."""
+    if status >= 400:
+        return False
+    kind = content_type.lower()
+    return "text/event-stream" in kind or (asked and "json" not in kind)
+
+
+def judge_response(
+    status: int, headers: Any, body: bytes | None, profile: Profile | None = None, path: str = ""
+) -> Verdict:
+    """The verdict on a response read whole (``body`` decoded bytes, or None).
+
+    4xx and 5xx: :func:`~governor.classify.classify_http`'s outcome under the
+    provider's profile (a throttle with the provider's wait: a header such as
+    Azure's ``x-ms-retry-after-ms``, or the body's hint) with no usage spent.
+    2xx: success with the JSON's usage as the profile counts it (None when it
+    has none).
+    1xx and 3xx: success, nothing spent (a redirect is followed as a request
+    of its own)."""
+    if status >= 400:
+        verdict = classify_http(status, headers, body, profile=profile)
+        return Verdict(verdict.kind, verdict.retry_after, Tokens(), headers, verdict.description)
+    if not 200 <= status < 300:
+        return Verdict(Outcome.SUCCESS, usage=Tokens(), headers=headers, description=f"HTTP {status}")
+    usage = None
+    if body:
+        try:
+            decoded = json.loads(body)
+        except (ValueError, RecursionError):
+            decoded = None
+        usage = usage_of(decoded) if profile is None else profile.usage(decoded, path)
+    return Verdict(Outcome.SUCCESS, usage=usage, headers=headers, description=f"HTTP {status}")
+
+
+def stream_outcome(usage: StreamUsage, failed: bool) -> tuple[Outcome, Tokens | None, str]:
+    """What a finished stream reports: (outcome, usage, description)."""
+    if usage.error is not None:
+        spent = usage.usage
+        if spent is None and usage.error.kind is not Outcome.ERROR:
+            spent = Tokens()  # refused before it said anything: nothing was generated
+        return usage.error.kind, spent, usage.error.description
+    if failed:
+        return Outcome.ERROR, usage.usage, "the stream broke off"
+    return Outcome.SUCCESS, usage.usage, "stream"
+
+
+def _library(obj: Any) -> str | None:
+    root = type(obj).__module__.partition(".")[0]
+    return root if root in LIBRARIES else None
+
+
+@functools.cache
+def _module(name: str) -> Any:
+    return importlib.import_module(name)
+
+
+def _read_body(response: Any, raw: bytes) -> bytes | None:
+    """The decoded body of ``raw`` under the response's content-encoding; None if it cannot be."""
+    try:
+        probe = type(response)(response.status_code, headers=response.headers, content=raw)
+        return bytes(probe.content)
+    except Exception:  # noqa: BLE001 - a body that does not decode is judged by its status alone
+        return None
+
+
+def _check_library(request: Any, transport: Any) -> None:
+    wanted, have = _library(request), _library(transport)
+    if wanted is not None and have is not None and wanted != have:
+        raise ConfigError(
+            f"the governed transport wraps a {have} transport but serves a {wanted} client: "
+            f"wrap a {wanted}.HTTPTransport (an SDK on httpx2 needs httpx2 objects throughout)"
+        )
+
+
+def _error_base(errors: Any) -> type[BaseException] | None:
+    if errors is not None and not (isinstance(errors, type) and issubclass(errors, Exception)):
+        raise ConfigError(f"errors must be an exception class (an SDK's base error) or None, got {errors!r}")
+    return errors
+
+
+@functools.cache
+def _twin_class(kind: Any, base: Any) -> type[GovernorError]:
+    doc = f"{kind.__name__} raised through an SDK that wraps foreign errors: a {kind.__name__} and a {base.__name__}."
+    return type(
+        kind.__name__, (kind, base), {"__module__": kind.__module__, "__doc__": doc, "__qualname__": kind.__qualname__}
+    )
+
+
+def sdk_twin(error: GovernorError, base: Any) -> GovernorError:
+    """``error`` as an instance of a subclass of both its own class and the
+    SDK's base error ``base``, so an SDK that wraps every other exception of
+    its transport (the anthropic SDK makes them ``APIConnectionError``) lets
+    it through unchanged: ``except AcquireTimeout`` and ``except
+    GovernorUnavailable`` catch it as they would without the SDK."""
+    kind: Any = type(error)
+    twin = _twin_class(kind, base)
+    copy = twin.__new__(twin)
+    copy.__dict__.update(error.__dict__)
+    copy.args = error.args
+    return copy
+
+
+#: request headers that name a request's own priority class and tenant (taken off before sending)
+PRIORITY_HEADER = "x-governor-priority"
+TENANT_HEADER = "x-governor-tenant"
+
+
+def _place(request: Any, priority: str | None, tenant: str | None) -> tuple[str | None, str | None]:
+    """The request's class and tenant: its headers', else the transport's;
+    the headers are taken off the request (the provider never sees them)."""
+    headers = request.headers
+    named = headers.get(PRIORITY_HEADER), headers.get(TENANT_HEADER)
+    for name in (PRIORITY_HEADER, TENANT_HEADER):
+        if name in headers:
+            del headers[name]
+    return named[0] or priority, named[1] or tenant
+
+
+def _check(
+    governor: Any,
+    kind: type,
+    transport: Any,
+    method: str,
+    retry: Any,
+    holder: Any,
+    timeout: Any,
+    estimate: Any,
+    priority: Any = None,
+    tenant: Any = None,
+) -> None:
+    if not isinstance(governor, kind):
+        raise ConfigError(
+            f"{kind.__name__.replace('Governor', '')}GovernedTransport needs a {kind.__name__}, got {governor!r}"
+        )
+    governor._core.place(priority, tenant)  # type: ignore[attr-defined]  # ConfigError: an unknown class, a bad tenant
+    if transport is not None and not callable(getattr(transport, method, None)):
+        raise ConfigError(f"transport must have {method}() (an httpx or httpx2 transport), got {transport!r}")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ConfigError(f"retry must be a RetryPolicy or None, got {retry!r}")
+    if holder is not None and not isinstance(holder, str):
+        raise ConfigError(f"holder must be a string or None, got {holder!r}")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout < 0
+    ):
+        raise ConfigError(f"timeout must be None or finite seconds >= 0, got {timeout!r}")
+    if not callable(estimate):
+        raise ConfigError(f"estimate must be a callable (body, path) -> Tokens, got {estimate!r}")
+
+
+#: reports of abandoned async streams still running (a task must be referenced until it ends)
+_PENDING: set[asyncio.Task[None]] = set()
+
+
+def report_in_loop(
+    report: Callable[[StreamUsage, bool], Coroutine[Any, Any, None]],
+    usage: StreamUsage,
+    failed: bool,
+    loop: asyncio.AbstractEventLoop | None,
+) -> None:
+    """An abandoned async stream's report, as a task of the event loop the
+    stream was opened on (never from inside the garbage collector); when
+    that loop is closed, the lease's TTL frees the slot."""
+    if loop is None or loop.is_closed():
+        log.info("governor: a stream was abandoned after its event loop closed; its lease's TTL frees it")
+        return
+
+    def spawn() -> None:
+        task = loop.create_task(report(usage, failed))
+        _PENDING.add(task)
+        task.add_done_callback(_PENDING.discard)
+
+    try:
+        loop.call_soon_threadsafe(spawn)
+    except RuntimeError:  # the loop closed meanwhile
+        pass
+
+
+def report_in_thread(report: Callable[[StreamUsage, bool], None], usage: StreamUsage, failed: bool) -> None:
+    """An abandoned stream's report, from a thread of its own (never from
+    inside the collector, which may run while this thread holds a connection
+    pool's lock); at interpreter shutdown the lease's TTL frees the slot."""
+    if sys.is_finalizing():  # no threads to be had
+        return
+    thread = threading.Thread(target=report, args=(usage, failed), name="governor-stream-report", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # the interpreter is shutting down
+        pass
+
+
+@functools.cache
+def stream_class(base: type, library: str, asynchronous: bool) -> type:
+    """The governed stream ``base`` as a subclass of the library's own byte
+    stream too (the client asserts ``isinstance(response.stream, SyncByteStream)``)."""
+    module = _module(library)
+    if asynchronous:
+        return type("GovernedAsyncStream", (base, module.AsyncByteStream), {})
+    return type("GovernedSyncStream", (base, module.SyncByteStream), {})

@@ -1,0 +1,246 @@
+"""GENERATED from governor/_async/transport.py by scripts/unasync.py; do not edit.
+
+Change the asyncio source and run ``python scripts/unasync.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+from .._exchange import (
+    Estimator,
+    _check,
+    _check_library,
+    _error_base,
+    _library,
+    _module,
+    _place,
+    _read_body,
+    asks_for_stream,
+    is_model_request,
+    is_stream,
+    judge_response,
+    log,
+    report_in_loop,
+    report_in_thread,  # noqa: F401 - the sync twin's
+    sdk_twin,
+    stream_class,
+    stream_outcome,
+)
+from ..classify import Verdict
+from ..config import RetryPolicy
+from ..errors import GovernorError
+from ..estimate import StreamUsage, estimate_request
+from ..profiles import Profile
+from ..profiles import profile as find_profile
+from .governor import Governor
+from .lease import Lease
+from .retry import retry_call
+
+__all__ = ["GovernedTransport"]
+
+
+class GovernedTransport:
+    """An httpx (or httpx2) transport whose model requests are governed by ``governor``.
+
+    ``transport``: the transport that sends (default: an ``HTTPTransport()``
+    of the client's library). ``retry``: the retry policy (default
+    ``RetryPolicy()``, as ``call()``). ``holder``: the label of the leases.
+    ``timeout``: seconds a request may wait in the queue for its lease
+    (None: as long as it takes), as ``call(timeout=)``. ``estimate``: the
+    token estimate of a request body, ``(body, path) -> Tokens`` (default
+    the profile's, else :func:`~governor.estimate.estimate_request`).
+    ``priority`` and ``tenant``: where the leases wait (``acquire``; a
+    request's ``X-Governor-Priority`` and ``X-Governor-Tenant`` headers win).
+    ``profile``: the provider's profile (a name of
+    :data:`governor.profiles.REGISTRY` or a Profile): which requests are
+    model calls, how errors and usage read, the default estimate; None:
+    OpenAI's and Anthropic's endpoints, each error read in its body's shape.
+    ``errors``: the SDK's base error class, for an SDK that wraps every
+    exception its transport raises (anthropic): governor errors are then
+    raised as :func:`~governor.transport.sdk_twin` s, instances of both classes.
+    """
+
+    def __init__(
+        self,
+        governor: Governor,
+        transport: Any | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        holder: str | None = None,
+        timeout: float | None = None,
+        estimate: Estimator | None = None,
+        priority: str | None = None,
+        tenant: str | None = None,
+        profile: str | Profile | None = None,
+        errors: type[BaseException] | None = None,
+    ) -> None:
+        chosen = None if profile is None else find_profile(profile)
+        if estimate is None:
+            estimate = estimate_request if chosen is None else chosen.estimate
+        method = "handle_request"
+        _check(governor, Governor, transport, method, retry, holder, timeout, estimate, priority, tenant)
+        self.governor = governor
+        self._transport = transport
+        self._retry = retry
+        self._holder = holder
+        self._timeout = timeout
+        self._estimate = estimate
+        self._priority, self._tenant = priority, tenant
+        self.profile = chosen
+        self._errors = _error_base(errors)
+        self._lock = threading.Lock()
+
+    def _inner(self, request: Any) -> Any:
+        if self._transport is None:
+            with self._lock:
+                if self._transport is None:
+                    self._transport = _module(_library(request) or "httpx").HTTPTransport()
+        _check_library(request, self._transport)
+        return self._transport
+
+    def handle_request(self, request: Any) -> Any:
+        inner = self._inner(request)
+        if not is_model_request(request.method, request.url.path, self.profile):
+            return inner.handle_request(request)
+        priority, tenant = _place(request, self._priority, self._tenant)
+        body = request.read()
+        tokens = self._estimate(body, request.url.path)
+        asked = asks_for_stream(body)
+        read: dict[int, bytes | None] = {}  # id(response) -> its decoded body, for the responses read whole
+        loop = None
+
+        def send_once() -> Any:
+            response = inner.handle_request(request)
+            if is_stream(response.status_code, response.headers.get("content-type", ""), asked):
+                return response
+            try:
+                raw = b"".join(response.stream)
+            finally:
+                response.stream.close()
+            response.stream = _module(_library(response) or "httpx").ByteStream(raw)
+            read[id(response)] = _read_body(response, raw)
+            return response
+
+        def judge(response: Any, lease: Lease) -> Verdict | None:
+            if id(response) not in read:  # a stream: it reports when it ends
+                _hand_over(response, _Settlement(self.governor, lease, response.headers, loop))
+                return None
+            return judge_response(
+                response.status_code, response.headers, read.pop(id(response)), self.profile, request.url.path
+            )
+
+        try:
+            return retry_call(
+                self.governor,
+                send_once,
+                (),
+                {},
+                retry=self._retry,
+                timeout=self._timeout,
+                holder=self._holder,
+                tokens=tokens,
+                judge=judge,
+                priority=priority,
+                tenant=tenant,
+            )
+        except GovernorError as error:
+            if self._errors is None:
+                raise
+            raise sdk_twin(error, self._errors) from error
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def __enter__(self) -> GovernedTransport:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        self.close()
+
+
+class _Settlement:
+    """Reports a streamed call's outcome and releases its lease, exactly once.
+    ``loop``: where the report of an abandoned stream runs (asyncio only)."""
+
+    def __init__(
+        self, governor: Governor, lease: Lease, headers: Any, loop: asyncio.AbstractEventLoop | None
+    ) -> None:
+        self._governor, self._lease, self._headers, self.loop = governor, lease, headers, loop
+        self._lock = threading.Lock()
+        self.done = False
+
+    def claim(self) -> bool:
+        with self._lock:
+            if self.done:
+                return False
+            self.done = True
+            return True
+
+    def report(self, usage: StreamUsage, failed: bool) -> None:
+        outcome, spent, description = stream_outcome(usage, failed)
+        retry_after = usage.error.retry_after if usage.error is not None else None
+        try:
+            self._governor.report(
+                outcome, retry_after, self._lease, release=True, usage=spent, headers=self._headers
+            )
+        except GovernorError as error:  # never fails the caller's stream; the TTL frees the slot
+            log.warning("governor %r: could not report a stream (%s): %s", self._governor.name, description, error)
+
+
+class _GovernedStream:
+    """The body of a streamed response: passes the bytes on, reads usage, reports once at the end."""
+
+    def __init__(self, inner: Any, settlement: _Settlement) -> None:
+        self._inner = inner
+        self._settlement = settlement
+        self._usage = StreamUsage()
+        self._failed = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._inner:
+                self._usage.feed(chunk)
+                yield chunk
+        except GeneratorExit:  # the reader let go mid-stream: close() or the collector reports
+            raise
+        except Exception:
+            self._failed = True
+            self._finish()
+            raise
+        self._finish()
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._settlement.claim():
+            self._usage.finish()
+            self._settlement.report(self._usage, self._failed)
+
+    def __del__(self) -> None:
+        # Abandoned unclosed: reported later, never from inside the collector.
+        settlement = getattr(self, "_settlement", None)
+        if settlement is None or not settlement.claim():
+            return
+        self._usage.finish()
+        report_in_thread(settlement.report, self._usage, self._failed)
+
+
+def _hand_over(response: Any, settlement: _Settlement) -> None:
+    """The response's body becomes a governed stream that reports through ``settlement``."""
+    cls = stream_class(_GovernedStream, _library(response) or "httpx", False)
+    response.stream = cls(response.stream, settlement)

@@ -1,0 +1,279 @@
+"""Amazon Bedrock's runtime (``boto3``) under the governor, with no change at the call site.
+
+boto3 is not httpx: it sends through botocore's own HTTP session. The seam
+is botocore's event system: a ``before-send`` handler that returns a
+response is what botocore uses instead of sending, so :func:`bedrock_client`
+registers :class:`GovernedSend` there for the model operations
+(``Converse``, ``ConverseStream``, ``InvokeModel``,
+``InvokeModelWithResponseStream``). It sends each request through the
+client's own HTTP session inside the one retry loop of ``Governor.call``
+(governor/_sync/retry.py): a lease with the request's estimate (input
+tokens plus ``maxTokens``, times the model's burndown for the output,
+governor/profiles.py), a ``ThrottlingException`` or
+``ServiceUnavailableException`` reported and retried, a success reported
+with its usage. A ``converse_stream`` answer is handed over at once and
+reported when its ``metadata`` event has passed, or when it is closed or
+breaks off; an exception event inside it (``throttlingException``) is
+reported as the profile classifies it.
+
+boto3's own retries would fight the governor's (attempts the governor
+never sees, on boto3's schedule), so the client is built with
+``retries={"total_max_attempts": 1}``: botocore makes one attempt, the
+governor's loop makes the retries; when they run out the last answer goes
+back to botocore, which raises its own ``ThrottlingException``. A governor
+error raised inside the handler (Redis unreachable, an acquire timeout)
+reaches the caller as itself: botocore re-raises what a send raised.
+
+Bedrock's runtime is synchronous in boto3, so this takes a
+:class:`~governor.Governor`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from .._sync.retry import retry_call
+from ..budgets import Tokens
+from ..classify import Verdict
+from ..core import Outcome
+from ..errors import ConfigError, GovernorError
+from ..profiles import REGISTRY
+from ..transport import judge_response
+
+if TYPE_CHECKING:
+    from .._sync.governor import Governor
+    from .._sync.lease import Lease
+    from ..config import RetryPolicy
+
+log = logging.getLogger("governor")
+
+#: the operations governed (botocore's names)
+OPERATIONS = ("Converse", "ConverseStream", "InvokeModel", "InvokeModelWithResponseStream")
+#: what boto3's retry config must say: one attempt, the governor makes the others
+NO_RETRIES = {"total_max_attempts": 1, "mode": "standard"}
+
+
+def bedrock_client(
+    governor: Governor | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    holder: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
+    session: Any = None,
+    **options: Any,
+) -> Any:
+    """``boto3.client("bedrock-runtime", **options)`` with boto3's retries
+    off (one attempt); with ``governor=``, every model operation governed
+    (see the module docstring). ``session``: a ``boto3.Session`` to build it
+    from (default boto3's default session). A ``config=`` of your own is
+    kept, its retries replaced; one that asks for more attempts is refused."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as error:
+        raise ImportError("the 'boto3' package is not installed: pip install 'fleet-governor[bedrock]'") from error
+    if governor is None and any(v is not None for v in (retry, holder, priority, tenant)):
+        raise ConfigError(
+            "retry=, holder=, priority= and tenant= are options of the governed client: pass governor= too"
+        )
+    config = options.pop("config", None)
+    asked = getattr(config, "retries", None) or {}
+    attempts = asked.get("total_max_attempts", 1 + asked["max_attempts"] if "max_attempts" in asked else None)
+    if attempts not in (None, 1):
+        raise ConfigError(
+            f"config retries {asked!r}: the governor does the retrying; boto3 retries on top would be "
+            "attempts the governor never sees. Build the client yourself if you really want them."
+        )
+    ours = Config(retries=dict(NO_RETRIES))  # type: ignore[arg-type]
+    config = ours if config is None else config.merge(ours)
+    client = (session or boto3).client("bedrock-runtime", config=config, **options)
+    if governor is not None:
+        GovernedSend(governor, client, retry=retry, holder=holder, priority=priority, tenant=tenant).register()
+    return client
+
+
+class GovernedSend:
+    """The ``before-send`` handler that governs a Bedrock runtime client's model operations."""
+
+    def __init__(
+        self,
+        governor: Governor,
+        client: Any,
+        *,
+        retry: RetryPolicy | None = None,
+        holder: str | None = None,
+        timeout: float | None = None,
+        priority: str | None = None,
+        tenant: str | None = None,
+    ) -> None:
+        from .._sync.governor import Governor
+
+        if not isinstance(governor, Governor):
+            raise ConfigError(f"the Bedrock runtime client is synchronous: it needs a Governor, got {governor!r}")
+        governor._core.place(priority, tenant)  # ConfigError: an unknown class, a bad tenant
+        self.governor = governor
+        self.profile = REGISTRY["bedrock"]
+        self._client = client
+        self._retry, self._holder, self._timeout = retry, holder, timeout
+        self._priority, self._tenant = priority, tenant
+
+    def register(self) -> None:
+        events = self._client.meta.events
+        for operation in OPERATIONS:
+            events.register(f"before-send.bedrock-runtime.{operation}", self)
+
+    def __call__(self, request: Any, **kwargs: Any) -> Any:
+        """botocore's before-send: the response to use instead of sending."""
+        path = _path(request.url)
+        body = request.body
+        if hasattr(body, "read"):  # a file-like body: read it once, send the bytes
+            body = body.read()
+            request.body = body
+        raw = body if isinstance(body, bytes) else (body or "").encode()
+        tokens = self.profile.estimate(raw, path)
+        streamed = bool(getattr(request, "stream_output", False))
+        read: dict[int, bytes] = {}
+        session = self._client._endpoint.http_session
+
+        def send_once() -> Any:
+            response = session.send(request)
+            if streamed and response.status_code < 300:
+                return response
+            read[id(response)] = response.content  # read whole (botocore keeps it for its parser)
+            return response
+
+        def judge(response: Any, lease: Lease) -> Verdict | None:
+            if id(response) not in read:
+                response.raw = GovernedEventStream(response.raw, _Settlement(self.governor, lease), path)
+                return None
+            return judge_response(response.status_code, response.headers, read.pop(id(response)), self.profile, path)
+
+        return retry_call(
+            self.governor,
+            send_once,
+            (),
+            {},
+            retry=self._retry,
+            timeout=self._timeout,
+            holder=self._holder,
+            tokens=tokens,
+            judge=judge,
+            priority=self._priority,
+            tenant=self._tenant,
+        )
+
+
+def _path(url: str) -> str:
+    from urllib.parse import unquote, urlsplit
+
+    return unquote(urlsplit(url).path)
+
+
+class _Settlement:
+    """Reports a stream's outcome and releases its lease, exactly once."""
+
+    def __init__(self, governor: Governor, lease: Lease) -> None:
+        self._governor, self._lease = governor, lease
+        self._lock = threading.Lock()
+        self.done = False
+
+    def claim(self) -> bool:
+        with self._lock:
+            if self.done:
+                return False
+            self.done = True
+            return True
+
+    def report(self, outcome: Outcome, retry_after: float | None, usage: Tokens | None, description: str) -> None:
+        try:
+            self._governor.report(outcome, retry_after, self._lease, release=True, usage=usage)
+        except GovernorError as error:  # never fails the caller's stream; the TTL frees the slot
+            log.warning("governor %r: could not report a stream (%s): %s", self._governor.name, description, error)
+
+
+class GovernedEventStream:
+    """The raw body of a ``converse_stream`` answer: passes the bytes on to
+    botocore, reads the frames as they pass (the ``metadata`` event's usage,
+    an exception event), and reports once: at the stream's end, when it is
+    closed, or when it breaks off."""
+
+    def __init__(self, raw: Any, settlement: _Settlement, path: str) -> None:
+        from botocore.eventstream import EventStreamBuffer
+
+        self._raw = raw
+        self._settlement = settlement
+        self._path = path
+        self._buffer = EventStreamBuffer()
+        self.usage: Tokens | None = None
+        self.error: tuple[Outcome, float | None, str] | None = None
+
+    def stream(self, *args: Any, **kwargs: Any) -> Iterator[bytes]:
+        try:
+            for chunk in self._raw.stream(*args, **kwargs):
+                self._read(chunk)
+                yield chunk
+        except GeneratorExit:  # the reader let go: close() reports
+            raise
+        except Exception:
+            self._finish(failed=True)
+            raise
+        self._finish(failed=False)
+
+    def _read(self, chunk: bytes) -> None:
+        if self.error is not None:
+            return
+        try:
+            self._buffer.add_data(chunk)
+            for message in self._buffer:
+                self._frame(message.headers, message.payload)
+        except Exception:  # noqa: BLE001 - a frame botocore cannot read: botocore says so to the caller
+            self.error = (Outcome.ERROR, None, "an unreadable event-stream frame")
+
+    def _frame(self, headers: Any, payload: bytes) -> None:
+        kind = headers.get(":message-type")
+        if kind == "exception" or kind == "error":
+            name = headers.get(":exception-type") or headers.get(":error-code") or "error"
+            try:
+                body = json.loads(payload)
+            except ValueError:
+                body = {}
+            message = body.get("message") if isinstance(body, dict) else None
+            exception = name[:1].upper() + name[1:]
+            reading = REGISTRY["bedrock"].classify(None, None, {"__type": exception, "message": message})
+            self.error = (reading.kind, reading.retry_after, reading.description)
+        elif headers.get(":event-type") == "metadata":
+            try:
+                found = REGISTRY["bedrock"].usage(json.loads(payload), self._path)
+            except ValueError:
+                found = None
+            if found is not None:
+                self.usage = found
+
+    def _finish(self, failed: bool) -> None:
+        if not self._settlement.claim():
+            return
+        if self.error is not None:
+            outcome, retry_after, description = self.error
+            spent = self.usage if self.usage is not None else (Tokens() if outcome is not Outcome.ERROR else None)
+            self._settlement.report(outcome, retry_after, spent, description)
+        elif failed:
+            self._settlement.report(Outcome.ERROR, None, self.usage, "the stream broke off")
+        else:
+            self._settlement.report(Outcome.SUCCESS, None, self.usage, "stream")
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            self._finish(failed=self.usage is None and self.error is None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+__all__ = ["NO_RETRIES", "OPERATIONS", "GovernedEventStream", "GovernedSend", "bedrock_client"]
