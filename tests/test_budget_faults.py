@@ -241,7 +241,9 @@ def test_adopted_leases_keep_their_tenant_class_and_reservation(make_gov: MakeGo
         gov.renew()
         clock.advance(config.lease_ttl / 2 + 0.05)
         gov.renew()
-    assert [lease.lost for lease in held] == [False] * 3 and gov.status().in_flight == 3
+    # (Redis's view: the background worker renews too, on its own schedule)
+    live = [gov.client.zscore(gov.keys.leases, lease.id) for lease in held]
+    assert all(expiry is not None and expiry > clock.now * 1000 for expiry in live) and gov.status().in_flight == 3
     assert budget(gov).reserved == 3000
     gov.set_max_capacity(4)  # a new state starts at the resume level: back to 4 slots, 1 reserved
     assert budget(gov).level < -2000  # reborn empty, then the reservations in flight taken

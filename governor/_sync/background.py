@@ -324,14 +324,14 @@ class _Background:
             result: Renewed = self._gov._execute(call, slot=False)
             by_id = {lease.id: lease for lease in chunk}
             for lease_id in result.ok:
-                by_id[lease_id]._deadline = sent_at + self._gov.config.lease_ttl
+                by_id[lease_id]._renewed(sent_at + self._gov.config.lease_ttl)
             for lease_id, fence in result.adopted.items():
                 lease = by_id[lease_id]
                 if lease.released:  # released while this renewal was on its way: undo the adoption
                     self._gov._execute(self._core.release(lease_id), slot=False)
                     continue
                 lease.fence, lease.epoch = fence, result.epoch
-                lease._deadline = sent_at + self._gov.config.lease_ttl
+                lease._renewed(sent_at + self._gov.config.lease_ttl)
             for lease_id in result.lost:
                 if by_id[lease_id].released:  # released while this renewal was on its way: nothing was lost
                     continue

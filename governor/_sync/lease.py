@@ -78,6 +78,14 @@ class Lease:
     def governor(self) -> Governor:
         return self._governor
 
+    def _renewed(self, until: float) -> None:
+        """A renewal sent at ``until - lease_ttl`` got through: the lease lives
+        until then, unless a later renewal already said longer (two renewals
+        answered out of order: the background worker's and ``renew()``'s), as
+        renew.lua never shortens a lease either. A local lease gets its first
+        deadline (it had none)."""
+        self._deadline = until if math.isinf(self._deadline) else max(self._deadline, until)
+
     def _renewal(self) -> tuple[str, str, str, Place, Tokens]:
         """What its renewal carries: a new state adopts it with its place and reservation."""
         return (self.id, self.epoch, self.holder, self._place, self.tokens)
