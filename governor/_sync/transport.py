@@ -34,7 +34,8 @@ from .._exchange import (
 from ..classify import Verdict
 from ..config import RetryPolicy
 from ..errors import GovernorError
-from ..estimate import StreamUsage, estimate_request
+from ..estimate import estimate_request
+from ..streams import StreamUsage
 from ..profiles import Profile
 from ..profiles import profile as find_profile
 from .governor import Governor
