@@ -6,7 +6,9 @@ launcher, :mod:`bench.redis_server`), with instrumentation off
 except while a phase is measured: each phase is ``calls`` repetitions of
 one operation between ``callgrind_control --zero`` and ``--dump``.
 Instruction counts do not depend on how busy the machine is, so they
-compare across runs and machines of one Redis build; ``--hz 1`` keeps the
+compare across runs and machines of one Redis build (what runs by time,
+reclaim once a second and the expiry push, is kept from falling due while
+counting: its share of a call would depend on the calls per second); ``--hz 1`` keeps the
 server's own timer work out of the counts.
 
 Each operation is measured twice, on a governor with ``shallow`` (10) and
@@ -38,12 +40,19 @@ to an ``INCR`` + ``DECR`` pair on the same client.
   state (the fair queue's tags and the ``shares`` zset at work), against 10
   waiters of one tenant at the shallow one: the cost of fair shares at depth.
 
+- *features*: a governed call, acquire() + release() and a hand-over on a
+  plain governor (one priority class, no aging, no budgets, tenants, caps
+  or reserve: :data:`PLAIN`), then with each feature switched on alone
+  (:data:`FEATURES`), at the shallow state: what each feature costs when
+  it is used, and that a feature switched off costs nothing.
+
 Not isolated: the pub/sub wake-up and the waiters' refresh (the worker
 does them in the background, by time), and ``cancel`` (a waiter's timeout).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -58,7 +67,7 @@ from typing import Any
 
 import redis
 
-from governor import Governor, Outcome
+from governor import Governor, GovernorConfig, Outcome
 from governor.core import GovernorCore, Granted, Queued
 
 from .bench import Floor, _config, _Driver, bench_client_rates
@@ -87,6 +96,21 @@ PHASES = {
     "grant_head_tenants": "release granting the queue's head, waiters of 1 tenant vs across 100 tenants (core)",
     "hand_over_tenants": "hand-over, waiters of 1 tenant vs across 100 tenants (core)",
 }
+
+
+#: a plain governor: one priority class, no aging, no budgets, tenants, caps or reserve
+PLAIN: dict[str, Any] = {"priorities": ("default",), "default_priority": "default", "aging": None}
+#: each feature switched on alone, over PLAIN
+FEATURES: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "budgets (requests per minute)": {"requests_per_minute": 10**6},
+    "classes (3, aging)": {"priorities": ("interactive", "default", "batch"), "aging": 30.0},
+    "tenants (weights)": {"tenant_weights": {"other": 2}},
+    "caps (the caller's tenant)": {"tenant_caps": {"default": 10**6}},
+    "reserve (3 classes, 1 slot)": {"priorities": ("interactive", "default", "batch"), "reserve": 1},
+}
+#: phase key -> what the features table calls it
+FEATURE_PHASES = {"call": "gov.call(fn)", "acquire_release": "acquire() + release()", "hand_over": "hand-over"}
 
 
 class InstructionsUnavailable(RuntimeError):
@@ -135,6 +159,15 @@ def _tenant(i: int) -> str:
     return f"t{i:03d}"
 
 
+def _no_maintenance(client: redis.Redis, state_key: str) -> None:
+    """Keep what runs by time (reclaim, once a second; the expiry push,
+    every idle time / 8) from falling due while a governor is counted: its
+    share of a call depends on the calls per second, which callgrind and
+    the machine's load slow down, so counting it would make the figures
+    depend on the load. A call never moves these due times unless it runs them."""
+    client.hset(state_key, mapping={"reclaim_due": 2**52, "touch_due": 2**52})
+
+
 def _fill(driver: _Driver, leases: int, waiters: int, tenants: int = 0) -> tuple[deque[str], deque[str]]:
     """``leases`` live leases, then ``waiters`` queued callers, by pipelines of
     script calls: of the default tenant, or (``tenants`` > 0) taking turns
@@ -171,6 +204,7 @@ def _depth(counter: _Callgrind, client: redis.Redis, depth: int, calls: int) -> 
             gov.acquire().release()
         gov.call(lambda: None)
         _fill(_Driver(client, name, config), depth, 0)
+        _no_maintenance(client, gov.keys.state)
         if gov.status().in_flight != depth:
             raise RuntimeError(f"expected {depth} live leases before measuring")
         counter_key = f"{name}:raw"
@@ -212,16 +246,43 @@ def _depth(counter: _Callgrind, client: redis.Redis, depth: int, calls: int) -> 
     _queue(counter, client, depth, calls, f"bench-instrt{depth}-{tag}", tenants, "_tenants")
 
 
+def _features(counter: _Callgrind, client: redis.Redis, calls: int) -> None:
+    """The FEATURE_PHASES of each of FEATURES at the shallow state, counted as ``f<i>:<phase>``."""
+    for i, overrides in enumerate(FEATURES.values()):
+        tag = uuid.uuid4().hex[:8]
+        config = _config(max_capacity=SHALLOW + calls + 16, **{**PLAIN, **overrides})
+        gov = Governor(client, f"bench-feature{i}-{tag}", config)
+        try:
+            for _ in range(5):
+                gov.acquire().release()
+            gov.call(lambda: None)
+            _fill(_Driver(client, gov.name, config), SHALLOW, 0)
+            _no_maintenance(client, gov.keys.state)
+            counter.count(f"f{i}:call", lambda gov=gov: gov.call(lambda: None), calls)
+            counter.count(f"f{i}:acquire_release", lambda gov=gov: gov.acquire().release(), calls)
+        finally:
+            gov.close()
+            client.delete(*gov.keys.keys)
+        _queue(counter, client, SHALLOW, calls, f"bench-featureq{i}-{tag}", 0, "", config, f"f{i}:")
+
+
 def _queue(counter: _Callgrind, client: redis.Redis, depth: int, calls: int, name: str, tenants: int,
-           suffix: str) -> None:  # fmt: skip
+           suffix: str, config: GovernorConfig | None = None, label: str = "") -> None:  # fmt: skip
     """The queue phases on a governor of their own: capacity full with
     ``depth`` leases, ``depth`` waiters behind them (of the default tenant, or
     taking turns among ``tenants``, newcomers too), counted as
     ``d<depth>:<phase><suffix>``."""
-    driver = _Driver(client, name, _config(max_capacity=depth))
+    # aging an hour: no waiter ages while counted (how many would depends on how long the fill took)
+    queue_config = _config(max_capacity=depth, aging=3600.0)
+    if config is not None:
+        queue_config = dataclasses.replace(config, max_capacity=depth + config.reserve)  # the lower classes fill depth
+        if config.aging is not None:
+            queue_config = dataclasses.replace(queue_config, aging=3600.0)
+    driver = _Driver(client, name, queue_config)
     try:
         driver.run(driver.core.init(holds_leases=False))
         holders, queue = _fill(driver, depth, depth, tenants)
+        _no_maintenance(client, driver.core.keys.state)
         places = [driver.core.place(tenant=_tenant(i)) for i in range(tenants)]
         joined = len(queue)
 
@@ -245,6 +306,9 @@ def _queue(counter: _Callgrind, client: redis.Redis, depth: int, calls: int, nam
             grant()
             join()
 
+        if label:  # the features: the hand-over alone
+            counter.count(f"{label}hand_over", hand_over, calls)
+            return
         counter.count(f"d{depth}:join_queue{suffix}", join, calls)
         counter.count(f"d{depth}:grant_head{suffix}", grant, calls)
         counter.count(f"d{depth}:hand_over{suffix}", hand_over, calls)
@@ -255,7 +319,9 @@ def _queue(counter: _Callgrind, client: redis.Redis, depth: int, calls: int, nam
         client.delete(*driver.core.keys.keys)
 
 
-def measure_instructions(calls: int = 200, deep: int = 10_000, shallow: int = SHALLOW) -> dict[str, Any]:
+def measure_instructions(
+    calls: int = 200, deep: int = 10_000, shallow: int = SHALLOW, features: bool = True
+) -> dict[str, Any]:
     """Server instructions per repetition of each phase (see the module), at
     ``shallow`` and ``deep``; raises InstructionsUnavailable without valgrind."""
     why = missing_tools()
@@ -269,6 +335,8 @@ def measure_instructions(calls: int = 200, deep: int = 10_000, shallow: int = SH
         client = redis.Redis(port=server.port, socket_timeout=120)
         try:
             version = str(client.info("server")["redis_version"])
+            if features:
+                _features(counter, client, calls)
             for depth in (shallow, deep):
                 _depth(counter, client, depth, calls)
         finally:
@@ -278,9 +346,13 @@ def measure_instructions(calls: int = 200, deep: int = 10_000, shallow: int = SH
         server.cleanup()
         shutil.rmtree(folder, ignore_errors=True)
     per: dict[str, dict[int, float]] = {key: {} for key in PHASES}
+    feature_rows: dict[str, dict[str, float]] = {name: {} for name in FEATURES} if features else {}
+    names = list(FEATURES)
     for label, total in totals.items():
         depth_text, key = label.split(":", 1)
-        if key in per:
+        if depth_text.startswith("f"):
+            feature_rows[names[int(depth_text[1:])]][key] = total / calls
+        elif key in per:
             per[key][int(depth_text[1:])] = total / calls
     missing = [f"d{d}:{k}" for k in PHASES for d in (shallow, deep) if d not in per[k]]
     if missing:
@@ -300,7 +372,7 @@ def measure_instructions(calls: int = 200, deep: int = 10_000, shallow: int = SH
             }
         )
     return {"redis_version": version, "calls": calls, "shallow": shallow, "deep": deep,
-            "tenants": min(TENANTS, deep), "rows": rows}  # fmt: skip
+            "tenants": min(TENANTS, deep), "rows": rows, "features": feature_rows}  # fmt: skip
 
 
 def format_instructions(result: dict[str, Any]) -> str:
@@ -319,6 +391,8 @@ def format_instructions(result: dict[str, Any]) -> str:
             f"| {row['label']} | {row['shallow']:,.0f} | {row['pair_ratio']:.1f}x | {row['deep']:,.0f} | "
             f"{row['pair_ratio_deep']:.1f}x | {row['depth_ratio']:.2f}x{met} |"
         )
+    if result.get("features"):
+        lines += ["", format_features(result)]
     if any(row["phase"].endswith("_tenants") for row in result["rows"]):
         lines += [
             "",
@@ -326,6 +400,27 @@ def format_instructions(result: dict[str, Any]) -> str:
             f"newcomer) taking turns among {result.get('tenants', TENANTS)} tenants of equal weight: the fair "
             "queue's tags and its `shares` zset at depth, against one tenant's queue.",
         ]
+    return "\n".join(lines)
+
+
+def format_features(result: dict[str, Any]) -> str:
+    """The features table: each phase on the plain governor, and what each feature switched on adds."""
+    features: dict[str, dict[str, float]] = result["features"]
+    plain = features["plain"]
+    heads = " | ".join(f"{label} | + vs plain" for label in FEATURE_PHASES.values())
+    lines = [
+        f"Each feature switched on alone over a plain governor (one class, no aging, no budgets, tenants, caps or "
+        f"reserve), {result['shallow']} live leases (the hand-over: {result['shallow']} waiters too):",
+        "",
+        f"| governor | {heads} |",
+        "|---|" + "---:|---:|" * len(FEATURE_PHASES),
+    ]
+    for name, row in features.items():
+        cells = []
+        for key in FEATURE_PHASES:
+            extra = row[key] - plain[key]
+            cells.append(f"{row[key]:,.0f} | {'' if name == 'plain' else f'{extra:+,.0f}'}")
+        lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 

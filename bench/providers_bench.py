@@ -58,7 +58,7 @@ def provider_config(seed: int = 1, headers: bool = False) -> ProviderConfig:
         # headers say "per minute": an account that announces its limit has a minute's period
         tpm=TOKENS * round(60 / PERIOD) if headers else TOKENS,
         rate_period=60.0 if headers else PERIOD,
-        burst=0.25,
+        burst=0.05 if headers else 0.25,  # a minute's bucket holding 3 s of it: steady within the run
         completion_mean=100.0,
         completion_sigma=0.6,
         retry_after="auto",
@@ -188,7 +188,9 @@ def _litellm_host(
             while time.monotonic() < stop:
                 try:
                     await call(**shape, **extra)
-                except Exception:  # noqa: BLE001 - a call that failed in the end: counted
+                except Exception as error:  # noqa: BLE001 - a call that failed in the end: counted
+                    if not errors:
+                        print(f"first failure: {error!r}"[:500], file=sys.stderr)
                     errors += 1
 
         await asyncio.gather(*(agent() for _ in range(agents)))

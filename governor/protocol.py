@@ -321,6 +321,28 @@ CONFIG: dict[str, Kind] = {
 POLICY_STATE: dict[str, Kind] = {"streak": COUNT}
 
 
+#: the fields the hot paths (acquire, report, release, a hand-over) read, by
+#: hash: a new hash stores them first, so that a lookup (a small hash is a
+#: listpack, scanned from its start for each field) finds them early
+HOT: dict[str, tuple[str, ...]] = {
+    "state": (
+        "epoch",
+        "capacity",
+        "not_before",
+        "touch_due",
+        "budgets",
+        "capped",
+        "reclaim_due",
+        "aging_due",
+        "event_seq",
+        "fence",
+        *(f"vtime_{rank}" for rank in range(MAX_CLASSES)),
+    ),
+    "config": ("policy", "max_capacity", "window_ms", "idle_ms", "log_length", "aging_ms", "tenant_caps", "reserve"),
+    "policy": ("streak",),
+}
+
+
 def required() -> dict[str, tuple[str, ...]]:
     """The fields every governor's hashes hold, whatever its policy."""
     return {"state": tuple(STATE), "config": tuple(CONFIG), "policy": tuple(POLICY_STATE)}

@@ -144,6 +144,8 @@ def field_table() -> str:
         f"local BUDGET_COST = {{{', '.join(f'{kind} = {_cost(kind)}' for kind in BUDGET_KINDS)}}}",
         f"local BASE_CONFIG = {_strings(protocol.CONFIG)}",
         f"local STATUS_FIELDS = {_strings(protocol.STATUS_FIELDS)}",
+        "-- the fields a new hash stores first: the hot paths' (governor.protocol.HOT)",
+        f"local HOT = {{{', '.join(f'{h} = {_strings(names)}' for h, names in protocol.HOT.items())}}}",
     ]
     entries = ",\n  ".join(f"{field} = {kind.name}" for field, kind in sorted(every.items()))
     lines.append(f"local FIELDS = {{\n  {entries},\n}}")

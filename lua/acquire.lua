@@ -43,6 +43,7 @@ if mode ~= 'wait' and mode ~= 'again' and mode ~= 'try' then
 end
 local tokens = arg_tokens(8, 'tokens')
 local place = arg_place(9)
+-- step: the clock and the state
 clock()
 if not load(ADMIT) then return missing_reply() end
 caps_config()  -- the reserve and the tenants' caps are in the admission rule
@@ -70,6 +71,7 @@ if mode == 'again' then
   in_queue = redis.call('ZSCORE', K.queue, id) ~= false or redis.call('ZSCORE', K.parked, id) ~= false
 end
 
+-- step: the admission rule
 local impossible = never(tokens)
 if impossible then
   if in_queue then
@@ -84,6 +86,7 @@ if impossible then
   return finish({SCHEMA, 'refused', impossible, S.epoch})
 end
 
+-- step: a new lease, or a place in the queue
 if in_queue then
   prepare()
   guard_grant(false, K.waiters, K.holders, K.leases)  -- (and what grant() adds): written after this write
@@ -103,12 +106,16 @@ else
     return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, S.epoch})
   end
   prepare(true, place.rank)
-  -- (waiters was read by ZCOUNT, enqueue's ZSCORE reads shares first; aging when the caller will age)
-  guard_grant(place.rank > 0 and C.aging_ms > 0, K.queue, K.holders, K.leases)
-  enqueue(id, place)
+  -- waiters was read by ZCOUNT, leases by blocked() when it counted them,
+  -- shares by enqueue's ZSCORE before its first write (the holder record:
+  -- the write tells holders' type); aging when the caller will age
+  if CALL.live then
+    guard_grant(place.rank > 0 and C.aging_ms > 0, K.queue)
+  else
+    guard_grant(place.rank > 0 and C.aging_ms > 0, K.queue, K.leases)
+  end
+  enqueue(id, place, record_format(0, ttl, NOW, tokens.input, tokens.output, 0, place.rank, place.tenant, holder))
   redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
-  redis.call('HSET', K.holders, id, record_format(0, ttl, NOW, tokens.input, tokens.output, 0, place.rank, place.tenant,
-    holder))
   if waiting == 0 then created(K.queue) created(K.waiters) end
 end
 

@@ -89,6 +89,7 @@ end
 -- clock (in microseconds' worth of grants per ms) and above any fence the
 -- client saw. What a lost state left in the other keys goes.
 redis.call('DEL', K.state, K.config, K.policy, K.aging, K.shares)  -- tags start again at vtime 0 (held: recount())
+created(K.state)
 S = {}
 set('state', 'schema', SCHEMA)
 set('state', 'epoch', epoch)

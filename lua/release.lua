@@ -19,6 +19,7 @@ nothing else changes (a lost state answers 'released').
 local id = arg_id(3, 'id')
 -- With callers queued the slot goes to the head: read and check the state
 -- (and push expiries back when due) before the first write.
+-- step: the queue
 local waiting = redis.call('ZCARD', K.queue) > 0 or redis.call('ZCARD', K.parked) > 0
 if waiting then
   clock()
@@ -27,6 +28,7 @@ if waiting then
   keep_alive()
   guard_grant(false, K.waiters)  -- (and what grant() adds): written by grant()
 end
+-- step: the lease
 -- A read tells holders' type before the first write; ZREM tells leases'.
 -- While held counts leases (caps, a reserve), the record says what this one counted in.
 local counted = redis.call('EXISTS', K.held) == 1

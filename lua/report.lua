@@ -71,12 +71,18 @@ for i = 10, #ARGV, 2 do
   limits[kind] = true
   limits[#limits + 1] = {kind, limit, remaining}
 end
+-- step: the clock and the state
 clock()
 if not load(REPORT) then return missing_reply() end
--- reads: they tell the queue's and parked's types
-local waiting = redis.call('ZCARD', K.queue) > 0 or redis.call('ZCARD', K.parked) > 0
-prepare(waiting)
-local policy = the_policy()  -- its config and state: nothing is read after the first write
+-- reads: they tell the queue's and parked's types (parked holds waiters only while caps are set)
+local waiting = redis.call('ZCARD', K.queue) > 0 or (S.capped == 1 and redis.call('ZCARD', K.parked) > 0)
+-- step: the read plan
+local policy, quiet = the_policy(outcome)  -- its config and state: nothing is read after the first write
+-- A quiet success (the policy's common case) with nobody waiting, nothing
+-- due and no figures to calibrate writes no log and needs no more than
+-- the window's length and the keys' idle time.
+quiet = quiet and not waiting and NOW < S.reclaim_due and #limits == 0
+if quiet then more('config', 'idle_ms') else prepare(waiting) end
 if outcome == 'q' then more('state', 'quota_exhausted') end
 if outcome == 'r' then more('state', 'fence') end  -- a cut remembers the fence it was made at
 if retry_after then more('config', 'retry_after_cap_ms') end
@@ -85,13 +91,14 @@ for _, figures in ipairs(limits) do
   more('config', figures[1] .. '_per_minute')
 end
 keep_alive()
+-- step: the lease
 -- Types: the hashes were read; the zsets are read below before any write
 -- (ZCARD queue, ZSCORE leases when a lease reports, ZCOUNT in window()),
 -- holders by HEXISTS; events, waiters and (with no lease) leases guarded.
 -- The lease's holder record is read when its reservation is settled, or
 -- when it is given back while held counts leases (caps, a reserve).
 local settles = lease and usage and #active_budgets() > 0
-local counted = release and redis.call('EXISTS', K.held) == 1
+local counted = release and S.capped == 1 and redis.call('EXISTS', K.held) == 1  -- held counts only then
 if counted then guard(K.held) end
 local lease_record = nil
 if settles or counted then lease_record = record_parse(redis.call('HGET', K.holders, lease)) end
@@ -114,12 +121,18 @@ if lease then
   end
 end
 
+-- step: the window
 local rl, total
-if outcome ~= 'q' then rl, total = window() end  -- reads tell the window keys' types
-guard(K.events)  -- the policy may log after the first write
+if quiet then
+  total = redis.call('ZCOUNT', K.attempts, '(' .. (NOW - C.window_ms), '+inf')  -- a read tells its type
+elseif outcome ~= 'q' then
+  rl, total = window()  -- reads tell the window keys' types
+end
+if not quiet then guard(K.events) end  -- the policy may log after the first write
 if not lease then guard(K.leases) end  -- the policy and grant() count it after the first write
 if waiting then guard_grant(false, K.waiters) end  -- (and what grant() adds): written by grant()
 if waiting and not release then guard(K.holders) end  -- grant() reads the head's record (else HEXISTS told)
+-- step: the writes
 reclaim()
 if outcome == 'q' then
   set('state', 'quota_exhausted', S.quota_exhausted + 1)

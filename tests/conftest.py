@@ -192,7 +192,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return  # redis_url reports it
     if kind == "redis-server" and _session_server is None:
         _session_server = RedisServer().start()
-    items.sort(key=lambda item: item.path.name != "test_lint.py")  # stable: the rest keep their order
+    items.sort(key=_running_order)  # stable: within each rank, the tests keep their order
+
+
+def _running_order(item: pytest.Item) -> int:
+    """Lint and types first, then the other tests that need no Redis, then
+    the slow ones (so that the two workers of ``-n 2`` finish together), then
+    the rest."""
+    if item.path.name == "test_lint.py":
+        return 0
+    if "redis_url" not in getattr(item, "fixturenames", ()):
+        return 1
+    return 2 if item.get_closest_marker("slow") else 3
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Under pytest-xdist (``--dist loadgroup``), the tests that share a
+    module-scoped fixture (a cluster, a built wheel, a virtual environment)
+    run on one worker, which sets it up once."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return
+    if any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs):
+        item.add_marker(pytest.mark.xdist_group(item.path.name))
 
 
 def pytest_sessionfinish() -> None:

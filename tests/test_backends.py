@@ -141,7 +141,7 @@ def test_the_suite_on_a_shared_redis_leaves_its_functions_libraries_alone(privat
         env = {k: v for k, v in os.environ.items() if k != MAY_CHANGE}
         env["REDIS_URL"] = private_redis.url
         run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *LIBRARY_TESTS],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *LIBRARY_TESTS],
             cwd=Path(__file__).resolve().parent.parent,
             env=env,
             capture_output=True,

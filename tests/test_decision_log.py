@@ -38,7 +38,7 @@ def test_create_is_the_first_decision(make_gov: MakeGov, sync_client: Any, clock
     event = newest(sync_client, gov)
     # the adaptive policy's slow start: capacity starts at the resume level, max(1, 8 // 4)
     assert (event.kind, event.capacity, event.paused, event.at) == ("create", 2, False, clock.now)
-    assert dict(event.fields) == {"why": "first use"}
+    assert dict(event.fields) == {"why": "first use: no evidence that a fleet held this governor, no hold"}
     assert kinds(sync_client, gov) == ["create"]  # the start is the create entry's, no capacity entry before it
 
 
@@ -125,7 +125,7 @@ def test_operator_pause_resume_and_timed_pause(make_gov: MakeGov, sync_client: A
     gov.resume()
     event = newest(sync_client, gov)
     assert (event.kind, event.capacity, event.paused) == ("resume", 6, False)
-    assert dict(event.fields) == {"why": "operator", "was_paused": "1", "not_before": "0"}
+    assert dict(event.fields) == {"why": "operator", "was_paused": "1", "not_before": "0", "recovery_hold_kept": "0"}
 
     gov.pause("maintenance", duration=30)
     assert newest(sync_client, gov).get("until") == str(round((clock.now + 30) * 1000))
@@ -147,7 +147,7 @@ def test_resume_logs_a_cleared_hold_only_while_it_runs(make_gov: MakeGov, sync_c
     gov.resume()  # not paused, but a hold was running: it is lifted, and that is logged
     event = newest(sync_client, gov)
     assert (event.kind, event.paused) == ("resume", False)
-    assert dict(event.fields) == {"why": "operator", "was_paused": "0", "not_before": until}
+    assert dict(event.fields) == {"why": "operator", "was_paused": "0", "not_before": until, "recovery_hold_kept": "0"}
     assert not gov.status().holding
     length = sync_client.xlen(gov.keys.events)
     gov.resume()  # again: nothing left to lift
@@ -172,16 +172,16 @@ def test_hold_from_a_retry_after(make_gov: MakeGov, sync_client: Any, clock: Any
 
 def test_set_max_reset_and_quota(make_gov: MakeGov, sync_client: Any, clock: Any) -> None:
     gov = make_gov(GovernorConfig(max_capacity=6, resume_fraction=1.0), clock=clock)  # a reset back at max at once
-    gov.set_max_capacity(9)
+    gov.set_max_capacity(9)  # a higher ceiling is approached as any ceiling: capacity stays
     event = newest(sync_client, gov)
-    assert (event.kind, event.capacity) == ("set_max", 9)
+    assert (event.kind, event.capacity) == ("set_max", 6)
     assert dict(event.fields) == {"from": "6", "to": "9", "capacity_from": "6", "why": "operator"}
     gov.reset()
     event = newest(sync_client, gov)
     assert (event.kind, event.capacity) == ("reset", 9)
     assert dict(event.fields) == {
         "why": "operator: learnt state cleared",
-        "from": "9",
+        "from": "6",
         "was_paused": "0",
         "window_rate_limited": "0",
         "window_attempts": "0",
@@ -210,12 +210,15 @@ def test_state_loss_logs_recreate_and_adopt(make_gov: MakeGov, sync_client: Any,
     assert dict(recreate.fields) == {
         "until": str(round(clock.now * 1000) + hold_ms),
         "listeners": "0",
-        "why": f"state was lost (Redis restart, flush or expiry): holding {hold_ms} ms for holders to re-register",
+        "why": "the state was lost (a Redis restart without it, a flush or an expiry) while a client held leases "
+        f"or used it: holding {hold_ms} ms (the longest lease TTL known) for holders to re-register",
     }
     adopt = newest(sync_client, gov, "adopt")
     assert dict(adopt.fields) == {
         "lease": lease.id,
         "fence": str(lease.fence),
+        "rank": "1",  # its place is kept: the default class ...
+        "tenant": "default",  # ... and its tenant
         "why": "holder of a lease from a lost state renewed",
     }
     lease.release()

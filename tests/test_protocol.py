@@ -6,6 +6,7 @@ every backend) whose reply or stored value the Python side parses."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from governor import Governor, GovernorConfig, protocol
 from governor.budgets import Tokens
@@ -184,15 +186,17 @@ def test_a_real_status_reply_has_the_status_fields_in_order(make_gov: MakeGov, s
 
 def test_the_holder_record_format_is_the_protocols() -> None:
     admission = code(LUA / "lib" / "common.lua")
-    (params, body) = re.findall(r"local function record_format\(([^)]*)\)\s*return (.*?)\nend", admission, re.S)[0]
-    body = " ".join(body.split())
+    (params, form, args) = re.findall(
+        r"local function record_format\(([^)]*)\)\s*return string\.format\('([^']*)', ([^)]*)\)"
+        r" \.\. tenant \.\. '\|' \.\. holder\nend",
+        admission,
+    )[0]
     params_list = [p.strip() for p in params.split(",")]
     fields = [f.name for f in HolderRecord.__dataclass_fields__.values()]
     assert [p + ("_ms" if p in ("ttl", "since") else "") for p in params_list] == fields
-    # the parameters concatenated in that order, '|' between them
-    parts = [p.strip() for p in body.split("..")]
-    assert parts[1::2] == ["'|'"] * (len(fields) - 1)
-    assert [re.sub(r"^int\((\w+)\)$", r"\1", p) for p in parts[0::2]] == params_list
+    # the parameters in that order, '|' between them: seven integers formatted, then the tenant and the holder
+    assert form == "%d|" * 7
+    assert [a.strip() for a in args.split(",")] == params_list[:7]
     (pattern,) = re.findall(r"string\.match\(raw, '([^']*)'\)", admission)
     # seven numbers, the tenant (no '|'), then the holder (may hold '|')
     assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$"
@@ -326,17 +330,15 @@ def _lua_policies() -> dict[str, dict[str, list[str]]]:
             for key, body in re.findall(r"^  (config|state) = \{([^}]*)\}", entry, flags=re.M)
         }
         functions = set(re.findall(r"^  (\w+) = function", entry, flags=re.M))
-        assert (
-            {"reset", "limited", "success", "new_max"}
-            <= functions
-            <= {
-                "reset",
-                "limited",
-                "success",
-                "new_max",
-                "no_news",  # growth by time while callers wait: a policy may have none
-            }
-        ), (name, functions)
+        allowed = {
+            "reset",
+            "limited",
+            "success",
+            "new_max",
+            "no_news",  # growth by time while callers wait: a policy may have none
+            "quiet",  # a success that changes nothing but the streak, told before the rest is read
+        }
+        assert {"reset", "limited", "success", "new_max"} <= functions <= allowed, (name, functions)
         out[name] = lists
     return out
 
@@ -364,3 +366,41 @@ def test_every_policy_round_trips_through_a_real_init(make_gov: MakeGov, sync_cl
         stored_state = {text(k) for k in sync_client.hgetall(gov.keys.state)}
         assert stored_state == set(protocol.STATE) | set(protocol.STATE_ORIGIN)
         sync_client.delete(*gov.keys.keys)
+
+
+# -- the step-by-step cost breakdown (scripts/report_stages.py) ------------------------------
+
+
+def _stages() -> Any:
+    spec = importlib.util.spec_from_file_location("report_stages", ROOT / "scripts" / "report_stages.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("operation", ["acquire", "report", "release"])
+def test_every_step_of_the_cost_breakdown_cuts_the_lua_where_it_runs(operation: str, redis_url: str) -> None:
+    """The breakdown is cut at the operation's own "-- step:" markers: each
+    cut loads and runs on a real Redis (a marker inside a block, or one
+    that no longer exists, fails here), the last being the whole operation."""
+    stages = _stages()
+    assert operation in stages.OPERATIONS
+    marked = stages.MARKER.findall((LUA / f"{operation}.lua").read_text())
+    assert len(marked) >= 2, f"{operation}.lua marks no steps"
+    source, names = stages.cut_library(operation)
+    assert len(names) == len(marked) + 2  # the floor, the arguments, then one per marked step
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        gov = stages.governor(client, leases=2)
+        client.function_load(source, replace=True)
+        calls = stages.calls(operation, client, gov)
+        for i in range(len(names) - 1):
+            assert next(calls)(f"stage{i}") == 0, names[i]
+        whole = next(calls)(f"stage{len(names) - 1}")
+        assert whole[1] in protocol.REPLIES[operation] and whole[1] != "missing", whole
+        gov.close()
+        client.delete(*gov.keys.keys)
+    finally:
+        client.function_delete("governor_stages")
+        client.close()

@@ -1,9 +1,11 @@
 --[[ lib/common.lua: the prelude of the governor's functions library.
 
-governor/scripts.py builds one Redis Functions library from: the field
-table generated from governor/protocol.py and governor/policies.py (SCHEMA,
-MAX_INT, the kind tables, FIELDS: every stored field's kind, REQUIRED), this
-file, the fragments of lua/lib/ (one per concern, in the order of
+governor/scripts.py builds one Redis Functions library from: the
+blueprint generated from governor/protocol.py, governor/budgets.py and
+governor/policies.py (SCHEMA, the keys' names and types, the budget kinds
+and their costs, each class's vtime field, the base config fields, the
+status fields, HOT, FIELDS: every stored field's kind, REQUIRED: see
+field_table() there), this file, the fragments of lua/lib/ (one per concern, in the order of
 governor/scripts.py FRAGMENTS: budgets, shares, capacity, upkeep,
 admission, queue, policy, admin, config), then each operation's file as
 the body of OPS.<operation>, registered as a function. Each file's "Uses"
@@ -12,21 +14,10 @@ library's top level once, when it loads it; each call runs begin(keys,
 argv), then the operation. This file also holds the holder records and the
 arguments every operation parses.
 
-KEYS (every function receives all of them, in this order: governor.protocol.KEYS)
-  KEYS[1]  state     hash    admission state: capacity, pause, hold, fence, vtime
-  KEYS[2]  config    hash    the stored config and its policy's numbers
-  KEYS[3]  policy    hash    what the policy learnt (its own fields)
-  KEYS[4]  leases    zset    lease id -> expiry, ms
-  KEYS[5]  holders   hash    lease or waiter id -> holder record (record_format)
-  KEYS[6]  queue     zset    waiter id -> band * QUEUE_BAND + tag (lib/queue.lua)
-  KEYS[7]  waiters   zset    waiter id -> deadline, ms (dropped unless refreshed)
-  KEYS[8]  attempts  zset    "seq:o" -> time, ms: every attempt in the window
-  KEYS[9]  limited   zset    "seq:o" -> time, ms: rate-limited attempts in window
-  KEYS[10] events    stream  decision log, capped at about config.log_length entries
-  KEYS[11] aging     zset    waiter id -> ms when it goes ahead of every class
-  KEYS[12] shares    zset    "rank:tenant" -> finish tag: where its next waiter's tag starts
-  KEYS[13] held      hash    a capped tenant (or LOWER_HELD, the lower classes) -> leases in flight
-  KEYS[14] parked    zset    waiter id -> slot * PARK_SLOT + seq: a waiter of a tenant at its cap
+KEYS: every function receives all of the governor's keys, in the order
+of governor.protocol.KEYS (its docstring says what each holds); the
+library reaches them by name, K.<name> (KEY_NAMES and TYPES are
+generated), never by position.
 
 ARGV (common to every script)
   ARGV[1] now       int ms or ''  injected clock, or '' for Redis TIME
@@ -46,11 +37,17 @@ Error replies (raised with error(msg, 0), mapped by governor/errors.py):
                             and up only (lib/origin.lua)
 
 Cost. The library's tables and helpers are built once, at load; a call
-pays for each redis.call (about the cost of a small command), each stored
-field it reads and checks, and each table it builds, so the hot paths
-(acquire, release, report, renew, refresh, cancel) read only the fields a
-path needs, with one HMGET per hash, and let reads of a key tell its type
-(scripts/report_stages.py counts a report step by step). Every count is derived with ZCOUNT over the live range, so expired
+pays for each redis.call (about 5,000 server instructions), each stored
+field it reads and checks (a small hash is a listpack, scanned from its
+start for each field: a new hash stores the hot paths' fields first, HOT)
+and each table it builds (about 1,500), so the hot paths read only the
+fields a path needs, with one HMGET per hash, decide what they read before
+their first write (a report's read plan: the_policy() of lib/policy.lua
+tells a quiet success, which reads the policy's streak alone and no
+config beyond the window and idle time) and let reads of a key tell its
+type. The hot operations mark their steps ("-- step: ..." lines at their
+top level): scripts/report_stages.py counts each step under callgrind.
+Every count is derived with ZCOUNT over the live range, so expired
 leases, dead waiters and old window events never count even before they
 are removed; removal (reclaim) runs at most once per RECLAIM_MS and
 removes at most BATCH entries of each kind; all keys' expiry is pushed
@@ -85,7 +82,9 @@ local RECLAIM_MS = 1000
 local KEYS, ARGV = {}, {}
 local K = {}
 local OPS = {}
--- What the fragments learnt during this call, made afresh by begin():
+-- What the fragments learnt during this call, cleared by begin() (one
+-- table kept across calls: a table made per call costs Redis more than
+-- clearing four fields):
 --   active  the active budget kinds, their fields read (lib/budgets.lua)
 --   caps    tenant -> {cap, slot} or false, as this call found them (lib/shares.lua)
 --   held    field of held -> leases in flight, as this call read and changed them (lib/shares.lua)
@@ -112,7 +111,7 @@ local function begin(keys, argv)
   for i = 1, #KEY_NAMES do K[KEY_NAMES[i]] = keys[i] end
   NOW, LIVE, CHANNEL, READ_ONLY = nil, nil, argv[2], false
   S, C, P, DIRTY, STORE, CREATED = nil, nil, nil, nil, nil, nil
-  CALL = {}
+  CALL.active, CALL.caps, CALL.held, CALL.live = nil, nil, nil, nil
 end
 
 -- The call's table of a hash ('state', 'config' or 'policy'), made on first use.
@@ -188,7 +187,8 @@ local function check_type(key, want)
 end
 
 local function guard(...)
-  for _, key in ipairs({...}) do
+  for j = 1, select('#', ...) do
+    local key = select(j, ...)
     for i = 1, #KEYS do
       if KEYS[i] == key then
         check_type(key, TYPES[i])
@@ -273,13 +273,23 @@ local function hash_missing(hash)
 end
 
 -- More fields of the state, config or policy, read when a path needs them.
+-- (No table is made when none of them was read yet, the common case.)
 local function more(hash, ...)
   local into = values(hash)
-  local missing = {}
-  for _, f in ipairs({...}) do
-    if into[f] == nil then missing[#missing + 1] = f end
+  local n, known = select('#', ...), 0
+  for i = 1, n do
+    if into[select(i, ...)] ~= nil then known = known + 1 end
   end
-  if #missing > 0 and not read(K[hash], into, missing) then hash_missing(hash) end
+  if known == n then return into end
+  local fields = {...}
+  if known > 0 then
+    local missing = {}
+    for i = 1, n do
+      if into[fields[i]] == nil then missing[#missing + 1] = fields[i] end
+    end
+    fields = missing
+  end
+  if not read(K[hash], into, fields) then hash_missing(hash) end
   return into
 end
 
@@ -298,10 +308,22 @@ local function set(hash, field, value)
 end
 
 -- Numbers go to Redis as numbers (converted exactly); STORE overrides.
+-- A hash the call created (init, a config stored afresh) stores the hot
+-- paths' fields first (HOT): a small hash is a listpack, which a lookup
+-- scans from its start.
 local function save()
   if not DIRTY then return end
   for hash, dirty in pairs(DIRTY) do
     local args, into = {}, values(hash)
+    if CREATED and CREATED[K[hash]] then
+      for _, f in ipairs(HOT[hash]) do
+        if dirty[f] then
+          args[#args + 1] = f
+          args[#args + 1] = STORE and STORE[f] or into[f]
+          dirty[f] = nil
+        end
+      end
+    end
     for f in pairs(dirty) do
       args[#args + 1] = f
       args[#args + 1] = STORE and STORE[f] or into[f]
@@ -390,8 +412,8 @@ local function record_parse(raw)
 end
 
 local function record_format(fence, ttl, since, input, output, level, rank, tenant, holder)
-  return int(fence) .. '|' .. int(ttl) .. '|' .. int(since) .. '|' .. int(input) .. '|' .. int(output) .. '|'
-    .. int(level) .. '|' .. int(rank) .. '|' .. tenant .. '|' .. holder
+  -- (the label is concatenated: Lua 5.1's %s stops at a zero byte)
+  return string.format('%d|%d|%d|%d|%d|%d|%d|', fence, ttl, since, input, output, level, rank) .. tenant .. '|' .. holder
 end
 
 local NO_TOKENS = {input = 0, output = 0}

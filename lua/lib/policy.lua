@@ -169,12 +169,14 @@ POLICIES.adaptive = {
     set_capacity(math.max(1, capacity), why, rl, total, 'level', level, 'ceiling', ceiling,
       'lease_fence', fence or '', 'probe_wait', wait)
   end,
+  -- At the ceiling a success changes nothing but the streak (cleared).
+  quiet = function() return S.capacity >= C.max_capacity end,
   success = function(rl, total)
-    set('policy', 'streak', P.streak + 1)
     if S.capacity >= C.max_capacity then
       set('policy', 'streak', 0)
       return
     end
+    set('policy', 'streak', P.streak + 1)
     if P.ceiling == 0 or S.capacity + 1 < P.ceiling then
       -- Nothing refused yet (the slow start: one more per success doubles
       -- capacity per round of leases), or below the ceiling: one more.
@@ -217,28 +219,38 @@ POLICIES.fixed = {
   state = {},
   reset = function() end,
   limited = function() end,
+  quiet = function() return true end,
   success = function()
     set('policy', 'streak', P.streak + 1)
   end,
   new_max = function() at_max() end,
 }
 
--- The governor's policy entry; its config and state read (C, P).
--- Every field it needs is checked present before the caller's first write.
-local function the_policy()
-  local policy = POLICIES[more('config', 'policy').policy]
+-- The governor's policy entry, and whether the call's outcome is a quiet
+-- success: one that changes nothing but the policy's streak (no capacity
+-- change, no log; the policy's quiet() says so from capacity and its
+-- ceiling). Its config and state are read (C, P): for a quiet success
+-- only streak, else every field of the policy's. Every field it needs is
+-- checked present before the caller's first write.
+local function the_policy(outcome)
+  local policy = POLICIES[more('config', 'policy', 'max_capacity', 'window_ms', 'idle_ms').policy]
   if not policy then fail('BADSTATE', 'field policy holds ' .. string.format('%q', C.policy)) end
-  more('config', 'max_capacity', 'window_ms', unpack(policy.config))
+  if outcome == 's' and S.capacity > 0 and policy.quiet and policy.quiet() then
+    more('policy', 'streak')
+    return policy, true
+  end
+  more('config', unpack(policy.config))
   more('policy', 'streak', unpack(policy.state))
-  return policy
+  return policy, false
 end
 
 -- Record one reported attempt and apply the policy. outcome is 's'
 -- (success), 'r' (rate-limited) or 'e' (other error); rl and total are the
--- window's counts before it (window()). Needs the state's capacity, fence
--- and event_seq; `policy` is the_policy()'s, called before the first write.
+-- window's counts before it (window(); rl may be nil for a quiet success).
+-- Needs the state's capacity, fence and event_seq; `policy` is
+-- the_policy()'s, called before the first write.
 local function record(policy, outcome, fence, rl, total)
-  set('state', 'event_seq', S.event_seq + 1)
+  S.event_seq = redis.call('HINCRBY', K.state, 'event_seq', 1)  -- read and checked by the caller
   local member = S.event_seq .. ':' .. outcome
   if outcome == 'r' then
     redis.call('ZADD', K.limited, NOW, member)

@@ -16,15 +16,16 @@ grants never reset another's shares. A waiter of a lower class that waited
 aging_ms goes to band 0 with its tag (age()).
 ]]
 
--- A new waiter joins the queue (the caller has guarded queue, aging and
--- shares): its tag starts at max(vtime, the finish tag of its tenant in
--- its class), which moves on by the tenant's quantum; a waiter of a lower
--- class waits to age.
-local function enqueue(id, place)
+-- A new waiter joins the queue, its holder record (entry) first: the
+-- call's first write (the caller has guarded queue and aging). Its tag
+-- starts at max(vtime, the finish tag of its tenant in its class), which
+-- moves on by the tenant's quantum; a waiter of a lower class waits to age.
+local function enqueue(id, place, entry)
   local vtime = VTIMES[place.rank + 1]
   more('state', vtime)  -- read by prepare(_, rank) already; before the call's first write, as every read
   local share, base = place.rank .. ':' .. place.tenant, place.rank * QUEUE_BAND  -- fair within a class
-  local finish = tonumber(redis.call('ZSCORE', K.shares, share))  -- the first write: the read tells the type
+  local finish = tonumber(redis.call('ZSCORE', K.shares, share))  -- before the first write: it tells the type
+  redis.call('HSET', K.holders, id, entry)
   local start = math.max(S[vtime], (finish or base) - base)
   redis.call('ZADD', K.shares, base + start + math.ceil(QUANTUM / place.weight), share)
   if not finish then created(K.shares) end
@@ -94,6 +95,12 @@ local function grant(caller)
   local skipped, admitted = 0, 0
   local capped = C.tenant_caps ~= ''
   while skipped <= BATCH and admitted < BATCH do
+    -- The rule without a place is never stricter than the head's (its class
+    -- only adds the reserve): when it holds everybody back and nothing is
+    -- to be announced (a grant made, or no time to wait for), the head is
+    -- not looked at.
+    local none, wait = blocked(NO_TOKENS)
+    if none and (admitted > 0 or wait == 0) then break end
     local first = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
     local head = first[1]
     if not head then break end

@@ -56,8 +56,9 @@ local PAUSE_FIELDS = {'paused', 'pause_kind', 'pause_reason', 'paused_until', 's
 -- What the operations load first (load): acquire's admission fields, and
 -- with reclaim's due time for those that reclaim.
 local ADMIT = {'epoch', 'capacity', 'not_before', 'touch_due', 'budgets', 'capped'}
-local WRITE = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'budgets'}
-local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'event_seq', 'budgets'}
+local WRITE = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'budgets', 'capped', 'aging_due'}
+local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'event_seq', 'budgets', 'capped',
+  'aging_due'}
 
 -- Read every field reclaim, recover, blocked, grant, pause and log may use,
 -- before a script's first write (reads after a write could fail it
