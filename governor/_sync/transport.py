@@ -35,9 +35,9 @@ from ..classify import Verdict
 from ..config import RetryPolicy
 from ..errors import GovernorError
 from ..estimate import estimate_request
-from ..streams import StreamUsage
 from ..profiles import Profile
 from ..profiles import profile as find_profile
+from ..streams import StreamUsage
 from .governor import Governor
 from .lease import Lease
 from .retry import retry_call
