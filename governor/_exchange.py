@@ -87,7 +87,8 @@ def judge_response(
     of its own)."""
     if status >= 400:
         verdict = classify_http(status, headers, body, profile=profile)
-        return Verdict(verdict.kind, verdict.retry_after, Tokens(), headers, verdict.description)
+        counts = True if profile is None else profile.refusals_count
+        return Verdict(verdict.kind, verdict.retry_after, Tokens(), headers, verdict.description, refusals_count=counts)
     if not 200 <= status < 300:
         return Verdict(Outcome.SUCCESS, usage=Tokens(), headers=headers, description=f"HTTP {status}")
     usage = None
