@@ -24,8 +24,9 @@ from .classify import Verdict, classify_http
 from .config import RetryPolicy
 from .core import Outcome
 from .errors import ConfigError, GovernorError
-from .estimate import StreamUsage, usage_of
+from .estimate import usage_of
 from .profiles import Profile
+from .streams import StreamUsage
 
 log = logging.getLogger("governor")
 

@@ -507,7 +507,7 @@ def test_judge_response() -> None:
 
 
 def test_stream_outcome() -> None:
-    from governor.estimate import StreamUsage
+    from governor.streams import StreamUsage
 
     fine = StreamUsage()
     fine.feed(b'data: {"usage": {"prompt_tokens": 3, "completion_tokens": 4}}\n\n')
