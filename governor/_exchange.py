@@ -88,7 +88,15 @@ def judge_response(
     if status >= 400:
         verdict = classify_http(status, headers, body, profile=profile)
         counts = True if profile is None else profile.refusals_count
-        return Verdict(verdict.kind, verdict.retry_after, Tokens(), headers, verdict.description, refusals_count=counts)
+        return Verdict(
+            verdict.kind,
+            verdict.retry_after,
+            Tokens(),
+            headers,
+            verdict.description,
+            refusals_count=counts,
+            until=verdict.until,
+        )
     if not 200 <= status < 300:
         return Verdict(Outcome.SUCCESS, usage=Tokens(), headers=headers, description=f"HTTP {status}")
     usage = None

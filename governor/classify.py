@@ -97,10 +97,16 @@ class Verdict:
     #: whether the provider counts a refused call against its limits (its profile's
     #: ``refusals_count``): a refusal that does not count gives its reservation back
     refusals_count: bool = True
+    #: Unix seconds a used-up per-day quota comes back (QUOTA_EXHAUSTED only; None: unknown)
+    until: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.outcome, Outcome):
             raise ConfigError(f"Verdict.outcome must be an Outcome, got {self.outcome!r}")
+        if self.until is not None and (
+            isinstance(self.until, bool) or not isinstance(self.until, (int, float)) or not math.isfinite(self.until)
+        ):
+            raise ConfigError(f"Verdict.until must be None or Unix seconds, got {self.until!r}")
         if self.usage is not None and not isinstance(self.usage, Tokens):
             raise ConfigError(f"Verdict.usage must be a Tokens or None, got {self.usage!r}")
         ra = self.retry_after

@@ -554,6 +554,7 @@ class GovernorCore:
                 fence=int(f["fence"]),
                 quota_exhausted=int(f["quota_exhausted"]),
                 quota_at=_seconds(f["quota_at"]),
+                quota_until=_seconds(f["quota_until"]),
                 epoch=f["epoch"],
                 created=int(f["created"]) / 1000,
                 now=int(f["now"]) / 1000,

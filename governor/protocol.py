@@ -281,7 +281,7 @@ STATE: dict[str, Kind] = {
 }
 
 #: fields of ``state`` a state of an older layout may lack (not in :func:`required`):
-#: where the state came from and the recovery hold
+#: where the state came from, the recovery hold, and when the last per-day quota comes back
 STATE_ORIGIN: dict[str, Kind] = {
     #: "layout:min_layout:run_id:replid": the layout that wrote the state, the oldest
     #: client layout that may use it, and the Redis server (INFO server run_id) and
@@ -291,6 +291,8 @@ STATE_ORIGIN: dict[str, Kind] = {
     "hold_until": COUNT,  #: ms: the recovery hold's end (0: none); not_before covers it too
     "hold_reason": TEXT,  #: why the recovery hold runs ('' none)
     "ttl_max": DURATION,  #: ms: the longest lease TTL any client of this governor announced
+    #: ms: when the last exhausted quota comes back, as the provider said (0: unknown, or none reported)
+    "quota_until": COUNT,
 }
 
 #: the ``config`` hash: the config a client stored (GovernorConfig.script_fields):
@@ -449,6 +451,7 @@ STATUS_FIELDS: tuple[str, ...] = (
     "ceiling",
     "quota_exhausted",
     "quota_at",
+    "quota_until",
     "created",
     "blocked",
     "hold_until",

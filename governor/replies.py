@@ -93,6 +93,8 @@ class Status:
     hold_until: float | None = None
     hold_reason: str = ""  #: why the recovery hold runs ('' none)
     ttl_max: float = 0.0  #: the longest lease TTL a client announced: the length of a recovery hold
+    #: when the last exhausted quota comes back, as the provider said (None: unknown, or none reported)
+    quota_until: float | None = None
 
     def budget(self, kind: str) -> Budget | None:
         """The active budget of ``kind``, or None when that kind is not governed."""

@@ -10,7 +10,8 @@ ARGV
                           (governor.protocol.Outcome)
   ARGV[4] retry_after_ms  int ms or ''  'r': the provider's Retry-After; sets the
                           fleet-wide not_before, capped at retry_after_cap_ms;
-                          'q': when a per-day quota comes back (logged)
+                          'q': when a per-day quota comes back (logged,
+                          and kept as the state's quota_until)
   ARGV[5] lease           string or ''  the reporting lease; a lease that is no
                           longer live is fenced off and changes nothing (its
                           news may be stale: the holder stalled past its TTL)
@@ -137,6 +138,7 @@ reclaim()
 if outcome == 'q' then
   set('state', 'quota_exhausted', S.quota_exhausted + 1)
   set('state', 'quota_at', NOW)
+  set('state', 'quota_until', retry_after and NOW + retry_after or 0)
   if retry_after then
     log('quota', 'count', S.quota_exhausted, 'until', NOW + retry_after,
       'why', 'provider reported a per-day quota used up (not a throttle)')

@@ -27,6 +27,7 @@ from bench.provider import MockProvider, ProviderConfig
 from governor import AsyncGovernor, Governor, GovernorConfig, Outcome
 from governor.config import RetryPolicy
 from governor.errors import AcquireTimeout, ConfigError, GovernorError, GovernorUnavailable, QuotaExhausted
+from governor.profiles import next_midnight
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM reads its bundled price list, offline
 genai = pytest.importorskip("google.genai")
@@ -232,6 +233,19 @@ def test_gemini_per_day_quota_is_quota_exhaustion_until_midnight_pacific(make_go
     assert counts(gov)[3] == 1  # recorded for operators, never retried
 
 
+def test_gemini_per_day_quota_reset_time_is_in_status(make_gov: MakeGov, served: Served) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=4))
+    assert gov.status().quota_until is None  # none reported yet
+    client = gemini(gov, mock(served, daily_quota=0))
+    before = time.time()
+    with pytest.raises(genai_errors.ClientError, match="PerDay"):  # the SDK's own error, as ungoverned
+        client.models.generate_content(model="gemini-2.5-flash", contents="hello")
+    status = gov.status()
+    assert status.quota_exhausted == 1  # reported once: quota exhaustion is never retried
+    assert status.window_attempts == 0  # nor a throttle: the policy never sees it
+    assert status.quota_until == pytest.approx(next_midnight(before), abs=1.0)  # when the quota comes back
+
+
 def test_gemini_client_refuses_sdk_retries(make_gov: MakeGov) -> None:
     with pytest.raises(ConfigError, match="retry_options"):
         gemini_client(api_key="k", http_options={"retry_options": {"attempts": 3}})
@@ -259,6 +273,61 @@ async def test_gemini_async_retries_a_throttle(make_agov: MakeAGov, served: Serv
         await client.aio.models.generate_content(model="gemini-2.5-flash", contents="second")
     attempts, limited, in_flight, _ = await acounts(gov)
     assert (attempts, limited, in_flight) == (4, 3, 0)  # one success, three refused attempts (max_attempts=3)
+
+
+# -- Vertex AI (google-genai with vertexai=True) ---------------------------------------------------
+
+
+def vertex(gov: Governor | AsyncGovernor, served: Served, **options: Any) -> Any:
+    """The governed client on Vertex AI's paths (/v1beta1/projects/.../publishers/google/models/...),
+    with an access token that needs no refresh: the SDK sends it as is, the mock takes any."""
+    from google.oauth2.credentials import Credentials
+
+    return made(
+        gemini_client(
+            governor=gov,
+            retry=options.pop("retry", FAST),
+            vertexai=True,
+            credentials=Credentials(token="test-token"),
+            project="test-project",
+            location="us-central1",
+            http_options={"base_url": served.url},
+            **options,
+        )
+    )
+
+
+def test_vertex_generate_and_stream_are_reported_with_their_usage(make_gov: MakeGov, served: Served) -> None:
+    gov = make_gov(tokens_config())
+    client = vertex(gov, mock(served, completion_tokens=24))
+    reply = client.models.generate_content(model="gemini-2.5-flash", contents="hello")
+    assert reply.usage_metadata is not None and reply.usage_metadata.candidates_token_count == 24
+    chunks = client.models.generate_content_stream(model="gemini-2.5-flash", contents="stream please")
+    assert next(iter(chunks)).text
+    assert gov.status().in_flight == 1  # the lease lives while the stream does
+    rest = list(chunks)
+    assert rest[-1].usage_metadata is not None and rest[-1].usage_metadata.candidates_token_count == 24
+    assert counts(gov) == (2, 0, 0, 0)
+    budget = gov.status().budget("tokens")
+    assert budget is not None and budget.reserved == 0  # both reservations settled by the usage
+
+
+def test_vertex_resource_exhausted_is_retried_by_the_governor(make_gov: MakeGov, served: Served) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=4, retry_after_cap=0.05))
+    client = vertex(gov, mock(served, rpm=1, rate_period=600.0))
+    client.models.generate_content(model="gemini-2.5-flash", contents="first")
+    with pytest.raises(genai_errors.ClientError) as caught:
+        client.models.generate_content(model="gemini-2.5-flash", contents="second")
+    assert caught.value.code == 429 and caught.value.status == "RESOURCE_EXHAUSTED"
+    assert counts(gov) == (4, 3, 0, 0)  # one success, three refused attempts (max_attempts=3)
+
+
+async def test_vertex_async_generate_is_reported(make_agov: MakeAGov, served: Served) -> None:
+    gov = make_agov(tokens_config())
+    client = vertex(gov, mock(served))
+    reply = await client.aio.models.generate_content(model="gemini-2.5-flash", contents="hello")
+    assert reply.usage_metadata is not None and reply.usage_metadata.candidates_token_count == 12
+    assert await acounts(gov) == (1, 0, 0, 0)
 
 
 # -- Bedrock (boto3), sync ---------------------------------------------------------------------------
@@ -523,6 +592,35 @@ async def test_litellm_acompletion_stream_holds_its_lease_until_the_end(make_ago
                 assert (await gov.status()).in_flight == 1
         assert (await gov.status()).in_flight == 0
     assert await acounts(gov) == (2, 0, 0, 0)
+
+
+@LITELLM
+async def test_litellm_router_calls_are_governed_with_no_retries_of_its_own(
+    make_agov: MakeAGov, served: Served
+) -> None:
+    """A litellm.Router (its own retries at their default) through the same wrapper: each call
+    a lease, each attempt the provider sees is one the governor counted, the usage reported."""
+    import litellm
+
+    from governor.providers.litellm import litellm_client
+
+    server = mock(served, rpm=1, rate_period=600.0)
+    deployment = {"model": "openai/gpt-4o", "api_base": server.url + "/v1", "api_key": "k"}
+    router = litellm.Router(model_list=[{"model_name": "fleet", "litellm_params": deployment}])
+    gov = make_agov(tokens_config(retry_after_cap=0.05))
+    llm = litellm_client(gov, retry=FAST, router=router)
+    reply = await llm.acompletion(model="fleet", messages=HI)
+    assert reply.usage.completion_tokens == 12
+    assert await acounts(gov) == (1, 0, 0, 0)
+    with pytest.raises(litellm.RateLimitError):
+        await llm.acompletion(model="fleet", messages=HI)
+    assert await acounts(gov) == (4, 3, 0, 0)  # one success, three refused attempts (max_attempts=3)
+    answers = [kind for _, _, kind in served.record()["responses"]]
+    assert (len(answers), answers.count("rpm")) == (4, 3)  # the router retried nothing behind the governor
+    budget = (await gov.status()).budget("tokens")
+    assert budget is not None and budget.reserved == 0
+    with pytest.raises(ConfigError, match=r"litellm\.Router"):
+        litellm_client(gov, router=object())
 
 
 @LITELLM

@@ -110,6 +110,8 @@ def retry_call(
                     handed_over = True
                     return result
                 retry_after = _retry_after(judged.retry_after, policy)
+                if judged.outcome is Outcome.QUOTA_EXHAUSTED:  # a wait for the quota's reset, never capped
+                    retry_after = None if judged.until is None else max(0.0, judged.until - time.time())
                 _report(
                     governor, lease, judged.outcome, retry_after, judged.usage, judged.headers, judged.refusals_count
                 )

@@ -32,7 +32,7 @@ from .render import (
 )
 
 #: status reply fields that traffic moves between any two reads: not compared
-MOVING = ("now", "epoch", "created", "fence", "in_flight", "queued", "quota_exhausted", "quota_at")
+MOVING = ("now", "epoch", "created", "fence", "in_flight", "queued", "quota_exhausted", "quota_at", "quota_until")
 #: what an operator command may change: the other fields of the status reply
 COMPARED = tuple(f for f in STATUS_FIELDS if f not in MOVING)
 #: the Status attribute of a status reply field where the two differ, and the reply's unit

@@ -214,6 +214,8 @@ def render_status(status: Status, stored: Mapping[str, str] | None = None) -> st
     quota = "none reported"
     if status.quota_exhausted:
         quota = f"{status.quota_exhausted} report(s), last at {when(status.quota_at)}"
+        if status.quota_until is not None:
+            quota += f", back at {when(status.quota_until)}"
     lines = [
         ("governor", f"{status.name}  (policy {status.policy}, schema v{status.schema})"),
         ("state", state_line(status)),

@@ -13,7 +13,10 @@ Two seams, one for each way a fleet runs LiteLLM:
   ``max_retries=0``) so that the governor's are the only ones. A streamed
   call (``stream=True``) holds its lease until the stream ends and reports
   the usage of its last chunk (``stream_options={"include_usage": True}``
-  is set unless given).
+  is set unless given). With ``router=`` (a ``litellm.Router``) it calls
+  the router's ``completion``/``acompletion`` instead, with the same
+  arguments (``model`` names the router's model group): the router picks
+  the deployment, the governor leases, retries and reports each call.
 - On the LiteLLM proxy, :class:`GovernorHook`, a ``CustomLogger`` whose
   proxy call hooks acquire a lease before each call
   (``async_pre_call_hook``) and report it after
@@ -84,10 +87,12 @@ def litellm_client(
     holder: str | None = None,
     priority: str | None = None,
     tenant: str | None = None,
+    router: Any = None,
 ) -> GovernedLiteLLM:
     """A :class:`GovernedLiteLLM` over ``governor`` (a Governor for
-    ``completion``, an AsyncGovernor for ``acompletion``)."""
-    return GovernedLiteLLM(governor, retry=retry, holder=holder, priority=priority, tenant=tenant)
+    ``completion``, an AsyncGovernor for ``acompletion``); with ``router``
+    (a ``litellm.Router``), its calls go through that router."""
+    return GovernedLiteLLM(governor, retry=retry, holder=holder, priority=priority, tenant=tenant, router=router)
 
 
 class GovernedLiteLLM:
@@ -101,6 +106,7 @@ class GovernedLiteLLM:
         holder: str | None = None,
         priority: str | None = None,
         tenant: str | None = None,
+        router: Any = None,
     ) -> None:
         from .._async.governor import AsyncGovernor
         from .._sync.governor import Governor
@@ -110,7 +116,11 @@ class GovernedLiteLLM:
         governor._core.place(priority, tenant)  # ConfigError: an unknown class, a bad tenant
         self.governor = governor
         self._options: dict[str, Any] = {"retry": retry, "holder": holder, "priority": priority, "tenant": tenant}
-        self._litellm = _litellm()
+        litellm = _litellm()
+        if router is not None and not isinstance(router, litellm.Router):
+            raise ConfigError(f"router must be a litellm.Router or None, got {router!r}")
+        #: what completion() and acompletion() call: the litellm module, or the router
+        self._litellm = litellm if router is None else router
 
     def _arguments(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         for name in ("num_retries", "max_retries"):

@@ -707,6 +707,7 @@ class Model:
             "ceiling": P.get("ceiling", 0),
             "quota_exhausted": S["quota_exhausted"],
             "quota_at": S["quota_at"],
+            "quota_until": S.get("quota_until", 0),
             "created": S["created"],
             "blocked": why or "",
             "hold_until": S.get("hold_until", 0),
@@ -776,7 +777,7 @@ class Model:
         self.state = {"schema": SCHEMA, "epoch": epoch, "created": self.now}
         self.S.update(fence=max(fence_floor, self.now * 1000), aging_due=0, event_seq=0, park_seq=0)
         self.S.update({f"vtime_{rank}": 0 for rank in range(MAX_CLASSES)})
-        self.S.update(quota_exhausted=0, quota_at=0)
+        self.S.update(quota_exhausted=0, quota_at=0, quota_until=0)
         self.aging, self.shares = {}, {}  # tags start again at vtime 0
         self.S.update(touch_due=0, reclaim_due=0, ttl_max=ttl, hold_until=0, hold_reason="")
         self._apply_config(raw)
@@ -1001,6 +1002,7 @@ class Model:
         if outcome == "q":
             S["quota_exhausted"] += 1
             S["quota_at"] = self.now
+            S["quota_until"] = self.now + retry_after if retry_after is not None else 0
         else:
             self._record_attempt(outcome, fence)
             if outcome == "r" and retry_after is not None:  # the provider asked the whole fleet to hold
