@@ -53,6 +53,7 @@ does them in the background, by time), and ``cancel`` (a waiter's timeout).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import shutil
@@ -246,6 +247,14 @@ def _depth(counter: _Callgrind, client: redis.Redis, depth: int, calls: int) -> 
     _queue(counter, client, depth, calls, f"bench-instrt{depth}-{tag}", tenants, "_tenants")
 
 
+def _governed_call(gov: Governor) -> None:
+    gov.call(lambda: None)
+
+
+def _acquire_release(gov: Governor) -> None:
+    gov.acquire().release()
+
+
 def _features(counter: _Callgrind, client: redis.Redis, calls: int) -> None:
     """The FEATURE_PHASES of each of FEATURES at the shallow state, counted as ``f<i>:<phase>``."""
     for i, overrides in enumerate(FEATURES.values()):
@@ -258,8 +267,8 @@ def _features(counter: _Callgrind, client: redis.Redis, calls: int) -> None:
             gov.call(lambda: None)
             _fill(_Driver(client, gov.name, config), SHALLOW, 0)
             _no_maintenance(client, gov.keys.state)
-            counter.count(f"f{i}:call", lambda gov=gov: gov.call(lambda: None), calls)
-            counter.count(f"f{i}:acquire_release", lambda gov=gov: gov.acquire().release(), calls)
+            counter.count(f"f{i}:call", functools.partial(_governed_call, gov), calls)
+            counter.count(f"f{i}:acquire_release", functools.partial(_acquire_release, gov), calls)
         finally:
             gov.close()
             client.delete(*gov.keys.keys)

@@ -3,7 +3,7 @@
 Used by ``python -m bench demo`` and ``python -m bench bench`` when no Redis is given
 (:mod:`bench.embedded`), by ``python -m bench bench --instructions`` under
 callgrind (:mod:`bench.instructions`), and by the tests
-(``tests/servers.py`` re-exports it) for standalone servers, replicas
+(``tests/support/servers.py`` re-exports it) for standalone servers, replicas
 (``--replicaof`` in ``extra``) and cluster nodes (``--cluster-enabled``).
 
 Each server runs from the ``redis-server`` binary on a loopback port (a

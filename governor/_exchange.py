@@ -24,8 +24,9 @@ from .classify import Verdict, classify_http
 from .config import RetryPolicy
 from .core import Outcome
 from .errors import ConfigError, GovernorError
-from .estimate import StreamUsage, usage_of
+from .estimate import usage_of
 from .profiles import Profile
+from .streams import StreamUsage
 
 log = logging.getLogger("governor")
 
@@ -86,7 +87,8 @@ def judge_response(
     of its own)."""
     if status >= 400:
         verdict = classify_http(status, headers, body, profile=profile)
-        return Verdict(verdict.kind, verdict.retry_after, Tokens(), headers, verdict.description)
+        counts = True if profile is None else profile.refusals_count
+        return Verdict(verdict.kind, verdict.retry_after, Tokens(), headers, verdict.description, refusals_count=counts)
     if not 200 <= status < 300:
         return Verdict(Outcome.SUCCESS, usage=Tokens(), headers=headers, description=f"HTTP {status}")
     usage = None

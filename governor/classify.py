@@ -94,6 +94,9 @@ class Verdict:
     description: str = ""  #: short, for logs
     #: lets go of a result that is retried (closes a response); may return an awaitable
     discard: Callable[[], Any] | None = None
+    #: whether the provider counts a refused call against its limits (its profile's
+    #: ``refusals_count``): a refusal that does not count gives its reservation back
+    refusals_count: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.outcome, Outcome):

@@ -3,7 +3,7 @@
 A policy is a unit: its config class here (its own validated numbers), its
 entry in the ``POLICIES`` table of ``lua/lib/policy.lua`` (its reaction to a
 rate-limited attempt and to a success, its reset) and its entry in the
-reference model (``tests/model.py``). :data:`REGISTRY` is what the config,
+reference model (``tests/support/model.py``). :data:`REGISTRY` is what the config,
 the protocol (the stored fields), the CLI and the tests read; adding a
 policy is one class here, one Lua entry, one model entry.
 

@@ -30,7 +30,7 @@ loop of ``Governor.call`` (governor/_async/retry.py ``retry_call``):
 
 A streamed response (``content-type: text/event-stream``, or a request
 with ``"stream": true`` answered with anything but JSON) is returned at
-once, its body wrapped so that :class:`governor.estimate.StreamUsage`
+once, its body wrapped so that :class:`governor.streams.StreamUsage`
 reads the usage and any error event as the bytes pass. The lease is held
 until the stream ends, and reported and released exactly once: when the
 stream is exhausted, when it is closed (``response.close()``, leaving the

@@ -47,7 +47,7 @@ from .protocol import (
 #: small enough that no single call blocks Redis
 SCAN_COUNT = 1000
 
-#: the fields every decision-log entry carries (see ``log()`` in lua/common.lua)
+#: the fields every decision-log entry carries (see ``log()`` in lua/lib/common.lua)
 COMMON_EVENT_FIELDS = ("kind", "at", "capacity", "paused")
 #: the tenants beyond the top ones, in bounded views (never a tenant's name: a
 #: tenant name has no parentheses)

@@ -1,6 +1,6 @@
 """Governor.call / limit: acquire, call, classify, report, release, retry.
 
-The provider is a real HTTP server (tests/scripted_provider.py) and the
+The provider is a real HTTP server (tests/support/scripted_provider.py) and the
 callers are the official ``openai`` and ``anthropic`` clients, sync and
 asyncio, built with their own retries off. After each call the governor's
 state in Redis must tell the story: the attempts and rate-limited attempts

@@ -6,6 +6,7 @@ calls in O(1), and one cancelled before its acquire went out sends nothing."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import random
 import time
 from typing import Any
@@ -82,9 +83,21 @@ async def test_a_waiter_cancelled_before_its_acquire_went_out_sends_no_cancel(re
 @pytest.mark.timeout(120)
 async def test_admissions_keep_flowing_while_thousands_of_waiters_cancel(redis_url: str, name: str) -> None:
     """Capacity 5, 10 ms holds, 2,000 waiters each giving up after 0.2-2 s
-    and asking again: the test's own count of admissions over 4 s."""
+    and asking again, for 4 s: the test's own count of holders never goes
+    above 5, admissions go on, nothing leaks, and no cancel is sent for an
+    acquire that never went out (the storm used to send more cancels than
+    acquires: each caller that gave up while waiting for a connection). The
+    rate itself depends on the machine: ``python -m bench churn`` measures it."""
     client = aredis.Redis.from_url(redis_url)
     gov = AsyncGovernor(client, name, GovernorConfig(max_capacity=5, policy="fixed", restart_hold=False))
+    sent: collections.Counter[str] = collections.Counter()
+    run = gov._connection.run
+
+    async def counting(call: Any) -> Any:
+        sent[call.script] += 1
+        return await run(call)
+
+    gov._connection.run = counting  # type: ignore[method-assign]
     admitted: list[float] = []
     holding = 0
     most = 0
@@ -107,11 +120,13 @@ async def test_admissions_keep_flowing_while_thousands_of_waiters_cancel(redis_u
 
     try:
         await asyncio.gather(*(agent(i) for i in range(2000)))
-        print(f"{len(admitted)} admissions in 4 s, at most {most} at once")
+        print(f"{len(admitted)} admissions in 4 s, at most {most} at once; calls sent: {dict(sent)}")
         assert most <= 5
-        assert len(admitted) >= 100, f"only {len(admitted)} admissions in 4 s"
+        assert admitted, "no admission in 4 s"
+        assert sent["cancel"] <= sent["acquire"], dict(sent)
+        assert sent["release"] == len(admitted)
         status = await gov.status()
-        assert status.in_flight == 0
+        assert status.in_flight == 0 and status.queued == 0
     finally:
         await gov.aclose()
         await client.aclose()

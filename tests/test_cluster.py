@@ -1,5 +1,5 @@
 """The governor on a Redis Cluster: a private three-node
-cluster (tests/cluster.py), driven through ``redis.cluster.RedisCluster``
+cluster (tests/support/cluster.py), driven through ``redis.cluster.RedisCluster``
 and ``redis.asyncio.cluster.RedisCluster``.
 
 Every key of a governor shares one hash slot (checked by the server with

@@ -31,10 +31,10 @@ from governor.estimate import (
     MEDIA_TOKENS,
     MESSAGE_OVERHEAD,
     REQUEST_OVERHEAD,
-    StreamUsage,
     estimate_request,
     usage_of,
 )
+from governor.streams import StreamUsage
 
 IMAGE = "data:image/png;base64," + "iVBORw0KGgo" * 2000  # 22k characters of base64: media, not text
 

@@ -4,7 +4,7 @@ acquire, Redis restarted or its functions flushed mid-run, Redis unreachable
 or hung, and a chaos run. Every wait is bounded; the figures each test
 measures are printed (run with ``-s`` to see them).
 
-Worker processes live in tests/fault_workers.py. They report through a
+Worker processes live in tests/support/fault_workers.py. They report through a
 *control* Redis that no fault touches (the session's ``redis_url``) and
 count themselves there while they hold a lease, so the number of
 simultaneous holders across processes can be checked against capacity.

@@ -14,7 +14,7 @@
 Every test counts simultaneous holders itself (a witness: holders enter when
 ``acquire`` returns and leave right before they release or when they see
 ``lease.lost``), never from the governor's status. Worker processes live in
-tests/process_workers.py and report through a *control* Redis (the session's
+tests/support/process_workers.py and report through a *control* Redis (the session's
 ``redis_url``). Every wait is bounded; figures are printed (``-s``).
 """
 

@@ -1,12 +1,12 @@
 """Recovery faults judged by an independent witness: holders in worker
-processes record when they held each lease (tests/witness.py), and the test
+processes record when they held each lease (tests/support/witness.py), and the test
 compares the most simultaneous holders with the capacity, and checks that no
 two holders held one fence at the same time. The governor's own status is
 never asked how many held.
 
 1. Redis restarts and the first client to notice has never seen the
    governor: it must not admit beside the running holders.
-2. A holder is cut off (a partition, tests/proxy.py) while Redis restarts
+2. A holder is cut off (a partition, tests/support/proxy.py) while Redis restarts
    behind it, for less than its lease TTL: either its leases are adopted
    after the heal, or it learns they are lost before anyone else is
    admitted beyond capacity.
@@ -15,7 +15,7 @@ never asked how many held.
    relied on before a replica has it, so the promoted replica knows every
    live holder; without it, the excess is measured.
 
-Worker processes live in tests/recovery_workers.py. Run with ``-s`` to see
+Worker processes live in tests/support/recovery_workers.py. Run with ``-s`` to see
 the figures.
 """
 

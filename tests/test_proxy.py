@@ -1,4 +1,4 @@
-"""The fault-injecting TCP proxy of the fault tests (tests/proxy.py), on an
+"""The fault-injecting TCP proxy of the fault tests (tests/support/proxy.py), on an
 echo server and on a real Redis."""
 
 from __future__ import annotations

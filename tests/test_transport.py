@@ -507,7 +507,7 @@ def test_judge_response() -> None:
 
 
 def test_stream_outcome() -> None:
-    from governor.estimate import StreamUsage
+    from governor.streams import StreamUsage
 
     fine = StreamUsage()
     fine.feed(b'data: {"usage": {"prompt_tokens": 3, "completion_tokens": 4}}\n\n')
@@ -819,6 +819,44 @@ def test_anthropic_overload_inside_a_stream_is_rate_limited(
     status = gov.status()
     assert counts(status) == (1, 1, 0, 0)  # reported rate-limited, the lease released
     assert len(provider.requests) == 1  # a stream handed over is not retried
+
+
+def spy_on_refusals(gov: Governor, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """What each rate-limited report said of ``refusals_count``, in order."""
+    said: list[bool] = []
+    report = gov.report
+
+    def spy(outcome: Outcome, *args: Any, **kwargs: Any) -> Any:
+        if outcome is Outcome.RATE_LIMITED:
+            said.append(kwargs.get("refusals_count", True))
+        return report(outcome, *args, **kwargs)
+
+    monkeypatch.setattr(gov, "report", spy)
+    return said
+
+
+def test_openai_refusals_are_reported_as_counted(
+    gov: Governor, oai: openai.OpenAI, provider: Provider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenAI counts a refused request against its limits (its profile): the
+    transport's report of a 429 says so, and the reservation is spent."""
+    said = spy_on_refusals(gov, monkeypatch)
+    provider.script(openai_429(OPENAI_LIMITS), chat_ok())
+    oai.chat.completions.create(model="gpt-test", messages=MESSAGES)
+    assert said == [True]
+    assert judge_response(429, {}, None).refusals_count  # no profile: counted, the cautious rule
+
+
+def test_anthropic_refusals_are_reported_as_not_counted(
+    gov: Governor, claude: anthropic.Anthropic, provider: Provider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anthropic does not count a refused request (its profile): the
+    transport's report of a 429 says so, and the reservation is given back."""
+    said = spy_on_refusals(gov, monkeypatch)
+    refusal = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
+    provider.script(Answer(429, refusal, {**ANTHROPIC_LIMITS, "retry-after": "0"}), message_ok())
+    claude.messages.create(model="claude-test", max_tokens=64, messages=MESSAGES)
+    assert said == [False]
 
 
 def test_anthropic_throttle_then_success(gov: Governor, claude: anthropic.Anthropic, provider: Provider) -> None:

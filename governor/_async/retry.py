@@ -140,7 +140,9 @@ async def retry_call(
                     handed_over = True
                     return result
                 retry_after = _retry_after(judged.retry_after, policy)
-                await _report(governor, lease, judged.outcome, retry_after, judged.usage, judged.headers)
+                await _report(
+                    governor, lease, judged.outcome, retry_after, judged.usage, judged.headers, judged.refusals_count
+                )
                 if judged.outcome is not Outcome.RATE_LIMITED:
                     return result
                 last, description = _Last(result=result, discard=judged.discard), judged.description
@@ -324,11 +326,20 @@ async def _report(
     retry_after: float | None = None,
     usage: Tokens | None = None,
     headers: Mapping[str, str] | None = None,
+    refusals_count: bool = True,
 ) -> None:
     """Report one attempt and release its lease in the same round trip; a
     failure to report is logged, never raised (the TTL frees the slot)."""
     try:
-        await governor.report(outcome, retry_after=retry_after, lease=lease, release=True, usage=usage, headers=headers)
+        await governor.report(
+            outcome,
+            retry_after=retry_after,
+            lease=lease,
+            release=True,
+            usage=usage,
+            headers=headers,
+            refusals_count=refusals_count,
+        )
     except LeaseLost as error:
         log.warning("governor %r: %s outcome not counted: %s", governor.name, outcome.name.lower(), error)
     except GovernorError as error:

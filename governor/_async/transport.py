@@ -35,9 +35,10 @@ from .._exchange import (
 from ..classify import Verdict
 from ..config import RetryPolicy
 from ..errors import GovernorError
-from ..estimate import StreamUsage, estimate_request
+from ..estimate import estimate_request
 from ..profiles import Profile
 from ..profiles import profile as find_profile
+from ..streams import StreamUsage
 from .governor import AsyncGovernor
 from .lease import AsyncLease
 from .retry import retry_call

@@ -4,7 +4,7 @@ Uses lib/common.lua, lib/capacity.lua.
 A policy is a unit: its entry here (its state fields, its reaction to a
 rate-limited attempt and to a success, its reset), its config class in
 governor/policies.py (its stored numbers, read here from C) and its entry in
-tests/model.py. record() adds one attempt to the window and hands it to the
+tests/support/model.py. record() adds one attempt to the window and hands it to the
 governor's policy.
 
 Every policy's state lives in the policy hash (P); streak, the successes

@@ -7,7 +7,7 @@
 A vector is a sequence of function calls on one fresh governor, with an
 injected clock: each step's ARGV as a client sends it (built by the Python
 client's sans-IO core, so the formatting is the protocol's), the reply the
-reference model (tests/model.py, itself checked against the Lua by
+reference model (tests/support/model.py, itself checked against the Lua by
 tests/test_model.py) gives, the messages published on the wake channel,
 and what the keys hold afterwards. The scenarios below name the paths a
 client must get right (grants, the queue, priorities, expiry, renewal and

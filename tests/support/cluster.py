@@ -1,6 +1,6 @@
 """A private three-node Redis Cluster on loopback, for the cluster tests.
 
-Three ``redis-server --cluster-enabled yes`` processes (tests/servers.py's
+Three ``redis-server --cluster-enabled yes`` processes (tests/support/servers.py's
 RedisServer, nothing on disk), joined by ``redis-cli --cluster create``
 with no replicas; ready when every node reports ``cluster_state:ok``.
 """

@@ -10,7 +10,7 @@ hashes apart (``state``, ``config`` as the exact stored strings,
 ``policy``), the leases and holders with their sentinel entries, the
 queue and waiters, the window. It follows the rules of ``lua/lib/`` one by
 one: the sliding window; the policies as units (:data:`POLICIES`, one
-entry per policy, in tests/model_policies.py); the one admission rule over
+entry per policy, in tests/support/model_policies.py); the one admission rule over
 budgets (:meth:`Model.blocked`: pause, hold, concurrency, then each active
 token bucket); reservations, settlement and header calibration; operator
 pause/resume/set_max/reset; TTL leases with lazy reclaim (at most

@@ -1,7 +1,7 @@
 """Process entry points for the recovery fault tests (tests/test_faults_recovery.py).
 
 Each function runs in its own process (multiprocessing, "spawn"). Every
-holder records itself for the witness (tests/witness.py) in the *control*
+holder records itself for the witness (tests/support/witness.py) in the *control*
 Redis, which no fault touches: ``entered`` as ``acquire`` returns,
 ``fence`` when its lease's fence changes (an adoption), ``left`` just
 before it releases, or as soon as it sees ``lease.lost`` (a watcher thread

@@ -1,7 +1,7 @@
 """An independent witness of who held a lease when, for the fault tests.
 
 Holders in worker processes record themselves in a *control* Redis
-(``RPUSH <events> json``, see tests/recovery_workers.py): ``entered`` when
+(``RPUSH <events> json``, see tests/support/recovery_workers.py): ``entered`` when
 ``acquire`` returned, ``fence`` when the lease's fence changed (an
 adoption), and ``left`` just before it released, or when it saw
 ``lease.lost`` (holders look every few ms). Times are ``time.monotonic()``,
