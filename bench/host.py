@@ -43,8 +43,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from governor import AsyncGovernor, GovernorConfig, Outcome, events

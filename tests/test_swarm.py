@@ -31,8 +31,8 @@ import redis.asyncio
 from click.testing import CliRunner
 
 from bench import analysis, embedded, kit
-from bench import host as host_module
 from bench import console as console_module
+from bench import host as host_module
 from bench.cli import swarm_command
 from bench.console import Console
 from bench.embedded import Backend, open_backend
