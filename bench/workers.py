@@ -2,7 +2,8 @@
 
 A *worker* (``python -m bench worker --redis-url URL``) is a host
 process that takes jobs from a Redis list, runs each with
-:func:`~bench.host.run_host` and pushes the result back. The swarm
+:func:`~bench.host.run_host` (a Node host's job with
+:func:`~bench.host.run_node_host`) and pushes the result back. The swarm
 driver starts H of them on this machine, or uses workers already running
 elsewhere (``--workers external``: one container per host in a compose
 file, all on the same Redis and namespace). Keys, all under the namespace
