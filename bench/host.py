@@ -19,6 +19,9 @@ the public API only:
   with acquire() as lease``, the call, ``report(outcome, retry_after,
   lease=lease)``; a 429 is retried after its Retry-After (else the backoff)
   under a new lease;
+- ``fleet-mixed`` is ``fleet-lease`` on a fleet whose odd-numbered hosts
+  are Node processes (:func:`run_node_host`: the same loop, written with
+  the Node client, in ``clients/typescript/interop/swarm.ts``);
 - ``fixed`` (a semaphore, which never hears of outcomes) takes a lease
   with ``acquire()`` around each attempt and releases it, with the
   retries of ``none``;
@@ -33,11 +36,15 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from governor import AsyncGovernor, GovernorConfig, Outcome, events
@@ -56,6 +63,18 @@ STOP_GRACE = 5.0
 STOP_TRIES = 10
 #: retries of one call are bounded by the run's deadline, not by a count
 UNBOUNDED_ATTEMPTS = 1_000_000
+#: the Node client's package, and the compiled Node host of the swarm
+NODE_PACKAGE = Path(__file__).resolve().parent.parent / "clients" / "typescript"
+NODE_HOST = NODE_PACKAGE / "dist" / "interop" / "swarm.js"
+#: seconds a Node host may take beyond its deadline before it is killed
+NODE_GRACE = STOP_GRACE + 30.0
+#: the GovernorConfig fields the Node client takes (camel-cased)
+NODE_FIELDS = (
+    "max_capacity", "window", "resume_fraction", "retry_after_cap", "lease_ttl", "poll", "queue_ttl",
+    "idle_expiry", "log_length", "redis_timeout", "restart_hold", "key_prefix", "requests_per_minute",
+    "tokens_per_minute", "input_tokens_per_minute", "output_tokens_per_minute", "priorities",
+    "default_priority", "aging", "tenant_weights", "default_weight", "tenant_caps", "reserve",
+)  # fmt: skip
 
 
 def config_to_json(config: GovernorConfig) -> dict[str, Any]:
@@ -101,6 +120,8 @@ class HostJob:
     backoff_cap: float = 30.0
     client: str = "aiohttp"
     model: str = "sim-1"
+    #: what runs the host's agents: "python" (:func:`run_host`) or "node" (:func:`run_node_host`)
+    runtime: str = "python"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -302,6 +323,53 @@ def _listen(on: bool) -> None:
 
 
 # -- the host and its agents -------------------------------------------------------------------------
+
+
+def node_host_missing() -> str | None:
+    """Why a Node host cannot run here (None: it can), and what to do about it."""
+    if shutil.which("node") is None:
+        return "node is not on PATH: Node hosts need Node 20+"
+    if not NODE_HOST.is_file():
+        return f"{NODE_HOST} is missing: run `npm ci && npm run build` in {NODE_PACKAGE}"
+    return None
+
+
+def node_config(config: GovernorConfig) -> dict[str, Any]:
+    """The Node client's config of a GovernorConfig: its fields camel-cased,
+    the policy as its name and stored fields."""
+    assert isinstance(config.policy, Policy)
+    out: dict[str, Any] = {"policy": config.policy.name, "policyFields": config.policy.script_fields(config.window)}
+    for name in NODE_FIELDS:
+        value = getattr(config, name)
+        if name in ("tenant_weights", "tenant_caps"):
+            value = dict(value)
+        elif name == "priorities":
+            value = list(value)
+        head, *rest = name.split("_")
+        out[head + "".join(word.title() for word in rest)] = value
+    return out
+
+
+def run_node_host(job: HostJob, redis_url: str) -> HostResult:
+    """Run one host's agents in a Node process (the Node client, same loop
+    as ``fleet-lease``) on the governor at ``redis_url``; blocks until it ends."""
+    missing = node_host_missing()
+    if missing is not None:
+        raise RuntimeError(f"cannot run Node host {job.host}: {missing}")
+    config = job.governor_config()
+    if job.governor is None or config is None:
+        raise ValueError("a Node host needs a governor and its config")
+    given = json.dumps({"job": job.to_json(), "url": redis_url, "config": node_config(config)})
+    timeout = max(0.0, job.deadline - time.time()) + NODE_GRACE
+    try:
+        done = subprocess.run(
+            ["node", str(NODE_HOST)], input=given, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"Node host {job.host} did not end within {timeout:.0f} s; it was killed") from None
+    if done.returncode != 0 or not done.stdout.strip():
+        raise RuntimeError(f"Node host {job.host} exited with status {done.returncode}: {done.stderr.strip()[-2000:]}")
+    return HostResult.from_json(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 async def run_host(job: HostJob, make_client: Callable[[], Any]) -> HostResult:

@@ -26,6 +26,12 @@ The strategies, run one after another against the same provider settings:
     ``async with acquire() as lease``, the call, ``report(outcome,
     retry_after, lease=lease)``, and a 429 retried after the provider's
     Retry-After (else the backoff) with a new lease.
+``fleet-mixed``
+    ``fleet-lease`` on a fleet of two languages: the odd-numbered hosts run
+    their agents with the Node client (the same loop), the others with
+    Python's. It needs Node 20+ and the built Node package
+    (``npm ci && npm run build`` in ``clients/typescript``), and a Redis
+    URL the Node processes can reach.
 
 The agents of ``per-host``, ``fleet-seed`` and ``fleet`` make each call
 with ``AsyncGovernor.call`` (acquire, call, classify, report with the
@@ -51,8 +57,9 @@ from governor.policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
 
 #: the strategies run by default
 STRATEGIES: tuple[str, ...] = ("none", "fixed", "per-host", "fleet-seed", "fleet")
-#: every strategy (``fleet-lease`` on request: the governor of ``fleet``, the README's pattern)
-ALL_STRATEGIES: tuple[str, ...] = (*STRATEGIES, "fleet-lease")
+#: every strategy (on request: ``fleet-lease``, the governor of ``fleet`` with the README's pattern,
+#: and ``fleet-mixed``, the same with half of the hosts on Node)
+ALL_STRATEGIES: tuple[str, ...] = (*STRATEGIES, "fleet-lease", "fleet-mixed")
 
 
 @dataclass(frozen=True)
@@ -256,7 +263,12 @@ def strategy_pattern(strategy: str) -> str:
     """How a strategy's agents use the governor: "call" (``AsyncGovernor.call``),
     "lease" (acquire, call, report with the lease, release: the README's
     pattern), "semaphore" (acquire and release, no report) or "none"."""
-    return {"none": "none", "fixed": "semaphore", "fleet-lease": "lease"}.get(strategy, "call")
+    return {"none": "none", "fixed": "semaphore", "fleet-lease": "lease", "fleet-mixed": "lease"}.get(strategy, "call")
+
+
+def strategy_runtime(strategy: str, host: int) -> str:
+    """What runs a host's agents: "node" for the odd-numbered hosts of ``fleet-mixed``, else "python"."""
+    return "node" if strategy == "fleet-mixed" and host % 2 == 1 else "python"
 
 
 def strategy_reports(strategy: str) -> bool:

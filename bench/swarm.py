@@ -31,9 +31,16 @@ from governor.errors import GovernorError
 
 from .analysis import StrategyMetrics, analyse, ideal_finish
 from .embedded import Backend
-from .host import HostJob, HostResult, config_to_json
+from .host import HostJob, HostResult, config_to_json, node_host_missing
 from .provider import MockProvider, ProviderConfig, RunRecord
-from .scenario import Scenario, governor_config, governor_names, strategy_pattern, strategy_reports
+from .scenario import (
+    Scenario,
+    governor_config,
+    governor_names,
+    strategy_pattern,
+    strategy_reports,
+    strategy_runtime,
+)
 from .workers import DEFAULT_NAMESPACE, Hosts, QueueHosts, ThreadHosts
 
 #: extra seconds a strategy may take beyond max_time before the driver gives up on its hosts
@@ -214,6 +221,12 @@ async def run_swarm(
     governors and clients; then the driver's governors, the host processes,
     the provider and the driver's Redis client; the caller closes the backend.
     """
+    if "fleet-mixed" in scenario.strategies:
+        if not backend.shared:
+            raise ValueError("fleet-mixed runs Node hosts, which need a Redis they can reach: pass a Redis URL")
+        missing = node_host_missing()
+        if missing is not None:
+            raise ValueError(f"fleet-mixed cannot run: {missing}")
     run_id = uuid.uuid4().hex[:8]
     provider = _Provider(provider_config, provider_url)
     url = await provider.start()
@@ -295,6 +308,7 @@ async def _run_strategy(
             backoff_cap=scenario.backoff_cap,
             client=scenario.client,
             model=scenario.model,
+            runtime=strategy_runtime(strategy, h),
         )
         for h in range(scenario.hosts)
     ]

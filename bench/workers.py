@@ -2,7 +2,8 @@
 
 A *worker* (``python -m bench worker --redis-url URL``) is a host
 process that takes jobs from a Redis list, runs each with
-:func:`~bench.host.run_host` and pushes the result back. The swarm
+:func:`~bench.host.run_host` (a Node host's job with
+:func:`~bench.host.run_node_host`) and pushes the result back. The swarm
 driver starts H of them on this machine, or uses workers already running
 elsewhere (``--workers external``: one container per host in a compose
 file, all on the same Redis and namespace). Keys, all under the namespace
@@ -38,7 +39,7 @@ from typing import Any, Protocol
 
 import redis
 
-from .host import HostJob, HostResult, run_host
+from .host import HostJob, HostResult, run_host, run_node_host
 
 DEFAULT_NAMESPACE = "governor-sim"
 #: a worker not seen idle within this is not counted as ready (ms)
@@ -99,7 +100,10 @@ def worker_main(redis_url: str, namespace: str = DEFAULT_NAMESPACE, max_jobs: in
                 break
             client.zrem(workers_key, me)
             job = HostJob.from_json(message["job"])
-            result = asyncio.run(run_host(job, _async_client_factory(redis_url)))
+            if job.runtime == "node":
+                result = run_node_host(job, redis_url)
+            else:
+                result = asyncio.run(run_host(job, _async_client_factory(redis_url)))
             key = results_key(namespace, job.run_id)
             client.rpush(key, json.dumps(result.to_json()))
             client.expire(key, LEFTOVER_TTL)

@@ -19,21 +19,25 @@ import logging
 import re
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import fakeredis
 import pytest
 import redis
+import redis.asyncio
 from click.testing import CliRunner
 
 from bench import analysis, embedded, kit
 from bench import console as console_module
+from bench import host as host_module
 from bench.cli import swarm_command
 from bench.console import Console
 from bench.embedded import Backend, open_backend
-from bench.host import HostResult, config_from_json, config_to_json
-from bench.provider import LIMITED, OK, ProviderConfig, RunRecord
+from bench.host import HostJob, HostResult, config_from_json, config_to_json
+from bench.provider import LIMITED, OK, MockProvider, ProviderConfig, RunRecord
 from bench.report import draw_chart, legend, table, write_chart, write_json
 from bench.scenario import (
     Scenario,
@@ -41,7 +45,9 @@ from bench.scenario import (
     governor_names,
     parse_option,
     parse_ungoverned,
+    strategy_pattern,
     strategy_reports,
+    strategy_runtime,
     ungoverned_at,
 )
 from bench.swarm import run_swarm
@@ -615,3 +621,74 @@ def test_ungoverned_callers_follow_their_schedule() -> None:
         parse_ungoverned("soon:8")
     with pytest.raises(ConfigError, match="in time order"):
         Scenario(ungoverned=((5.0, 1), (2.0, 3)))
+
+
+# -- a fleet of two languages ---------------------------------------------------------------------
+
+needs_node_host = pytest.mark.skipif(
+    host_module.node_host_missing() is not None, reason=f"{host_module.node_host_missing()}"
+)
+
+
+def test_fleet_mixed_puts_the_odd_hosts_on_node() -> None:
+    assert [strategy_runtime("fleet-mixed", h) for h in range(4)] == ["python", "node", "python", "node"]
+    assert [strategy_runtime("fleet-lease", h) for h in range(2)] == ["python", "python"]
+    assert strategy_pattern("fleet-mixed") == strategy_pattern("fleet-lease") == "lease"
+    assert governor_config(Scenario(strategies=("fleet-mixed",)), "fleet-mixed") == governor_config(
+        Scenario(strategies=("fleet-lease",)), "fleet-lease"
+    )
+
+
+async def test_fleet_mixed_needs_a_redis_node_can_reach() -> None:
+    backend = Backend("fakeredis", None, fake_server=fakeredis.FakeServer())
+    with pytest.raises(ValueError, match="Node hosts, which need a Redis they can reach"):
+        await run_swarm(Scenario(hosts=2, agents=1, calls=1, strategies=("fleet-mixed",)), None, backend)
+
+
+@needs_node_host
+async def test_a_node_host_counts_what_the_provider_saw(redis_url: str) -> None:
+    """The Node host alone against the provider: its counts are the provider's."""
+    provider = MockProvider(ProviderConfig(limit=2, latency_mean=0.05, latency_sigma=0.0, reject_latency=0.005))
+    url = await provider.start("127.0.0.1", 0)
+    scenario = Scenario(hosts=1, agents=4, calls=3, strategies=("fleet-mixed",), max_capacity=4, window=1.0,
+                        poll=0.25, backoff_base=0.05)  # fmt: skip
+    config = governor_config(scenario, "fleet-mixed")
+    assert config is not None
+    name = f"node-host-{uuid.uuid4().hex[:6]}"
+    gov = AsyncGovernor(redis.asyncio.Redis.from_url(redis_url), name, config)
+    await gov.configure()
+    start_at = time.time() + 1.0
+    provider.reset(start_at=start_at)
+    job = HostJob(
+        run_id="t", strategy="fleet-mixed", host=1, agents=4, calls=3, start_at=start_at, deadline=start_at + 30,
+        provider_url=url, governor=name, config=config_to_json(config), pattern="lease", backoff_base=0.05,
+        runtime="node",
+    )  # fmt: skip
+    try:
+        result = await asyncio.to_thread(host_module.run_node_host, job, redis_url)
+        seen = provider.live()
+    finally:
+        await provider.stop()
+        await gov.aclose()
+        await gov.client.delete(*gov.keys.keys)
+        await gov.client.aclose()
+    assert result.error_samples == []
+    assert (result.host, result.strategy, result.agents) == (1, "fleet-mixed", 4)
+    assert result.ok == 12 and all(t is not None for t in result.finished_at)
+    assert (result.ok, result.limited) == (int(seen["ok"]), int(seen["limited"]))
+    assert result.attempts == result.ok + result.limited + result.errors
+    assert len(result.waits) == result.attempts and len(result.call_times) == len(result.success_at) == 12
+    assert all(start_at <= t <= start_at + 30 for t in result.success_at)
+
+
+@needs_node_host
+def test_the_mixed_fleet_runs_and_its_figures_are_computed(redis_url: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        swarm_command, ["--redis-url", redis_url, "--strategies", "fleet-mixed", "--out", str(tmp_path), *SMALL]
+    )
+    assert result.exit_code == 0, result.output
+    figures = metrics(json.loads((tmp_path / "swarm.json").read_text()), "fleet-mixed")
+    assert figures["done"] == 1.0, figures["error_samples"]
+    assert figures["ok"] == 2 * 5 * 6 and figures["attempts"] >= figures["ok"]
+    assert figures["goodput"] is not None and 0 < figures["goodput"]
+    assert 0 <= figures["limited_share"] < 1 and figures["jain"] is not None
