@@ -464,7 +464,7 @@ class Governor:
         ``retry_after`` (seconds, rate-limited only) holds the whole fleet
         until then, capped by ``config.retry_after_cap``; with
         ``QUOTA_EXHAUSTED`` it is when a per-day quota comes back, which the
-        decision log records. Pass the ``lease``
+        decision log records and ``status()`` shows (``quota_until``). Pass the ``lease``
         the call ran under: the adaptive policy then knows which admission
         wave the outcome belongs to. A lease that has been lost is fenced off:
         nothing is recorded and LeaseLost is raised. ``release=True`` also
