@@ -60,6 +60,21 @@ def test_quota_exhausted_is_recorded_but_never_moves_the_policy(make_gov: MakeGo
     assert st.capacity == 8 and not st.paused
     assert st.window_attempts == 0
     assert st.quota_exhausted == 5 and st.quota_at == pytest.approx(clock.now)
+    assert st.quota_until is None  # no report named when the quota comes back
+
+
+def test_quota_until_is_when_the_reported_quota_comes_back(make_gov: MakeGov, sync_client, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(seed(), clock=clock)
+    gov.report(Outcome.QUOTA_EXHAUSTED, 3600.0)
+    assert gov.status().quota_until == pytest.approx(clock.now + 3600)
+    sync_client.hdel(gov.keys.state, "quota_until")  # a state written before the field existed
+    assert gov.status().quota_until is None
+    clock.advance(10)
+    gov.report(Outcome.QUOTA_EXHAUSTED, 60.0)
+    assert gov.status().quota_until == pytest.approx(clock.now + 60)
+    gov.report(Outcome.QUOTA_EXHAUSTED)  # a quota that names no reset: unknown again
+    st = gov.status()
+    assert st.quota_until is None and st.quota_exhausted == 3
 
 
 # -- seed: decrease -----------------------------------------------------------------
