@@ -128,6 +128,7 @@ def test_the_bench_command_needs_a_reachable_redis() -> None:
 
 
 @pytest.mark.skipif(instructions.missing_tools() is not None, reason=f"{instructions.missing_tools()}")
+@pytest.mark.timeout(300)  # callgrind runs Redis ~50x slower: 40-90 s here while the other worker runs
 def test_the_instructions_measurement_counts_every_phase(redis_url: str, tmp_path: Path) -> None:
     """A tiny run of ``bench --instructions``: the shape of its figures, not their size."""
     out, markdown = tmp_path / "instructions.json", tmp_path / "instructions.md"

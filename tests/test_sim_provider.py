@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import subprocess
 import sys
@@ -526,7 +527,10 @@ async def test_anthropic_headers_round_token_remainders(http: aiohttp.ClientSess
         if rounded:
             assert (input_left, output_left) == (14_000, 0)  # 13,796 and 70 to the nearest thousand
         else:
-            assert 13_796 <= input_left <= 13_800 and 70 <= output_left <= 71
+            # refilled meanwhile: 1,000 input and 6.7 output tokens a second (60,000 and 400 a minute)
+            waited = time.time() - before
+            assert 13_796 <= input_left <= 13_796 + math.ceil(waited * 1000)
+            assert 70 <= output_left <= 70 + math.ceil(waited * 400 / 60)
         assert headers["anthropic-ratelimit-input-tokens-limit"] == "60000"
         # tokens-*: the most restrictive of the two (output: 70 of 100 left, input 13,796 of 15,000)
         assert headers["anthropic-ratelimit-tokens-limit"] == "400"
