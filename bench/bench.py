@@ -115,14 +115,14 @@ def _cleanup(client: redis.Redis, *names: str) -> None:
 
 
 class Floor:
-    """Empty calls with a governor's keys and the arguments acquire takes:
+    """Empty calls with a governor's script keys and the arguments acquire takes:
     ``FCALL`` of the floor library's function that returns 0, and, to compare,
     ``EVALSHA`` of ``return 0``. The floor library is loaded here and deleted
     by :meth:`close`."""
 
     def __init__(self, client: redis.Redis, core: GovernorCore) -> None:
         self.client = client
-        self.keys = list(core.keys.keys)
+        self.keys = list(core.keys.script_keys)
         self.args = list(core.acquire("floor", "bench", wait=True).args)
         client.function_load(FLOOR_SOURCE, replace=True)
         self._script = client.register_script("return 0")
@@ -378,7 +378,7 @@ class _Driver:
         client.function_load(library(), replace=True)
 
     def run(self, call: Any, pipe: Any = None) -> Any:
-        keys = self.core.keys.keys
+        keys = self.core.keys.script_keys
         command = (function_name(call.script), len(keys), *keys, *call.args)
         if pipe is not None:
             pipe.fcall(*command)

@@ -81,7 +81,7 @@ TENANTS = 100  # the tenants the deep state's waiters take turns among in the qu
 #: phase key -> what the report calls it
 PHASES = {
     "incr_decr": "INCR + DECR (the scale)",
-    "empty_fcall": "two empty FCALLs, the governor's keys and acquire's arguments (floor)",
+    "empty_fcall": "two empty FCALLs, the state key and acquire's arguments (floor)",
     "empty_evalsha": "two EVALSHA of `return 0`, the same keys and arguments",
     "acquire_release": "acquire() + release()",
     "call": "gov.call(fn), trivial fn",

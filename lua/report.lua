@@ -125,7 +125,7 @@ end
 -- step: the window
 local rl, total
 if quiet then
-  total = redis.call('ZCOUNT', K.attempts, '(' .. (NOW - C.window_ms), '+inf')  -- a read tells its type
+  total = redis.call('ZCOUNT', K.attempts, '(' .. int(NOW - C.window_ms), '+inf')  -- a read tells its type
 elseif outcome ~= 'q' then
   rl, total = window()  -- reads tell the window keys' types
 end

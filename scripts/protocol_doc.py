@@ -102,16 +102,17 @@ def section_keys() -> str:
         match = re.match(r"\s+\S+:v\d+:\{N\}:(\w+)\s+(\w+)\s+(.+)$", line)
         if match:
             described[match.group(1)] = match.group(3).strip()
-    rows = ["| KEYS[i] | key | Redis type | holds |", "|---|---|---|---|"]
+    rows = ["| key | Redis type | holds |", "|---|---|---|"]
     sample = protocol.governor_keys("N")
-    for i, (name, kind) in enumerate(protocol.KEYS, start=1):
-        rows.append(f"| {i} | `{getattr(sample, name)}` | {kind} | {described.get(name, '')} |")
+    for name, kind in protocol.KEYS:
+        rows.append(f"| `{getattr(sample, name)}` | {kind} | {described.get(name, '')} |")
     rows.append("")
     rows.append(
         f"The pub/sub channel (not a key): `{sample.channel}`. `N` is the governor's name "
         f"(1-200 of `A-Za-z0-9_.:-/@`, no braces); `{protocol.DEFAULT_PREFIX}` is the default key "
         f"prefix (GovernorConfig.key_prefix); `v{protocol.SCHEMA_VERSION}` is the schema version. "
-        "Every function takes all the keys, in this order."
+        f"Every function takes one key, the state key (KEYS[1], `{sample.state}`); the library derives "
+        "the others from it: each is the state key with `state` replaced by its name."
     )
     return "\n".join(rows)
 
@@ -124,8 +125,8 @@ def section_common() -> str:
 def section_library() -> str:
     rows = [
         f"- Library name: `{scripts.library_name()}` (`governor_v<schema>_<first 12 hex of the source's sha1>`); "
-        f"a function is called as `FCALL {scripts.library_name()}_<operation> {len(protocol.KEYS)} "
-        "<keys...> <argv...>`.",
+        f"a function is called as `FCALL {scripts.library_name()}_<operation> 1 <state key> <argv...>` "
+        "(`GovernorKeys.script_keys`).",
         f"- Functions ({len(scripts.OPERATIONS)}): "
         + ", ".join(f"`{op}`" + (" (no-writes)" if op in scripts.READ_ONLY else "") for op in scripts.OPERATIONS)
         + ".",

@@ -84,7 +84,7 @@ def governor(client: redis.Redis, leases: int = 10) -> Governor:
 
 def calls(operation: str, client: redis.Redis, gov: Governor) -> Iterator[Callable[[str], Any]]:
     """Endless calls of a cut function (its name given) of ``operation``, each on a fresh lease or id."""
-    keys, core = gov.keys.keys, gov._core
+    keys, core = gov.keys.script_keys, gov._core
     while True:
         if operation == "acquire":
             args = core.acquire(uuid.uuid4().hex, "stages", wait=False).args

@@ -120,7 +120,7 @@ def test_the_lua_answers_as_the_vectors_say(client: redis.Redis, vector: dict[st
                 client.delete(*keys.keys)
             else:
                 argv = [keys.channel if arg == "$channel" else arg for arg in step["argv"]]
-                raw = client.fcall(function_name(step["op"]), len(keys.keys), *keys.keys, *argv)
+                raw = client.fcall(function_name(step["op"]), len(keys.script_keys), *keys.script_keys, *argv)
                 reply = norm(raw)
                 assert comparable(step["op"], reply) == comparable(step["op"], step["reply"]), where
                 published: list[str] = []

@@ -206,7 +206,7 @@ def test_a_real_runtime_error_in_the_library_names_the_lua_file_and_line(scratch
     client = redis.Redis.from_url(scratch_redis_url, decode_responses=True)
     try:
         client.function_load(copy, replace=True)
-        keys = governor_keys("faulty-copy").keys
+        keys = governor_keys("faulty-copy").script_keys
         with pytest.raises(StateError) as caught, map_errors("faulty-copy", locate):
             client.fcall(function_name("status").replace(library_name(), "governor_faulty_copy"), len(keys),
                          *keys, "", "chan")  # fmt: skip

@@ -103,7 +103,7 @@ def comparable(script: str, reply: list[str]) -> list[Any]:
 
 def fcall(client: Any, gov: Governor, call: Call[Any]) -> list[Any]:
     """One operation of the library on Redis, as the facade sends it."""
-    keys = gov.keys.keys
+    keys = gov.keys.script_keys
     return norm(client.fcall(function_name(call.script), len(keys), *keys, *call.args))  # type: ignore[no-any-return]
 
 

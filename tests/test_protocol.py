@@ -60,11 +60,11 @@ COMMON = code(LUA / "lib" / "common.lua")
 
 def test_the_lua_binds_every_key_of_the_generated_blueprint() -> None:
     """KEY_NAMES and TYPES are generated from governor.protocol.KEYS; every
-    loop over the keys (binding K, check_types, the expiry push) covers all."""
+    loop over the keys (deriving them, check_types, the expiry push) covers all."""
     generated = field_table()
     assert f"local KEY_NAMES = {{{', '.join(repr(n) for n in KEY_NAMES)}}}" in generated
     assert "KEY_NAMES = {" not in COMMON and "TYPES = {" not in COMMON
-    loops = re.findall(r"for i = 1, ([^ ]+) do (?:K\[|check_type\(|redis\.call\('PEXPIRE')", COMMON)
+    loops = re.findall(r"for i = 1, ([^ ]+) do\s+(?:list\[|check_type\(|redis\.call\('PEXPIRE')", COMMON)
     assert loops == ["#KEY_NAMES"] * 3, loops
 
 
@@ -172,13 +172,32 @@ def test_every_operation_has_its_replies() -> None:
 def test_a_real_status_reply_has_the_status_fields_in_order(make_gov: MakeGov, sync_client: Any) -> None:
     gov = make_gov(GovernorConfig(max_capacity=3), clock=FakeClock())
     status = gov.status()  # creates the governor, loads the library
-    keys = gov.keys.keys
+    keys = gov.keys.script_keys
     reply = sync_client.fcall(function_name("status"), len(keys), *keys, gov._core.now_arg(), gov.keys.channel)
     assert int(text(reply[0])) == protocol.SCHEMA_VERSION and text(reply[1]) == "status"
     assert tuple(text(name) for name in reply[2::2]) == STATUS_FIELDS
     values = dict(zip((text(n) for n in reply[2::2]), (text(v) for v in reply[3::2]), strict=True))
     assert values["max_capacity"] == "3" and values["policy"] == "adaptive" and values["blocked"] == ""
     assert status.max_capacity == 3 and status.pause_reason == "" and status.blocked == ""
+
+
+def test_a_call_passes_the_state_key_and_the_library_derives_the_others(make_gov: MakeGov, sync_client: Any) -> None:
+    """One key per call (each key passed costs the call): the keys the
+    library writes are exactly the protocol's names for the governor, and a
+    call passing the old fourteen keys, or a key that is not a state key, is
+    refused before anything is written."""
+    gov = make_gov(GovernorConfig(max_capacity=3), clock=FakeClock())
+    assert gov.keys.script_keys == (gov.keys.state,)
+    lease = gov.acquire()
+    gov.report(protocol.Outcome.RATE_LIMITED, lease=lease, release=True)  # writes the window, the log
+    written = {text(k) for k in sync_client.keys(f"*{{{gov.name}}}*")}
+    assert written and written <= set(gov.keys.keys), written - set(gov.keys.keys)
+    before = {key: sync_client.dump(key) for key in gov.keys.keys}
+    args = (gov._core.now_arg(), gov.keys.channel)
+    for keys in (gov.keys.keys, (gov.keys.leases,), (gov.keys.state, gov.keys.config)):
+        with pytest.raises(redis.exceptions.ResponseError, match="GOVERNOR_BADARG a function takes one key"):
+            sync_client.fcall(function_name("status"), len(keys), *keys, *args)
+    assert {key: sync_client.dump(key) for key in gov.keys.keys} == before
 
 
 # -- the holder record ---------------------------------------------------------------------

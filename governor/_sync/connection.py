@@ -211,7 +211,7 @@ class Connection:
         renewal) goes in one pipeline with a ``WAIT`` on the same connection.
         A server that lost the library (a restart, FUNCTION FLUSH, a new
         cluster node) has it loaded again, and the call is sent again."""
-        keys = self._keys.keys
+        keys = self._keys.script_keys
         command = (function_name(call.script), len(keys), *keys, *call.args)
         replicas = self._config.wait_replicas
         try:

@@ -139,15 +139,15 @@ end
 -- caller has guarded events when announced_budgets()), unless `adopted`.
 local function add_lease(id, ttl, holder, tokens, place, adopted)
   if CALL.live == nil then CALL.live = in_flight() end
-  local fence = redis.call('HINCRBY', K.state, 'fence', 1)
+  local fence = redis.call('HINCRBY', K.state, 'fence', '1')
   local level = CALL.live + 1
   local ok = redis.pcall('HSET', K.holders, id, record_format(fence, ttl, NOW, tokens.input, tokens.output, level,
     place.rank, place.tenant, holder))
   if type(ok) == 'table' and ok.err then
-    redis.call('HINCRBY', K.state, 'fence', -1)
+    redis.call('HINCRBY', K.state, 'fence', '-1')
     fail('WRONGTYPE', K.holders .. ' is not a hash')
   end
-  redis.call('ZADD', K.leases, NOW + ttl, id)
+  redis.call('ZADD', K.leases, int(NOW + ttl), id)
   hold(place)
   S.fence = fence
   local buckets = S.budgets ~= ''

@@ -14,10 +14,14 @@ library's top level once, when it loads it; each call runs begin(keys,
 argv), then the operation. This file also holds the holder records and the
 arguments every operation parses.
 
-KEYS: every function receives all of the governor's keys, in the order
-of governor.protocol.KEYS (its docstring says what each holds); the
-library reaches them by name, K.<name> (KEY_NAMES and TYPES are
-generated), never by position.
+KEYS: every function receives one key, the governor's state key
+(governor.protocol.GovernorKeys.script_keys): "<base>state". Its other
+keys are "<base><name>" for each name of governor.protocol.KEYS (its
+docstring says what each holds), all in the state key's hash slot (the
+hash tag {<governor name>}); the library derives them once per state key
+and reaches them by name, K.<name> (KEY_NAMES and TYPES are generated),
+never by position. Each key passed costs an FCALL about 1,300 server
+instructions, so a call passes one, not fourteen.
 
 ARGV (common to every script)
   ARGV[1] now       int ms or ''  injected clock, or '' for Redis TIME
@@ -79,8 +83,8 @@ local RECLAIM_MS = 1000
 -- Per call. The library's top level runs once, when Redis loads it; each
 -- call of an operation starts with begin(keys, argv), which binds the
 -- call's KEYS and ARGV and clears what the previous call left.
-local KEYS, ARGV = {}, {}
-local K = {}
+local KEYS, ARGV = {}, {}  -- the governor's keys in KEY_NAMES' order, the call's ARGV
+local K = {}            -- the governor's keys by name
 local OPS = {}
 -- What the fragments learnt during this call, cleared by begin() (one
 -- table kept across calls: a table made per call costs Redis more than
@@ -106,9 +110,36 @@ local CREATED       -- keys the call may have created: they get their expiry at 
 -- expiry touch_all gave them: acquiring into an empty fleet sets none.
 local SENTINEL = '~'
 
+local function fail(code, detail)
+  error('GOVERNOR_' .. code .. ' ' .. detail, 0)
+end
+
+-- State key -> {K, KEYS} of its governor, derived once (at most 1,024
+-- governors kept, then derived again).
+local DERIVED, DERIVED_KEPT = {}, 0
+
+local function derive(state)
+  if string.sub(state, -6) ~= ':state' then
+    fail('BADARG', 'a function takes one key, the governor\'s state key ("<prefix>:v<schema>:{<name>}:state"), got '
+      .. state)
+  end
+  local base, named, list = string.sub(state, 1, -6), {}, {}
+  for i = 1, #KEY_NAMES do
+    list[i] = base .. KEY_NAMES[i]
+    named[KEY_NAMES[i]] = list[i]
+  end
+  if DERIVED_KEPT >= 1024 then DERIVED, DERIVED_KEPT = {}, 0 end
+  local entry = {named, list}
+  DERIVED[state], DERIVED_KEPT = entry, DERIVED_KEPT + 1
+  return entry
+end
+
 local function begin(keys, argv)
-  KEYS, ARGV = keys, argv
-  for i = 1, #KEY_NAMES do K[KEY_NAMES[i]] = keys[i] end
+  if #keys ~= 1 then
+    fail('BADARG', 'a function takes one key, the governor\'s state key, got ' .. #keys .. ' keys')
+  end
+  local entry = DERIVED[keys[1]] or derive(keys[1])
+  K, KEYS, ARGV = entry[1], entry[2], argv
   NOW, LIVE, CHANNEL, READ_ONLY = nil, nil, argv[2], false
   S, C, P, DIRTY, STORE, CREATED = nil, nil, nil, nil, nil, nil
   CALL.active, CALL.caps, CALL.held, CALL.live = nil, nil, nil, nil
@@ -127,8 +158,20 @@ local function values(hash)
   return P
 end
 
-local function fail(code, detail)
-  error('GOVERNOR_' .. code .. ' ' .. detail, 0)
+-- A stored or sent number as Lua's number, or nil: tonumber() remembered.
+-- Lua converts with the C library's strtod (about 1,000 server
+-- instructions), and the same few strings (a capacity, a TTL, a rank) come
+-- back call after call; at most 4,096 are kept, then the memo starts again.
+local NUMBERS, NUMBERS_KEPT = {}, 0
+local function num(s)
+  if s == nil then return nil end
+  local v = NUMBERS[s]
+  if v == nil then
+    v = tonumber(s) or false
+    if NUMBERS_KEPT >= 4096 then NUMBERS, NUMBERS_KEPT = {}, 0 end
+    NUMBERS[s], NUMBERS_KEPT = v, NUMBERS_KEPT + 1
+  end
+  return v or nil
 end
 
 -- An integer inside a string: Lua's own conversion turns a fence (above
@@ -139,7 +182,7 @@ local function int(x)
 end
 
 local function arg_int(i, what, min)
-  local v = tonumber(ARGV[i])
+  local v = num(ARGV[i])
   if v == nil or v ~= v or v ~= math.floor(v) or v < (min or 0) or v > MAX_INT then
     fail('BADARG', what .. ' must be an integer in [' .. (min or 0) .. ', 2^53], got ' .. tostring(ARGV[i]))
   end
@@ -211,7 +254,7 @@ local function value_of(field, raw)
     if kind[2] and not kind[2][raw] then fail('BADSTATE', 'field ' .. field .. ' holds ' .. string.format('%q', raw)) end
     return raw
   end
-  local v = tonumber(raw)
+  local v = num(raw)
   if v == nil or v ~= v or v < kind[2] or v > kind[3] or (kind[1] == 'int' and v % 1 ~= 0) then
     fail('BADSTATE', 'field ' .. field .. ' holds ' .. string.format('%q', raw))
   end
@@ -433,7 +476,7 @@ end
 -- ARGV[i], ARGV[i + 1], ARGV[i + 2]: a caller's class rank (0: the
 -- highest), tenant and the tenant's weight (GovernorConfig.weight_of).
 local function arg_place(i)
-  local rank, weight = tonumber(ARGV[i]), tonumber(ARGV[i + 2])
+  local rank, weight = num(ARGV[i]), num(ARGV[i + 2])
   if rank == nil or rank ~= math.floor(rank) or rank < 0 or rank >= MAX_CLASSES then
     fail('BADARG', 'rank must be an integer in [0, ' .. (MAX_CLASSES - 1) .. '], got ' .. tostring(ARGV[i]))
   end
@@ -453,6 +496,6 @@ end
 
 -- The window: (rate-limited, all) attempts of the last window_ms.
 local function window()
-  local horizon = '(' .. (NOW - C.window_ms)
+  local horizon = '(' .. int(NOW - C.window_ms)
   return redis.call('ZCOUNT', K.limited, horizon, '+inf'), redis.call('ZCOUNT', K.attempts, horizon, '+inf')
 end

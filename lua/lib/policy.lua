@@ -250,14 +250,14 @@ end
 -- Needs the state's capacity, fence and event_seq; `policy` is
 -- the_policy()'s, called before the first write.
 local function record(policy, outcome, fence, rl, total)
-  S.event_seq = redis.call('HINCRBY', K.state, 'event_seq', 1)  -- read and checked by the caller
-  local member = S.event_seq .. ':' .. outcome
+  S.event_seq = redis.call('HINCRBY', K.state, 'event_seq', '1')  -- read and checked by the caller
+  local member, at = int(S.event_seq) .. ':' .. outcome, int(NOW)
   if outcome == 'r' then
-    redis.call('ZADD', K.limited, NOW, member)
+    redis.call('ZADD', K.limited, at, member)
     if rl == 0 then created(K.limited) end
     rl = rl + 1
   end
-  redis.call('ZADD', K.attempts, NOW, member)
+  redis.call('ZADD', K.attempts, at, member)
   if total == 0 then created(K.attempts) end
   total = total + 1
   if outcome == 'r' then

@@ -26,8 +26,10 @@ const PREFIX = /^[A-Za-z0-9_.:-]{1,64}$/;
 
 export interface GovernorKeys {
   readonly name: string;
-  /** KEYS of every function, in the order the library binds them */
+  /** every key of the governor, in KEYS order */
   readonly keys: readonly string[];
+  /** KEYS of every function call: the state key alone (the library derives the others from it) */
+  readonly scriptKeys: readonly string[];
   readonly channel: string;
   readonly byName: Readonly<Record<string, string>>;
 }
@@ -40,7 +42,7 @@ export function governorKeys(name: string, prefix: string = DEFAULT_PREFIX): Gov
   const base = `${prefix}:v${SCHEMA_VERSION}:{${name}}`;
   const byName: Record<string, string> = {};
   for (const [key] of KEYS) byName[key] = `${base}:${key}`;
-  return { name, keys: KEYS.map(([key]) => `${base}:${key}`), channel: `${base}:wake`, byName };
+  return { name, keys: KEYS.map(([key]) => `${base}:${key}`), scriptKeys: [`${base}:state`], channel: `${base}:wake`, byName };
 }
 
 export function functionName(op: Operation): string {

@@ -520,7 +520,7 @@ export class Governor {
   }
 
   private async send(call: Call<unknown>, reload: boolean): Promise<unknown> {
-    const keys = this.keys.keys;
+    const keys = this.keys.scriptKeys;
     try {
       return await this.client.fcall(functionName(call.op), keys.length, ...keys, ...call.args);
     } catch (error) {

@@ -159,7 +159,7 @@ test("the Lua answers as the vectors say, and this package reads every reply", a
               }
               const argv = step.argv!.map((a) => (a === "$channel" ? keys.channel : a));
               const before = heard.length;
-              const reply = await client.fcall(functionName(step.op), keys.keys.length, ...keys.keys, ...argv);
+              const reply = await client.fcall(functionName(step.op), keys.scriptKeys.length, ...keys.scriptKeys, ...argv);
               assert.deepEqual(comparable(step.op, strings(reply) as unknown[]), comparable(step.op, step.reply!), where);
               parse(core, step.op, argv, reply);
               const want = step.published!;
