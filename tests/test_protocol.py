@@ -205,17 +205,20 @@ def test_a_call_passes_the_state_key_and_the_library_derives_the_others(make_gov
 
 def test_the_holder_record_format_is_the_protocols() -> None:
     admission = code(LUA / "lib" / "common.lua")
-    (params, form, args) = re.findall(
-        r"local function record_format\(([^)]*)\)\s*return string\.format\('([^']*)', ([^)]*)\)"
-        r" \.\. tenant \.\. '\|' \.\. holder\nend",
+    (params, body) = re.findall(
+        r"local function record_format\(([^)]*)\)\s*return (.*?)\nend",
         admission,
+        re.S,
     )[0]
     params_list = [p.strip() for p in params.split(",")]
     fields = [f.name for f in HolderRecord.__dataclass_fields__.values()]
     assert [p + ("_ms" if p in ("ttl", "since") else "") for p in params_list] == fields
     # the parameters in that order, '|' between them: seven integers formatted, then the tenant and the holder
-    assert form == "%d|" * 7
-    assert [a.strip() for a in args.split(",")] == params_list[:7]
+    parts = [part.strip() for part in body.replace("\n", " ").split("..")]
+    assert parts[1::2] == ["'|'"] * 8, parts
+    values = parts[0::2]
+    assert [re.sub(r"^(?:int|dec)\((\w+)\)$", r"\1", v) for v in values] == params_list, values
+    assert all(re.match(r"^(?:int|dec)\(", v) for v in values[:7]) and values[7:] == ["tenant", "holder"]
     (pattern,) = re.findall(r"string\.match\(raw, '([^']*)'\)", admission)
     # seven numbers, the tenant (no '|'), then the holder (may hold '|')
     assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$"
