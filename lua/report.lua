@@ -56,7 +56,8 @@ local refusals = ARGV[9]
 if refusals ~= nil and refusals ~= '' and refusals ~= '0' and refusals ~= '1' then
   fail('BADARG', 'refusals must be 0, 1 or empty, got ' .. tostring(refusals))
 end
-local limits = {}  -- {kind, limit or nil, remaining or nil}
+local limits = NO_LIMITS  -- {kind, limit or nil, remaining or nil}
+if #ARGV > 9 then limits = {} end
 if #ARGV > 9 and (#ARGV - 9) % 2 ~= 0 then fail('BADARG', 'report takes its limits as (kind, "limit,remaining") pairs') end
 for i = 10, #ARGV, 2 do
   local kind, v = ARGV[i], ARGV[i + 1]
@@ -83,11 +84,15 @@ local policy, quiet = the_policy(outcome)  -- its config and state: nothing is r
 -- due and no figures to calibrate writes no log and needs no more than
 -- the window's length and the keys' idle time.
 quiet = quiet and not waiting and NOW < S.reclaim_due and #limits == 0
-if quiet then more('config', 'idle_ms') else prepare(waiting) end
+if quiet then more_of('config', IDLE) else prepare(waiting) end
 if outcome == 'q' then more('state', 'quota_exhausted') end
 if outcome == 'r' then more('state', 'fence') end  -- a cut remembers the fence it was made at
-if retry_after then more('config', 'retry_after_cap_ms') end
-for _, figures in ipairs(limits) do
+if retry_after then
+  more('config', 'retry_after_cap_ms')
+  more('state', 'not_before')
+end
+for i = 1, #limits do
+  local figures = limits[i]
   more('state', budget_fields(figures[1]))
   more('config', figures[1] .. '_per_minute')
 end
@@ -157,10 +162,11 @@ else
   end
 end
 if settles and lease_record then settle(lease_record.tokens, usage, outcome == 'r' and refusals ~= '0') end
-local announced = {}  -- the kinds whose remaining the provider told
-for _, figures in ipairs(limits) do
+local announced = outcome == 'r' and {} or nil  -- (a refusal's) the kinds whose remaining the provider told
+for i = 1, #limits do
+  local figures = limits[i]
   calibrate(figures[1], figures[2], figures[3])
-  if figures[3] then announced[figures[1]] = true end
+  if figures[3] and announced then announced[figures[1]] = true end
 end
 if outcome == 'r' then refused(announced) end  -- a refusal is information, not a refund
 give_back()

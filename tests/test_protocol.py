@@ -217,8 +217,12 @@ def test_the_holder_record_format_is_the_protocols() -> None:
     parts = [part.strip() for part in body.replace("\n", " ").split("..")]
     assert parts[1::2] == ["'|'"] * 8, parts
     values = parts[0::2]
-    assert [re.sub(r"^(?:int|dec)\((\w+)\)$", r"\1", v) for v in values] == params_list, values
-    assert all(re.match(r"^(?:int|dec)\(", v) for v in values[:7]) and values[7:] == ["tenant", "holder"]
+    # each integer as its digits: int() or dec() of the parameter (the time: NOW_S, NOW's digits, when it is NOW)
+    integer = re.compile(r"^(?:\((\w+) == NOW and NOW_S or )?(?:int|dec)\((\w+)\)\)?$")
+    formatted = [integer.match(v) for v in values[:7]]
+    assert all(m and m.group(1) in (None, m.group(2)) for m in formatted), values
+    assert [m.group(2) for m in formatted if m] + values[7:] == params_list, values
+    assert values[7:] == ["tenant", "holder"]
     (pattern,) = re.findall(r"string\.match\(raw, '([^']*)'\)", admission)
     # seven numbers, the tenant (no '|'), then the holder (may hold '|')
     assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$"

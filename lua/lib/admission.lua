@@ -18,8 +18,7 @@ never() tells a cost no budget can ever hold.
 -- level holds the cost (or, for a cost above its burst, when it is full);
 -- never when the cost is above its limit (a minute's worth). The buckets
 -- (bucket = true) are asked only while some budget is active.
-local BUDGETS = {
-  {name = 'concurrency',
+local CONCURRENCY = {name = 'concurrency',
     room = function(tokens, place)
       if CALL.live == nil then CALL.live = in_flight() end
       if CALL.live + 1 > S.capacity then
@@ -36,8 +35,8 @@ local BUDGETS = {
       return nil, 0
     end,
     take = function(tokens) if CALL.live then CALL.live = CALL.live + 1 end end,
-    never = function(tokens) return nil end},
-}
+    never = function(tokens) return nil end}
+local BUDGETS = {CONCURRENCY}
 for i = 1, #BUDGET_KINDS do
   local kind = BUDGET_KINDS[i]
   local function on() for _, k in ipairs(active_budgets()) do if k == kind then return true end end return false end
@@ -82,6 +81,7 @@ BUDGETS[#BUDGETS + 1] = {name = 'tenant', park = true,
 -- Why a lease of `tokens` can never be admitted (its cost is above a
 -- budget's limit), or nil.
 local function never(tokens)
+  if S.budgets == '' then return nil end  -- only a token bucket can refuse a cost for good
   local buckets = S.budgets ~= ''
   for _, budget in ipairs(BUDGETS) do
     if buckets or not budget.bucket then
@@ -107,6 +107,12 @@ local function blocked(tokens, place)
   end
   if NOW < S.not_before then return ORIGIN.held(), S.not_before - NOW end  -- a Retry-After or a recovery hold
   local buckets = S.budgets ~= ''  -- none active: the token buckets are not asked
+  if not buckets and S.capped == 0 then
+    -- No budget, cap or reserve switched on: concurrency alone (the plain governor's path).
+    local why, hint = CONCURRENCY.room(tokens, place)
+    if why then return why, hint, CONCURRENCY end
+    return nil, 0
+  end
   for _, budget in ipairs(BUDGETS) do
     if buckets or not budget.bucket then
       local why, hint = budget.room(tokens, place)
@@ -148,9 +154,13 @@ local function add_lease(id, ttl, holder, tokens, place, adopted)
     fail('WRONGTYPE', K.holders .. ' is not a hash')
   end
   redis.call('ZADD', K.leases, int(NOW + ttl), id)
-  hold(place)
+  if S.capped == 1 then hold(place) end  -- (held counts leases only while caps or a reserve are set)
   S.fence = fence
   local buckets = S.budgets ~= ''
+  if not buckets then
+    CONCURRENCY.take(tokens)
+    return fence
+  end
   if buckets and not adopted then
     local kind, cost, limit = oversize(tokens)
     if kind then

@@ -34,11 +34,15 @@ local function budget_cost(kind, tokens)
 end
 
 -- The active kinds, their fields read (needs S.budgets: load it).
+local NO_BUDGETS = {}  -- (never changed)
 local function active_budgets()
   if CALL.active then return CALL.active end
+  if S.budgets == '' then
+    CALL.active = NO_BUDGETS
+    return NO_BUDGETS
+  end
   local active = {}
   CALL.active = active
-  if S.budgets == '' then return active end
   local names = {}
   for kind in string.gmatch(S.budgets, '[^,]+') do
     if not KIND_OF[kind] then fail('BADSTATE', 'field budgets holds ' .. string.format('%q', S.budgets)) end

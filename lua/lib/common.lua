@@ -95,7 +95,7 @@ local OPS = {}
 --   live    the leases in flight, once counted (lib/admission.lua)
 --   foreign why a read-only call found the state written by another server (lib/origin.lua)
 local CALL = {}
-local NOW, LIVE, CHANNEL
+local NOW, NOW_S, LIVE, CHANNEL
 local READ_ONLY     -- the call may not write (status.lua sets it): a state that came back is only reported
 -- Where the state came from (lib/origin.lua sets both): STAMP() is this
 -- server's origin stamp, learnt once per library load; CHECK(raw) handles a
@@ -203,19 +203,21 @@ local function arg_label(i)
   return v
 end
 
--- The clock: NOW, an integer of ms, and LIVE, the ZCOUNT bound "after
--- NOW". Read when a script first needs it (release without waiters never
--- does): Redis TIME, unless ARGV[1] injects a clock.
+-- The clock: NOW, an integer of ms, NOW_S, the same as a string (a score
+-- for ZADD), and LIVE, the ZCOUNT bound "after NOW". Read when a script
+-- first needs it (release without waiters never does): Redis TIME, unless
+-- ARGV[1] injects a clock.
 local function clock()
   if NOW then return NOW end
   if ARGV[1] == '' then
     local t = redis.call('TIME')
-    NOW = t[1] * 1000 + math.floor(t[2] / 1000)
-    LIVE = '(' .. int(NOW)
+    NOW = num(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)  -- (the second recurs, the microseconds do not)
+    NOW_S = int(NOW)
   else
     NOW = arg_int(1, 'now')
-    LIVE = '(' .. ARGV[1]
+    NOW_S = string.match(ARGV[1], '^%d+$') and ARGV[1] or int(NOW)  -- (its digits alone: a holder record's)
   end
+  LIVE = '(' .. NOW_S
   return NOW
 end
 
@@ -261,6 +263,24 @@ local function value_of(field, raw)
   return v
 end
 
+-- Stored strings already checked: CHECKED[field][raw] is value_of(field,
+-- raw). A field's string recurs call after call (a capacity, a policy's
+-- name, a due time), and the readers below look it up (a few bytecodes;
+-- value_of runs about sixty, each some 30 server instructions) before they
+-- check it; at most 4,096 are kept, then they are checked again.
+local CHECKED, CHECKED_KEPT = {}, 0
+local function checked(field, raw)
+  local v = value_of(field, raw)
+  if CHECKED_KEPT >= 4096 then CHECKED, CHECKED_KEPT = {}, 0 end
+  local seen = CHECKED[field]
+  if not seen then
+    seen = {}
+    CHECKED[field] = seen
+  end
+  seen[raw], CHECKED_KEPT = v, CHECKED_KEPT + 1
+  return v
+end
+
 -- Read `fields` of hash `key` (K.state, K.config or K.policy) into `into`
 -- with one HMGET, each checked against its kind; false when the hash does
 -- not exist. A state written by another schema says so first.
@@ -273,7 +293,11 @@ local function read(key, into, fields)
       if schema and tonumber(schema) ~= SCHEMA then fail('SCHEMA', schema .. ' (this client speaks ' .. SCHEMA .. ')') end
     end
   end
-  for i = 1, #fields do into[fields[i]] = value_of(fields[i], raw[i]) end
+  for i = 1, #fields do
+    local field, r = fields[i], raw[i]
+    local seen = r and CHECKED[field]
+    into[field] = seen and seen[r] or checked(field, r)
+  end
   return true
 end
 
@@ -303,8 +327,12 @@ local function load(fields)
     local schema = redis.call('HGET', K.state, 'schema')
     if schema and tonumber(schema) ~= SCHEMA then fail('SCHEMA', schema .. ' (this client speaks ' .. SCHEMA .. ')') end
   end
-  for i = 1, #fields do S[fields[i]] = value_of(fields[i], raw[i + 1]) end
-  if raw[1] ~= ORIGIN.stamp() then ORIGIN.check(raw[1]) end
+  for i = 1, #fields do
+    local field, r = fields[i], raw[i + 1]
+    local seen = r and CHECKED[field]
+    S[field] = seen and seen[r] or checked(field, r)
+  end
+  if raw[1] ~= (ORIGIN.STAMP or ORIGIN.stamp()) then ORIGIN.check(raw[1]) end
   return S
 end
 
@@ -315,17 +343,18 @@ local function hash_missing(hash)
   fail('BADSTATE', 'the ' .. hash .. ' hash is missing')
 end
 
--- More fields of the state, config or policy, read when a path needs them.
--- (No table is made when none of them was read yet, the common case.)
-local function more(hash, ...)
+-- More fields of the state, config or policy, read when a path needs them:
+-- more_of(hash, list), the hot paths' way (their lists are made once, at
+-- load, and never changed), or more(hash, field, ...). (A vararg function
+-- and select() cost Lua several times a table walk.)
+local function more_of(hash, fields)
   local into = values(hash)
-  local n, known = select('#', ...), 0
+  local n, unknown = #fields, 0
   for i = 1, n do
-    if into[select(i, ...)] ~= nil then known = known + 1 end
+    if into[fields[i]] == nil then unknown = unknown + 1 end
   end
-  if known == n then return into end
-  local fields = {...}
-  if known > 0 then
+  if unknown == 0 then return into end
+  if unknown < n then
     local missing = {}
     for i = 1, n do
       if into[fields[i]] == nil then missing[#missing + 1] = fields[i] end
@@ -334,6 +363,10 @@ local function more(hash, ...)
   end
   if not read(K[hash], into, fields) then hash_missing(hash) end
   return into
+end
+
+local function more(hash, ...)
+  return more_of(hash, {...})
 end
 
 local function set(hash, field, value)
@@ -471,11 +504,12 @@ end
 -- (One concatenation: Lua builds the record once. The fence and the time
 -- rarely recur, so they are formatted, not remembered.)
 local function record_format(fence, ttl, since, input, output, level, rank, tenant, holder)
-  return int(fence) .. '|' .. dec(ttl) .. '|' .. int(since) .. '|' .. dec(input) .. '|' .. dec(output) .. '|'
+  return int(fence) .. '|' .. dec(ttl) .. '|' .. (since == NOW and NOW_S or int(since)) .. '|' .. dec(input) .. '|' .. dec(output) .. '|'
     .. dec(level) .. '|' .. dec(rank) .. '|' .. tenant .. '|' .. holder
 end
 
 local NO_TOKENS = {input = 0, output = 0}
+local NO_LIMITS = {}  -- a report that announces no rate-limit figures (never changed)
 
 -- ARGV[i]: tokens as "input,output" (governor.budgets.Tokens.arg), '' for none.
 local function arg_tokens(i, what)

@@ -76,6 +76,7 @@ end
 
 ORIGIN.stamp = function()
   if not SERVER then learn() end
+  ORIGIN.STAMP = SERVER.stamp  -- (read directly by load())
   return SERVER.stamp
 end
 

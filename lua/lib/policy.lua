@@ -226,6 +226,10 @@ POLICIES.fixed = {
   new_max = function() at_max() end,
 }
 
+-- What the_policy() reads first, and of the policy's state for a quiet success.
+local POLICY_CONFIG = {'policy', 'max_capacity', 'window_ms', 'idle_ms'}
+local STREAK = {'streak'}
+
 -- The governor's policy entry, and whether the call's outcome is a quiet
 -- success: one that changes nothing but the policy's streak (no capacity
 -- change, no log; the policy's quiet() says so from capacity and its
@@ -233,10 +237,10 @@ POLICIES.fixed = {
 -- only streak, else every field of the policy's. Every field it needs is
 -- checked present before the caller's first write.
 local function the_policy(outcome)
-  local policy = POLICIES[more('config', 'policy', 'max_capacity', 'window_ms', 'idle_ms').policy]
+  local policy = POLICIES[more_of('config', POLICY_CONFIG).policy]
   if not policy then fail('BADSTATE', 'field policy holds ' .. string.format('%q', C.policy)) end
   if outcome == 's' and S.capacity > 0 and policy.quiet and policy.quiet() then
-    more('policy', 'streak')
+    more_of('policy', STREAK)
     return policy, true
   end
   more('config', unpack(policy.config))
@@ -251,7 +255,7 @@ end
 -- the_policy()'s, called before the first write.
 local function record(policy, outcome, fence, rl, total)
   S.event_seq = redis.call('HINCRBY', K.state, 'event_seq', '1')  -- read and checked by the caller
-  local member, at = int(S.event_seq) .. ':' .. outcome, int(NOW)
+  local member, at = int(S.event_seq) .. ':' .. outcome, NOW_S
   if outcome == 'r' then
     redis.call('ZADD', K.limited, at, member)
     if rl == 0 then created(K.limited) end

@@ -57,8 +57,12 @@ local PAUSE_FIELDS = {'paused', 'pause_kind', 'pause_reason', 'paused_until', 's
 -- with reclaim's due time for those that reclaim.
 local ADMIT = {'epoch', 'capacity', 'not_before', 'touch_due', 'budgets', 'capped'}
 local WRITE = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'budgets', 'capped', 'aging_due'}
-local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'event_seq', 'budgets', 'capped',
-  'aging_due'}
+-- (a report reads the epoch, the hold and the queue's aging only when it
+-- may grant or hold: prepare(), its retry-after)
+local REPORT = {'capacity', 'touch_due', 'reclaim_due', 'event_seq', 'budgets', 'capped'}
+-- What prepare() reads of the config; what a quiet report reads (its keys' idle time).
+local PREPARE_CONFIG = {'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms', 'aging_ms'}
+local IDLE = {'idle_ms'}
 
 -- Read every field reclaim, recover, blocked, grant, pause and log may use,
 -- before a script's first write (reads after a write could fail it
@@ -68,11 +72,11 @@ local REPORT = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', '
 -- joining it), and every class's when reclaim() is due (grant() only
 -- writes them).
 local function prepare(queued, rank)
-  local fields = {'reclaim_due', 'capped'}
+  local fields = {'epoch', 'not_before', 'reclaim_due', 'capped'}
   if queued ~= false then fields[#fields + 1] = 'aging_due' end  -- unless nobody waits (a report's hot path)
   if rank then fields[#fields + 1] = VTIMES[rank + 1] end  -- the class a caller joins
-  more('state', unpack(fields))
-  more('config', 'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms', 'aging_ms')
+  more_of('state', fields)
+  more_of('config', PREPARE_CONFIG)
   caps_config()
   if C.tenant_caps ~= '' then
     more('state', 'park_seq', unpack(VTIMES))  -- grant() parks, unpark() puts back at a class's vtime
