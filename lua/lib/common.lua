@@ -85,6 +85,7 @@ local RECLAIM_MS = 1000
 -- call's KEYS and ARGV and clears what the previous call left.
 local KEYS, ARGV = {}, {}  -- the governor's keys in KEY_NAMES' order, the call's ARGV
 local K = {}            -- the governor's keys by name
+local TYPE_OF = {}      -- key -> its Redis type
 local OPS = {}
 -- What the fragments learnt during this call, cleared by begin() (one
 -- table kept across calls: a table made per call costs Redis more than
@@ -114,8 +115,8 @@ local function fail(code, detail)
   error('GOVERNOR_' .. code .. ' ' .. detail, 0)
 end
 
--- State key -> {K, KEYS} of its governor, derived once (at most 1,024
--- governors kept, then derived again).
+-- State key -> {K, KEYS, TYPE_OF} of its governor (TYPE_OF: key -> its
+-- Redis type), derived once (at most 1,024 governors kept, then derived again).
 local DERIVED, DERIVED_KEPT = {}, 0
 
 local function derive(state)
@@ -123,13 +124,14 @@ local function derive(state)
     fail('BADARG', 'a function takes one key, the governor\'s state key ("<prefix>:v<schema>:{<name>}:state"), got '
       .. state)
   end
-  local base, named, list = string.sub(state, 1, -6), {}, {}
+  local base, named, list, types = string.sub(state, 1, -6), {}, {}, {}
   for i = 1, #KEY_NAMES do
     list[i] = base .. KEY_NAMES[i]
     named[KEY_NAMES[i]] = list[i]
+    types[list[i]] = TYPES[i]
   end
   if DERIVED_KEPT >= 1024 then DERIVED, DERIVED_KEPT = {}, 0 end
-  local entry = {named, list}
+  local entry = {named, list, types}
   DERIVED[state], DERIVED_KEPT = entry, DERIVED_KEPT + 1
   return entry
 end
@@ -139,7 +141,7 @@ local function begin(keys, argv)
     fail('BADARG', 'a function takes one key, the governor\'s state key, got ' .. #keys .. ' keys')
   end
   local entry = DERIVED[keys[1]] or derive(keys[1])
-  K, KEYS, ARGV = entry[1], entry[2], argv
+  K, KEYS, TYPE_OF, ARGV = entry[1], entry[2], entry[3], argv
   NOW, LIVE, CHANNEL, READ_ONLY = nil, nil, argv[2], false
   S, C, P, DIRTY, STORE, CREATED = nil, nil, nil, nil, nil, nil
   CALL.active, CALL.caps, CALL.held, CALL.live = nil, nil, nil, nil
@@ -234,12 +236,7 @@ end
 local function guard(...)
   for j = 1, select('#', ...) do
     local key = select(j, ...)
-    for i = 1, #KEYS do
-      if KEYS[i] == key then
-        check_type(key, TYPES[i])
-        break
-      end
-    end
+    check_type(key, TYPE_OF[key])
   end
 end
 
