@@ -167,6 +167,8 @@ def error_from_reply(message: str, name: str | None) -> GovernorError:
             layout=layout,
             min_layout=low,
         )
+    if code == "KEYS":
+        return ConfigError(f"{_who(name)}{detail}", name=name)
     if code == "SCHEMA":
         return StateError(
             f"{_who(name)}the state has schema version {detail}; nothing was changed. Upgrade this client "

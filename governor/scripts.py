@@ -71,6 +71,9 @@ FRAGMENTS: tuple[str, ...] = (
 )
 #: a Redis error reply that means the library is not loaded on that server
 MISSING_FUNCTION = "Function not found"
+#: the library's answer to a call that passed the state key alone to a Redis Cluster node (nothing ran):
+#: the client sends it again with every key
+EVERY_KEY = "GOVERNOR_KEYS"
 
 
 def _lua_dir() -> Path:

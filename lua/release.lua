@@ -20,7 +20,11 @@ local id = arg_id(3, 'id')
 -- With callers queued the slot goes to the head: read and check the state
 -- (and push expiries back when due) before the first write.
 -- step: the queue
-local waiting = redis.call('ZCARD', K.queue) > 0 or redis.call('ZCARD', K.parked) > 0
+-- (Redis deletes an emptied zset or hash: one EXISTS over the queue, the
+-- parked waiters and held says whether any is in use, the common answer
+-- being none; else each is asked, and the reads tell their types.)
+local in_use = redis.call('EXISTS', K.queue, K.parked, K.held) > 0
+local waiting = in_use and (redis.call('ZCARD', K.queue) > 0 or redis.call('ZCARD', K.parked) > 0)
 if waiting then
   clock()
   if not load(WRITE) then return missing_reply() end
@@ -31,7 +35,7 @@ end
 -- step: the lease
 -- A read tells holders' type before the first write; ZREM tells leases'.
 -- While held counts leases (caps, a reserve), the record says what this one counted in.
-local counted = redis.call('EXISTS', K.held) == 1
+local counted = in_use and redis.call('EXISTS', K.held) == 1
 if counted then guard(K.held) end
 local raw, known
 if counted then

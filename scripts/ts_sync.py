@@ -127,6 +127,7 @@ def generated() -> str:
         _const("OPERATIONS", list(scripts.OPERATIONS), "the library's functions (FCALL <LIBRARY_NAME>_<op>)"),
         _const("READ_ONLY", sorted(scripts.READ_ONLY), "functions registered no-writes"),
         _const("MISSING_FUNCTION", scripts.MISSING_FUNCTION, "the error that means: load the library, call again"),
+        _const("EVERY_KEY", scripts.EVERY_KEY, "the error that means: a cluster node, call again with every key"),
         _const("REPLIES", {k: list(v) for k, v in protocol.REPLIES.items()}, "every function's reply kinds"),
         _const("STATUS_FIELDS", list(protocol.STATUS_FIELDS), "the fields of a status reply, in order"),
         _const("WAKE_RETRY", protocol.WAKE_RETRY, "a wake word '@<ms>': ask again in ms"),

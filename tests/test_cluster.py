@@ -25,6 +25,7 @@ import redis.cluster
 from governor import AsyncGovernor, Governor, GovernorConfig, Outcome
 from governor.core import new_id
 from governor.protocol import governor_keys
+from governor.scripts import function_name
 
 from .conftest import FakeClock
 from .support.cluster import RedisCluster
@@ -145,6 +146,32 @@ def test_from_url_works_on_a_cluster(cluster: RedisCluster, client: redis.cluste
         _exercise(gov)
     finally:
         gov.close()
+
+
+def test_a_cluster_node_refuses_a_call_with_the_state_key_alone(
+    cluster: RedisCluster, client: redis.cluster.RedisCluster
+) -> None:
+    """On a cluster a call passes every key, so that a migrating slot is
+    refused before it runs: the state key alone (a standalone client on the
+    node serving the slot, as from_url starts) is answered GOVERNOR_KEYS with
+    nothing written, and the governor's connection then passes every key."""
+    name = f"keys-{uuid.uuid4().hex[:6]}"
+    keys = governor_keys(name)
+    serving = redis.Redis(port=node_of(client, keys.state), socket_timeout=5)
+    gov = Governor(serving, name, CONFIG)
+    try:
+        assert not gov._connection.every_key
+        gov.acquire(timeout=5).release()  # answered GOVERNOR_KEYS once, sent again with every key
+        assert gov._connection.every_key
+        before = {key: serving.dump(key) for key in keys.keys}
+        call = gov._core.acquire(new_id(), "alone", wait=False)
+        with pytest.raises(redis.exceptions.ResponseError, match="GOVERNOR_KEYS this Redis is a cluster node"):
+            serving.fcall(function_name(call.script), 1, keys.state, *call.args)
+        assert {key: serving.dump(key) for key in keys.keys} == before
+        assert gov.status().in_flight == 0
+    finally:
+        gov.close()
+        serving.close()
 
 
 async def test_the_first_acquire_on_a_fresh_asyncio_cluster_client_does_not_wait(

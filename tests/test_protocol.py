@@ -182,21 +182,30 @@ def test_a_real_status_reply_has_the_status_fields_in_order(make_gov: MakeGov, s
 
 
 def test_a_call_passes_the_state_key_and_the_library_derives_the_others(make_gov: MakeGov, sync_client: Any) -> None:
-    """One key per call (each key passed costs the call): the keys the
-    library writes are exactly the protocol's names for the governor, and a
-    call passing the old fourteen keys, or a key that is not a state key, is
-    refused before anything is written."""
+    """One key per call on a standalone Redis (each key passed costs the
+    call): the keys the library writes are exactly the protocol's names for
+    the governor. Every key in order is accepted too (a cluster's calls); any
+    other key list is refused before anything is written."""
     gov = make_gov(GovernorConfig(max_capacity=3), clock=FakeClock())
     assert gov.keys.script_keys == (gov.keys.state,)
     lease = gov.acquire()
     gov.report(protocol.Outcome.RATE_LIMITED, lease=lease, release=True)  # writes the window, the log
     written = {text(k) for k in sync_client.keys(f"*{{{gov.name}}}*")}
     assert written and written <= set(gov.keys.keys), written - set(gov.keys.keys)
-    before = {key: sync_client.dump(key) for key in gov.keys.keys}
     args = (gov._core.now_arg(), gov.keys.channel)
-    for keys in (gov.keys.keys, (gov.keys.leases,), (gov.keys.state, gov.keys.config)):
-        with pytest.raises(redis.exceptions.ResponseError, match="GOVERNOR_BADARG a function takes one key"):
-            sync_client.fcall(function_name("status"), len(keys), *keys, *args)
+    for keys in (gov.keys.script_keys, gov.keys.keys):
+        reply = sync_client.fcall(function_name("status"), len(keys), *keys, *args)
+        assert text(reply[1]) == "status"
+    before = {key: sync_client.dump(key) for key in gov.keys.keys}
+    swapped = (gov.keys.state, gov.keys.policy, gov.keys.config, *gov.keys.keys[3:])
+    refused = {
+        (gov.keys.leases,): "the first key must be the governor's state key",
+        (gov.keys.state, gov.keys.config): "takes the governor's state key",
+        swapped: "key 2 must be",
+    }
+    for keys, message in refused.items():
+        with pytest.raises(redis.exceptions.ResponseError, match=f"GOVERNOR_BADARG {message}"):
+            sync_client.fcall(function_name("acquire"), len(keys), *keys, *gov._core.acquire("x", "t", True).args)
     assert {key: sync_client.dump(key) for key in gov.keys.keys} == before
 
 

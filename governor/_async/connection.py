@@ -35,7 +35,7 @@ from ..errors import (
     wrong_key_type,
 )
 from ..protocol import GovernorKeys, ms
-from ..scripts import MISSING_FUNCTION, function_name, library, library_name, locate
+from ..scripts import EVERY_KEY, MISSING_FUNCTION, function_name, library, library_name, locate
 from ._compat import sleep
 
 log = logging.getLogger("governor")
@@ -126,6 +126,9 @@ class Connection:
         self.options: dict[str, Any] = {}
         #: (time.monotonic(), what happened) of the last grant or renewal the replicas did not confirm
         self.unconfirmed: tuple[float, str] | None = None
+        #: a call passes every key (a Redis Cluster: a migrating slot is refused before the call runs),
+        #: else the state key alone; learnt from the client's kind or the library's GOVERNOR_KEYS
+        self.every_key = isinstance(self.client, redis_cluster.RedisCluster)
 
     def own(self, url: str, options: dict[str, Any]) -> None:
         """The client was made from ``url`` (:func:`client_from_url`) for this
@@ -217,7 +220,7 @@ class Connection:
         renewal) goes in one pipeline with a ``WAIT`` on the same connection.
         A server that lost the library (a restart, FUNCTION FLUSH, a new
         cluster node) has it loaded again, and the call is sent again."""
-        keys = self._keys.script_keys
+        keys = self._keys.keys if self.every_key else self._keys.script_keys
         command = (function_name(call.script), len(keys), *keys, *call.args)
         replicas = self._config.wait_replicas
         try:
@@ -229,6 +232,9 @@ class Connection:
             pipe.execute_command("WAIT", replicas, ms(self._config.replica_wait))
             reply, acknowledged = await pipe.execute()
         except redis.exceptions.ResponseError as error:
+            if EVERY_KEY in str(error) and len(keys) == 1:  # a cluster node: nothing ran
+                self.every_key = True
+                return await self._send(call, reload)
             if not reload or MISSING_FUNCTION not in str(error):
                 raise
             await self._load_library()
@@ -258,6 +264,7 @@ class Connection:
         standalone = self.client
         try:
             self.client = redis_cluster.RedisCluster.from_url(self.url, **self.options)
+            self.every_key = True
         except ValueError as error:
             raise ConfigError(f"invalid Redis Cluster URL {self.url!r}: {error}") from error
         log.info("governor %r: %s is a Redis Cluster node; using a cluster client", self._name, self.url)

@@ -14,14 +14,18 @@ library's top level once, when it loads it; each call runs begin(keys,
 argv), then the operation. This file also holds the holder records and the
 arguments every operation parses.
 
-KEYS: every function receives one key, the governor's state key
-(governor.protocol.GovernorKeys.script_keys): "<base>state". Its other
-keys are "<base><name>" for each name of governor.protocol.KEYS (its
-docstring says what each holds), all in the state key's hash slot (the
-hash tag {<governor name>}); the library derives them once per state key
-and reaches them by name, K.<name> (KEY_NAMES and TYPES are generated),
-never by position. Each key passed costs an FCALL about 1,300 server
-instructions, so a call passes one, not fourteen.
+KEYS: on a standalone Redis a function receives one key, the governor's
+state key (governor.protocol.GovernorKeys.script_keys): "<base>state".
+Its other keys are "<base><name>" for each name of governor.protocol.KEYS
+(its docstring says what each holds), all in the state key's hash slot
+(the hash tag {<governor name>}); the library derives them once per state
+key and reaches them by name, K.<name> (KEY_NAMES and TYPES are
+generated), never by position. Each key passed costs an FCALL about 1,300
+server instructions, so a call passes one, not fourteen. On a Redis
+Cluster a call passes every key, in the order of KEYS: a slot that is
+migrating may hold some of them and not others, and only keys the call
+declares make Redis refuse it (TRYAGAIN, ASK) before it runs; a function
+given the state key alone there answers GOVERNOR_KEYS before anything.
 
 ARGV (common to every script)
   ARGV[1] now       int ms or ''  injected clock, or '' for Redis TIME
@@ -39,6 +43,9 @@ Error replies (raised with error(msg, 0), mapped by governor/errors.py):
                             its config again) and calls again
   GOVERNOR_LAYOUT <l> <min> the state's layout l admits clients of layout min
                             and up only (lib/origin.lua)
+  GOVERNOR_KEYS <why>       a call passed the state key alone to a Redis
+                            Cluster node: the client sends it again with
+                            every key (see KEYS)
 
 Cost. The library's tables and helpers are built once, at load; a call
 pays for each redis.call (about 5,000 server instructions), each stored
@@ -121,7 +128,7 @@ local DERIVED, DERIVED_KEPT = {}, 0
 
 local function derive(state)
   if string.sub(state, -6) ~= ':state' then
-    fail('BADARG', 'a function takes one key, the governor\'s state key ("<prefix>:v<schema>:{<name>}:state"), got '
+    fail('BADARG', 'the first key must be the governor\'s state key ("<prefix>:v<schema>:{<name>}:state"), got '
       .. state)
   end
   local base, named, list, types = string.sub(state, 1, -6), {}, {}, {}
@@ -136,11 +143,34 @@ local function derive(state)
   return entry
 end
 
+-- Whether this server runs in cluster mode (INFO cluster), learnt once per library load.
+local CLUSTER = nil
+local function clustered()
+  local info = redis.pcall('INFO', 'cluster')
+  return type(info) == 'string' and string.match(info, 'cluster_enabled:1') ~= nil
+end
+
 local function begin(keys, argv)
-  if #keys ~= 1 then
-    fail('BADARG', 'a function takes one key, the governor\'s state key, got ' .. #keys .. ' keys')
+  local entry = DERIVED[keys[1]] or derive(keys[1] or '')
+  if #keys == 1 then
+    if CLUSTER == nil then CLUSTER = clustered() end
+    if CLUSTER then
+      fail('KEYS', 'this Redis is a cluster node: a call passes every key of the governor, in the order of KEYS, '
+        .. 'so that a migrating slot is refused before the call runs')
+    end
+  else
+    local list = entry[2]
+    if #keys ~= #list then
+      fail('BADARG', 'a function takes the governor\'s state key (standalone) or all ' .. #list
+        .. ' of its keys in order (a cluster), got ' .. #keys .. ' keys')
+    end
+    for i = 2, #list do
+      if keys[i] ~= list[i] then
+        fail('BADARG', 'key ' .. i .. ' must be ' .. list[i] .. ' (the state key\'s ' .. KEY_NAMES[i] .. '), got '
+          .. tostring(keys[i]))
+      end
+    end
   end
-  local entry = DERIVED[keys[1]] or derive(keys[1])
   K, KEYS, TYPE_OF, ARGV = entry[1], entry[2], entry[3], argv
   NOW, LIVE, CHANNEL, READ_ONLY = nil, nil, argv[2], false
   S, C, P, DIRTY, STORE, CREATED = nil, nil, nil, nil, nil, nil

@@ -6,7 +6,7 @@
 export const SCHEMA_VERSION = 3 as const;
 
 /** the Functions library's name: the schema and its source's hash */
-export const LIBRARY_NAME = "governor_v3_2f9190f9f242" as const;
+export const LIBRARY_NAME = "governor_v3_09dc9f1f487b" as const;
 
 /** the first part of every key */
 export const DEFAULT_PREFIX = "governor" as const;
@@ -96,6 +96,9 @@ export const READ_ONLY = [
 
 /** the error that means: load the library, call again */
 export const MISSING_FUNCTION = "Function not found" as const;
+
+/** the error that means: a cluster node, call again with every key */
+export const EVERY_KEY = "GOVERNOR_KEYS" as const;
 
 /** every function's reply kinds */
 export const REPLIES = {

@@ -8,7 +8,7 @@
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { Cluster, Redis, type ClusterNode } from "ioredis";
-import { HEADER_FIGURES, LIBRARY_NAME, MISSING_FUNCTION } from "./generated.js";
+import { EVERY_KEY, HEADER_FIGURES, LIBRARY_NAME, MISSING_FUNCTION } from "./generated.js";
 import { AbortError, AcquireTimeout, ConfigError, GovernorError, GovernorUnavailable, LeaseLost, StateError } from "./errors.js";
 import { resolveConfig, type BudgetKind, type GovernorConfig, type Place, type ResolvedConfig } from "./config.js";
 import {
@@ -210,6 +210,8 @@ export class Governor {
   readonly core: Core;
   readonly config: ResolvedConfig;
   private client: Client;
+  /** a call passes every key: a cluster node said so (GOVERNOR_KEYS) */
+  private everyKey = false;
   private closed = false;
   private readonly background: Background;
 
@@ -520,11 +522,16 @@ export class Governor {
   }
 
   private async send(call: Call<unknown>, reload: boolean): Promise<unknown> {
-    const keys = this.keys.scriptKeys;
+    // A cluster call passes every key (a migrating slot is refused before it runs); standalone, the state key.
+    const keys = this.everyKey || this.client instanceof Cluster ? this.keys.keys : this.keys.scriptKeys;
     try {
       return await this.client.fcall(functionName(call.op), keys.length, ...keys, ...call.args);
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
+      if (message.includes(EVERY_KEY) && keys.length === 1) {
+        this.everyKey = true; // a cluster node answered: nothing ran
+        return this.send(call, reload);
+      }
       if (reload && message.includes(MISSING_FUNCTION)) {
         await this.loadLibrary();
         return this.send(call, false);
