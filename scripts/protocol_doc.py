@@ -111,8 +111,11 @@ def section_keys() -> str:
         f"The pub/sub channel (not a key): `{sample.channel}`. `N` is the governor's name "
         f"(1-200 of `A-Za-z0-9_.:-/@`, no braces); `{protocol.DEFAULT_PREFIX}` is the default key "
         f"prefix (GovernorConfig.key_prefix); `v{protocol.SCHEMA_VERSION}` is the schema version. "
-        f"Every function takes one key, the state key (KEYS[1], `{sample.state}`); the library derives "
-        "the others from it: each is the state key with `state` replaced by its name."
+        f"On a standalone Redis a function takes one key, the state key (`{sample.state}`), and the "
+        "library derives the others from it: each is the state key with `state` replaced by its name. "
+        f"On a Redis Cluster it takes all {len(protocol.KEYS)}, in this order, so that a call on a migrating "
+        "slot is refused (`TRYAGAIN`, `ASK`) before it runs; given the state key alone there, the library "
+        f"answers `{scripts.EVERY_KEY}` and nothing runs: send the call again with every key."
     )
     return "\n".join(rows)
 
@@ -126,7 +129,7 @@ def section_library() -> str:
     rows = [
         f"- Library name: `{scripts.library_name()}` (`governor_v<schema>_<first 12 hex of the source's sha1>`); "
         f"a function is called as `FCALL {scripts.library_name()}_<operation> 1 <state key> <argv...>` "
-        "(`GovernorKeys.script_keys`).",
+        f"(`GovernorKeys.script_keys`), on a cluster `FCALL ... {len(protocol.KEYS)} <every key> <argv...>`.",
         f"- Functions ({len(scripts.OPERATIONS)}): "
         + ", ".join(f"`{op}`" + (" (no-writes)" if op in scripts.READ_ONLY else "") for op in scripts.OPERATIONS)
         + ".",
