@@ -3,7 +3,9 @@ of operations drives both, and after every step they must agree exactly.
 
 Each operation is built by the governor's own core (``gov._core.acquire``,
 ``refresh``, ``cancel``, ``renew``, ``release``, ``report``, ...), run on
-Redis through the functions library (FCALL), and handed with the same ARGV
+Redis through the functions library (FCALL; on a real Redis the library with
+its write-order witness, tests/support/write_order.py: a call that could
+still fail after its first write fails), and handed with the same ARGV
 to :class:`tests.support.model.Model`. After every step the test compares the
 reply, the whole state, config and policy hashes, the leases and holders
 (sentinels included), the queue (in order) and waiters, and the status
@@ -50,6 +52,7 @@ from governor.protocol import LOWER_HELD, QUEUE_BAND, SENTINEL, HolderRecord
 from governor.scripts import function_name
 
 from .conftest import FakeClock, load_library
+from .support import write_order
 from .support.model import Model, init_call, parse_hash
 
 #: operations run by every test of this module, for the report (-s prints them), and
@@ -102,9 +105,19 @@ def comparable(script: str, reply: list[str]) -> list[Any]:
 
 
 def fcall(client: Any, gov: Governor, call: Call[Any]) -> list[Any]:
-    """One operation of the library on Redis, as the facade sends it."""
+    """One operation of the library on Redis, as the facade sends it: on a
+    real Redis through the write-order witness (tests/support/write_order.py),
+    which fails a call that could still fail after its first write."""
     keys = gov.keys.script_keys
-    return norm(client.fcall(function_name(call.script), len(keys), *keys, *call.args))  # type: ignore[no-any-return]
+    name = function_name(call.script) if isinstance(client, fakeredis.FakeRedis) else write_order.function(call.script)
+    return norm(client.fcall(name, len(keys), *keys, *call.args))  # type: ignore[no-any-return]
+
+
+def load_libraries(client: Any) -> None:
+    """The library (a facade's calls), and on a real Redis the witnessed one (fcall's)."""
+    load_library(client)
+    if not isinstance(client, fakeredis.FakeRedis):
+        write_order.load(client)
 
 
 policies = st.one_of(
@@ -271,7 +284,7 @@ class GovernorMachine(RuleBasedStateMachine):
     def create(self, config: GovernorConfig) -> None:
         name = f"model-{uuid.uuid4().hex[:12]}"
         self.gov = Governor(self.client, name, config, clock=self.clock)
-        load_library(self.client)
+        load_libraries(self.client)
         self.pubsub = self.client.pubsub(ignore_subscribe_messages=True)
         self.pubsub.subscribe(self.gov.keys.channel)
         self.pubsub.get_message(timeout=5)  # the confirmation: we listen from here on
@@ -608,7 +621,7 @@ def test_a_capacity_jump_admits_at_most_a_batch_per_call_like_the_model(redis_ur
     clock = FakeClock()
     config = GovernorConfig(max_capacity=1, policy="fixed")
     gov = Governor(client, f"model-batch-{uuid.uuid4().hex[:8]}", config, clock=clock)
-    load_library(client)
+    load_libraries(client)
     model = Model()
 
     def both(call: Call[Any]) -> list[Any]:
@@ -656,7 +669,7 @@ def replay(client: Any, steps: list[Any], config: GovernorConfig | None = None) 
     clock = FakeClock()
     config = config or GovernorConfig(max_capacity=1, lease_ttl=10.0, poll=1.0, queue_ttl=3.0)
     gov = Governor(client, f"model-replay-{uuid.uuid4().hex[:8]}", config, clock=clock)
-    load_library(client)
+    load_libraries(client)
     model = Model()
     try:
         for i, step in enumerate([lambda core: init_call(core, holds_leases=False), *steps]):

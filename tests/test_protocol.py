@@ -200,7 +200,7 @@ def test_a_call_passes_the_state_key_and_the_library_derives_the_others(make_gov
     swapped = (gov.keys.state, gov.keys.policy, gov.keys.config, *gov.keys.keys[3:])
     refused = {
         (gov.keys.leases,): "the first key must be the governor's state key",
-        (gov.keys.state, gov.keys.config): "takes the governor's state key",
+        (gov.keys.state, gov.keys.config): "a function takes the governor's state key",
         swapped: "key 2 must be",
     }
     for keys, message in refused.items():
