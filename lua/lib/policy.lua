@@ -21,6 +21,9 @@ it). Each entry:
                      the window and no Retry-After holds: nil, or the growth
                      by time due now, a function(rl, total) (no_news() below)
   new_max(before)    max_capacity changed from `before`, not paused
+  quiet()            (or none) true when a success now changes nothing but the
+                     policy's state fields listed in quiet_state (the only
+                     ones a quiet success reads: the_policy() below)
 rl and total are the window's counts with this attempt; fence is the
 reporting lease's fence, or nil.
 ]]
@@ -42,6 +45,9 @@ local function policy_pause(why, rl, total)
 end
 
 local POLICIES = {}
+-- What the_policy() reads of the config first; the streak, as a read list.
+local POLICY_CONFIG = {'policy', 'max_capacity', 'window_ms', 'idle_ms'}
+local STREAK = {'streak'}
 
 -- The longest wait between probes refused at the same level: half a window,
 -- or longer when the window's attempts are few (a refused probe then costs
@@ -169,13 +175,13 @@ POLICIES.adaptive = {
     set_capacity(math.max(1, capacity), why, rl, total, 'level', level, 'ceiling', ceiling,
       'lease_fence', fence or '', 'probe_wait', wait)
   end,
-  -- At the ceiling a success changes nothing but the streak (cleared).
+  -- At the max a success changes nothing: the streak is 0 there (every
+  -- capacity change clears it, and new_max() when it leaves capacity at the
+  -- max), so a quiet success reads none of the policy's state.
   quiet = function() return S.capacity >= C.max_capacity end,
+  quiet_state = {},
   success = function(rl, total)
-    if S.capacity >= C.max_capacity then
-      set('policy', 'streak', 0)
-      return
-    end
+    if S.capacity >= C.max_capacity then return end
     set('policy', 'streak', P.streak + 1)
     if P.ceiling == 0 or S.capacity + 1 < P.ceiling then
       -- Nothing refused yet (the slow start: one more per success doubles
@@ -210,6 +216,7 @@ POLICIES.adaptive = {
     -- A lower max_capacity applies at once; a higher one is approached as
     -- any ceiling is (the slow start, probes): what was learnt is kept.
     if S.capacity > C.max_capacity then set('state', 'capacity', C.max_capacity) end
+    if S.capacity >= C.max_capacity then set('policy', 'streak', 0) end  -- at the max the streak is 0 (quiet)
   end,
 }
 
@@ -220,15 +227,12 @@ POLICIES.fixed = {
   reset = function() end,
   limited = function() end,
   quiet = function() return true end,
+  quiet_state = STREAK,
   success = function()
     set('policy', 'streak', P.streak + 1)
   end,
   new_max = function() at_max() end,
 }
-
--- What the_policy() reads first, and of the policy's state for a quiet success.
-local POLICY_CONFIG = {'policy', 'max_capacity', 'window_ms', 'idle_ms'}
-local STREAK = {'streak'}
 
 -- The governor's policy entry, and whether the call's outcome is a quiet
 -- success: one that changes nothing but the policy's streak (no capacity
@@ -240,7 +244,7 @@ local function the_policy(outcome)
   local policy = POLICIES[more_of('config', POLICY_CONFIG).policy]
   if not policy then fail('BADSTATE', 'field policy holds ' .. string.format('%q', C.policy)) end
   if outcome == 's' and S.capacity > 0 and policy.quiet and policy.quiet() then
-    more_of('policy', STREAK)
+    more_of('policy', policy.quiet_state)
     return policy, true
   end
   more('config', unpack(policy.config))

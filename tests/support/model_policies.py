@@ -163,8 +163,11 @@ class Adaptive(Policy):
         return None
 
     def new_max(self, m: Model) -> None:
-        """Keeps what was learnt: a lower max applies at once, a higher one is approached."""
+        """Keeps what was learnt: a lower max applies at once, a higher one is approached.
+        At the max the streak is 0 (a success there leaves it so)."""
         m.S["capacity"] = min(m.S["capacity"], m.C["max_capacity"])
+        if m.S["capacity"] >= m.C["max_capacity"]:
+            m.P["streak"] = 0
 
 
 class Fixed(Policy):
