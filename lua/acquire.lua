@@ -96,7 +96,7 @@ else
   local reason, hint = blocked(tokens, place)
   if waiting == 0 and not reason then
     -- Nobody waits and the rule admits: at once (FIFO holds trivially).
-    if oversize(tokens) then  -- add_lease logs it
+    if S.budgets ~= '' and oversize(tokens) then  -- add_lease logs it
       more('config', 'log_length')
       guard(K.events)
     end

@@ -149,7 +149,7 @@ local function add_lease(id, ttl, holder, tokens, place, adopted)
   local level = CALL.live + 1
   local ok = redis.pcall('HSET', K.holders, id, record_format(fence, ttl, NOW, tokens.input, tokens.output, level,
     place.rank, place.tenant, holder))
-  if type(ok) == 'table' and ok.err then
+  if ok ~= 1 and ok ~= 0 then  -- (HSET answers the fields it added; an error reply is a table)
     redis.call('HINCRBY', K.state, 'fence', '-1')
     fail('WRONGTYPE', K.holders .. ' is not a hash')
   end

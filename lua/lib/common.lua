@@ -215,7 +215,7 @@ end
 
 local function arg_int(i, what, min)
   local v = num(ARGV[i])
-  if v == nil or v ~= v or v ~= math.floor(v) or v < (min or 0) or v > MAX_INT then
+  if v == nil or v ~= v or v % 1 ~= 0 or v < (min or 0) or v > MAX_INT then
     fail('BADARG', what .. ' must be an integer in [' .. (min or 0) .. ', 2^53], got ' .. tostring(ARGV[i]))
   end
   return v
@@ -243,7 +243,8 @@ local function clock()
   if NOW then return NOW end
   if ARGV[1] == '' then
     local t = redis.call('TIME')
-    NOW = num(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)  -- (the second recurs, the microseconds do not)
+    local us = tonumber(t[2])  -- (the second recurs, remembered; the microseconds do not)
+    NOW = num(t[1]) * 1000 + (us - us % 1000) / 1000
     NOW_S = int(NOW)
   else
     NOW = arg_int(1, 'now')
