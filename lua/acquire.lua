@@ -46,7 +46,9 @@ local place = arg_place(9)
 -- step: the clock and the state
 clock()
 if not load(ADMIT) then return missing_reply() end
-caps_config()  -- the reserve and the tenants' caps are in the admission rule
+-- The reserve and the tenants' caps are in the admission rule: read while
+-- caps or a reserve are set (capped), or while the budgets' rule asks a tenant's cap.
+if S.capped ~= 0 or S.budgets ~= '' then caps_config() end
 keep_alive()
 if not redis.call('ZSCORE', K.leases, SENTINEL) then
   -- leases lost while the state stayed: found before anything is admitted (lib/origin.lua)

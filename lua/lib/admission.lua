@@ -24,7 +24,8 @@ local CONCURRENCY = {name = 'concurrency',
       if CALL.live + 1 > S.capacity then
         return 'at capacity: ' .. CALL.live .. ' in flight of ' .. S.capacity, 0
       end
-      if place and place.rank > 0 and not place.aged and C.reserve > 0 then
+      -- (no reserve while capped is 0: set_shares sets it with the reserve)
+      if place and place.rank > 0 and not place.aged and S.capped ~= 0 and C.reserve > 0 then
         -- (counted until reclaimed: a lease expired meanwhile keeps the reserve safe)
         local others = held(LOWER_HELD)
         if others + 1 > S.capacity - C.reserve then

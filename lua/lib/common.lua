@@ -223,7 +223,7 @@ end
 
 local function arg_id(i, what)
   local v = ARGV[i]
-  if v == nil or #v > 128 or not string.match(v, '^[%w%-_.:]+$') then
+  if v == nil or #v > 128 or not string.find(v, '^[%w%-_.:]+$') then
     fail('BADARG', what .. ' must be 1-128 characters of [A-Za-z0-9-_.:], got ' .. tostring(v))
   end
   return v
@@ -566,7 +566,7 @@ local function arg_place(i)
     fail('BADARG', 'rank must be an integer in [0, ' .. (MAX_CLASSES - 1) .. '], got ' .. tostring(ARGV[i]))
   end
   local tenant = ARGV[i + 1]
-  if tenant == nil or #tenant > 64 or not string.match(tenant, '^[%w%-_.:]+$') then
+  if tenant == nil or #tenant > 64 or not string.find(tenant, '^[%w%-_.:]+$') then
     fail('BADARG', 'tenant must be 1-64 characters of [A-Za-z0-9-_.:], got ' .. tostring(tenant))
   end
   if weight == nil or weight ~= math.floor(weight) or weight < 1 or weight > MAX_WEIGHT then
