@@ -126,9 +126,14 @@ class Connection:
         self.options: dict[str, Any] = {}
         #: (time.monotonic(), what happened) of the last grant or renewal the replicas did not confirm
         self.unconfirmed: tuple[float, str] | None = None
-        #: a call passes every key (a Redis Cluster: a migrating slot is refused before the call runs),
-        #: else the state key alone; learnt from the client's kind or the library's GOVERNOR_KEYS
-        self.every_key = isinstance(self.client, redis_cluster.RedisCluster)
+        #: a standalone client of a cluster node was told so by the library (GOVERNOR_KEYS)
+        self.told_cluster = False
+
+    @property
+    def every_key(self) -> bool:
+        """A call passes every key (a Redis Cluster: a migrating slot is refused
+        before the call runs), else the state key alone."""
+        return self.told_cluster or isinstance(self.client, redis_cluster.RedisCluster)
 
     def own(self, url: str, options: dict[str, Any]) -> None:
         """The client was made from ``url`` (:func:`client_from_url`) for this
@@ -233,7 +238,7 @@ class Connection:
             reply, acknowledged = await pipe.execute()
         except redis.exceptions.ResponseError as error:
             if EVERY_KEY in str(error) and len(keys) == 1:  # a cluster node: nothing ran
-                self.every_key = True
+                self.told_cluster = True
                 return await self._send(call, reload)
             if not reload or MISSING_FUNCTION not in str(error):
                 raise
@@ -264,7 +269,6 @@ class Connection:
         standalone = self.client
         try:
             self.client = redis_cluster.RedisCluster.from_url(self.url, **self.options)
-            self.every_key = True
         except ValueError as error:
             raise ConfigError(f"invalid Redis Cluster URL {self.url!r}: {error}") from error
         log.info("governor %r: %s is a Redis Cluster node; using a cluster client", self._name, self.url)
