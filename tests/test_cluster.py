@@ -139,13 +139,59 @@ async def test_the_asyncio_facade_works_through_redis_cluster(cluster: RedisClus
 
 
 def test_from_url_works_on_a_cluster(cluster: RedisCluster, client: redis.cluster.RedisCluster) -> None:
-    names = (f"elsewhere-{i}" for i in range(1000))
-    name = next(n for n in names if node_of(client, governor_keys(n).state) != cluster.ports[0])
-    gov = Governor.from_url(cluster.url, name, CONFIG)
+    gov = Governor.from_url(cluster.url, elsewhere(cluster, client, "elsewhere"), CONFIG)
     try:
         _exercise(gov)
     finally:
         gov.close()
+
+
+def elsewhere(cluster: RedisCluster, client: redis.cluster.RedisCluster, prefix: str) -> str:
+    """A governor name whose slot another node than from_url's (the first) serves."""
+    names = (f"{prefix}-{uuid.uuid4().hex[:6]}" for _ in range(1000))
+    return next(n for n in names if node_of(client, governor_keys(n).state) != cluster.ports[0])
+
+
+def test_switching_to_a_cluster_client_leaves_other_callers_calls_alone(
+    cluster: RedisCluster, client: redis.cluster.RedisCluster
+) -> None:
+    """from_url starts on a standalone client; the first redirection switches
+    to a cluster client while other threads may be mid-call on the standalone
+    one: it is closed with the governor, not under them (a reply they wait
+    for is still read)."""
+    gov = Governor.from_url(cluster.url, elsewhere(cluster, client, "switch"), CONFIG)
+    standalone = gov._connection.client
+    try:
+        in_flight = standalone.connection_pool.get_connection()
+        in_flight.send_command("CLIENT", "ID")  # another caller's call, its reply not read yet
+        gov.acquire(timeout=5).release()  # redirected: a cluster client from now on
+        assert isinstance(gov._connection.client, redis.cluster.RedisCluster)
+        connection_id = int(in_flight.read_response())
+        standalone.connection_pool.release(in_flight)
+    finally:
+        gov.close()
+    first = redis.Redis(port=cluster.ports[0], socket_timeout=5)
+    assert not first.client_list(client_id=[connection_id]), "the governor's close closed the standalone client"
+    first.close()
+
+
+async def test_an_asyncio_switch_to_a_cluster_client_leaves_other_tasks_calls_alone(
+    cluster: RedisCluster, client: redis.cluster.RedisCluster
+) -> None:
+    gov = AsyncGovernor.from_url(cluster.url, elsewhere(cluster, client, "aswitch"), CONFIG)
+    standalone = gov._connection.client
+    try:
+        in_flight = await standalone.connection_pool.get_connection()
+        await in_flight.send_command("CLIENT", "ID")
+        await (await gov.acquire(timeout=5)).release()
+        assert isinstance(gov._connection.client, redis.asyncio.cluster.RedisCluster)
+        connection_id = int(await in_flight.read_response())
+        await standalone.connection_pool.release(in_flight)
+    finally:
+        await gov.aclose()
+    first = redis.Redis(port=cluster.ports[0], socket_timeout=5)
+    assert not first.client_list(client_id=[connection_id]), "the governor's close closed the standalone client"
+    first.close()
 
 
 def test_a_cluster_node_refuses_a_call_with_the_state_key_alone(

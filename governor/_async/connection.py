@@ -128,6 +128,9 @@ class Connection:
         self.unconfirmed: tuple[float, str] | None = None
         #: a standalone client of a cluster node was told so by the library (GOVERNOR_KEYS)
         self.told_cluster = False
+        #: clients replaced by the switch to a cluster client: other callers may
+        #: be mid-call on them, so they are closed with the governor
+        self.replaced: list[Any] = []
 
     @property
     def every_key(self) -> bool:
@@ -159,6 +162,7 @@ class Connection:
                 pause = min(pause * 2, 0.1)
 
     async def _run_once(self, call: Call[T]) -> Any:
+        client = self.client
         try:
             with map_errors(self._name, locate):
                 reply, confirmed = await self._send(call)
@@ -166,14 +170,14 @@ class Connection:
             raise await self._which_key(error) from error
         except Migrating as error:
             # a standalone client of from_url redirected by ASK: a cluster client follows it
-            if self.url is None or isinstance(self.client, redis_cluster.RedisCluster):
+            if self.url is None or isinstance(client, redis_cluster.RedisCluster):
                 raise
             if not isinstance(error.__cause__, redis.exceptions.AskError):
                 raise
-            await self._switch_to_cluster()
+            await self._switch_to_cluster(client)
             return await self._run_once(call)
         except WrongNode as error:
-            if isinstance(self.client, redis_cluster.RedisCluster):  # the slot moved: the client follows it
+            if isinstance(client, redis_cluster.RedisCluster):  # the slot moved: the client follows it
                 raise Migrating(
                     f"governor {self._name!r}: the governor's cluster slot moved to another node ({error}); "
                     "retried until the caller's timeout",
@@ -181,7 +185,7 @@ class Connection:
                 ) from error
             if self.url is None:
                 raise
-            await self._switch_to_cluster()
+            await self._switch_to_cluster(client)
             return await self._run_once(call)
         result = call.parse(reply)
         if confirmed is not True:
@@ -263,17 +267,24 @@ class Connection:
                 name=self._name,
             ) from error
 
-    async def _switch_to_cluster(self) -> None:
-        """from_url was given a cluster node: use a cluster client instead."""
+    async def _switch_to_cluster(self, standalone: Any) -> None:
+        """from_url was given a cluster node: use a cluster client instead of
+        ``standalone`` (once: a caller redirected on it after another caller
+        switched uses the cluster client too)."""
         assert self.url is not None
-        standalone = self.client
+        if self.client is not standalone:
+            return
         try:
-            self.client = redis_cluster.RedisCluster.from_url(self.url, **self.options)
+            cluster = redis_cluster.RedisCluster.from_url(self.url, **self.options)
         except ValueError as error:
             raise ConfigError(f"invalid Redis Cluster URL {self.url!r}: {error}") from error
+        if self.client is not standalone:  # another thread switched while this one connected
+            # sync: cluster.close()
+            await cluster.aclose()
+            return
+        self.replaced.append(self.client)  # (standalone, or a racing thread's cluster client)
+        self.client = cluster
         log.info("governor %r: %s is a Redis Cluster node; using a cluster client", self._name, self.url)
-        # sync: standalone.close()
-        await standalone.aclose()
 
     async def _which_key(self, error: WrongKeyType) -> WrongKeyType:
         """A script stopped on a key of the wrong type: name the key."""
@@ -292,5 +303,6 @@ class Connection:
     async def aclose(self) -> None:
         """Close the client if it is the governor's own."""
         if self.owns_client:
-            # sync: self.client.close()
-            await self.client.aclose()
+            for client in (*self.replaced, self.client):
+                # sync: client.close()
+                await client.aclose()
