@@ -50,7 +50,7 @@ if not load(ADMIT) then return missing_reply() end
 -- caps or a reserve are set (capped), or while the budgets' rule asks a tenant's cap.
 if S.capped ~= 0 or S.budgets ~= '' then caps_config() end
 keep_alive()
-if not redis.call('ZSCORE', K.leases, SENTINEL) then
+if not redis.call('ZRANK', K.leases, SENTINEL) then
   -- leases lost while the state stayed: found before anything is admitted (lib/origin.lua)
   prepare()
   check_types()
@@ -70,7 +70,7 @@ if mode == 'again' then
     local m = record_parse(redis.call('HGET', K.holders, id))
     return finish({SCHEMA, 'granted', (m and m.fence or 0), expiry - NOW, S.epoch})
   end
-  in_queue = redis.call('ZSCORE', K.queue, id) ~= false or redis.call('ZSCORE', K.parked, id) ~= false
+  in_queue = redis.call('ZRANK', K.queue, id) ~= false or redis.call('ZRANK', K.parked, id) ~= false
 end
 
 -- step: the admission rule
@@ -92,7 +92,7 @@ end
 if in_queue then
   prepare()
   guard_grant(false, K.waiters, K.holders, K.leases)  -- (and what grant() adds): written after this write
-  redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
+  redis.call('ZADD', K.waiters, int(NOW + queue_ttl), id)
 else
   local waiting = redis.call('ZCOUNT', K.waiters, LIVE, '+inf')  -- live waiters: dead ones never count
   local reason, hint = blocked(tokens, place)
@@ -117,7 +117,7 @@ else
     guard_grant(place.rank > 0 and C.aging_ms > 0, K.queue, K.leases)
   end
   enqueue(id, place, record_format(0, ttl, NOW, tokens.input, tokens.output, 0, place.rank, place.tenant, holder))
-  redis.call('ZADD', K.waiters, NOW + queue_ttl, id)
+  redis.call('ZADD', K.waiters, int(NOW + queue_ttl), id)
   if waiting == 0 then created(K.queue) created(K.waiters) end
 end
 

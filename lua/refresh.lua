@@ -41,7 +41,7 @@ if grow then grow() end
 local granted = grant()
 local reason, hint = blocked(NO_TOKENS)
 local reply = {SCHEMA, 'refreshed', S.epoch, reason or '', hint}
-local deadline = NOW + queue_ttl
+local deadline = int(NOW + queue_ttl)  -- (a string: Redis formats a number sent to it with "%.17g")
 for i = 4, #ARGV do
   local id = ARGV[i]
   if granted[id] then
@@ -49,8 +49,8 @@ for i = 4, #ARGV do
     reply[#reply + 1] = granted[id]
     reply[#reply + 1] = tonumber(redis.call('ZSCORE', K.leases, id)) - NOW
     reply[#reply + 1] = ''
-  elseif redis.call('ZADD', K.waiters, 'XX', 'CH', deadline, id) == 1 or redis.call('ZSCORE', K.queue, id)
-      or redis.call('ZSCORE', K.parked, id) then
+  elseif redis.call('ZADD', K.waiters, 'XX', 'CH', deadline, id) == 1 or redis.call('ZRANK', K.queue, id)
+      or redis.call('ZRANK', K.parked, id) then
     local why, wait = waiting_on(id)
     reply[#reply + 1] = 'queued'
     reply[#reply + 1] = redis.call('ZRANK', K.queue, id) or -1

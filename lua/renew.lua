@@ -57,7 +57,7 @@ for i = 4, #ARGV, WIDTH do
   local id, epoch, holder = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local expiry = expiries[i]
   if expiry and expiry > NOW then
-    redis.call('ZADD', K.leases, 'XX', 'GT', NOW + ttl, id)  -- a late renewal never shortens a lease
+    redis.call('ZADD', K.leases, 'XX', 'GT', int(NOW + ttl), id)  -- a late renewal never shortens a lease
     reply[#reply + 1] = 'ok'
     reply[#reply + 1] = 0
   elseif epoch ~= S.epoch then

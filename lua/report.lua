@@ -100,7 +100,8 @@ keep_alive()
 -- step: the lease
 -- Types: the hashes were read; the zsets are read below before any write
 -- (ZCARD queue, ZSCORE leases when a lease reports, ZCOUNT in window()),
--- holders by HEXISTS; events, waiters and (with no lease) leases guarded.
+-- holders by HEXISTS (or, a quiet success giving a live lease back, by
+-- HDEL, its first write); events, waiters and (with no lease) leases guarded.
 -- The lease's holder record is read when its reservation is settled, or
 -- when it is given back while held counts leases (caps, a reserve).
 local settles = lease and usage and #active_budgets() > 0
@@ -108,19 +109,24 @@ local counted = release and S.capped == 1 and redis.call('EXISTS', K.held) == 1 
 if counted then guard(K.held) end
 local lease_record = nil
 if settles or counted then lease_record = record_parse(redis.call('HGET', K.holders, lease)) end
-local known = release and (lease_record ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)
+-- A quiet success changes nothing a lease given back first could change:
+-- a live one goes before the window is written (first_back).
+local first_back = quiet and release and lease_record == nil
+local known = release and not first_back and (lease_record ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)
 
 local function give_back()
   if release and redis.call('ZREM', K.leases, lease) == 1 then
     if known then redis.call('HDEL', K.holders, lease) end  -- a queued id keeps its place
     if counted then unhold(lease_record, waiting) end
   end
+  release = false  -- (given back once)
 end
 
 if lease then
   local expiry = tonumber(redis.call('ZSCORE', K.leases, lease))
   if not expiry or expiry <= NOW then
     if waiting then guard_grant(false, K.waiters, K.holders) end  -- (and what grant() adds)
+    if first_back then known = redis.call('HEXISTS', K.holders, lease) == 1 end  -- a queued id keeps its place
     give_back()
     if waiting then grant() end  -- its tenant's first parked waiter may be back in the queue
     return finish({SCHEMA, 'lost'})
@@ -133,6 +139,13 @@ if quiet then
   total = redis.call('ZCOUNT', K.attempts, '(' .. int(NOW - C.window_ms), '+inf')  -- a read tells its type
 elseif outcome ~= 'q' then
   rl, total = window()  -- reads tell the window keys' types
+end
+if first_back then
+  -- A live lease's record is its own (a queued id has none in leases):
+  -- HDEL, the call's first write, tells holders' type.
+  redis.call('HDEL', K.holders, lease)
+  known = false
+  give_back()
 end
 if not quiet then guard(K.events) end  -- the policy may log after the first write
 if not lease then guard(K.leases) end  -- the policy and grant() count it after the first write

@@ -22,7 +22,7 @@ local CONCURRENCY = {name = 'concurrency',
     room = function(tokens, place)
       if CALL.live == nil then CALL.live = in_flight() end
       if CALL.live + 1 > S.capacity then
-        return 'at capacity: ' .. CALL.live .. ' in flight of ' .. S.capacity, 0
+        return 'at capacity: ' .. dec(CALL.live) .. ' in flight of ' .. dec(S.capacity), 0
       end
       -- (no reserve while capped is 0: set_shares sets it with the reserve)
       if place and place.rank > 0 and not place.aged and S.capped ~= 0 and C.reserve > 0 then

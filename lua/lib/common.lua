@@ -207,8 +207,10 @@ local function num(s)
 end
 
 -- An integer inside a string: Lua's own conversion turns a fence (above
--- 1e14) into "1.7e+15". Numbers passed to redis.call or returned in a reply
--- need no conversion: Redis converts them exactly.
+-- 1e14) into "1.7e+15". Redis converts a number passed to redis.call
+-- exactly, but with "%.17g" (about 4,000 server instructions more than
+-- this): the hot paths pass their scores and deadlines as int(x). A reply
+-- may hold numbers.
 local function int(x)
   return string.format('%d', x)
 end
@@ -411,7 +413,16 @@ local function set(hash, field, value)
   end
 end
 
--- Numbers go to Redis as numbers (converted exactly); STORE overrides.
+-- A value as save() stores it: STORE's string for the field, an integer
+-- as its digits (what Redis would make of the number, for a quarter of its
+-- cost: it formats every number it is given with "%.17g"), else the number
+-- itself (converted exactly).
+local function stored(f, v)
+  if STORE and STORE[f] then return STORE[f] end
+  if type(v) == 'number' and v % 1 == 0 and v >= -MAX_INT and v <= MAX_INT then return int(v) end
+  return v
+end
+
 -- A hash the call created (init, a config stored afresh) stores the hot
 -- paths' fields first (HOT): a small hash is a listpack, which a lookup
 -- scans from its start.
@@ -423,14 +434,14 @@ local function save()
       for _, f in ipairs(HOT[hash]) do
         if dirty[f] then
           args[#args + 1] = f
-          args[#args + 1] = STORE and STORE[f] or into[f]
+          args[#args + 1] = stored(f, into[f])
           dirty[f] = nil
         end
       end
     end
     for f in pairs(dirty) do
       args[#args + 1] = f
-      args[#args + 1] = STORE and STORE[f] or into[f]
+      args[#args + 1] = stored(f, into[f])
     end
     if #args > 0 then redis.call('HSET', K[hash], unpack(args)) end
   end

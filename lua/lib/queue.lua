@@ -27,12 +27,12 @@ local function enqueue(id, place, entry)
   local finish = tonumber(redis.call('ZSCORE', K.shares, share))  -- before the first write: it tells the type
   redis.call('HSET', K.holders, id, entry)
   local start = math.max(S[vtime], (finish or base) - base)
-  redis.call('ZADD', K.shares, base + start + math.ceil(QUANTUM / place.weight), share)
+  redis.call('ZADD', K.shares, int(base + start + math.ceil(QUANTUM / place.weight)), share)
   if not finish then created(K.shares) end
-  redis.call('ZADD', K.queue, (place.rank + 1) * QUEUE_BAND + start, id)
+  redis.call('ZADD', K.queue, int((place.rank + 1) * QUEUE_BAND + start), id)
   if place.rank > 0 and C.aging_ms > 0 then
     local due = NOW + C.aging_ms
-    redis.call('ZADD', K.aging, due, id)
+    redis.call('ZADD', K.aging, int(due), id)
     if S.aging_due == 0 then created(K.aging) end
     if S.aging_due == 0 or due < S.aging_due then set('state', 'aging_due', due) end
   end
