@@ -99,7 +99,7 @@ end
 keep_alive()
 -- step: the lease
 -- Types: the hashes were read; the zsets are read below before any write
--- (ZCARD queue, ZSCORE leases when a lease reports, ZCOUNT in window()),
+-- (ZCARD queue, ZSCORE leases when a lease reports, ZCOUNT in window(), or TYPE),
 -- holders by HEXISTS (or, a quiet success giving a live lease back, by
 -- HDEL, its first write); events, waiters and (with no lease) leases guarded.
 -- The lease's holder record is read when its reservation is settled, or
@@ -134,11 +134,14 @@ if lease then
 end
 
 -- step: the window
-local rl, total
+-- (A quiet success's policy looks at no count: TYPE says whether the
+-- window's key is new, and its type.)
+local rl, total, fresh
 if quiet then
-  total = redis.call('ZCOUNT', K.attempts, '(' .. int(NOW - C.window_ms), '+inf')  -- a read tells its type
+  fresh = check_type(K.attempts, 'zset') == 'none'
 elseif outcome ~= 'q' then
   rl, total = window()  -- reads tell the window keys' types
+  fresh = total == 0
 end
 if first_back then
   -- A live lease's record is its own (a queued id has none in leases):
@@ -164,7 +167,7 @@ if outcome == 'q' then
     log('quota', 'count', S.quota_exhausted, 'why', 'provider reported its quota exhausted (billing, not a throttle)')
   end
 else
-  record(policy, outcome, fence, rl, total)
+  record(policy, outcome, fence, rl, total, fresh)
   if outcome == 'r' and retry_after then
     -- The provider asked the whole fleet to hold.
     local until_ms = NOW + math.min(retry_after, C.retry_after_cap_ms)

@@ -54,9 +54,9 @@ start for each field: a new hash stores the hot paths' fields first, HOT)
 and each table it builds (about 1,500), so the hot paths read only the
 fields a path needs, with one HMGET per hash, decide what they read before
 their first write (a report's read plan: the_policy() of lib/policy.lua
-tells a quiet success, which reads the policy's streak alone and no
-config beyond the window and idle time) and let reads of a key tell its
-type. The hot operations mark their steps ("-- step: ..." lines at their
+tells a quiet success, which reads the policy's streak alone, no config
+beyond max_capacity and the idle time and no window count) and let reads
+of a key tell its type. The hot operations mark their steps ("-- step: ..." lines at their
 top level): scripts/report_stages.py counts each step under callgrind.
 Every count is derived with ZCOUNT over the live range, so expired
 leases, dead waiters and old window events never count even before they
@@ -264,6 +264,7 @@ local function check_type(key, want)
   if t ~= 'none' and t ~= want then
     fail('WRONGTYPE', key .. ' is a ' .. t .. ', expected a ' .. want)
   end
+  return t
 end
 
 local function guard(...)

@@ -4,8 +4,8 @@ Uses lib/common.lua, lib/capacity.lua.
 A policy is a unit: its entry here (its state fields, its reaction to a
 rate-limited attempt and to a success, its reset), its config class in
 governor/policies.py (its stored numbers, read here from C) and its entry in
-tests/support/model.py. record() adds one attempt to the window and hands it to the
-governor's policy.
+tests/support/model.py. record() adds one attempt to the window (fresh: the
+window's key is new, and gets its expiry) and hands it to the governor's policy.
 
 Every policy's state lives in the policy hash (P); streak, the successes
 in a row since the last change, is every policy's (pause and resume clear
@@ -24,8 +24,9 @@ it). Each entry:
   quiet()            (or none) true when a success now changes nothing but the
                      policy's state fields listed in quiet_state (the only
                      ones a quiet success reads: the_policy() below)
-rl and total are the window's counts with this attempt; fence is the
-reporting lease's fence, or nil.
+rl and total are the window's counts with this attempt (nil for a quiet
+success, which reads no window); fence is the reporting lease's fence,
+or nil.
 ]]
 
 -- Change capacity (never above max_capacity) and log why.
@@ -46,7 +47,7 @@ end
 
 local POLICIES = {}
 -- What the_policy() reads of the config first; the streak, as a read list.
-local POLICY_CONFIG = {'policy', 'max_capacity', 'window_ms', 'idle_ms'}
+local POLICY_CONFIG = {'policy', 'max_capacity', 'idle_ms'}  -- (a quiet success needs no window_ms)
 local STREAK = {'streak'}
 
 -- The longest wait between probes refused at the same level: half a window,
@@ -257,7 +258,7 @@ end
 -- window's counts before it (window(); rl may be nil for a quiet success).
 -- Needs the state's capacity, fence and event_seq; `policy` is
 -- the_policy()'s, called before the first write.
-local function record(policy, outcome, fence, rl, total)
+local function record(policy, outcome, fence, rl, total, fresh)
   S.event_seq = redis.call('HINCRBY', K.state, 'event_seq', '1')  -- read and checked by the caller
   local member, at = int(S.event_seq) .. ':' .. outcome, NOW_S
   if outcome == 'r' then
@@ -266,8 +267,8 @@ local function record(policy, outcome, fence, rl, total)
     rl = rl + 1
   end
   redis.call('ZADD', K.attempts, at, member)
-  if total == 0 then created(K.attempts) end
-  total = total + 1
+  if fresh then created(K.attempts) end
+  if total then total = total + 1 end
   if outcome == 'r' then
     set('policy', 'streak', 0)
     if S.capacity > 0 then policy.limited(rl, total, fence) end  -- 429s while paused change nothing
