@@ -48,7 +48,7 @@ local retry_after = nil
 if ARGV[4] ~= '' then retry_after = arg_int(4, 'retry_after_ms') end
 local lease, fence = nil, nil
 if ARGV[5] ~= '' then lease = arg_id(5, 'lease') end
-if ARGV[6] ~= '' then fence = arg_int(6, 'fence') end
+if ARGV[6] ~= '' then fence = arg_int(6, 'fence', 0, true) end
 local release = lease ~= nil and ARGV[7] == '1'
 local usage = nil
 if ARGV[8] ~= nil and ARGV[8] ~= '' then usage = arg_tokens(8, 'usage') end
@@ -81,10 +81,10 @@ local waiting = redis.call('ZCARD', K.queue) > 0 or (S.capped == 1 and redis.cal
 -- step: the read plan
 local policy, quiet = the_policy(outcome)  -- its config and state: nothing is read after the first write
 -- A quiet success (the policy's common case) with nobody waiting, nothing
--- due and no figures to calibrate writes no log and needs no more than
--- the window's length and the keys' idle time.
+-- due and no figures to calibrate writes no log and reads no more config
+-- (the keys' idle time only if the window's key is new).
 quiet = quiet and not waiting and NOW < S.reclaim_due and #limits == 0
-if quiet then more_of('config', IDLE) else prepare(waiting) end
+if not quiet then prepare(waiting) end
 if outcome == 'q' then more('state', 'quota_exhausted') end
 if outcome == 'r' then more('state', 'fence') end  -- a cut remembers the fence it was made at
 if retry_after then
@@ -139,6 +139,7 @@ end
 local rl, total, fresh
 if quiet then
   fresh = check_type(K.attempts, 'zset') == 'none'
+  if fresh then more_of('config', IDLE) end  -- the new key's expiry (finish)
 elseif outcome ~= 'q' then
   rl, total = window()  -- reads tell the window keys' types
   fresh = total == 0

@@ -128,6 +128,18 @@ def test_each_fragment_uses_only_earlier_ones_and_says_which(fragment: str) -> N
     assert _uses_line(path) == _needed(code(path), order[: order.index(fragment)])
 
 
+def test_no_two_library_files_define_one_name() -> None:
+    """The fragments are one chunk: a name defined again further down
+    shadows the first for every file below it (an operation would call
+    another function than the one its fragment meant)."""
+    files = (COMMON_NAME, *FRAGMENTS)
+    seen: dict[str, str] = {}
+    for name in files:
+        for defined in _defined(code(LUA / "lib" / f"{name}.lua")):
+            assert defined not in seen, f"{defined} is defined by lib/{seen[defined]}.lua and lib/{name}.lua"
+            seen[defined] = name
+
+
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_each_operations_uses_line_names_what_it_uses(operation: str) -> None:
     path = LUA / f"{operation}.lua"

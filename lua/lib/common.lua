@@ -215,8 +215,11 @@ local function int(x)
   return string.format('%d', x)
 end
 
-local function arg_int(i, what, min)
-  local v = num(ARGV[i])
+-- ARGV[i] as an integer >= min (0); `unique`: a value that never recurs
+-- (a fence), converted without the memo.
+local function arg_int(i, what, min, unique)
+  local v
+  if unique then v = tonumber(ARGV[i]) else v = num(ARGV[i]) end
   if v == nil or v ~= v or v % 1 ~= 0 or v < (min or 0) or v > MAX_INT then
     fail('BADARG', what .. ' must be an integer in [' .. (min or 0) .. ', 2^53], got ' .. tostring(ARGV[i]))
   end

@@ -47,7 +47,7 @@ end
 
 local POLICIES = {}
 -- What the_policy() reads of the config first; the streak, as a read list.
-local POLICY_CONFIG = {'policy', 'max_capacity', 'idle_ms'}  -- (a quiet success needs no window_ms)
+local POLICY_CONFIG = {'policy', 'max_capacity'}  -- (what tells a quiet success)
 local STREAK = {'streak'}
 
 -- The longest wait between probes refused at the same level: half a window,

@@ -60,7 +60,7 @@ local WRITE = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'b
 -- (a report reads the epoch, the hold and the queue's aging only when it
 -- may grant or hold: prepare(), its retry-after)
 local REPORT = {'capacity', 'touch_due', 'reclaim_due', 'event_seq', 'budgets', 'capped'}
--- What prepare() reads of the config; what a quiet report reads (its keys' idle time).
+-- What prepare() reads of the config; what a quiet report reads when it creates the window's key.
 local PREPARE_CONFIG = {'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms', 'aging_ms'}
 local IDLE = {'idle_ms'}
 
