@@ -111,7 +111,7 @@ def main() -> int:
         return 2
     source, names = cut_library(options.operation)
     folder = Path(tempfile.mkdtemp(prefix="governor-stages-"))
-    server = RedisServer(None, "--hz", "1", wrapper=[*callgrind(folder), "--instr-atstart=no"])
+    server = RedisServer(None, "--hz", "1", wrapper=callgrind(folder))
     try:
         server.start()
         counter = _Callgrind(server, folder)
