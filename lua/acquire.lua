@@ -89,13 +89,15 @@ if impossible then
 end
 
 -- step: a new lease, or a place in the queue
+local reason, hint, ruled = nil, 0, false  -- the rule's answer for the caller, once asked
 if in_queue then
   prepare()
   guard_grant(false, K.waiters, K.holders, K.leases)  -- (and what grant() adds): written after this write
   redis.call('ZADD', K.waiters, int(NOW + queue_ttl), id)
 else
   local waiting = redis.call('ZCOUNT', K.waiters, LIVE, '+inf')  -- live waiters: dead ones never count
-  local reason, hint = blocked(tokens, place)
+  reason, hint = blocked(tokens, place)
+  ruled = true
   if waiting == 0 and not reason then
     -- Nobody waits and the rule admits: at once (FIFO holds trivially).
     if S.budgets ~= '' and oversize(tokens) then  -- add_lease logs it
@@ -125,6 +127,7 @@ local granted = grant(id)
 if granted[id] then
   return finish({SCHEMA, 'granted', granted[id], ttl, S.epoch})
 end
-local reason, hint = blocked(tokens, place)
+-- (what the rule said still holds unless grant() admitted somebody)
+if not ruled or next(granted) ~= nil then reason, hint = blocked(tokens, place) end
 local position = redis.call('ZRANK', K.queue, id) or -1  -- parked at its tenant's cap: -1
 return finish({SCHEMA, 'queued', position, reason or 'behind earlier waiters', hint, S.epoch})

@@ -106,8 +106,12 @@ local function grant(caller)
     if not head then break end
     local score = tonumber(first[2])
     -- pause, hold, concurrency (the class from the band): no record needed
+    -- (with no budget, cap or reserve the class changes nothing: the answer above)
     local band = math.floor(score / QUEUE_BAND)
-    local why, hint, budget = blocked(NO_TOKENS, {rank = math.max(band - 1, 0), aged = band == 0})
+    local why, hint, budget = none, wait, nil
+    if S.capped ~= 0 or S.budgets ~= '' then
+      why, hint, budget = blocked(NO_TOKENS, {rank = math.max(band - 1, 0), aged = band == 0})
+    end
     local m, impossible = nil, nil
     if not why then
       m = record_parse(redis.call('HGET', K.holders, head))
