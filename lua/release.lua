@@ -21,10 +21,13 @@ local id = arg_id(3, 'id')
 -- (and push expiries back when due) before the first write.
 -- step: the queue
 -- (Redis deletes an emptied zset or hash: one EXISTS over the queue, the
--- parked waiters and held says whether any is in use, the common answer
--- being none; else each is asked, and the reads tell their types.)
-local in_use = redis.call('EXISTS', K.queue, K.parked, K.held) > 0
-local waiting = in_use and (redis.call('ZCARD', K.queue) > 0 or redis.call('ZCARD', K.parked) > 0)
+-- parked waiters and held counts those in use, the common answer being
+-- none; the zsets are then asked, the reads telling their types, and held
+-- is in use when they do not account for the count.)
+local in_use = redis.call('EXISTS', K.queue, K.parked, K.held)
+local queued = in_use > 0 and redis.call('ZCARD', K.queue) > 0
+local parked = in_use > (queued and 1 or 0) and redis.call('ZCARD', K.parked) > 0
+local waiting = queued or parked
 if waiting then
   clock()
   if not load(WRITE) then return missing_reply() end
@@ -35,7 +38,7 @@ end
 -- step: the lease
 -- A read tells holders' type before the first write; ZREM tells leases'.
 -- While held counts leases (caps, a reserve), the record says what this one counted in.
-local counted = in_use and redis.call('EXISTS', K.held) == 1
+local counted = in_use > (queued and 1 or 0) + (parked and 1 or 0)
 if counted then guard(K.held) end
 local raw, known
 if counted then
