@@ -2,9 +2,8 @@
 ``python -m bench bench --instructions``.
 
 A private ``redis-server`` runs under ``valgrind --tool=callgrind`` (the
-launcher, :mod:`bench.redis_server`), with instrumentation off
-except while a phase is measured: each phase is ``calls`` repetitions of
-one operation between ``callgrind_control --zero`` and ``--dump``.
+launcher, :mod:`bench.redis_server`): each phase is ``calls`` repetitions
+of one operation between ``callgrind_control --zero`` and ``--dump``.
 Instruction counts do not depend on how busy the machine is, so they
 compare across runs and machines of one Redis build (what runs by time,
 reclaim once a second and the expiry push, is kept from falling due while
