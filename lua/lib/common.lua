@@ -56,8 +56,9 @@ fields a path needs, with one HMGET per hash, decide what they read before
 their first write (a report's read plan: the_policy() of lib/policy.lua
 tells a quiet success, which reads the policy's streak alone, no config
 beyond max_capacity and the idle time and no window count) and let reads
-of a key tell its type. The hot operations mark their steps ("-- step: ..." lines at their
-top level): scripts/report_stages.py counts each step under callgrind.
+of a key tell its type. The hot operations mark their steps ("-- step:
+..." lines at their top level): scripts/report_stages.py counts each step
+under callgrind.
 Every count is derived with ZCOUNT over the live range, so expired
 leases, dead waiters and old window events never count even before they
 are removed; removal (reclaim) runs at most once per RECLAIM_MS and
