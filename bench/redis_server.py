@@ -54,7 +54,7 @@ def free_port() -> int:
 
 def valgrind_missing() -> str | None:
     """Why :func:`callgrind` cannot run here, or None when it can."""
-    missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
+    missing = [tool for tool in ("valgrind", "vgdb") if shutil.which(tool) is None]
     if missing:
         return f"{' and '.join(missing)} not found: apt-get install valgrind"
     return None
