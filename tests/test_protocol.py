@@ -451,3 +451,22 @@ def test_every_step_of_the_cost_breakdown_cuts_the_lua_where_it_runs(operation: 
     finally:
         client.function_delete("governor_stages")
         client.close()
+
+
+def test_the_lua_cost_snippets_load_and_run_on_a_real_redis(redis_url: str) -> None:
+    """scripts/lua_costs.py's snippets (the figures the Lua's comments quote)
+    load as one library and each runs: a snippet Redis refuses fails here,
+    not when someone next prices a step."""
+    spec = importlib.util.spec_from_file_location("lua_costs", ROOT / "scripts" / "lua_costs.py")
+    assert spec is not None and spec.loader is not None
+    costs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(costs)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        client.function_load(costs.library(2), replace=True)
+        for i in range(len(costs.SNIPPETS)):
+            assert client.fcall(f"snippet{i}", 0, "3e755cd1edbc40055833f7a0673d6f88") == 1
+    finally:
+        client.function_delete("lua_costs")
+        client.delete("lua_costs:zk", "lua_costs:hk")
+        client.close()

@@ -192,8 +192,8 @@ local function values(hash)
 end
 
 -- A stored or sent number as Lua's number, or nil: tonumber() remembered.
--- Lua converts with the C library's strtod (about 1,000 server
--- instructions), and the same few strings (a capacity, a TTL, a rank) come
+-- Lua converts with the C library's strtod (about 2,000 server
+-- instructions, scripts/lua_costs.py), and the same few strings (a capacity, a TTL, a rank) come
 -- back call after call; at most 4,096 are kept, then the memo starts again.
 local NUMBERS, NUMBERS_KEPT = {}, 0
 local function num(s)
@@ -209,9 +209,9 @@ end
 
 -- An integer inside a string: Lua's own conversion turns a fence (above
 -- 1e14) into "1.7e+15". Redis converts a number passed to redis.call
--- exactly, but with "%.17g" (about 4,000 server instructions more than
--- this): the hot paths pass their scores and deadlines as int(x). A reply
--- may hold numbers.
+-- exactly, but with "%.17g", about 4,000 server instructions more than a
+-- string costs it, and int() about 2,000 (scripts/lua_costs.py): the hot
+-- paths pass their scores and deadlines as int(x). A reply may hold numbers.
 local function int(x)
   return string.format('%d', x)
 end
@@ -228,7 +228,8 @@ local function arg_int(i, what, min, unique)
 end
 
 -- (An id of letters and digits alone, as the clients make them, is told
--- by a one-class pattern first: a third cheaper than the set's.)
+-- by a one-class pattern first: a quarter cheaper than the set's,
+-- scripts/lua_costs.py.)
 local function arg_id(i, what)
   local v = ARGV[i]
   if v == nil or #v > 128 or not (string.find(v, '^%w+$') or string.find(v, '^[%w%-_.:]+$')) then
@@ -421,9 +422,8 @@ local function set(hash, field, value)
 end
 
 -- A value as save() stores it: STORE's string for the field, an integer
--- as its digits (what Redis would make of the number, for a quarter of its
--- cost: it formats every number it is given with "%.17g"), else the number
--- itself (converted exactly).
+-- as its digits (what Redis would make of the number, for less: see int()),
+-- else the number itself (converted exactly).
 local function stored(f, v)
   if STORE and STORE[f] then return STORE[f] end
   if type(v) == 'number' and v % 1 == 0 and v >= -MAX_INT and v <= MAX_INT then return int(v) end
@@ -535,7 +535,7 @@ end
 
 -- An integer that recurs (a TTL, a token count, a level, a rank) as a
 -- decimal string, remembered (at most 4,096): string.format costs about
--- 1,400 server instructions, a lookup a few dozen.
+-- 2,300 server instructions (scripts/lua_costs.py), a lookup a few dozen.
 local DECIMALS, DECIMALS_KEPT = {}, 0
 local function dec(x)
   local s = DECIMALS[x]
