@@ -60,7 +60,8 @@ import subprocess
 import tempfile
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,29 @@ class _Callgrind:
             if label and total:
                 out[label.group(1).strip()] = int(total.group(1))
         return out
+
+
+@contextmanager
+def counted_server(prefix: str = "governor-callgrind-") -> Iterator[tuple[_Callgrind, redis.Redis]]:
+    """A private redis-server under callgrind (``--hz 1``: its own timer work
+    stays out of the counts), its counter and a client; all removed after.
+    Read the counter's totals inside the block. Raises
+    InstructionsUnavailable where the tools are missing."""
+    why = missing_tools()
+    if why is not None:
+        raise InstructionsUnavailable(why)
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    server = RedisServer(None, "--hz", "1", wrapper=callgrind(folder))
+    try:
+        server.start()
+        client = redis.Redis(port=server.port, socket_timeout=120)
+        try:
+            yield _Callgrind(server, folder), client
+        finally:
+            client.close()
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _tenant(i: int) -> str:
@@ -338,27 +362,13 @@ def measure_instructions(
 ) -> dict[str, Any]:
     """Server instructions per repetition of each phase (see the module), at
     ``shallow`` and ``deep``; raises InstructionsUnavailable without valgrind."""
-    why = missing_tools()
-    if why is not None:
-        raise InstructionsUnavailable(why)
-    folder = Path(tempfile.mkdtemp(prefix="governor-callgrind-"))
-    server = RedisServer(None, "--hz", "1", wrapper=callgrind(folder))
-    try:
-        server.start()
-        counter = _Callgrind(server, folder)
-        client = redis.Redis(port=server.port, socket_timeout=120)
-        try:
-            version = str(client.info("server")["redis_version"])
-            if features:
-                _features(counter, client, calls)
-            for depth in (shallow, deep):
-                _depth(counter, client, depth, calls)
-        finally:
-            client.close()
+    with counted_server() as (counter, client):
+        version = str(client.info("server")["redis_version"])
+        if features:
+            _features(counter, client, calls)
+        for depth in (shallow, deep):
+            _depth(counter, client, depth, calls)
         totals = counter.totals()
-    finally:
-        server.cleanup()
-        shutil.rmtree(folder, ignore_errors=True)
     per: dict[str, dict[int, float]] = {key: {} for key in PHASES}
     feature_rows: dict[str, dict[str, float]] = {name: {} for name in FEATURES} if features else {}
     names = list(FEATURES)

@@ -16,12 +16,8 @@ too. Needs valgrind.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 from pathlib import Path
-
-import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -68,35 +64,25 @@ def library(repeat: int) -> str:
 
 
 def main() -> int:
-    from bench.instructions import _Callgrind, missing_tools
-    from bench.redis_server import RedisServer, callgrind
+    from bench.instructions import InstructionsUnavailable, counted_server
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1000, help="runs of each snippet per call")
     options = parser.parse_args()
-    why = missing_tools()
-    if why:
-        print(why, file=sys.stderr)
-        return 2
-    folder = Path(tempfile.mkdtemp(prefix="governor-lua-costs-"))
-    server = RedisServer(None, "--hz", "1", wrapper=callgrind(folder))
     calls = 3
+    lease_id = "3e755cd1edbc40055833f7a0673d6f88"
     try:
-        server.start()
-        counter = _Callgrind(server, folder)
-        client = redis.Redis(port=server.port, socket_timeout=120)
-        client.function_load(library(options.repeat), replace=True)
-        client.zadd("lua_costs:zk", {"m": 5})
-        client.hset("lua_costs:hk", mapping={field: "12" for field in "abcdefghij"})
-        lease_id = "3e755cd1edbc40055833f7a0673d6f88"
-        for i in range(len(SNIPPETS)):
-            client.fcall(f"snippet{i}", 0, lease_id)  # (the first call of a function warms it)
-            counter.count(f"snippet{i}", lambda i=i: client.fcall(f"snippet{i}", 0, lease_id), calls)
-        client.close()
-        totals = counter.totals()
-    finally:
-        server.cleanup()
-        shutil.rmtree(folder, ignore_errors=True)
+        with counted_server("governor-lua-costs-") as (counter, client):
+            client.function_load(library(options.repeat), replace=True)
+            client.zadd("lua_costs:zk", {"m": 5})
+            client.hset("lua_costs:hk", mapping={field: "12" for field in "abcdefghij"})
+            for i in range(len(SNIPPETS)):
+                client.fcall(f"snippet{i}", 0, lease_id)  # (the first call of a function warms it)
+                counter.count(f"snippet{i}", lambda i=i: client.fcall(f"snippet{i}", 0, lease_id), calls)
+            totals = counter.totals()
+    except InstructionsUnavailable as error:
+        print(error, file=sys.stderr)
+        return 2
     floor = totals["snippet0"] / calls
     print(f"server instructions per run of each snippet ({options.repeat} runs a call, above an empty loop):")
     for i, name in enumerate(SNIPPETS):

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import sys
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -98,39 +96,29 @@ def calls(operation: str, client: redis.Redis, gov: Governor) -> Iterator[Callab
 
 
 def main() -> int:
-    from bench.instructions import _Callgrind, missing_tools
-    from bench.redis_server import RedisServer, callgrind
+    from bench.instructions import InstructionsUnavailable, counted_server
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--operation", choices=OPERATIONS, default="report")
     parser.add_argument("--calls", type=int, default=200, help="calls per step")
     options = parser.parse_args()
-    why = missing_tools()
-    if why:
-        print(why, file=sys.stderr)
-        return 2
     source, names = cut_library(options.operation)
-    folder = Path(tempfile.mkdtemp(prefix="governor-stages-"))
-    server = RedisServer(None, "--hz", "1", wrapper=callgrind(folder))
     try:
-        server.start()
-        counter = _Callgrind(server, folder)
-        client = redis.Redis(port=server.port, socket_timeout=120)
-        gov = governor(client)
-        client.function_load(source, replace=True)
-        counter.count("pair", lambda: (client.incr("x"), client.decr("x")), options.calls)
-        for i in range(len(names)):
-            # the calls' arguments are made (and their leases acquired) before counting
-            made = calls(options.operation, client, gov)
-            prepared = [next(made) for _ in range(options.calls)]
-            runs = iter(prepared)
-            counter.count(f"stage{i}", lambda i=i, runs=runs: next(runs)(f"stage{i}"), options.calls)
-        gov.close()
-        client.close()
-        totals = counter.totals()
-    finally:
-        server.cleanup()
-        shutil.rmtree(folder, ignore_errors=True)
+        with counted_server("governor-stages-") as (counter, client):
+            gov = governor(client)
+            client.function_load(source, replace=True)
+            counter.count("pair", lambda: (client.incr("x"), client.decr("x")), options.calls)
+            for i in range(len(names)):
+                # the calls' arguments are made (and their leases acquired) before counting
+                made = calls(options.operation, client, gov)
+                prepared = [next(made) for _ in range(options.calls)]
+                runs = iter(prepared)
+                counter.count(f"stage{i}", lambda i=i, runs=runs: next(runs)(f"stage{i}"), options.calls)
+            gov.close()
+            totals = counter.totals()
+    except InstructionsUnavailable as error:
+        print(error, file=sys.stderr)
+        return 2
     pair = totals["pair"] / options.calls
     before = 0.0
     print(f"{options.operation}: {'after this step':44s} {'instructions':>12s} {'the step adds':>14s}")
