@@ -109,7 +109,7 @@ else
   if mode == 'try' then
     return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, S.epoch})
   end
-  prepare(true, place.rank)
+  prepare(true, place.rank, waiting > 0)  -- (a first waiter creates the queue: the idle time)
   -- waiters was read by ZCOUNT, leases by blocked() when it counted them,
   -- shares by enqueue's ZSCORE before its first write (the holder record:
   -- the write tells holders' type); aging when the caller will age

@@ -31,7 +31,7 @@ local waiting = queued or parked
 if waiting then
   clock()
   if not load(WRITE) then return missing_reply() end
-  prepare()
+  prepare(nil, nil, true)
   keep_alive()
   guard_grant(false, K.waiters)  -- (and what grant() adds): written by grant()
 end

@@ -25,6 +25,7 @@ local function enqueue(id, place, entry)
   more('state', vtime)  -- read by prepare(_, rank) already; before the call's first write, as every read
   local share, base = place.rank .. ':' .. place.tenant, place.rank * QUEUE_BAND  -- fair within a class
   local finish = tonumber(redis.call('ZSCORE', K.shares, share))  -- before the first write: it tells the type
+  if not finish then more('config', 'idle_ms') end  -- the new key's expiry (finish), read before the first write
   redis.call('HSET', K.holders, id, entry)
   local start = math.max(S[vtime], (finish or base) - base)
   redis.call('ZADD', K.shares, int(base + start + math.ceil(QUANTUM / place.weight)), share)
@@ -101,7 +102,7 @@ local function grant(caller)
     -- not looked at.
     local none, wait = blocked(NO_TOKENS)
     if none and (admitted > 0 or wait == 0) then break end
-    local first = redis.call('ZRANGE', K.queue, 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', K.queue, '0', '0', 'WITHSCORES')
     local head = first[1]
     if not head then break end
     local score = tonumber(first[2])
