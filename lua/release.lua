@@ -23,17 +23,26 @@ local id = arg_id(3, 'id')
 -- (Redis deletes an emptied zset or hash: one EXISTS over the queue, the
 -- parked waiters and held counts those in use, the common answer being
 -- none; the zsets are then asked, the reads telling their types, and held
--- is in use when they do not account for the count.)
+-- is in use when they do not account for the count. The queue is asked
+-- for its head, and the waiters for the head's deadline: grant() starts
+-- from them when nothing that runs in between can change the queue.)
 local in_use = redis.call('EXISTS', K.queue, K.parked, K.held)
-local queued = in_use > 0 and redis.call('ZCARD', K.queue) > 0
+local first = in_use > 0 and redis.call('ZRANGE', K.queue, '0', '0', 'WITHSCORES') or NOBODY
+local queued = first[1] ~= nil
 local parked = in_use > (queued and 1 or 0) and redis.call('ZCARD', K.parked) > 0
 local waiting = queued or parked
+local deadline
 if waiting then
   clock()
   if not load(WRITE) then return missing_reply() end
   prepare(nil, nil, true)
   keep_alive()
-  guard_grant(false, K.waiters)  -- (and what grant() adds): written by grant()
+  if queued then
+    deadline = redis.call('ZSCORE', K.waiters, first[1])  -- (it tells waiters' type)
+    guard_grant(false)  -- what grant() adds
+  else
+    guard_grant(false, K.waiters)  -- (and what grant() adds): written by grant()
+  end
 end
 -- step: the lease
 -- A read tells holders' type before the first write; ZREM tells leases'.
@@ -51,6 +60,9 @@ local removed = redis.call('ZREM', K.leases, id)
 if removed == 1 and known then redis.call('HDEL', K.holders, id) end  -- a queued id keeps its place
 if removed == 1 and counted then unhold(record_parse(raw), waiting) end
 if not waiting then return {SCHEMA, 'released', removed} end
+-- (the head read above is still the head unless reclaim or aging was due,
+-- or a parked waiter may have come back: only the queue is in use)
+local unchanged = queued and in_use == 1 and NOW < S.reclaim_due and (S.aging_due == 0 or NOW < S.aging_due)
 reclaim()
-grant()
+if unchanged then grant(nil, first, deadline) else grant() end
 return finish({SCHEMA, 'released', removed})

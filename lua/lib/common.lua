@@ -556,6 +556,7 @@ end
 
 local NO_TOKENS = {input = 0, output = 0}
 local NO_LIMITS = {}  -- a report that announces no rate-limit figures (never changed)
+local NOBODY = {}  -- an empty list reply: no queue (never changed)
 
 -- ARGV[i]: tokens as "input,output" (governor.budgets.Tokens.arg), '' for none.
 local function arg_tokens(i, what)

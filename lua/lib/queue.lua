@@ -88,8 +88,11 @@ end
 -- Held back by a hold or a timed pause with callers queued, it announces
 -- "epoch @ms" instead: ask again in ms, when the time is up (nothing else
 -- may happen then to grant them: the holders may all be done by then).
+-- `read_head` and `read_deadline`: the queue's head (ZRANGE ... WITHSCORES)
+-- and its deadline (ZSCORE of waiters) as the caller read them before its
+-- first write, when nothing it ran since can have changed them (release).
 -- Needs prepare(); the caller has guarded waiters, holders, leases, aging.
-local function grant(caller)
+local function grant(caller, read_head, read_deadline)
   age()
   local granted = {}
   local words = {}
@@ -102,7 +105,9 @@ local function grant(caller)
     -- not looked at.
     local none, wait = blocked(NO_TOKENS)
     if none and (admitted > 0 or wait == 0) then break end
-    local first = redis.call('ZRANGE', K.queue, '0', '0', 'WITHSCORES')
+    local first, known = read_head, read_deadline
+    read_head, read_deadline = nil, nil  -- (the first round's alone)
+    if not first then first = redis.call('ZRANGE', K.queue, '0', '0', 'WITHSCORES') end
     local head = first[1]
     if not head then break end
     local score = tonumber(first[2])
@@ -135,7 +140,7 @@ local function grant(caller)
       if hint > 0 and admitted == 0 then redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. int(hint)) end
       break
     else
-      local deadline = tonumber(redis.call('ZSCORE', K.waiters, head))
+      local deadline = tonumber(known or redis.call('ZSCORE', K.waiters, head))
       redis.call('ZREM', K.queue, head)
       redis.call('ZREM', K.waiters, head)
       if score >= QUEUE_BAND and m and m.rank > 0 and S.aging_due > 0 then redis.call('ZREM', K.aging, head) end
