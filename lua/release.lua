@@ -24,28 +24,34 @@ local id = arg_id(3, 'id')
 -- parked waiters and held counts those in use, the common answer being
 -- none; the zsets are then asked, the reads telling their types, and held
 -- is in use when they do not account for the count. The queue is asked
--- for its head, and the waiters for the head's deadline: grant() starts
--- from them when nothing that runs in between can change the queue.)
+-- for its head, the waiters for its deadline and holders for its record:
+-- grant() starts from them when nothing that runs in between can change
+-- the queue.)
 local in_use = redis.call('EXISTS', K.queue, K.parked, K.held)
-local first = in_use > 0 and redis.call('ZRANGE', K.queue, '0', '0', 'WITHSCORES') or NOBODY
-local queued = first[1] ~= nil
+local first, queued = nil, false
+if in_use > 0 then
+  first = redis.call('ZRANGE', K.queue, '0', '0', 'WITHSCORES')
+  queued = first[1] ~= nil
+end
 local parked = in_use > (queued and 1 or 0) and redis.call('ZCARD', K.parked) > 0
 local waiting = queued or parked
-local deadline
+local deadline, head_record
 if waiting then
   clock()
   if not load(WRITE) then return missing_reply() end
   prepare(nil, nil, true)
   keep_alive()
   if queued then
-    deadline = redis.call('ZSCORE', K.waiters, first[1])  -- (it tells waiters' type)
+    deadline = redis.call('ZSCORE', K.waiters, first[1])  -- (the reads tell waiters' and holders' types)
+    head_record = redis.call('HGET', K.holders, first[1])
     guard_grant(false)  -- what grant() adds
   else
     guard_grant(false, K.waiters)  -- (and what grant() adds): written by grant()
   end
 end
 -- step: the lease
--- A read tells holders' type before the first write; ZREM tells leases'.
+-- A read tells holders' type before the first write (the head's record
+-- did, when queued); ZREM tells leases'.
 -- While held counts leases (caps, a reserve), the record says what this one counted in.
 local counted = in_use > (queued and 1 or 0) + (parked and 1 or 0)
 if counted then guard(K.held) end
@@ -53,6 +59,8 @@ local raw, known
 if counted then
   raw = redis.call('HGET', K.holders, id)
   known = raw ~= false
+elseif queued then
+  known = true  -- (HDEL of a lease without a record changes nothing)
 else
   known = redis.call('HEXISTS', K.holders, id) == 1
 end
@@ -64,5 +72,5 @@ if not waiting then return {SCHEMA, 'released', removed} end
 -- or a parked waiter may have come back: only the queue is in use)
 local unchanged = queued and in_use == 1 and NOW < S.reclaim_due and (S.aging_due == 0 or NOW < S.aging_due)
 reclaim()
-if unchanged then grant(nil, first, deadline) else grant() end
+if unchanged then grant(nil, first, deadline, head_record) else grant() end
 return finish({SCHEMA, 'released', removed})

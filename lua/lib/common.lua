@@ -556,7 +556,6 @@ end
 
 local NO_TOKENS = {input = 0, output = 0}
 local NO_LIMITS = {}  -- a report that announces no rate-limit figures (never changed)
-local NOBODY = {}  -- an empty list reply: no queue (never changed)
 
 -- ARGV[i]: tokens as "input,output" (governor.budgets.Tokens.arg), '' for none.
 local function arg_tokens(i, what)
@@ -596,7 +595,9 @@ local function arg_place(i)
   PLACES[tenant] = ranks
   weights = ranks[ARGV[i]] or {}
   ranks[ARGV[i]] = weights
-  known = {rank = rank, tenant = tenant, weight = weight}
+  -- (with the fair queue's share name and tag step: enqueue's, made once)
+  known = {rank = rank, tenant = tenant, weight = weight, share = rank .. ':' .. tenant,
+    step = math.ceil(QUANTUM / weight)}
   weights[ARGV[i + 2]], PLACES_KEPT = known, PLACES_KEPT + 1
   return known
 end

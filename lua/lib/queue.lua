@@ -23,12 +23,12 @@ aging_ms goes to band 0 with its tag (age()).
 local function enqueue(id, place, entry)
   local vtime = VTIMES[place.rank + 1]
   more('state', vtime)  -- read by prepare(_, rank) already; before the call's first write, as every read
-  local share, base = place.rank .. ':' .. place.tenant, place.rank * QUEUE_BAND  -- fair within a class
+  local share, base = place.share, place.rank * QUEUE_BAND  -- fair within a class
   local finish = tonumber(redis.call('ZSCORE', K.shares, share))  -- before the first write: it tells the type
   if not finish then more('config', 'idle_ms') end  -- the new key's expiry (finish), read before the first write
   redis.call('HSET', K.holders, id, entry)
   local start = math.max(S[vtime], (finish or base) - base)
-  redis.call('ZADD', K.shares, int(base + start + math.ceil(QUANTUM / place.weight)), share)
+  redis.call('ZADD', K.shares, int(base + start + place.step), share)
   if not finish then created(K.shares) end
   redis.call('ZADD', K.queue, int((place.rank + 1) * QUEUE_BAND + start), id)
   if place.rank > 0 and C.aging_ms > 0 then
@@ -44,6 +44,10 @@ end
 -- is due now (age() logs) or a header's limit may make a grant oversize
 -- (add_lease logs). Needs prepare().
 local function guard_grant(ages, ...)
+  if not ages and S.aging_due == 0 and C.tenant_caps == '' and C.reserve == 0 and not announced_budgets() then
+    guard(...)  -- (the common case: nothing beyond the keys named)
+    return
+  end
   local keys = {...}
   if ages or S.aging_due > 0 then keys[#keys + 1] = K.aging end
   if C.tenant_caps ~= '' or C.reserve > 0 then  -- parked waiters leave parked and aging
@@ -88,11 +92,12 @@ end
 -- Held back by a hold or a timed pause with callers queued, it announces
 -- "epoch @ms" instead: ask again in ms, when the time is up (nothing else
 -- may happen then to grant them: the holders may all be done by then).
--- `read_head` and `read_deadline`: the queue's head (ZRANGE ... WITHSCORES)
--- and its deadline (ZSCORE of waiters) as the caller read them before its
--- first write, when nothing it ran since can have changed them (release).
+-- `read_head`, `read_deadline` and `read_record`: the queue's head (ZRANGE
+-- ... WITHSCORES), its deadline (ZSCORE of waiters) and its holder record
+-- (HGET) as the caller read them before its first write, when nothing it
+-- ran since can have changed them (release).
 -- Needs prepare(); the caller has guarded waiters, holders, leases, aging.
-local function grant(caller, read_head, read_deadline)
+local function grant(caller, read_head, read_deadline, read_record)
   age()
   local granted = {}
   local words = {}
@@ -105,8 +110,8 @@ local function grant(caller, read_head, read_deadline)
     -- not looked at.
     local none, wait = blocked(NO_TOKENS)
     if none and (admitted > 0 or wait == 0) then break end
-    local first, known = read_head, read_deadline
-    read_head, read_deadline = nil, nil  -- (the first round's alone)
+    local first, known, head_record = read_head, read_deadline, read_record
+    read_head, read_deadline, read_record = nil, nil, nil  -- (the first round's alone)
     if not first then first = redis.call('ZRANGE', K.queue, '0', '0', 'WITHSCORES') end
     local head = first[1]
     if not head then break end
@@ -120,7 +125,7 @@ local function grant(caller, read_head, read_deadline)
     end
     local m, impossible = nil, nil
     if not why then
-      m = record_parse(redis.call('HGET', K.holders, head))
+      m = record_parse(head_record or redis.call('HGET', K.holders, head))
       if m and (capped or #active_budgets() > 0) then
         impossible = never(m.tokens)
         if not impossible then

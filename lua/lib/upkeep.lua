@@ -1,7 +1,7 @@
 --[[ lib/upkeep.lua: what a writing call reads first and what it removes.
 
 Uses lib/common.lua, lib/budgets.lua, lib/shares.lua.
-Defines: reclaim, PAUSE_FIELDS, ADMIT, WRITE, REPORT, HAND_OVER_CONFIG, prepare. prepare()
+Defines: reclaim, PAUSE_FIELDS, ADMIT, WRITE, REPORT, PREPARE_READS, prepare. prepare()
 reads, before a call's first write, every field the later steps of the call
 may use; reclaim() removes expired leases, dead waiters and old window
 events.
@@ -63,8 +63,18 @@ local REPORT = {'capacity', 'touch_due', 'reclaim_due', 'event_seq', 'budgets', 
 -- What prepare() reads of the config; what a quiet report reads when it creates the window's key.
 local PREPARE_CONFIG = {'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms', 'aging_ms'}
 local IDLE = {'idle_ms'}
--- What a hand-over of a lower class reads of the config (its waiter ages; the aging key may be created).
-local HAND_OVER_CONFIG = {'aging_ms', 'idle_ms'}
+-- What prepare() reads (lists made once): of the state, with the queue's
+-- aging (state), without (quiet: nobody waits), with the aging and the
+-- vtime of class rank (join[rank + 1]: a caller joins it); of the config,
+-- on a hand-over of a lower class (hand_over: its waiter ages, the aging
+-- key may be created).
+local PREPARE_READS = {
+  state = {'epoch', 'not_before', 'reclaim_due', 'capped', 'aging_due'},
+  quiet = {'epoch', 'not_before', 'reclaim_due', 'capped'},
+  join = {},
+  hand_over = {'aging_ms', 'idle_ms'},
+}
+for r = 1, #VTIMES do PREPARE_READS.join[r] = {'epoch', 'not_before', 'reclaim_due', 'capped', 'aging_due', VTIMES[r]} end
 
 -- Read every field reclaim, recover, blocked, grant, pause and log may use,
 -- before a script's first write (reads after a write could fail it
@@ -76,16 +86,20 @@ local HAND_OVER_CONFIG = {'aging_ms', 'idle_ms'}
 -- joins a queue already there (release, acquire): while nothing else is
 -- due (no reclaim, no aging, no pause) and no budget, cap or reserve is
 -- on, its later steps use no config but a lower class's aging and the
--- idle time of a key they create (HAND_OVER_CONFIG; enqueue() reads the
--- idle time when it creates the shares' key, before its first write).
+-- idle time of a key they create (PREPARE_READS.hand_over; enqueue()
+-- reads the idle time when it creates the shares' key, before its first
+-- write).
 local function prepare(queued, rank, hand_over)
-  local fields = {'epoch', 'not_before', 'reclaim_due', 'capped'}
-  if queued ~= false then fields[#fields + 1] = 'aging_due' end  -- unless nobody waits (a report's hot path)
-  if rank then fields[#fields + 1] = VTIMES[rank + 1] end  -- the class a caller joins
+  local fields = PREPARE_READS.state
+  if rank then
+    fields = PREPARE_READS.join[rank + 1]  -- and the class a caller joins
+  elseif queued == false then
+    fields = PREPARE_READS.quiet  -- nobody waits (a report's hot path): not the aging
+  end
   more_of('state', fields)
   if hand_over and NOW < S.reclaim_due and S.capacity ~= 0 and S.budgets == '' and S.capped == 0
       and (S.aging_due == 0 or NOW < S.aging_due) then
-    if rank and rank > 0 then more_of('config', HAND_OVER_CONFIG) end
+    if rank and rank > 0 then more_of('config', PREPARE_READS.hand_over) end
   else
     more_of('config', PREPARE_CONFIG)
   end
