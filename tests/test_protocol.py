@@ -441,13 +441,44 @@ def test_every_step_of_the_cost_breakdown_cuts_the_lua_where_it_runs(operation: 
     try:
         gov = stages.governor(client, leases=2)
         client.function_load(source, replace=True)
-        calls = stages.calls(operation, client, gov)
+        calls = stages.calls_of(operation, client, gov)
         for i in range(len(names) - 1):
             assert next(calls)(f"stage{i}") == 0, names[i]
         whole = next(calls)(f"stage{len(names) - 1}")
         assert whole[1] in protocol.REPLIES[operation] and whole[1] != "missing", whole
         gov.close()
         client.delete(*gov.keys.keys)
+    finally:
+        client.function_delete("governor_stages")
+        client.close()
+
+
+@pytest.mark.parametrize("operation", ["acquire", "release"])
+def test_the_hand_over_breakdown_cuts_each_half_and_keeps_its_governor_full(operation: str, redis_url: str) -> None:
+    """--queued: each cut of a hand-over half runs on a full governor (the
+    whole one granting the head, or queueing the newcomer), and completing
+    it leaves the governor as full as before: the rounds count like calls."""
+    stages = _stages()
+    source, names = stages.cut_library(operation)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.function_load(source, replace=True)
+        gov = stages.QueuedGovernor(client, depth=3)
+        client.function_load(source, replace=True)
+        for i in range(len(names)):
+            call, complete = gov.call(operation)
+            reply = call(f"stage{i}")
+            if i < len(names) - 1:
+                assert reply == 0, names[i]
+            else:
+                assert reply[1] == (b"released" if operation == "release" else b"queued"), reply
+            complete()
+            status = gov.whole(gov.driver.core.status())
+            assert (status.in_flight, status.queued) == (3, 3), names[i]
+            assert sorted(gov.holders) == sorted(
+                m.decode() for m in client.zrange(gov.driver.core.keys.leases, 0, -1) if m != b"~"
+            )
+        client.delete(*gov.driver.core.keys.keys)
     finally:
         client.function_delete("governor_stages")
         client.close()
