@@ -33,7 +33,11 @@ to an ``INCR`` + ``DECR`` pair on the same client.
   callers that cost no client work: an ``acquire`` that joins the queue's
   tail, a ``release`` that grants the queue's head, and both (the
   hand-over a saturated fleet does at each completion), one ``FCALL`` of
-  the governor's library each;
+  the governor's library each; and the hand-over as a governed call does
+  it, ``report(SUCCESS, release=True)`` with the lease's fence granting the
+  head, then a newcomer queued (counted in rounds of at most as many calls
+  as leases: the fences of the holders reporting next are read between
+  rounds, uncounted);
 - *queue across tenants*: the same three, with the waiters (and newcomers)
   taking turns among ``TENANTS`` (100) tenants of equal weight at the deep
   state (the fair queue's tags and the ``shares`` zset at work), against 10
@@ -93,6 +97,7 @@ PHASES = {
     "join_queue": "acquire joining the queue's tail (core)",
     "grant_head": "release granting the queue's head (core)",
     "hand_over": "hand-over: release + a newcomer queued (core)",
+    "report_hand_over": "hand-over by a governed call: report(SUCCESS, release=True) + a newcomer queued (core)",
     "join_queue_tenants": "acquire joining the queue, waiters of 1 tenant vs across 100 tenants (core)",
     "grant_head_tenants": "release granting the queue's head, waiters of 1 tenant vs across 100 tenants (core)",
     "hand_over_tenants": "hand-over, waiters of 1 tenant vs across 100 tenants (core)",
@@ -350,11 +355,48 @@ def _queue(counter: _Callgrind, client: redis.Redis, depth: int, calls: int, nam
         counter.count(f"d{depth}:join_queue{suffix}", join, calls)
         counter.count(f"d{depth}:grant_head{suffix}", grant, calls)
         counter.count(f"d{depth}:hand_over{suffix}", hand_over, calls)
+        if not suffix:
+            _report_hand_overs(counter, driver, holders, queue, calls, f"d{depth}:report_hand_over", join)
         status = driver.run(driver.core.status())
         if status.in_flight != depth or status.queued != depth:
             raise RuntimeError(f"the queue state drifted: {status.in_flight} leases, {status.queued} queued")
     finally:
         client.delete(*driver.core.keys.keys)
+
+
+def _report_hand_overs(
+    counter: _Callgrind,
+    driver: _Driver,
+    holders: deque[str],
+    queue: deque[str],
+    calls: int,
+    label: str,
+    join: Callable[[], None],
+) -> None:
+    """``calls`` hand-overs as a governed call does them (the oldest holder
+    reports a success and gives its lease back, with its fence; the head it
+    frees is granted; a newcomer queues), counted as ``label#<round>``."""
+    done = 0
+    while done < calls:
+        count = min(len(holders), calls - done)
+        reporting = list(holders)[:count]
+        pipe = driver.client.pipeline(transaction=False)
+        for holder in reporting:
+            pipe.hget(driver.core.keys.holders, holder)
+        fences = {
+            holder: int(record.split(b"|", 1)[0]) for holder, record in zip(reporting, pipe.execute(), strict=True)
+        }
+
+        def report_hand_over(fences: dict[str, int] = fences) -> None:
+            holder = holders.popleft()
+            reported = driver.core.report(Outcome.SUCCESS, None, holder, fences[holder], release=True)
+            if not driver.run(reported):
+                raise RuntimeError("a live lease's report was fenced off")
+            holders.append(queue.popleft())  # the head was granted
+            join()
+
+        counter.count(f"{label}#{done}", report_hand_over, count)
+        done += count
 
 
 def measure_instructions(
@@ -376,8 +418,11 @@ def measure_instructions(
         depth_text, key = label.split(":", 1)
         if depth_text.startswith("f"):
             feature_rows[names[int(depth_text[1:])]][key] = total / calls
-        elif key in per:
-            per[key][int(depth_text[1:])] = total / calls
+        else:
+            key = key.split("#", 1)[0]  # (a phase counted in rounds: their sum)
+            if key in per:
+                depth = int(depth_text[1:])
+                per[key][depth] = per[key].get(depth, 0.0) + total / calls
     missing = [f"d{d}:{k}" for k in PHASES for d in (shallow, deep) if d not in per[k]]
     if missing:
         raise RuntimeError(f"callgrind wrote no dump for {', '.join(missing)}")

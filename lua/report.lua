@@ -80,11 +80,16 @@ if not load(REPORT) then return missing_reply() end
 local waiting = redis.call('ZCARD', K.queue) > 0 or (S.capped == 1 and redis.call('ZCARD', K.parked) > 0)
 -- step: the read plan
 local policy, quiet = the_policy(outcome)  -- its config and state: nothing is read after the first write
--- A quiet success (the policy's common case) with nobody waiting, nothing
--- due and no figures to calibrate writes no log and reads no more config
--- (the keys' idle time only if the window's key is new).
-quiet = quiet and not waiting and NOW < S.reclaim_due and #limits == 0
-if not quiet then prepare(waiting) end
+-- A quiet success (the policy's common case) with nothing due and no
+-- figures to calibrate writes no log and reads no more config (the keys'
+-- idle time only if the window's key is new); with callers queued, what
+-- its grant reads (prepare(): a hand-over's, nothing else being due).
+quiet = quiet and NOW < S.reclaim_due and #limits == 0
+if waiting then
+  prepare(true, nil, quiet)
+elseif not quiet then
+  prepare(false)
+end
 if outcome == 'q' then more('state', 'quota_exhausted') end
 if outcome == 'r' then more('state', 'fence') end  -- a cut remembers the fence it was made at
 if retry_after then
@@ -111,7 +116,7 @@ local lease_record = nil
 if settles or counted then lease_record = record_parse(redis.call('HGET', K.holders, lease)) end
 -- A quiet success changes nothing a lease given back first could change:
 -- a live one goes before the window is written (first_back).
-local first_back = quiet and release and lease_record == nil
+local first_back = quiet and release and lease_record == nil and not waiting  -- (grant() guards after its reads)
 local known = release and not first_back and (lease_record ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)
 
 local function give_back()
