@@ -102,6 +102,16 @@ for i = 1, #limits do
   more('config', figures[1] .. '_per_minute')
 end
 keep_alive()
+-- With callers queued and nothing due that could change the queue before
+-- the grant (reclaim, aging, a parked waiter back: caps), its head, the
+-- head's deadline and record are read now: grant() starts from them, and
+-- the reads tell the waiters' and holders' types.
+local head, deadline, head_record
+if waiting and NOW < S.reclaim_due and (S.aging_due == 0 or NOW < S.aging_due) and S.capped == 0 then
+  head = redis.call('ZRANGE', K.queue, '0', '0', 'WITHSCORES')
+  deadline = redis.call('ZSCORE', K.waiters, head[1])
+  head_record = redis.call('HGET', K.holders, head[1])
+end
 -- step: the lease
 -- Types: the hashes were read; the zsets are read below before any write
 -- (ZCARD queue, ZSCORE leases when a lease reports, ZCOUNT in window(), or TYPE),
@@ -117,7 +127,8 @@ if settles or counted then lease_record = record_parse(redis.call('HGET', K.hold
 -- A quiet success changes nothing a lease given back first could change:
 -- a live one goes before the window is written (first_back).
 local first_back = quiet and release and lease_record == nil and not waiting  -- (grant() guards after its reads)
-local known = release and not first_back and (lease_record ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)
+local known = release and not first_back
+  and (lease_record ~= nil or head ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)  -- (HDEL of none: no change)
 
 local function give_back()
   if release and redis.call('ZREM', K.leases, lease) == 1 then
@@ -158,8 +169,12 @@ if first_back then
 end
 if not quiet then guard(K.events) end  -- the policy may log after the first write
 if not lease then guard(K.leases) end  -- the policy and grant() count it after the first write
-if waiting then guard_grant(false, K.waiters) end  -- (and what grant() adds): written by grant()
-if waiting and not release then guard(K.holders) end  -- grant() reads the head's record (else HEXISTS told)
+if head then
+  guard_grant(false)  -- what grant() adds (the head's reads told waiters and holders)
+elseif waiting then
+  guard_grant(false, K.waiters)  -- (and what grant() adds): written by grant()
+  if not release then guard(K.holders) end  -- grant() reads the head's record (else HEXISTS told)
+end
 -- step: the writes
 reclaim()
 if outcome == 'q' then
@@ -192,5 +207,5 @@ for i = 1, #limits do
 end
 if outcome == 'r' then refused(announced) end  -- a refusal is information, not a refund
 give_back()
-if waiting then grant() end
+if head then grant(nil, head, deadline, head_record) elseif waiting then grant() end
 return finish({SCHEMA, 'reported'})
