@@ -169,8 +169,9 @@ def count_queued(counter: Any, client: redis.Redis, operation: str, steps: int, 
     calls spread on ``governors`` full governors, as ``stage<i>r<round>``;
     returns the calls per step."""
     fleet = [QueuedGovernor(client) for _ in range(governors)]
-    for gov in fleet:  # warm: the library's memos hold what they will hold
-        _, complete = gov.call(operation)
+    for gov in fleet:  # warm: the cut library's memos hold what they will hold (its own, not the driver's)
+        call, complete = gov.call(operation)
+        call(f"stage{steps - 1}")
         complete()
     for i in range(steps):
         for round_ in range(max(1, calls // governors)):
