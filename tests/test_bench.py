@@ -18,6 +18,8 @@ from click.testing import CliRunner
 from bench import bench, instructions, redis_server
 from bench.cli import bench_command
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def _keys_left(url: str) -> list[bytes]:
     client = redis.Redis.from_url(url)
@@ -183,3 +185,31 @@ def test_the_pure_python_parser_can_be_forced() -> None:
     assert bench._parser_options(None, asyncio=True) == {}
     with pytest.raises(ValueError, match="not available"):
         bench._parser_options("nonesuch", asyncio=False)
+
+
+def test_the_function_breakdown_reads_names_across_dumps_and_running_calls(tmp_path: Path) -> None:
+    """scripts/callgrind_functions.py: a function named in an earlier dump
+    of the run is named in the phase's; a call still running at the dump
+    (calls=0) is inclusive cost, not the caller's own."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("callgrind_functions", ROOT / "scripts" / "callgrind_functions.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    (tmp_path / "callgrind.7.1").write_text(
+        "desc: Trigger: Client Request: dump warm\nevents: Ir\nfn=(1) main\ncfn=(2) luaV_execute\ncalls=1 5\n3 40\n"
+        "fn=(2)\n5 40\n"
+    )
+    (tmp_path / "callgrind.7.2").write_text(
+        "desc: Trigger: Client Request: dump phase\nevents: Ir\nfn=(1)\ncfn=(2)\ncalls=0 5\n3 900\n"
+        "fn=(2)\n5 300\n+1 300\ncfn=(3) scriptCall\ncalls=3 9\n6 200\nfn=(3)\n9 200\n"
+    )
+    dump = tool.dump_of(tmp_path, "phase")
+    assert dump.name == "callgrind.7.2"
+    own, callees, calls = tool.costs(dump, tool.names(tmp_path))
+    assert own == {"luaV_execute": 600, "scriptCall": 200}
+    assert callees["main"] == {"luaV_execute": 900} and callees["luaV_execute"] == {"scriptCall": 200}
+    assert calls[("luaV_execute", "scriptCall")] == 3
+    with pytest.raises(SystemExit, match="no dump labelled 'other'"):
+        tool.dump_of(tmp_path, "other")
