@@ -176,6 +176,26 @@ async def _arate(operation: Callable[[], Awaitable[Any]], seconds: float) -> flo
             return count / (now - start)
 
 
+#: calls per client-CPU measurement (``_cpu_us``)
+CPU_CALLS = 500
+
+
+def _cpu_us(operation: Callable[[], Any], calls: int = CPU_CALLS) -> float:
+    """The client process's CPU time (its threads included, waits on Redis
+    not) per call of ``operation``, in microseconds."""
+    start = time.process_time()
+    for _ in range(calls):
+        operation()
+    return (time.process_time() - start) / calls * 1e6
+
+
+async def _acpu_us(operation: Callable[[], Awaitable[Any]], calls: int = CPU_CALLS) -> float:
+    start = time.process_time()
+    for _ in range(calls):
+        await operation()
+    return (time.process_time() - start) / calls * 1e6
+
+
 def _interleaved(cases: dict[str, Callable[[float], float]], seconds: float) -> dict[str, float]:
     """Median rate of each case over ROUNDS interleaved rounds of seconds / ROUNDS."""
     rates: dict[str, list[float]] = {name: [] for name in cases}
@@ -216,6 +236,7 @@ def bench_pairs_sync(url: str, seconds: float, parser: str | None = None) -> dic
             },
             seconds,
         )
+        cpu = {"governor": _cpu_us(governed), "raw": _cpu_us(raw), "empty_function": _cpu_us(floor.two_fcalls)}
         floor.close()
     finally:
         gov.close()
@@ -226,6 +247,9 @@ def bench_pairs_sync(url: str, seconds: float, parser: str | None = None) -> dic
         "governor_pairs_s": rates["governor"],
         "raw_pairs_s": rates["raw"],
         "ratio": rates["raw"] / rates["governor"],
+        "governor_cpu_us": cpu["governor"],
+        "raw_cpu_us": cpu["raw"],
+        "empty_function_cpu_us": cpu["empty_function"],
         "empty_function_pairs_s": rates["empty_function"],
         "empty_function_ratio": rates["raw"] / rates["empty_function"],
         "empty_script_pairs_s": rates["empty_script"],
@@ -253,12 +277,14 @@ async def bench_pairs_async(url: str, seconds: float, parser: str | None = None)
         for _ in range(ROUNDS):
             rates["governor"].append(await _arate(governed, seconds / ROUNDS))
             rates["raw"].append(await _arate(raw, seconds / ROUNDS))
+        cpu = {"governor": await _acpu_us(governed), "raw": await _acpu_us(raw)}
     finally:
         await gov.aclose()
         await client.delete(*governor_keys(name).keys, counter)
         await client.aclose()
     g, r = statistics.median(rates["governor"]), statistics.median(rates["raw"])
-    return {"governor_pairs_s": g, "raw_pairs_s": r, "ratio": r / g}
+    return {"governor_pairs_s": g, "raw_pairs_s": r, "ratio": r / g, "governor_cpu_us": cpu["governor"],
+            "raw_cpu_us": cpu["raw"]}  # fmt: skip
 
 
 def bench_client_rates(url: str, seconds: float, repeats: int = 3) -> dict[str, dict[str, float]]:
@@ -266,7 +292,9 @@ def bench_client_rates(url: str, seconds: float, repeats: int = 3) -> dict[str, 
     asyncio, with each reply parser available (see :func:`parsers`), keyed
     ``"sync/hiredis"``, ``"asyncio/python"``, ... The parsers take turns,
     ``repeats`` times (the order reversed each time), and each figure is the
-    median of its turns: a moment of load skews every parser alike."""
+    median of its turns: a moment of load skews every parser alike. Each
+    also says the client's own CPU time per pair (``*_cpu_us``: its process's,
+    the governor's background thread included, the waits on Redis not)."""
     runs: dict[str, list[dict[str, float]]] = {}
     for turn in range(repeats):
         for parser in parsers()[:: -1 if turn % 2 else 1]:
@@ -279,6 +307,8 @@ def bench_client_rates(url: str, seconds: float, repeats: int = 3) -> dict[str, 
         governed = statistics.median(r["governor_pairs_s"] for r in runs[key])
         raw = statistics.median(r["raw_pairs_s"] for r in runs[key])
         out[key] = {"governor_pairs_s": governed, "raw_pairs_s": raw, "ratio": raw / governed}
+        for cpu in ("governor_cpu_us", "raw_cpu_us"):
+            out[key][cpu] = statistics.median(r[cpu] for r in runs[key])
     return out
 
 

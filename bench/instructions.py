@@ -516,13 +516,15 @@ def run_instructions(
 def format_client(client: dict[str, dict[str, float]]) -> str:
     """The client-side rates as a markdown table, and hiredis against pure Python when both ran."""
     lines = [
-        "| client | reply parser | acquire+release /s | INCR+DECR /s | cost ratio |",
-        "|---|---|---:|---:|---:|",
+        "| client | reply parser | acquire+release /s | INCR+DECR /s | cost ratio "
+        "| client CPU per pair, acquire+release | client CPU per pair, INCR+DECR |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for key, row in client.items():
         api, parser = key.split("/", 1)
         lines.append(
-            f"| {api} | {parser} | {row['governor_pairs_s']:,.0f} | {row['raw_pairs_s']:,.0f} | {row['ratio']:.2f}x |"
+            f"| {api} | {parser} | {row['governor_pairs_s']:,.0f} | {row['raw_pairs_s']:,.0f} | {row['ratio']:.2f}x "
+            f"| {row['governor_cpu_us']:,.0f} us | {row['raw_cpu_us']:,.0f} us |"
         )
     lines.append("")
     if "sync/hiredis" not in client:
@@ -552,7 +554,9 @@ def format_report(result: dict[str, Any], command: str) -> str:
             "",
             "Uncontended `acquire()` + `release()` against raw `INCR` + `DECR` on the same client, "
             "interleaved rounds, medians; the cost ratio is INCR+DECR/s over acquire+release/s. "
-            "Rates depend on the machine and its load; the ratios less so.",
+            "Rates depend on the machine and its load; the ratios less so. The client CPU per pair is the "
+            "client process's own time (`time.process_time()` over 500 pairs, the governor's background "
+            "thread included, the waits on Redis not): what the client adds, apart from Redis.",
             "",
             format_client(result["client"]),
             "",

@@ -161,6 +161,8 @@ def test_the_instructions_measurement_counts_every_phase(redis_url: str, tmp_pat
     assert set(data["client"]) == {f"{api}/{parser}" for api in ("sync", "asyncio") for parser in bench.parsers()}
     for row in data["client"].values():
         assert row["ratio"] == pytest.approx(row["raw_pairs_s"] / row["governor_pairs_s"])
+        # the client's own CPU per pair: a governed pair's work includes building and parsing two calls
+        assert 0 < row["raw_cpu_us"] < row["governor_cpu_us"], row
     page = markdown.read_text()
     assert page.startswith("# ") and data["command"] in page and "--instructions" in data["command"].split()
     for label in instructions.PHASES.values():
