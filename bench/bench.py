@@ -236,7 +236,7 @@ def bench_pairs_sync(url: str, seconds: float, parser: str | None = None) -> dic
             },
             seconds,
         )
-        cpu = {"governor": _cpu_us(governed), "raw": _cpu_us(raw), "empty_function": _cpu_us(floor.two_fcalls)}
+        cpu = {"governor": _cpu_us(governed), "raw": _cpu_us(raw)}
         floor.close()
     finally:
         gov.close()
@@ -249,7 +249,6 @@ def bench_pairs_sync(url: str, seconds: float, parser: str | None = None) -> dic
         "ratio": rates["raw"] / rates["governor"],
         "governor_cpu_us": cpu["governor"],
         "raw_cpu_us": cpu["raw"],
-        "empty_function_cpu_us": cpu["empty_function"],
         "empty_function_pairs_s": rates["empty_function"],
         "empty_function_ratio": rates["raw"] / rates["empty_function"],
         "empty_script_pairs_s": rates["empty_script"],

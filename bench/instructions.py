@@ -156,14 +156,16 @@ class _Callgrind:
         self._monitor(f"dump {label}")
 
     def totals(self) -> dict[str, int]:
-        """Instructions of each dumped phase, by label."""
+        """Instructions of each dumped phase, by label; a phase counted in
+        rounds (labels ``<label>#<round>``) as the sum of its rounds."""
         out: dict[str, int] = {}
         for dump in sorted(self.folder.glob("callgrind.*.*")):
             text = dump.read_text(errors="replace")
             label = re.search(r"^desc: Trigger: .*?dump (\S+)", text, re.M)
             total = re.search(r"^(?:totals|summary): (\d+)", text, re.M)
             if label and total:
-                out[label.group(1).strip()] = int(total.group(1))
+                phase = label.group(1).strip().split("#", 1)[0]
+                out[phase] = out.get(phase, 0) + int(total.group(1))
         return out
 
 
@@ -418,11 +420,8 @@ def measure_instructions(
         depth_text, key = label.split(":", 1)
         if depth_text.startswith("f"):
             feature_rows[names[int(depth_text[1:])]][key] = total / calls
-        else:
-            key = key.split("#", 1)[0]  # (a phase counted in rounds: their sum)
-            if key in per:
-                depth = int(depth_text[1:])
-                per[key][depth] = per[key].get(depth, 0.0) + total / calls
+        elif key in per:
+            per[key][int(depth_text[1:])] = total / calls
     missing = [f"d{d}:{k}" for k in PHASES for d in (shallow, deep) if d not in per[k]]
     if missing:
         raise RuntimeError(f"callgrind wrote no dump for {', '.join(missing)}")

@@ -70,7 +70,7 @@ if removed == 1 and counted then unhold(record_parse(raw), waiting) end
 if not waiting then return {SCHEMA, 'released', removed} end
 -- (the head read above is still the head unless reclaim or aging was due,
 -- or a parked waiter may have come back: only the queue is in use)
-local unchanged = queued and in_use == 1 and NOW < S.reclaim_due and (S.aging_due == 0 or NOW < S.aging_due)
+local unchanged = queued and in_use == 1 and queue_settled()
 reclaim()
 if unchanged then grant(nil, first, deadline, head_record) else grant() end
 return finish({SCHEMA, 'released', removed})

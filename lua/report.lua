@@ -107,7 +107,7 @@ keep_alive()
 -- head's deadline and record are read now: grant() starts from them, and
 -- the reads tell the waiters' and holders' types.
 local head, deadline, head_record
-if waiting and NOW < S.reclaim_due and (S.aging_due == 0 or NOW < S.aging_due) and S.capped == 0 then
+if waiting and queue_settled() and S.capped == 0 then
   head = redis.call('ZRANGE', K.queue, '0', '0', 'WITHSCORES')
   deadline = redis.call('ZSCORE', K.waiters, head[1])
   head_record = redis.call('HGET', K.holders, head[1])

@@ -166,7 +166,7 @@ def count_spare(counter: Any, client: redis.Redis, operation: str, steps: int, c
 
 def count_queued(counter: Any, client: redis.Redis, operation: str, steps: int, calls: int, governors: int) -> int:
     """Count each cut ``stage<i>`` of a hand-over half over about ``calls``
-    calls spread on ``governors`` full governors, as ``stage<i>r<round>``;
+    calls spread on ``governors`` full governors, as ``stage<i>#<round>``;
     returns the calls per step."""
     fleet = [QueuedGovernor(client) for _ in range(governors)]
     for gov in fleet:  # warm: the cut library's memos hold what they will hold (its own, not the driver's)
@@ -177,19 +177,10 @@ def count_queued(counter: Any, client: redis.Redis, operation: str, steps: int, 
         for round_ in range(max(1, calls // governors)):
             made = [gov.call(operation) for gov in fleet]
             runs = iter(made)
-            counter.count(f"stage{i}r{round_}", lambda i=i, runs=runs: next(runs)[0](f"stage{i}"), governors)
+            counter.count(f"stage{i}#{round_}", lambda i=i, runs=runs: next(runs)[0](f"stage{i}"), governors)
             for _, complete in made:
                 complete()
     return max(1, calls // governors) * governors
-
-
-def _rounds(totals: dict[str, int]) -> dict[str, int]:
-    """The counts of ``stage<i>r<round>`` summed as ``stage<i>`` (the rest as they are)."""
-    out: dict[str, int] = {}
-    for label, count in totals.items():
-        key = re.sub(r"r\d+$", "", label) if label.startswith("stage") else label
-        out[key] = out.get(key, 0) + count
-    return out
 
 
 def main() -> int:
@@ -212,7 +203,7 @@ def main() -> int:
                 counted = count_queued(counter, client, options.operation, len(names), options.calls, options.governors)
             else:
                 counted = count_spare(counter, client, options.operation, len(names), options.calls)
-            totals = _rounds(counter.totals())
+            totals = counter.totals()
     except InstructionsUnavailable as error:
         print(error, file=sys.stderr)
         return 2

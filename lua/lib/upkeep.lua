@@ -1,10 +1,10 @@
 --[[ lib/upkeep.lua: what a writing call reads first and what it removes.
 
 Uses lib/common.lua, lib/budgets.lua, lib/shares.lua.
-Defines: reclaim, PAUSE_FIELDS, ADMIT, WRITE, REPORT, PREPARE_READS, prepare. prepare()
-reads, before a call's first write, every field the later steps of the call
-may use; reclaim() removes expired leases, dead waiters and old window
-events.
+Defines: reclaim, PAUSE_FIELDS, ADMIT, WRITE, REPORT, PREPARE_READS, queue_settled, prepare.
+prepare() reads, before a call's first write, every field the later steps
+of the call may use; reclaim() removes expired leases, dead waiters and old
+window events.
 ]]
 
 -- Remove what no longer counts: expired leases and waiters that stopped
@@ -76,6 +76,13 @@ local PREPARE_READS = {
 }
 for r = 1, #VTIMES do PREPARE_READS.join[r] = {'epoch', 'not_before', 'reclaim_due', 'capped', 'aging_due', VTIMES[r]} end
 
+-- Whether nothing due can move the queue's head before a grant: no
+-- reclaim (dead waiters go) and no aging (aged waiters go ahead). Needs
+-- S.reclaim_due and S.aging_due.
+local function queue_settled()
+  return NOW < S.reclaim_due and (S.aging_due == 0 or NOW < S.aging_due)
+end
+
 -- Read every field reclaim, recover, blocked, grant, pause and log may use,
 -- before a script's first write (reads after a write could fail it
 -- half-way). Capacity is 0 only while paused: the pause's own fields are
@@ -97,8 +104,7 @@ local function prepare(queued, rank, hand_over)
     fields = PREPARE_READS.quiet  -- nobody waits (a report's hot path): not the aging
   end
   more_of('state', fields)
-  if hand_over and NOW < S.reclaim_due and S.capacity ~= 0 and S.budgets == '' and S.capped == 0
-      and (S.aging_due == 0 or NOW < S.aging_due) then
+  if hand_over and queue_settled() and S.capacity ~= 0 and S.budgets == '' and S.capped == 0 then
     if rank and rank > 0 then more_of('config', PREPARE_READS.hand_over) end
   else
     more_of('config', PREPARE_CONFIG)
