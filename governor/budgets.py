@@ -89,7 +89,7 @@ class Tokens:
     def of(cls, value: Tokens | int | None, what: str = "tokens") -> Tokens:
         """``None``: none; an int: that many input tokens; a Tokens: itself."""
         if value is None:
-            return cls()
+            return NO_TOKENS
         if isinstance(value, Tokens):
             return value
         if isinstance(value, bool) or not isinstance(value, int):
@@ -122,6 +122,10 @@ class Tokens:
                 f"(at most {MAX_USAGE:,}): check how the usage is counted; nothing was reported"
             )
         return self
+
+
+#: no tokens: an acquire that reserves nothing (the common case, made once)
+NO_TOKENS = Tokens()
 
 
 def config_field(kind: str) -> str:

@@ -98,6 +98,12 @@ def new_id() -> str:
     return secrets.token_hex(16)
 
 
+def number(value: Any) -> int:
+    """A reply element that is an integer, as int (Lua's numbers arrive as
+    int; a string of digits is read)."""
+    return value if type(value) is int else int(text(value))
+
+
 def _seconds(ms_value: Any) -> float | None:
     value = int(text(ms_value))
     return value / 1000 if value > 0 else None
@@ -106,7 +112,7 @@ def _seconds(ms_value: Any) -> float | None:
 def _check_reply(reply: Any, name: str) -> tuple[str, list[Any]]:
     if not isinstance(reply, list) or len(reply) < 2:
         raise StateError(f"governor {name!r}: unreadable script reply {reply!r}", name=name)
-    schema = int(text(reply[0]))
+    schema = reply[0] if type(reply[0]) is int else int(text(reply[0]))
     if schema != SCHEMA_VERSION:
         raise StateError(
             f"governor {name!r}: script reply has schema {schema}, this client speaks {SCHEMA_VERSION}",
@@ -154,7 +160,9 @@ class GovernorCore:
         #: a lost state is re-created from it, not from this client's config,
         #: so the fleet keeps the config it had (an operator's set-max included)
         self.stored_config: dict[str, str] | None = None
-        self._shares: tuple[tuple[str, ...], GovernorConfig] | None = None
+        self._shares: tuple[tuple[str | None, ...], GovernorConfig] | None = None
+        #: the default class's and tenant's place, and the config it was made by
+        self._default_place: tuple[GovernorConfig | None, Place] = (None, Place("", 0, "", 0))
 
     # -- time -------------------------------------------------------------
 
@@ -243,9 +251,15 @@ class GovernorCore:
         config once this client learnt it (its own until then).
         ConfigError for an unknown class or an invalid tenant name."""
         config = self._fleet_shares()
+        default = priority is None and tenant is None
+        if default and self._default_place[0] is config:
+            return self._default_place[1]
         rank = config.rank_of(priority)
         name = DEFAULT_TENANT if tenant is None else validate_tenant(tenant)
-        return Place(config.priorities[rank], rank, name, config.weight_of(name))
+        place = Place(config.priorities[rank], rank, name, config.weight_of(name))
+        if default:
+            self._default_place = (config, place)
+        return place
 
     def _fleet_shares(self) -> GovernorConfig:
         """The config whose classes and weights are in force: the stored one
@@ -253,7 +267,7 @@ class GovernorCore:
         stored = self.stored_config
         if stored is None:
             return self.config
-        key = tuple(stored.get(name, "") for name in _SHARE_FIELDS)
+        key = tuple(map(stored.get, _SHARE_FIELDS))
         if self._shares is None or self._shares[0] != key:
             try:
                 self._shares = (key, GovernorConfig.from_stored(stored, base=self.config, name=self.name))
@@ -278,7 +292,7 @@ class GovernorCore:
             raise ConfigError("a try_acquire takes a new lease id (fresh=True)")
         mode = ("wait" if fresh else "again") if wait else "try"
         reserve = Tokens.of(tokens)
-        reserve_arg = "" if reserve == Tokens() else reserve.arg()
+        reserve_arg = "" if reserve.total == 0 else reserve.arg()
         where = place if place is not None else self.place()
         return self._call(
             "acquire",
@@ -293,9 +307,9 @@ class GovernorCore:
             return MISSING
         self._seen()
         if kind == "granted":
-            fence = int(text(rest[0]))
+            fence = number(rest[0])
             self._saw_fence(fence)
-            return Granted(fence, text(rest[2]), int(text(rest[1])) / 1000)
+            return Granted(fence, text(rest[2]), number(rest[1]) / 1000)
         if kind == "queued":
             return Queued(int(text(rest[0])), text(rest[1]), int(text(rest[2])) / 1000, text(rest[3]))
         if kind == "denied":

@@ -75,6 +75,49 @@ async def test_cancelled_before_its_grant_leaves_no_place(make_agov: MakeAGov) -
     await again.release()
 
 
+@pytest.mark.parametrize("giving_back", ["release", "report"])
+@pytest.mark.parametrize("reached_redis", [False, True], ids=["before-redis", "after-redis"])
+async def test_a_release_cancelled_midway_is_sent_again_and_counted_once(
+    make_agov: MakeAGov, giving_back: str, reached_redis: bool
+) -> None:
+    """A task cancelled while the call giving its slot back (a release, a
+    report that releases) is on its way: the call is sent again from a task
+    of its own, so the slot is back at once, not after the lease's TTL, and
+    a report that got through before the cancellation is counted once."""
+    gov = make_agov(GovernorConfig(policy="fixed", max_capacity=1, lease_ttl=600))
+    original_run = gov._connection.run
+    in_flight = asyncio.Event()
+    stalled: list[str] = []
+
+    async def run(call: Any) -> Any:
+        if call.script == giving_back and not stalled:
+            stalled.append(call.script)
+            if reached_redis:
+                await original_run(call)
+            in_flight.set()
+            await asyncio.Event().wait()  # the answer never comes: cancelled here
+        return await original_run(call)
+
+    gov._connection.run = run  # type: ignore[method-assign]
+    lease = await gov.acquire(timeout=5)
+    if giving_back == "release":
+        task = asyncio.create_task(lease.release())
+    else:
+        task = asyncio.create_task(gov.report(Outcome.SUCCESS, lease=lease, release=True))
+    await in_flight.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    async def home() -> bool:
+        return (await gov.status()).in_flight == 0
+
+    await until(home, what="the slot back well before the lease's TTL")
+    assert (await gov.status()).window_attempts == (1 if giving_back == "report" else 0)
+    again = await gov.acquire(timeout=5)  # the slot serves the next caller
+    await again.release()
+
+
 async def test_cancelled_after_its_grant_passes_the_slot_on(make_agov: MakeAGov, sync_client: Any) -> None:
     """The grant is made in Redis while the waiting task cannot run (the loop
     is blocked in a sync call); then the task is cancelled before it sees it."""

@@ -8,12 +8,15 @@ these names and the sync ones are generated from them by scripts/unasync.py.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger("governor")
 
 
 class Event:
@@ -145,9 +148,35 @@ async def sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-async def shielded(awaitable: Awaitable[T]) -> T:
-    """Run cleanup to its end even if the calling task is cancelled again."""
-    return await asyncio.shield(awaitable)
+#: cleanups started again in a task of their own, referenced until they end
+_again: set[asyncio.Task[None]] = set()
+
+
+async def shielded(cleanup: Callable[[], Awaitable[T]]) -> T:
+    """Run ``cleanup()`` to its end even if the calling task is cancelled.
+
+    It runs in the caller's task: a task of its own for every call, as
+    ``asyncio.shield`` makes, costs each release several turns of the event
+    loop, and a cleanup is seldom cancelled. One that is cancelled midway is
+    started again in a task of its own, and the cancellation goes on to the
+    caller. So a cleanup must be idempotent: the ones the facade gives here
+    (a release, a cancel, a report that releases) are, Redis ignoring the
+    repeat of one that got through before the cancellation.
+    """
+    try:
+        return await cleanup()
+    except asyncio.CancelledError:
+        task = asyncio.get_running_loop().create_task(_run_again(cleanup))
+        _again.add(task)
+        task.add_done_callback(_again.discard)
+        raise
+
+
+async def _run_again(cleanup: Callable[[], Awaitable[object]]) -> None:
+    try:
+        await cleanup()
+    except Exception as error:  # noqa: BLE001 - nobody awaits this task: say it, and the TTLs clean up
+        log.warning("a cleanup interrupted by a cancellation failed when sent again (%s); the TTLs clean up", error)
 
 
 class AcquireContext(Coroutine[Any, Any, T], Generic[T]):

@@ -173,6 +173,8 @@ class _Background:
         ``redis_timeout`` (or ``timeout``), and no longer than its first try
         takes to fail (a refused connection fails at once)."""
         self.check_fork()
+        if self._listening.is_set():
+            return  # the worker runs and listens: it clears the flag on a failure and when it ends
         with self._lock:  # threads making their first calls at once start one worker
             if self._worker is None or not self._worker.alive():
                 self._listening.clear()
@@ -238,6 +240,7 @@ class _Background:
                         log.warning("governor %r: background worker error (%s); retrying", self._gov.name, error)
                     await sleep(full_jitter(min(failures, 8), base=0.05, cap=config.poll))
         finally:
+            self._listening.clear()
             await self._close_pubsub(pubsub)
 
     async def _subscribe(self) -> Any:

@@ -126,17 +126,13 @@ class Connection:
         self.options: dict[str, Any] = {}
         #: (time.monotonic(), what happened) of the last grant or renewal the replicas did not confirm
         self.unconfirmed: tuple[float, str] | None = None
-        #: a standalone client of a cluster node was told so by the library (GOVERNOR_KEYS)
-        self.told_cluster = False
+        #: a call passes every key (a Redis Cluster: a migrating slot is refused
+        #: before the call runs), else the state key alone; a standalone client
+        #: of a cluster node learns it from the library (GOVERNOR_KEYS)
+        self.every_key = isinstance(self.client, redis_cluster.RedisCluster)
         #: clients replaced by the switch to a cluster client: other callers may
         #: be mid-call on them, so they are closed with the governor
         self.replaced: list[Any] = []
-
-    @property
-    def every_key(self) -> bool:
-        """A call passes every key (a Redis Cluster: a migrating slot is refused
-        before the call runs), else the state key alone."""
-        return self.told_cluster or isinstance(self.client, redis_cluster.RedisCluster)
 
     def own(self, url: str, options: dict[str, Any]) -> None:
         """The client was made from ``url`` (:func:`client_from_url`) for this
@@ -205,19 +201,6 @@ class Connection:
             self.unconfirmed = None
         return result
 
-    async def run_settled(self, call: Call[T]) -> Any:
-        """:meth:`run`; a cluster slot that is migrating is asked again for up to ``redis_timeout``."""
-        give_up = time.monotonic() + self._config.redis_timeout
-        pause = 0.005
-        while True:
-            try:
-                return await self.run(call)
-            except Migrating:
-                if time.monotonic() + pause > give_up:
-                    raise
-                await sleep(pause)
-                pause = min(pause * 2, 0.1)
-
     def unconfirmed_within(self, seconds: float) -> str | None:
         """What the replicas last failed to confirm, if within ``seconds``."""
         last = self.unconfirmed
@@ -242,7 +225,7 @@ class Connection:
             reply, acknowledged = await pipe.execute()
         except redis.exceptions.ResponseError as error:
             if EVERY_KEY in str(error) and len(keys) == 1:  # a cluster node: nothing ran
-                self.told_cluster = True
+                self.every_key = True
                 return await self._send(call, reload)
             if not reload or MISSING_FUNCTION not in str(error):
                 raise
@@ -284,6 +267,7 @@ class Connection:
             return
         self.replaced.append(self.client)  # (standalone, or a racing thread's cluster client)
         self.client = cluster
+        self.every_key = True
         log.info("governor %r: %s is a Redis Cluster node; using a cluster client", self._name, self.url)
 
     async def _which_key(self, error: WrongKeyType) -> WrongKeyType:

@@ -204,7 +204,7 @@ class AsyncGovernor:
         try:
             events.emit(events.Admitted(self.name, time.monotonic() - started, lease.local))
         except BaseException:  # interrupted here, the lease never reaches the caller: give it back
-            await shielded(self._release(lease))
+            await self._release(lease)  # its call to Redis is shielded
             raise
         return lease
 
@@ -220,12 +220,12 @@ class AsyncGovernor:
                 if claimed is not None:
                     return self._hold(lease_id, *claimed, ask)
             except NotReplicated:
-                await shielded(self._abandon(lease_id))  # Redis answers: give the grant back
+                await self._abandon(lease_id)  # Redis answers: give the grant back
                 raise
             except GovernorUnavailable:
                 raise  # no use telling an unreachable Redis; the grant expires by TTL
             except BaseException:
-                await shielded(self._abandon(lease_id))
+                await self._abandon(lease_id)
                 raise
             # The grant expired before this caller could take it (it stalled
             # past the TTL): queue again, under a new id.
@@ -250,13 +250,13 @@ class AsyncGovernor:
                 result, expires = await self._wait_turn(waiter, deadline, timeout, ask)
             return lease_id, result, expires
         except NotReplicated:
-            await shielded(self._abandon(lease_id))  # Redis answers: give the place or grant back
+            await self._abandon(lease_id)  # Redis answers: give the place or grant back
             raise
         except GovernorUnavailable:
             raise  # no use telling an unreachable Redis; the place and any grant expire by TTL
         except BaseException:
             if waiter.sent:  # cancelled before its acquire was sent: Redis never heard of it
-                await shielded(self._abandon(lease_id))
+                await self._abandon(lease_id)
             raise
         finally:
             self._background.remove_waiter(lease_id)
@@ -339,7 +339,7 @@ class AsyncGovernor:
         """Give up a place or a grant; never raises (the TTLs clean up after us).
         Returns what was given up: 'queued', 'granted', 'none' or 'failed'."""
         try:
-            return await self._execute(self._core.cancel(lease_id), urgent=True)
+            return await shielded(lambda: self._execute(self._core.cancel(lease_id), urgent=True))
         except GovernorError as error:
             log.warning(
                 "governor %r: cancel of %s failed (%s); its place expires by itself", self.name, lease_id, error
@@ -366,7 +366,7 @@ class AsyncGovernor:
             result = await self._execute(call)
         except GovernorUnavailable as error:
             if isinstance(error, NotReplicated):
-                await shielded(self._abandon(lease_id))  # Redis answers: give the grant back
+                await self._abandon(lease_id)  # Redis answers: give the grant back
             if self.config.on_unavailable != "local":
                 raise
             try:
@@ -374,7 +374,7 @@ class AsyncGovernor:
             except AcquireTimeout:
                 return None
         except BaseException:
-            await shielded(self._abandon(lease_id))  # the grant may have happened unseen
+            await self._abandon(lease_id)  # the grant may have happened unseen
             raise
         if not isinstance(result, Granted):
             return None
@@ -404,7 +404,7 @@ class AsyncGovernor:
         if not await self._forget(lease):
             return False
         # Shielded: a caller cancelled while releasing must not leak the slot.
-        await shielded(self._execute(self._core.release(lease.id), urgent=True))
+        await shielded(lambda: self._execute(self._core.release(lease.id), urgent=True))
         return True
 
     # -- calls under the limit --------------------------------------------------------------
@@ -520,7 +520,7 @@ class AsyncGovernor:
         )
         try:
             # Shielded when it releases: a caller cancelled meanwhile must not leak the slot.
-            recorded = await shielded(self._execute(call, urgent=True)) if releasing else await self._execute(call)
+            recorded = await (shielded(lambda: self._execute(call, urgent=True)) if releasing else self._execute(call))
         except GovernorUnavailable as error:
             if self.config.on_unavailable != "local":
                 raise
@@ -651,10 +651,10 @@ class AsyncGovernor:
         """Run ``call``; a config or policy hash lost while the state stayed
         is stored again (init) and the call made again."""
         try:
-            return await self._connection.run_settled(call)
+            return await self._connection.run(call)
         except HashMissing:
             await self._init()
-            return await self._connection.run_settled(call)
+            return await self._connection.run(call)
 
     async def _init(self) -> str:
         """Create the state if it is missing (init.lua) and learn the stored

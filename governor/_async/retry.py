@@ -47,7 +47,7 @@ from ..config import RetryPolicy
 from ..core import Outcome
 from ..errors import AcquireTimeout, ConfigError, GovernorError, LeaseLost, QuotaExhausted
 from ..estimate import usage_of
-from ._compat import shielded, sleep
+from ._compat import sleep
 
 if TYPE_CHECKING:
     from .governor import AsyncGovernor
@@ -150,7 +150,7 @@ async def retry_call(
                 last, description = _Last(result=result, discard=judged.discard), judged.description
         finally:
             if not handed_over:
-                await shielded(_release(governor, lease))
+                await _release(governor, lease)  # its call to Redis is shielded
         # Rate-limited: wait (holding no lease) and try again, within the bounds.
         assert last is not None
         if attempt == policy.max_attempts:

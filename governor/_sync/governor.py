@@ -192,7 +192,7 @@ class Governor:
         try:
             events.emit(events.Admitted(self.name, time.monotonic() - started, lease.local))
         except BaseException:  # interrupted here, the lease never reaches the caller: give it back
-            shielded(self._release(lease))
+            self._release(lease)  # its call to Redis is shielded
             raise
         return lease
 
@@ -208,12 +208,12 @@ class Governor:
                 if claimed is not None:
                     return self._hold(lease_id, *claimed, ask)
             except NotReplicated:
-                shielded(self._abandon(lease_id))  # Redis answers: give the grant back
+                self._abandon(lease_id)  # Redis answers: give the grant back
                 raise
             except GovernorUnavailable:
                 raise  # no use telling an unreachable Redis; the grant expires by TTL
             except BaseException:
-                shielded(self._abandon(lease_id))
+                self._abandon(lease_id)
                 raise
             # The grant expired before this caller could take it (it stalled
             # past the TTL): queue again, under a new id.
@@ -238,13 +238,13 @@ class Governor:
                 result, expires = self._wait_turn(waiter, deadline, timeout, ask)
             return lease_id, result, expires
         except NotReplicated:
-            shielded(self._abandon(lease_id))  # Redis answers: give the place or grant back
+            self._abandon(lease_id)  # Redis answers: give the place or grant back
             raise
         except GovernorUnavailable:
             raise  # no use telling an unreachable Redis; the place and any grant expire by TTL
         except BaseException:
             if waiter.sent:  # cancelled before its acquire was sent: Redis never heard of it
-                shielded(self._abandon(lease_id))
+                self._abandon(lease_id)
             raise
         finally:
             self._background.remove_waiter(lease_id)
@@ -327,7 +327,7 @@ class Governor:
         """Give up a place or a grant; never raises (the TTLs clean up after us).
         Returns what was given up: 'queued', 'granted', 'none' or 'failed'."""
         try:
-            return self._execute(self._core.cancel(lease_id), urgent=True)
+            return shielded(lambda: self._execute(self._core.cancel(lease_id), urgent=True))
         except GovernorError as error:
             log.warning(
                 "governor %r: cancel of %s failed (%s); its place expires by itself", self.name, lease_id, error
@@ -354,7 +354,7 @@ class Governor:
             result = self._execute(call)
         except GovernorUnavailable as error:
             if isinstance(error, NotReplicated):
-                shielded(self._abandon(lease_id))  # Redis answers: give the grant back
+                self._abandon(lease_id)  # Redis answers: give the grant back
             if self.config.on_unavailable != "local":
                 raise
             try:
@@ -362,7 +362,7 @@ class Governor:
             except AcquireTimeout:
                 return None
         except BaseException:
-            shielded(self._abandon(lease_id))  # the grant may have happened unseen
+            self._abandon(lease_id)  # the grant may have happened unseen
             raise
         if not isinstance(result, Granted):
             return None
@@ -392,7 +392,7 @@ class Governor:
         if not self._forget(lease):
             return False
         # Shielded: a caller cancelled while releasing must not leak the slot.
-        shielded(self._execute(self._core.release(lease.id), urgent=True))
+        shielded(lambda: self._execute(self._core.release(lease.id), urgent=True))
         return True
 
     # -- calls under the limit --------------------------------------------------------------
@@ -506,7 +506,7 @@ class Governor:
         )
         try:
             # Shielded when it releases: a caller cancelled meanwhile must not leak the slot.
-            recorded = shielded(self._execute(call, urgent=True)) if releasing else self._execute(call)
+            recorded = (shielded(lambda: self._execute(call, urgent=True)) if releasing else self._execute(call))
         except GovernorUnavailable as error:
             if self.config.on_unavailable != "local":
                 raise
@@ -637,10 +637,10 @@ class Governor:
         """Run ``call``; a config or policy hash lost while the state stayed
         is stored again (init) and the call made again."""
         try:
-            return self._connection.run_settled(call)
+            return self._connection.run(call)
         except HashMissing:
             self._init()
-            return self._connection.run_settled(call)
+            return self._connection.run(call)
 
     def _init(self) -> str:
         """Create the state if it is missing (init.lua) and learn the stored

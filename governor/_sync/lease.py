@@ -22,9 +22,18 @@ if TYPE_CHECKING:
 log = logging.getLogger("governor")
 
 
+#: (process id, label) of the last default_holder(): a forked child makes its own
+_default_holder = (-1, "")
+
+
 def default_holder() -> str:
-    """The holder label when none is given: host name and process id."""
-    return f"{socket.gethostname()}/{os.getpid()}"
+    """The holder label when none is given: host name and process id (the
+    host name is asked for once per process, not on every acquire)."""
+    global _default_holder
+    pid = os.getpid()
+    if _default_holder[0] != pid:
+        _default_holder = (pid, f"{socket.gethostname()}/{pid}")
+    return _default_holder[1]
 
 
 def _holder_label(holder: str | None) -> str:
