@@ -296,8 +296,8 @@ def usage_of(obj: Any) -> Tokens | None:
     part of either. Figures that are not non-negative integers make the
     usage unknown (None) rather than wrong.
     """
-    if obj is None:
-        return None
+    if obj is None or isinstance(obj, (str, bytes, int, float)):
+        return None  # a plain value says nothing of tokens (and asking it field by field costs every call)
     google = _field(obj, "usageMetadata")
     if google is None:
         google = _field(obj, "usage_metadata")

@@ -36,6 +36,10 @@ Judge = Callable[[Any, Any], Verdict | None]
 NEEDS = "a plain function (coroutine functions need the asyncio facade)"
 
 
+#: the retry policy of a call given none (frozen, made once)
+DEFAULT_RETRY = RetryPolicy()
+
+
 class _Misuse(ConfigError):
     """A function of the wrong kind for this facade: a usage error, raised
     as it is and never reported as a provider outcome."""
@@ -66,7 +70,7 @@ def retry_call(
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ConfigError(f"retry must be a RetryPolicy or None, got {retry!r}", name=governor.name)
     reserve = Tokens.of(tokens)
-    policy = retry if retry is not None else RetryPolicy()
+    policy = retry if retry is not None else DEFAULT_RETRY
     classifier = classify if classify is not None else default_classifier
     judge_result = judge if judge is not None else default_judge
     deadline = None if policy.deadline is None else time.monotonic() + policy.deadline
