@@ -77,7 +77,9 @@ class _Waiter:
 
     def __init__(self, lease_id: str) -> None:
         self.lease_id = lease_id
-        self.event = Event()
+        #: what its caller waits on, made by the first to need it (most
+        #: callers are granted at once and never wait): _Background.event_of
+        self.event: Event | None = None
         self.enqueued = False
         self.granted: Granted | None = None
         #: local time by which a grant to this waiter surely lives: a grant is
@@ -123,6 +125,21 @@ class _Background:
         with self._lock:
             self._waiters[lease_id] = waiter
         return waiter
+
+    def event_of(self, waiter: _Waiter) -> Event:
+        """What ``waiter``'s caller waits on (made here, under the lock the
+        worker wakes it under, so both hold the same one)."""
+        with self._lock:
+            if waiter.event is None:
+                waiter.event = Event()
+            return waiter.event
+
+    @staticmethod
+    def _wake(waiter: _Waiter) -> None:
+        """Wake ``waiter``'s caller; the worker holds the lock."""
+        if waiter.event is None:
+            waiter.event = Event()
+        waiter.event.set()
 
     def remove_waiter(self, lease_id: str) -> None:
         with self._lock:
@@ -294,7 +311,7 @@ class _Background:
                 if waiter is not None:
                     waiter.granted = Granted(fence, wake.epoch)
                     waiter.deadline = waiter.confirmed_at + ttl
-                    waiter.event.set()
+                    self._wake(waiter)
         return None
 
     async def _refresh(self) -> float:
@@ -317,7 +334,7 @@ class _Background:
                     if waiter is not None:
                         waiter.granted = Granted(fence, result.epoch, remaining)
                         waiter.deadline = sent_at + remaining
-                        waiter.event.set()
+                        self._wake(waiter)
                 for lease_id, (position, why) in result.queued.items():
                     waiter = self._waiters.get(lease_id)
                     if waiter is not None:
@@ -326,7 +343,7 @@ class _Background:
                     waiter = self._waiters.get(lease_id)
                     if waiter is not None:
                         waiter.retry = True
-                        waiter.event.set()
+                        self._wake(waiter)
         return hint
 
     async def _renew(self) -> None:
@@ -372,4 +389,4 @@ class _Background:
         with self._lock:
             for waiter in self._waiters.values():
                 waiter.error = failure
-                waiter.event.set()
+                self._wake(waiter)

@@ -316,8 +316,8 @@ class AsyncGovernor:
                 name=self.name,
             )
         slice_ = self.config.queue_ttl if remaining is None else min(remaining, self.config.queue_ttl)
-        await waiter.event.wait(slice_)
-        waiter.event.clear()
+        await (event := self._background.event_of(waiter)).wait(slice_)
+        event.clear()
         if waiter.error is not None:
             raise waiter.error
         if waiter.granted is not None:

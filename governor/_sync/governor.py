@@ -304,8 +304,8 @@ class Governor:
                 name=self.name,
             )
         slice_ = self.config.queue_ttl if remaining is None else min(remaining, self.config.queue_ttl)
-        waiter.event.wait(slice_)
-        waiter.event.clear()
+        (event := self._background.event_of(waiter)).wait(slice_)
+        event.clear()
         if waiter.error is not None:
             raise waiter.error
         if waiter.granted is not None:
