@@ -179,6 +179,7 @@ def library_name() -> str:
     return f"governor_v{protocol.SCHEMA_VERSION}_{digest}"
 
 
+@functools.cache
 def function_name(operation: str) -> str:
     """The name ``operation`` is registered under (FCALL's first argument)."""
     if operation not in OPERATIONS:

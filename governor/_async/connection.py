@@ -118,6 +118,8 @@ class Connection:
         self._name = name
         self._keys = keys
         self._config = config
+        #: Redis's errors as the governor's, around every call (it keeps no state)
+        self._errors = map_errors(name, locate)
         self.client = _own_client(client, config)
         #: the client is the governor's own: closing the governor closes it
         self.owns_client = self.client is not client
@@ -160,7 +162,7 @@ class Connection:
     async def _run_once(self, call: Call[T]) -> Any:
         client = self.client
         try:
-            with map_errors(self._name, locate):
+            with self._errors:
                 reply, confirmed = await self._send(call)
         except WrongKeyType as error:
             raise await self._which_key(error) from error
