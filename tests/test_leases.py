@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
 
 from governor import Governor, GovernorConfig
+from governor._async.lease import default_holder as async_default_holder
+from governor._sync.lease import default_holder
 
 from .support.servers import wait_until
 
@@ -118,3 +122,20 @@ def test_a_lost_lease_reported_with_release_is_cleaned_up(make_gov: MakeGov, clo
     st = gov.status()
     assert (st.in_flight, st.window_attempts) == (0, 0)
     assert lease.released and lease.lost
+
+
+def test_the_default_holder_names_this_host_and_process_even_in_a_forked_child() -> None:
+    """The label is made once per process: a child forked after the parent
+    made it names itself, not its parent."""
+    for label in (default_holder, async_default_holder):
+        assert label() == f"{socket.gethostname()}/{os.getpid()}"
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # the child: tell its label and leave at once
+            os.write(write, label().encode())
+            os._exit(0)
+        os.close(write)
+        told = os.read(read, 512).decode()
+        os.close(read)
+        os.waitpid(child, 0)
+        assert told == f"{socket.gethostname()}/{child}"
