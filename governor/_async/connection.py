@@ -268,8 +268,8 @@ class Connection:
             await cluster.aclose()
             return
         self.replaced.append(self.client)  # (standalone, or a racing thread's cluster client)
+        self.every_key = True  # first: a call between the two sends every key to the old client, harmlessly
         self.client = cluster
-        self.every_key = True
         log.info("governor %r: %s is a Redis Cluster node; using a cluster client", self._name, self.url)
 
     async def _which_key(self, error: WrongKeyType) -> WrongKeyType:
