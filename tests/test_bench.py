@@ -8,6 +8,7 @@ shape and comes from the operations it names.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -215,3 +216,29 @@ def test_the_function_breakdown_reads_names_across_dumps_and_running_calls(tmp_p
     assert calls[("luaV_execute", "scriptCall")] == 3
     with pytest.raises(SystemExit, match="no dump labelled 'other'"):
         tool.dump_of(tmp_path, "other")
+
+
+@pytest.mark.parametrize("operation", ["pair", "call"])
+def test_the_client_cost_tool_runs_each_way_and_leaves_no_key(redis_url: str, operation: str) -> None:
+    """scripts/client_cost.py: both facades, both operations; canned replies
+    take Redis out (the governor's own Python is cheaper than the whole
+    call), and the governor's keys and the counter are gone after."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("client_cost", ROOT / "scripts" / "client_cost.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    client = redis.Redis.from_url(redis_url)
+    before = set(client.scan_iter("*client-cost-*"))
+    try:
+        for figures in (
+            tool.measure_sync(redis_url, operation, 30),
+            asyncio.run(tool.measure_async(redis_url, operation, 30)),
+        ):
+            assert set(figures) == {"redis", "canned", "raw"}
+            assert all(value > 0 for value in figures.values())
+            assert figures["canned"] < figures["redis"]
+        assert set(client.scan_iter("*client-cost-*")) == before
+    finally:
+        client.close()

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""What the Python client itself costs per governed call, apart from Redis.
+
+    python scripts/client_cost.py [--url redis://127.0.0.1:6379/0] [--calls 20000]
+                                  [--operation pair|call] [--asyncio] [--profile 30]
+
+Runs ``acquire()`` + ``release()`` (``pair``) or ``gov.call(fn)`` with a
+trivial ``fn`` (``call``) on a fresh governor, twice: against Redis, and
+with Redis's replies canned (the governor's client answers each function
+with the reply Redis gave it once, so the round trips and Redis's work
+drop out and the governor's own Python is left). Prints the client
+process's CPU time (``time.process_time()``: its threads, not its waits)
+per call both ways, and the same for an ``INCR`` + ``DECR`` pair on the
+same client, the scale of the client-side pair rate in
+docs/benchmarks/instructions.md. ``--profile N``: the N functions with the
+most own time over the canned run (cProfile; it inflates small functions,
+and charges a system call that releases the GIL with what other threads
+do meanwhile).
+
+Expect the canned figure to be well under the difference between the
+governed and the raw calls: run between real round trips, the same code
+is slower (caches), and redis-py packs and parses longer commands and
+replies than INCR's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import redis
+import redis.asyncio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from governor import AsyncGovernor, Governor, GovernorConfig
+
+OPERATIONS = ("pair", "call")
+
+
+def _config() -> GovernorConfig:
+    """Room to spare and nothing due: every call is admitted at once."""
+    return GovernorConfig(max_capacity=1_000_000, lease_ttl=3600.0, queue_ttl=3600.0, restart_hold=False)
+
+
+@contextmanager
+def _canned(gov: Governor | AsyncGovernor, replies: dict[str, Any], asyncio_: bool) -> Iterator[None]:
+    """The governor's client answers each function with ``replies[name]``
+    (an instance attribute over redis-py's ``fcall``, removed after)."""
+    client = gov._connection.client
+    if asyncio_:
+
+        async def fcall(name: str, *args: Any) -> Any:
+            return replies[name]
+
+        client.fcall = fcall
+    else:
+        client.fcall = lambda name, *args: replies[name]
+    try:
+        yield
+    finally:
+        del client.fcall
+
+
+@contextmanager
+def _recorded(gov: Governor | AsyncGovernor, replies: dict[str, Any], asyncio_: bool) -> Iterator[None]:
+    """Keep the reply Redis gives each function, by name."""
+    client = gov._connection.client
+    real = client.fcall
+    if asyncio_:
+
+        async def fcall(name: str, *args: Any) -> Any:
+            replies[name] = await real(name, *args)
+            return replies[name]
+
+        client.fcall = fcall
+    else:
+
+        def record(name: str, *args: Any) -> Any:
+            replies[name] = real(name, *args)
+            return replies[name]
+
+        client.fcall = record
+    try:
+        yield
+    finally:
+        del client.fcall
+
+
+def _cpu(run: Callable[[], None], calls: int) -> float:
+    start = time.process_time()
+    for _ in range(calls):
+        run()
+    return (time.process_time() - start) / calls * 1e6
+
+
+async def _acpu(run: Callable[[], Awaitable[None]], calls: int) -> float:
+    start = time.process_time()
+    for _ in range(calls):
+        await run()
+    return (time.process_time() - start) / calls * 1e6
+
+
+def measure_sync(url: str, operation: str, calls: int, profile: int = 0) -> dict[str, float]:
+    """Client CPU per call in microseconds: ``redis`` (real round trips),
+    ``canned`` (replies canned), ``raw`` (INCR + DECR); the governor's keys
+    deleted after."""
+    client = redis.Redis.from_url(url)
+    gov = Governor(client, f"client-cost-{uuid.uuid4().hex[:8]}", _config())
+    counter = f"{gov.keys.state}:raw"
+    run = (lambda: gov.acquire().release()) if operation == "pair" else (lambda: gov.call(lambda: None))
+    replies: dict[str, Any] = {}
+    try:
+        with _recorded(gov, replies, asyncio_=False):
+            run()
+        figures = {"redis": _cpu(run, calls)}
+        with _canned(gov, replies, asyncio_=False):
+            figures["canned"] = _cpu(run, calls)
+            if profile:
+                _profile(run, calls, profile)
+        figures["raw"] = _cpu(lambda: (client.incr(counter), client.decr(counter)), calls)
+    finally:
+        gov.close()
+        client.delete(counter, *gov.keys.keys)
+        client.close()
+    return figures
+
+
+async def measure_async(url: str, operation: str, calls: int) -> dict[str, float]:
+    """measure_sync() with the asyncio facade."""
+    client = redis.asyncio.Redis.from_url(url)
+    gov = AsyncGovernor(client, f"client-cost-{uuid.uuid4().hex[:8]}", _config())
+    counter = f"{gov.keys.state}:raw"
+
+    async def pair() -> None:
+        await (await gov.acquire()).release()
+
+    async def nothing() -> None:
+        return None
+
+    async def call() -> None:
+        await gov.call(nothing)
+
+    async def raw() -> None:
+        await client.incr(counter)
+        await client.decr(counter)
+
+    run = pair if operation == "pair" else call
+    replies: dict[str, Any] = {}
+    try:
+        with _recorded(gov, replies, asyncio_=True):
+            await run()
+        figures = {"redis": await _acpu(run, calls)}
+        with _canned(gov, replies, asyncio_=True):
+            figures["canned"] = await _acpu(run, calls)
+        figures["raw"] = await _acpu(raw, calls)
+    finally:
+        await gov.aclose()
+        await client.delete(counter, *gov.keys.keys)
+        await client.aclose()
+    return figures
+
+
+def _profile(run: Callable[[], None], calls: int, top: int) -> None:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        run()
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--operation", choices=OPERATIONS, default="pair")
+    parser.add_argument("--asyncio", action="store_true", help="the asyncio facade")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile's top N (sync)")
+    args = parser.parse_args(argv)
+    if args.asyncio:
+        figures = asyncio.run(measure_async(args.url, args.operation, args.calls))
+    else:
+        figures = measure_sync(args.url, args.operation, args.calls, args.profile)
+    what = "acquire() + release()" if args.operation == "pair" else "gov.call(fn)"
+    facade = "asyncio" if args.asyncio else "sync"
+    print(f"client CPU per call, {facade} {what}, {args.calls} calls:")
+    print(f"  against Redis            {figures['redis']:7.1f} us")
+    print(f"  Redis's replies canned   {figures['canned']:7.1f} us   (the governor's own Python)")
+    print(f"  INCR + DECR              {figures['raw']:7.1f} us   (the scale)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
