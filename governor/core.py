@@ -105,14 +105,14 @@ def number(value: Any) -> int:
 
 
 def _seconds(ms_value: Any) -> float | None:
-    value = int(text(ms_value))
+    value = number(ms_value)
     return value / 1000 if value > 0 else None
 
 
 def _check_reply(reply: Any, name: str) -> tuple[str, list[Any]]:
     if not isinstance(reply, list) or len(reply) < 2:
         raise StateError(f"governor {name!r}: unreadable script reply {reply!r}", name=name)
-    schema = reply[0] if type(reply[0]) is int else int(text(reply[0]))
+    schema = number(reply[0])
     if schema != SCHEMA_VERSION:
         raise StateError(
             f"governor {name!r}: script reply has schema {schema}, this client speaks {SCHEMA_VERSION}",
@@ -311,9 +311,9 @@ class GovernorCore:
             self._saw_fence(fence)
             return Granted(fence, text(rest[2]), number(rest[1]) / 1000)
         if kind == "queued":
-            return Queued(int(text(rest[0])), text(rest[1]), int(text(rest[2])) / 1000, text(rest[3]))
+            return Queued(number(rest[0]), text(rest[1]), number(rest[2]) / 1000, text(rest[3]))
         if kind == "denied":
-            return Denied(text(rest[0]), int(text(rest[1])) / 1000, text(rest[2]))
+            return Denied(text(rest[0]), number(rest[1]) / 1000, text(rest[2]))
         if kind == "refused":
             raise CostTooLarge(f"governor {self.name!r}: {text(rest[0])}; it can never be admitted", name=self.name)
         raise self._unexpected("acquire", kind)
@@ -365,7 +365,7 @@ class GovernorCore:
             lost: list[str] = []
             _check_count("renew", self.name, ids, len(rest) - 1)
             for lease_id, i in zip(ids, range(1, len(rest), 2), strict=True):
-                status, fence = text(rest[i]), int(text(rest[i + 1]))
+                status, fence = text(rest[i]), number(rest[i + 1])
                 if status == "ok":
                     ok.append(lease_id)
                 elif status == "adopted":
@@ -457,7 +457,7 @@ class GovernorCore:
             unknown: list[str] = []
             _check_count("refresh", self.name, ids, len(rest) - 3, per=4)
             for lease_id, i in zip(ids, range(3, len(rest), 4), strict=True):
-                status, value, remaining = text(rest[i]), int(text(rest[i + 1])), int(text(rest[i + 2]))
+                status, value, remaining = text(rest[i]), number(rest[i + 1]), number(rest[i + 2])
                 if status == "granted":
                     granted[lease_id] = (value, remaining / 1000)
                     self._saw_fence(value)
@@ -467,7 +467,7 @@ class GovernorCore:
                     unknown.append(lease_id)
                 else:
                     raise self._unexpected("refresh", status)
-            return Refreshed(text(rest[0]), text(rest[1]), int(text(rest[2])) / 1000, granted, queued, tuple(unknown))
+            return Refreshed(text(rest[0]), text(rest[1]), number(rest[2]) / 1000, granted, queued, tuple(unknown))
 
         return parse
 

@@ -53,43 +53,27 @@ def _config() -> GovernorConfig:
 
 
 @contextmanager
-def _canned(gov: Governor | AsyncGovernor, replies: dict[str, Any], asyncio_: bool) -> Iterator[None]:
-    """The governor's client answers each function with ``replies[name]``
-    (an instance attribute over redis-py's ``fcall``, removed after)."""
-    client = gov._connection.client
-    if asyncio_:
-
-        async def fcall(name: str, *args: Any) -> Any:
-            return replies[name]
-
-        client.fcall = fcall
-    else:
-        client.fcall = lambda name, *args: replies[name]
-    try:
-        yield
-    finally:
-        del client.fcall
-
-
-@contextmanager
-def _recorded(gov: Governor | AsyncGovernor, replies: dict[str, Any], asyncio_: bool) -> Iterator[None]:
-    """Keep the reply Redis gives each function, by name."""
+def _fcall(gov: Governor | AsyncGovernor, replies: dict[str, Any], record: bool, asyncio_: bool) -> Iterator[None]:
+    """For the block, the governor's client answers each function with
+    ``replies[name]``; ``record``: from Redis, kept there (an instance
+    attribute over redis-py's ``fcall``, removed after)."""
     client = gov._connection.client
     real = client.fcall
     if asyncio_:
 
-        async def fcall(name: str, *args: Any) -> Any:
-            replies[name] = await real(name, *args)
+        async def answer(name: str, *args: Any) -> Any:
+            if record:
+                replies[name] = await real(name, *args)
             return replies[name]
 
-        client.fcall = fcall
     else:
 
-        def record(name: str, *args: Any) -> Any:
-            replies[name] = real(name, *args)
+        def answer(name: str, *args: Any) -> Any:  # type: ignore[misc]
+            if record:
+                replies[name] = real(name, *args)
             return replies[name]
 
-        client.fcall = record
+    client.fcall = answer
     try:
         yield
     finally:
@@ -117,17 +101,31 @@ def measure_sync(url: str, operation: str, calls: int, profile: int = 0) -> dict
     client = redis.Redis.from_url(url)
     gov = Governor(client, f"client-cost-{uuid.uuid4().hex[:8]}", _config())
     counter = f"{gov.keys.state}:raw"
-    run = (lambda: gov.acquire().release()) if operation == "pair" else (lambda: gov.call(lambda: None))
+
+    def nothing() -> None:
+        return None
+
+    def pair() -> None:
+        gov.acquire().release()
+
+    def call() -> None:
+        gov.call(nothing)
+
+    def raw() -> None:
+        client.incr(counter)
+        client.decr(counter)
+
+    run = pair if operation == "pair" else call
     replies: dict[str, Any] = {}
     try:
-        with _recorded(gov, replies, asyncio_=False):
+        with _fcall(gov, replies, record=True, asyncio_=False):
             run()
         figures = {"redis": _cpu(run, calls)}
-        with _canned(gov, replies, asyncio_=False):
+        with _fcall(gov, replies, record=False, asyncio_=False):
             figures["canned"] = _cpu(run, calls)
             if profile:
                 _profile(run, calls, profile)
-        figures["raw"] = _cpu(lambda: (client.incr(counter), client.decr(counter)), calls)
+        figures["raw"] = _cpu(raw, calls)
     finally:
         gov.close()
         client.delete(counter, *gov.keys.keys)
@@ -157,10 +155,10 @@ async def measure_async(url: str, operation: str, calls: int) -> dict[str, float
     run = pair if operation == "pair" else call
     replies: dict[str, Any] = {}
     try:
-        with _recorded(gov, replies, asyncio_=True):
+        with _fcall(gov, replies, record=True, asyncio_=True):
             await run()
         figures = {"redis": await _acpu(run, calls)}
-        with _canned(gov, replies, asyncio_=True):
+        with _fcall(gov, replies, record=False, asyncio_=True):
             figures["canned"] = await _acpu(run, calls)
         figures["raw"] = await _acpu(raw, calls)
     finally:
