@@ -111,12 +111,12 @@ def _cost(kind: str) -> str:
 
 def field_table() -> str:
     """The Lua that declares the blueprint, from governor.protocol,
-    governor.budgets and governor.policies: SCHEMA, MAX_INT, the queue's constants, the kind
-    tables, the keys' names and types in the order every function receives
-    them, each class's virtual time field, the budget kinds and their costs,
-    the base config fields, the status reply's fields, FIELDS (the kind of
-    every stored field) and REQUIRED (the fields every governor's hashes
-    hold, whatever its policy)."""
+    governor.budgets and governor.policies: SCHEMA, MAX_INT, the queue's
+    constants, the keys' names and types in the order every function
+    receives them, each class's virtual time field, the budget kinds and
+    their costs, the base config fields, the status reply's fields, FIELDS
+    (the kind of every stored field, the kind tables declared with it) and
+    REQUIRED (the fields every governor's hashes hold, whatever its policy)."""
     every = policies.all_fields()
     kinds = sorted({kind.name: kind for kind in every.values()}.items())
     lines = [
@@ -135,9 +135,6 @@ def field_table() -> str:
         f"local MAX_CAPPED = {protocol.MAX_CAPPED}",
         f"local MAX_CAP = {protocol.MAX_CAP}",
         f"local LOWER_HELD = {protocol.LOWER_HELD!r}",
-    ]
-    lines += [f"local {name} = {_kind(kind)}" for name, kind in kinds]
-    lines += [
         f"local MAX_CAPACITY = {protocol.MAX_CAPACITY}",
         f"local KEY_NAMES = {_strings(protocol.KEY_NAMES)}",
         f"local TYPES = {_strings(kind for _, kind in protocol.KEYS)}",
@@ -150,8 +147,13 @@ def field_table() -> str:
         "-- the fields a new hash stores first: the hot paths' (governor.protocol.HOT)",
         f"local HOT = {{{', '.join(f'{h} = {_strings(names)}' for h, names in protocol.HOT.items())}}}",
     ]
-    entries = ",\n  ".join(f"{field} = {kind.name}" for field, kind in sorted(every.items()))
-    lines.append(f"local FIELDS = {{\n  {entries},\n}}")
+    # (the kind tables are FIELDS' alone: declared in a block of their own, they
+    # take none of the 200 locals Lua allows the library's main chunk)
+    entries = ",\n    ".join(f"{field} = {kind.name}" for field, kind in sorted(every.items()))
+    lines += ["local FIELDS", "do"]
+    lines += [f"  local {name} = {_kind(kind)}" for name, kind in kinds]
+    lines.append(f"  FIELDS = {{\n    {entries},\n  }}")
+    lines.append("end")
     required = ", ".join(
         f"{hash_name} = {{{', '.join(repr(n) for n in names)}}}" for hash_name, names in protocol.required().items()
     )

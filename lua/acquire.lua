@@ -45,7 +45,11 @@ local tokens = arg_tokens(8, 'tokens')
 local place = arg_place(9)
 -- step: the clock and the state
 clock()
-if not load(ADMIT) then return missing_reply() end
+-- Live waiters (dead ones never count) first: when callers wait, what a
+-- newcomer joining them reads of the state comes with the admission's
+-- fields, in one HMGET. (No waiters key, or no governor: 0.)
+local waiting = redis.call('ZCOUNT', K.waiters, LIVE, '+inf')
+if not load(waiting > 0 and PREPARE_READS.admit[place.rank + 1] or ADMIT) then return missing_reply() end
 -- The reserve and the tenants' caps are in the admission rule: read while
 -- caps or a reserve are set (capped), or while the budgets' rule asks a tenant's cap.
 if S.capped ~= 0 or S.budgets ~= '' then caps_config() end
@@ -95,7 +99,6 @@ if in_queue then
   guard_grant(false, K.waiters, K.holders, K.leases)  -- (and what grant() adds): written after this write
   redis.call('ZADD', K.waiters, int(NOW + queue_ttl), id)
 else
-  local waiting = redis.call('ZCOUNT', K.waiters, LIVE, '+inf')  -- live waiters: dead ones never count
   reason, hint = blocked(tokens, place)
   ruled = true
   if waiting == 0 and not reason then
@@ -123,11 +126,17 @@ else
   if waiting == 0 then created(K.queue) created(K.waiters) end
 end
 
-local granted = grant(id)
-if granted[id] then
-  return finish({SCHEMA, 'granted', granted[id], ttl, S.epoch})
+-- (A rule that answers every caller alike and turned this one away with
+-- no time to wait for admits nobody from the head either: grant() would
+-- stop at once, unless waiters are due to age.)
+local granted = nil
+if not (ruled and reason and hint == 0 and alike()) or (S.aging_due > 0 and NOW >= S.aging_due) then
+  granted = grant(id)
+  if granted[id] then
+    return finish({SCHEMA, 'granted', granted[id], ttl, S.epoch})
+  end
 end
 -- (what the rule said still holds unless grant() admitted somebody)
-if not ruled or next(granted) ~= nil then reason, hint = blocked(tokens, place) end
+if not ruled or (granted and next(granted) ~= nil) then reason, hint = blocked(tokens, place) end
 local position = redis.call('ZRANK', K.queue, id) or -1  -- parked at its tenant's cap: -1
 return finish({SCHEMA, 'queued', position, reason or 'behind earlier waiters', hint, S.epoch})

@@ -114,6 +114,23 @@ def test_a_lower_class_waiter_goes_ahead_of_every_class_once_it_waited_aging(
     assert sync_client.zcard(gov.keys.aging) == 0
 
 
+def test_a_newcomer_turned_away_at_capacity_ages_the_waiters_due_before_it_takes_its_place(
+    make_gov: MakeGov, clock: FakeClock, sync_client: Any
+) -> None:
+    """The rule turns the newcomer away (the slot is held) as it would any
+    caller, so no grant can follow; the waiters due to age still go ahead
+    then, and the newcomer's place says so."""
+    slot = Slot(make_gov, clock, sync_client, aging=5.0)
+    gov = slot.gov
+    slot.enqueue("old-batch", "batch")
+    clock.advance(5)
+    place = gov._core.place("interactive")
+    queued = gov._execute(gov._core.acquire(new_id(), "i-late", wait=True, place=place))
+    assert isinstance(queued, Queued) and queued.position == 1  # behind the aged waiter, not ahead of it
+    assert sync_client.zcard(gov.keys.aging) == 0
+    assert [e.fields["holder"] for e in read_events(sync_client, gov.keys) if e.kind == "age"] == ["old-batch"]
+
+
 def test_an_aged_waiter_keeps_its_tag_and_the_highest_class_never_ages(
     make_gov: MakeGov, clock: FakeClock, sync_client: Any
 ) -> None:

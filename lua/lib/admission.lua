@@ -1,7 +1,7 @@
 --[[ lib/admission.lua: the one admission rule, and a new lease.
 
 Uses lib/common.lua, lib/budgets.lua, lib/shares.lua.
-Defines: BUDGETS, never, blocked, waiting_on, add_lease.
+Defines: BUDGETS, never, alike, blocked, waiting_on, add_lease.
 
 The rule: a caller is admitted when the governor is not paused, no hold
 runs (not_before), every budget has room for the lease's cost, and nobody
@@ -93,6 +93,13 @@ local function never(tokens)
   return nil
 end
 
+-- Whether the rule answers every caller alike: no budget is active and no
+-- cap or reserve is set, so a caller's cost and place change nothing
+-- (the pause, a hold and concurrency alone: the plain governor).
+local function alike()
+  return S.budgets == '' and S.capped == 0
+end
+
 -- The admission rule: nil when a lease of `tokens` for `place` ({rank, tenant,
 -- aged}; nil: any caller) may be admitted now (the queue aside: the
 -- callers decide FIFO), else why not, a hint (ms) and the budget that
@@ -107,13 +114,13 @@ local function blocked(tokens, place)
     end
   end
   if NOW < S.not_before then return ORIGIN.held(), S.not_before - NOW end  -- a Retry-After or a recovery hold
-  local buckets = S.budgets ~= ''  -- none active: the token buckets are not asked
-  if not buckets and S.capped == 0 then
+  if alike() then
     -- No budget, cap or reserve switched on: concurrency alone (the plain governor's path).
     local why, hint = CONCURRENCY.room(tokens, place)
     if why then return why, hint, CONCURRENCY end
     return nil, 0
   end
+  local buckets = S.budgets ~= ''  -- none active: the token buckets are not asked
   for _, budget in ipairs(BUDGETS) do
     if buckets or not budget.bucket then
       local why, hint = budget.room(tokens, place)

@@ -178,17 +178,29 @@ local function begin(keys, argv)
   CALL.active, CALL.caps, CALL.held, CALL.live = nil, nil, nil, nil
 end
 
--- The call's table of a hash ('state', 'config' or 'policy'), made on first use.
-local function values(hash)
-  if hash == 'state' then
-    if not S then S = {} end
-    return S
-  elseif hash == 'config' then
-    if not C then C = {} end
-    return C
+-- The call's table of a hash ('state', 'config' or 'policy'), made on
+-- first use. The state's is kept across calls and emptied: a call reads
+-- about the same fields of it as the last, eight or more, and a table
+-- filled afresh grows its hash part step by step, each step a new part
+-- (emptied, a table keeps its size; the config's and the policy's, a few
+-- fields on the hot paths, cost less made afresh).
+local values
+do
+  local kept = {}
+  values = function(hash)
+    if hash == 'state' then
+      if not S then
+        S = kept
+        for k in pairs(S) do S[k] = nil end
+      end
+      return S
+    elseif hash == 'config' then
+      if not C then C = {} end
+      return C
+    end
+    if not P then P = {} end
+    return P
   end
-  if not P then P = {} end
-  return P
 end
 
 -- A stored or sent number as Lua's number, or nil: tonumber() remembered.
@@ -265,8 +277,17 @@ end
 
 -- Type checks for the keys a script touches after its first write that no
 -- read has told: guard(K.waiters, ...) for the keys named, check_types()
--- for all of them.
+-- for all of them. A zset is asked its length (ZCARD: a key of another
+-- type answers WRONGTYPE): an integer reply, where TYPE's status reply
+-- costs Redis a table (about 3,000 server instructions against 5,000,
+-- scripts/lua_costs.py), and Redis deletes an emptied zset, so 0 is no
+-- key. The hashes and the stream are asked TYPE (HLEN and XLEN are not
+-- among the commands the workers' ACL grants, docs/operating.md).
 local function check_type(key, want)
+  if want == 'zset' then
+    local n = redis.pcall('ZCARD', key)
+    if type(n) == 'number' then return n == 0 and 'none' or want end
+  end
   local t = redis.call('TYPE', key)['ok']
   if t ~= 'none' and t ~= want then
     fail('WRONGTYPE', key .. ' is a ' .. t .. ', expected a ' .. want)
@@ -355,7 +376,8 @@ end
 -- goes to ORIGIN.check (a layout this client may not use fails; a state
 -- that came back is handled as a loss), after the fields are read.
 local function load(fields)
-  S = {}
+  S = nil
+  values('state')
   local raw = redis.call('HMGET', K.state, 'origin', unpack(fields))
   if not raw[2] then
     if redis.call('EXISTS', K.state) == 0 then
@@ -518,6 +540,8 @@ end
 
 -- Records and arguments.
 
+local NO_TOKENS = {input = 0, output = 0}
+
 -- holders entries: "fence|ttl_ms|since_ms|input|output|level|rank|tenant|holder"
 -- (governor.protocol.HolderRecord): input and output are the tokens the
 -- lease reserved, {input = , output = } as a table ("tokens"); level is
@@ -528,8 +552,11 @@ local function record_parse(raw)
   local fence, ttl, since, input, output, level, rank, tenant, holder =
     string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
   if not fence then return nil end
-  return {fence = num(fence), ttl = num(ttl), since = num(since),
-    tokens = {input = num(input), output = num(output)}, level = num(level),
+  -- (the fence and the time never recur: converted, not remembered; no
+  -- tokens, the common case, is the one NO_TOKENS, never changed)
+  local tokens = NO_TOKENS
+  if input ~= '0' or output ~= '0' then tokens = {input = num(input), output = num(output)} end
+  return {fence = tonumber(fence), ttl = num(ttl), since = tonumber(since), tokens = tokens, level = num(level),
     rank = num(rank), tenant = tenant, holder = holder}
 end
 
@@ -554,7 +581,6 @@ local function record_format(fence, ttl, since, input, output, level, rank, tena
     .. dec(level) .. '|' .. dec(rank) .. '|' .. tenant .. '|' .. holder
 end
 
-local NO_TOKENS = {input = 0, output = 0}
 local NO_LIMITS = {}  -- a report that announces no rate-limit figures (never changed)
 
 -- ARGV[i]: tokens as "input,output" (governor.budgets.Tokens.arg), '' for none.

@@ -120,7 +120,7 @@ local function grant(caller, read_head, read_deadline, read_record)
     -- (with no budget, cap or reserve the class changes nothing: the answer above)
     local band = math.floor(score / QUEUE_BAND)
     local why, hint, budget = none, wait, nil
-    if S.capped ~= 0 or S.budgets ~= '' then
+    if not alike() then
       why, hint, budget = blocked(NO_TOKENS, {rank = math.max(band - 1, 0), aged = band == 0})
     end
     local m, impossible = nil, nil

@@ -67,14 +67,24 @@ local IDLE = {'idle_ms'}
 -- aging (state), without (quiet: nobody waits), with the aging and the
 -- vtime of class rank (join[rank + 1]: a caller joins it); of the config,
 -- on a hand-over of a lower class (hand_over: its waiter ages, the aging
--- key may be created).
+-- key may be created). admit[rank + 1]: what acquire loads first when
+-- callers wait, ADMIT and join's, in one HMGET (a newcomer of that class
+-- joins them unless the rule admits it at once).
 local PREPARE_READS = {
   state = {'epoch', 'not_before', 'reclaim_due', 'capped', 'aging_due'},
   quiet = {'epoch', 'not_before', 'reclaim_due', 'capped'},
   join = {},
+  admit = {},
   hand_over = {'aging_ms', 'idle_ms'},
 }
-for r = 1, #VTIMES do PREPARE_READS.join[r] = {'epoch', 'not_before', 'reclaim_due', 'capped', 'aging_due', VTIMES[r]} end
+for r = 1, #VTIMES do
+  local join, admit, known = {'epoch', 'not_before', 'reclaim_due', 'capped', 'aging_due', VTIMES[r]}, {}, {}
+  for i = 1, #ADMIT do admit[i], known[ADMIT[i]] = ADMIT[i], true end
+  for i = 1, #join do
+    if not known[join[i]] then admit[#admit + 1] = join[i] end
+  end
+  PREPARE_READS.join[r], PREPARE_READS.admit[r] = join, admit
+end
 
 -- Whether nothing due can move the queue's head before a grant: no
 -- reclaim (dead waiters go) and no aging (aged waiters go ahead). Needs
