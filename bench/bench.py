@@ -93,7 +93,7 @@ def parsers() -> tuple[str, ...]:
     return ("hiredis", "python") if HIREDIS_AVAILABLE else ("python",)
 
 
-def _parser_options(parser: str | None, asyncio: bool) -> dict[str, Any]:
+def parser_options(parser: str | None, asyncio: bool) -> dict[str, Any]:
     """Client options that select ``parser``: None or ``"hiredis"`` keep
     redis-py's default (hiredis when installed); ``"python"`` forces the
     pure-Python parser (redis-py swaps in its RESP3 twin on a RESP3
@@ -209,7 +209,7 @@ def _interleaved(cases: dict[str, Callable[[float], float]], seconds: float) -> 
 
 
 def bench_pairs_sync(url: str, seconds: float, parser: str | None = None) -> dict[str, float]:
-    client = redis.Redis.from_url(url, **_parser_options(parser, asyncio=False))
+    client = redis.Redis.from_url(url, **parser_options(parser, asyncio=False))
     name = _name("pairs")
     gov = Governor(client, name, _config())
     counter = f"{name}:raw"
@@ -257,7 +257,7 @@ def bench_pairs_sync(url: str, seconds: float, parser: str | None = None) -> dic
 
 
 async def bench_pairs_async(url: str, seconds: float, parser: str | None = None) -> dict[str, float]:
-    client = redis.asyncio.Redis.from_url(url, **_parser_options(parser, asyncio=True))
+    client = redis.asyncio.Redis.from_url(url, **parser_options(parser, asyncio=True))
     name = _name("apairs")
     gov = AsyncGovernor(client, name, _config())
     counter = f"{name}:raw"

@@ -34,6 +34,7 @@ import redis
 import redis.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.bench import parser_options
 from governor import AsyncGovernor, Governor, GovernorConfig
 from governor.scripts import library, library_name
 
@@ -311,6 +312,9 @@ def fake_server() -> fakeredis.FakeServer:
     return fakeredis.FakeServer()
 
 
+#: (the two real Redis backends also cover both of redis-py's reply parsers:
+#: raw replies through its pure-Python parser, forced, decoded replies through
+#: its default, hiredis when installed, as the test extra does)
 BACKENDS = [
     pytest.param(("redis", False), id="redis"),
     pytest.param(("redis", True), id="redis-decoded"),
@@ -335,7 +339,12 @@ def backend(request: pytest.FixtureRequest) -> tuple[str, bool]:
 def sync_client(backend: tuple[str, bool], redis_url: str, fake_server: fakeredis.FakeServer) -> Iterator[Any]:
     kind, decode = backend
     if kind == "redis":
-        client: Any = redis.Redis.from_url(redis_url, decode_responses=decode, socket_timeout=10)
+        client: Any = redis.Redis.from_url(
+            redis_url,
+            decode_responses=decode,
+            socket_timeout=10,
+            **parser_options(None if decode else "python", asyncio=False),
+        )
     else:
         client = fakeredis.FakeRedis(server=fake_server, decode_responses=decode)
     yield client
@@ -348,7 +357,12 @@ async def async_client(
 ) -> AsyncIterator[Any]:
     kind, decode = backend
     if kind == "redis":
-        client: Any = redis.asyncio.Redis.from_url(redis_url, decode_responses=decode, socket_timeout=10)
+        client: Any = redis.asyncio.Redis.from_url(
+            redis_url,
+            decode_responses=decode,
+            socket_timeout=10,
+            **parser_options(None if decode else "python", asyncio=True),
+        )
     else:
         client = fakeredis.FakeAsyncRedis(server=fake_server, decode_responses=decode)
     yield client

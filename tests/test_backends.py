@@ -1,6 +1,7 @@
 """Where the session Redis comes from: REDIS_URL, else a private
 redis-server, else a testcontainers RedisContainer, else one clear failure;
-and the launcher the private servers come from."""
+the launcher the private servers come from; and the reply parsers the real
+Redis backends run."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis._parsers import _HiredisParser
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from redis.utils import HIREDIS_AVAILABLE
 
 from bench import redis_server
 from governor import Governor, GovernorConfig
@@ -152,3 +155,26 @@ def test_the_suite_on_a_shared_redis_leaves_its_functions_libraries_alone(privat
         assert libraries(private_redis.url) == before
     finally:
         shared.close()
+
+
+@pytest.mark.parametrize("backend", [("redis", False), ("redis", True)], ids=["redis", "redis-decoded"], indirect=True)
+def test_the_real_redis_backends_run_the_governor_through_both_reply_parsers(
+    sync_client: redis.Redis, backend: tuple[str, bool]
+) -> None:
+    """Every test on the real Redis backends runs the governor's calls
+    through redis-py's pure-Python parser (raw replies) and through hiredis
+    (decoded: the test extra installs it, as the hiredis extra does)."""
+    assert HIREDIS_AVAILABLE, "the test extra installs hiredis (fleet-governor[hiredis])"
+    gov = Governor(sync_client, f"parsers-{os.getpid()}-{backend[1]}", GovernorConfig(max_capacity=2))
+    try:
+        gov.acquire().release()
+        pool = gov._connection.client.connection_pool  # the governor's own, on the client's settings
+        connection = pool.get_connection()
+        try:
+            # (the pure-Python parser: its RESP2 class, or the RESP3 twin redis-py swaps in on a RESP3 connection)
+            assert isinstance(connection._parser, _HiredisParser) is backend[1], type(connection._parser)
+        finally:
+            pool.release(connection)
+    finally:
+        gov.close()
+        sync_client.delete(*gov.keys.keys)

@@ -184,10 +184,10 @@ def test_the_instructions_measurement_says_what_is_missing(monkeypatch: pytest.M
 
 def test_the_pure_python_parser_can_be_forced() -> None:
     assert bench.parsers()[-1] == "python"
-    assert "parser_class" in bench._parser_options("python", asyncio=False)
-    assert bench._parser_options(None, asyncio=True) == {}
+    assert "parser_class" in bench.parser_options("python", asyncio=False)
+    assert bench.parser_options(None, asyncio=True) == {}
     with pytest.raises(ValueError, match="not available"):
-        bench._parser_options("nonesuch", asyncio=False)
+        bench.parser_options("nonesuch", asyncio=False)
 
 
 def test_the_function_breakdown_reads_names_across_dumps_and_running_calls(tmp_path: Path) -> None:
