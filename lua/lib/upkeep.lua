@@ -69,7 +69,7 @@ local IDLE = {'idle_ms'}
 -- on a hand-over of a lower class (hand_over: its waiter ages, the aging
 -- key may be created). admit[rank + 1]: what acquire loads first when
 -- callers wait, ADMIT and join's, in one HMGET (a newcomer of that class
--- joins them unless the rule admits it at once).
+-- then joins them, FIFO; only a try, denied, reads the three for nothing).
 local PREPARE_READS = {
   state = {'epoch', 'not_before', 'reclaim_due', 'capped', 'aging_due'},
   quiet = {'epoch', 'not_before', 'reclaim_due', 'capped'},
