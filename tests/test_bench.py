@@ -221,8 +221,10 @@ def test_the_function_breakdown_reads_names_across_dumps_and_running_calls(tmp_p
 @pytest.mark.parametrize("operation", ["pair", "call"])
 def test_the_client_cost_tool_runs_each_way_and_leaves_no_key(redis_url: str, operation: str) -> None:
     """scripts/client_cost.py: both facades, both operations; canned replies
-    take Redis out (the governor's own Python is cheaper than the whole
-    call), and the governor's keys and the counter are gone after."""
+    take Redis out and the functions sent alone the governor's Python (each
+    cheaper than the whole call), and the governor's keys and the counter
+    are gone after (the direct calls release or report-and-release their
+    leases)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("client_cost", ROOT / "scripts" / "client_cost.py")
@@ -236,9 +238,10 @@ def test_the_client_cost_tool_runs_each_way_and_leaves_no_key(redis_url: str, op
             tool.measure_sync(redis_url, operation, 30),
             asyncio.run(tool.measure_async(redis_url, operation, 30)),
         ):
-            assert set(figures) == {"redis", "canned", "raw"}
+            assert set(figures) == {"redis", "canned", "direct", "raw"}
             assert all(value > 0 for value in figures.values())
             assert figures["canned"] < figures["redis"]
+            assert figures["direct"] < figures["redis"]  # the same calls, without the governor's Python
         assert set(client.scan_iter("*client-cost-*")) == before
     finally:
         client.close()
