@@ -99,9 +99,10 @@ LEASE_ARGV = {"acquire": {3: "id"}, "release": {3: "id"}, "report": {5: "id", 6:
 
 def _fresh(name: str, args: tuple[Any, ...], lease: str, fence: str) -> tuple[Any, ...]:
     """A recorded call's arguments (numkeys, the keys, ARGV) for another lease."""
-    at = LEASE_ARGV[name.rsplit("_", 1)[1]]
-    numkeys = int(args[0])
-    return tuple((lease if at[i - numkeys] == "id" else fence) if i - numkeys in at else a for i, a in enumerate(args))
+    fresh, numkeys = list(args), int(args[0])
+    for argv, what in LEASE_ARGV[name.rsplit("_", 1)[1]].items():
+        fresh[numkeys + argv] = lease if what == "id" else fence
+    return tuple(fresh)
 
 
 def _cpu(run: Callable[[], None], calls: int) -> float:
@@ -120,8 +121,8 @@ async def _acpu(run: Callable[[], Awaitable[None]], calls: int) -> float:
 
 def measure_sync(url: str, operation: str, calls: int, profile: int = 0, parser: str | None = None) -> dict[str, float]:
     """Client CPU per call in microseconds: ``redis`` (real round trips),
-    ``canned`` (replies canned), ``raw`` (INCR + DECR); the governor's keys
-    deleted after."""
+    ``canned`` (replies canned), ``direct`` (its functions sent alone),
+    ``raw`` (INCR + DECR); the governor's keys deleted after."""
     client = redis.Redis.from_url(url, **parser_options(parser, asyncio=False))
     gov = Governor(client, f"client-cost-{uuid.uuid4().hex[:8]}", _config())
     counter = f"{gov.keys.state}:raw"
