@@ -83,6 +83,12 @@ class _Waiter:
         #: its acquire had a slot to go out on (until then, Redis has not heard of it)
         self.sent = False
 
+    def made_event(self) -> Event:
+        """Its event, made now if nobody needed it yet (under the worker's lock)."""
+        if self.event is None:
+            self.event = Event()
+        return self.event
+
 
 class _Background:
     """Listens for grants, refreshes waiters, renews leases: one per governor."""
@@ -117,19 +123,10 @@ class _Background:
         return waiter
 
     def event_of(self, waiter: _Waiter) -> Event:
-        """What ``waiter``'s caller waits on (made here, under the lock the
-        worker wakes it under, so both hold the same one)."""
+        """What ``waiter``'s caller waits on (made under the lock the worker
+        wakes it under, so both hold the same one)."""
         with self._lock:
-            if waiter.event is None:
-                waiter.event = Event()
-            return waiter.event
-
-    @staticmethod
-    def _wake(waiter: _Waiter) -> None:
-        """Wake ``waiter``'s caller; the worker holds the lock."""
-        if waiter.event is None:
-            waiter.event = Event()
-        waiter.event.set()
+            return waiter.made_event()
 
     def remove_waiter(self, lease_id: str) -> None:
         with self._lock:
@@ -299,7 +296,7 @@ class _Background:
                 if waiter is not None:
                     waiter.granted = Granted(fence, wake.epoch)
                     waiter.deadline = waiter.confirmed_at + ttl
-                    self._wake(waiter)
+                    waiter.made_event().set()
         return None
 
     def _refresh(self) -> float:
@@ -322,7 +319,7 @@ class _Background:
                     if waiter is not None:
                         waiter.granted = Granted(fence, result.epoch, remaining)
                         waiter.deadline = sent_at + remaining
-                        self._wake(waiter)
+                        waiter.made_event().set()
                 for lease_id, (position, why) in result.queued.items():
                     waiter = self._waiters.get(lease_id)
                     if waiter is not None:
@@ -331,7 +328,7 @@ class _Background:
                     waiter = self._waiters.get(lease_id)
                     if waiter is not None:
                         waiter.retry = True
-                        self._wake(waiter)
+                        waiter.made_event().set()
         return hint
 
     def _renew(self) -> None:
@@ -377,4 +374,4 @@ class _Background:
         with self._lock:
             for waiter in self._waiters.values():
                 waiter.error = failure
-                self._wake(waiter)
+                waiter.made_event().set()
