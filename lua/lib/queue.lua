@@ -107,7 +107,9 @@ local function grant(caller, read_head, read_deadline, read_record)
     -- The rule without a place is never stricter than the head's (its class
     -- only adds the reserve): when it holds everybody back and nothing is
     -- to be announced (a grant made, or no time to wait for), the head is
-    -- not looked at.
+    -- not looked at. (After a grant, a plain governor at capacity needs
+    -- no asking: the rule's reason would be worded for nobody.)
+    if admitted > 0 and alike() and CALL.live >= S.capacity then break end
     local none, wait = blocked(NO_TOKENS)
     if none and (admitted > 0 or wait == 0) then break end
     local first, known, head_record = read_head, read_deadline, read_record
