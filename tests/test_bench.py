@@ -221,10 +221,13 @@ def test_the_function_breakdown_reads_names_across_dumps_and_running_calls(tmp_p
 @pytest.mark.parametrize("operation", ["pair", "call"])
 def test_the_client_cost_tool_runs_each_way_and_leaves_no_key(redis_url: str, operation: str) -> None:
     """scripts/client_cost.py: both facades, both operations; canned replies
-    take Redis out and the functions sent alone the governor's Python (each
-    cheaper than the whole call), and the governor's keys and the counter
-    are gone after (the direct calls release or report-and-release their
-    leases)."""
+    take Redis out (the round trips gone: a fraction of the whole call's
+    client CPU), the functions sent alone run (their resent arguments pass
+    the functions' checks), and the governor's keys and the counter are
+    gone after (the direct calls release or report-and-release their
+    leases). Whether the functions alone cost less than the whole call is
+    the tool's figure, not a test's: the governor's Python is a few percent
+    of the call, within a busy machine's noise over 30 calls."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("client_cost", ROOT / "scripts" / "client_cost.py")
@@ -241,7 +244,6 @@ def test_the_client_cost_tool_runs_each_way_and_leaves_no_key(redis_url: str, op
             assert set(figures) == {"redis", "canned", "direct", "raw"}
             assert all(value > 0 for value in figures.values())
             assert figures["canned"] < figures["redis"]
-            assert figures["direct"] < figures["redis"]  # the same calls, without the governor's Python
         assert set(client.scan_iter("*client-cost-*")) == before
     finally:
         client.close()
