@@ -50,8 +50,9 @@ Error replies (raised with error(msg, 0), mapped by governor/errors.py):
 Cost. The library's tables and helpers are built once, at load; a call
 pays for each redis.call (about 5,000 server instructions), each stored
 field it reads and checks (a small hash is a listpack, scanned from its
-start for each field: a new hash stores the hot paths' fields first, HOT)
-and each table it builds (about 1,500), so the hot paths read only the
+start for each field: a new config or policy hash stores the hot paths'
+fields first, HOT; the state, whose origin stamp is longer than a
+listpack's values may be, is a hash table) and each table it builds (about 1,500), so the hot paths read only the
 fields a path needs, with one HMGET per hash, decide what they read before
 their first write (a report's read plan: the_policy() of lib/policy.lua
 tells a quiet success, which reads the policy's streak alone, no config
@@ -454,7 +455,8 @@ end
 
 -- A hash the call created (init, a config stored afresh) stores the hot
 -- paths' fields first (HOT): a small hash is a listpack, which a lookup
--- scans from its start.
+-- scans from its start (the config and the policy; the state turns into a
+-- hash table when its origin stamp is written).
 local function save()
   if not DIRTY then return end
   for hash, dirty in pairs(DIRTY) do
