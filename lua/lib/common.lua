@@ -52,13 +52,14 @@ pays for each redis.call (about 5,000 server instructions), each stored
 field it reads and checks (a small hash is a listpack, scanned from its
 start for each field: a new config or policy hash stores the hot paths'
 fields first, HOT; the state, whose origin stamp is longer than a
-listpack's values may be, is a hash table) and each table it builds (about 1,500), so the hot paths read only the
-fields a path needs, with one HMGET per hash, decide what they read before
-their first write (a report's read plan: the_policy() of lib/policy.lua
-tells a quiet success, which reads the policy's streak alone, no config
-beyond max_capacity and the idle time and no window count) and let reads
-of a key tell its type. The hot operations mark their steps ("-- step:
-..." lines at their top level): scripts/report_stages.py counts each step
+listpack's values may be, is a hash table) and each table it builds
+(about 1,500), so the hot paths read only the fields a path needs, with
+one HMGET per hash, decide what they read before their first write (a
+report's read plan: the_policy() of lib/policy.lua tells a quiet
+success, which reads the policy's streak alone, no config beyond
+max_capacity and the idle time and no window count) and let reads of a
+key tell its type. The hot operations mark their steps ("-- step: ..."
+lines at their top level): scripts/report_stages.py counts each step
 under callgrind.
 Every count is derived with ZCOUNT over the live range, so expired
 leases, dead waiters and old window events never count even before they
