@@ -121,7 +121,7 @@ else
   else
     guard_grant(place.rank > 0 and C.aging_ms > 0, K.queue, K.leases)
   end
-  enqueue(id, place, record_format(0, ttl, NOW, tokens.input, tokens.output, 0, place.rank, place.tenant, holder))
+  enqueue(id, place, record_format('0', ttl, NOW, tokens.input, tokens.output, 0, place.rank, place.tenant, holder))
   redis.call('ZADD', K.waiters, int(NOW + queue_ttl), id)
   if waiting == 0 then created(K.queue) created(K.waiters) end
 end

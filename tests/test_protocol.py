@@ -238,11 +238,13 @@ def test_the_holder_record_format_is_the_protocols() -> None:
     parts = [part.strip() for part in body.replace("\n", " ").split("..")]
     assert parts[1::2] == ["'|'"] * 8, parts
     values = parts[0::2]
-    # each integer as its digits: int() or dec() of the parameter (the time: NOW_S, NOW's digits, when it is NOW)
+    # the fence as the digits its caller made once; each other integer as its digits: int() or dec() of the
+    # parameter (the time: NOW_S, NOW's digits, when it is NOW)
+    assert values[0] == "fence", values
     integer = re.compile(r"^(?:\((\w+) == NOW and NOW_S or )?(?:int|dec)\((\w+)\)\)?$")
-    formatted = [integer.match(v) for v in values[:7]]
+    formatted = [integer.match(v) for v in values[1:7]]
     assert all(m and m.group(1) in (None, m.group(2)) for m in formatted), values
-    assert [m.group(2) for m in formatted if m] + values[7:] == params_list, values
+    assert ["fence"] + [m.group(2) for m in formatted if m] + values[7:] == params_list, values
     assert values[7:] == ["tenant", "holder"]
     (pattern,) = re.findall(r"string\.match\(raw, '([^']*)'\)", admission)
     # seven numbers, the tenant (no '|'), then the holder (may hold '|')

@@ -151,11 +151,13 @@ end
 -- key of another type undoes the fence and fails, so nothing is left written.
 -- A lease of a cost above a header's limit is logged ('oversize': the
 -- caller has guarded events when announced_budgets()), unless `adopted`.
+-- Returns the fence, and its digits.
 local function add_lease(id, ttl, holder, tokens, place, adopted)
   if CALL.live == nil then CALL.live = in_flight() end
   local fence = redis.call('HINCRBY', K.state, 'fence', '1')
   local level = CALL.live + 1
-  local ok = redis.pcall('HSET', K.holders, id, record_format(fence, ttl, NOW, tokens.input, tokens.output, level,
+  local digits = int(fence)
+  local ok = redis.pcall('HSET', K.holders, id, record_format(digits, ttl, NOW, tokens.input, tokens.output, level,
     place.rank, place.tenant, holder))
   if ok ~= 1 and ok ~= 0 then  -- (HSET answers the fields it added; an error reply is a table)
     redis.call('HINCRBY', K.state, 'fence', '-1')
@@ -167,7 +169,7 @@ local function add_lease(id, ttl, holder, tokens, place, adopted)
   local buckets = S.budgets ~= ''
   if not buckets then
     CONCURRENCY.take(tokens)
-    return fence
+    return fence, digits
   end
   if buckets and not adopted then
     local kind, cost, limit = oversize(tokens)
@@ -179,5 +181,5 @@ local function add_lease(id, ttl, holder, tokens, place, adopted)
   for _, budget in ipairs(BUDGETS) do
     if buckets or not budget.bucket then budget.take(tokens) end
   end
-  return fence
+  return fence, digits
 end

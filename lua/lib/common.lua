@@ -577,10 +577,11 @@ local function dec(x)
   return s
 end
 
--- (One concatenation: Lua builds the record once. The fence and the time
--- rarely recur, so they are formatted, not remembered.)
+-- (One concatenation: Lua builds the record once. The fence comes as its
+-- digits, which the caller makes once (a grant announces them too); the
+-- time rarely recurs, so it is formatted, not remembered.)
 local function record_format(fence, ttl, since, input, output, level, rank, tenant, holder)
-  return int(fence) .. '|' .. dec(ttl) .. '|' .. (since == NOW and NOW_S or int(since)) .. '|' .. dec(input) .. '|' .. dec(output) .. '|'
+  return fence .. '|' .. dec(ttl) .. '|' .. (since == NOW and NOW_S or int(since)) .. '|' .. dec(input) .. '|' .. dec(output) .. '|'
     .. dec(level) .. '|' .. dec(rank) .. '|' .. tenant .. '|' .. holder
 end
 

@@ -157,13 +157,14 @@ local function grant(caller, read_head, read_deadline, read_record)
         redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. 1)  -- ask again now
         skipped = skipped + 1
       elseif deadline and deadline > NOW and m then
-        granted[head] = add_lease(head, m.ttl, m.holder, m.tokens, m)
+        local fence, digits = add_lease(head, m.ttl, m.holder, m.tokens, m)
+        granted[head] = fence
         -- A class's grants come in tag order (the head is its smallest tag, and
         -- a newcomer starts at vtime at least), so its vtime is the last one's
         -- tag, written without a read; an aged waiter's older tag leaves it.
         local vtime = VTIMES[m.rank + 1]
         if vtime and score >= QUEUE_BAND then set('state', vtime, score % QUEUE_BAND) end
-        if head ~= caller then words[#words + 1] = head .. ':' .. int(granted[head]) end
+        if head ~= caller then words[#words + 1] = head .. ':' .. digits end
         admitted = admitted + 1
       else
         redis.call('HDEL', K.holders, head)
