@@ -182,6 +182,10 @@ class Kind:
     low: float = 0
     high: float = 0
     values: tuple[str, ...] = ()
+    #: False: each write stores a value never stored before (a fence, the window's
+    #: sequence number), so the library checks it without remembering it
+    #: (lua/lib/common.lua: its memos would only fill with it)
+    recurs: bool = True
 
 
 MAX_INT = 2**53  # above it a Lua number is no longer an exact integer
@@ -196,7 +200,8 @@ SHARE = Kind("SHARE", "num", 0, 1)
 TEXT = Kind("TEXT", "str")
 DURATION = Kind("DURATION", "int", 0, 86_400_000)  #: ms, at most a day
 STEP = Kind("STEP", "int", 1, MAX_INT)  #: a probe step
-KINDS: tuple[Kind, ...] = (COUNT, LEVEL, CEILING, POSITIVE, FLAG, SHARE, TEXT, DURATION, STEP)
+SEQUENCE = Kind("SEQUENCE", "int", 0, MAX_INT, recurs=False)  #: moves on at every write (HINCRBY)
+KINDS: tuple[Kind, ...] = (COUNT, LEVEL, CEILING, POSITIVE, FLAG, SHARE, TEXT, DURATION, STEP, SEQUENCE)
 
 
 #: the queue's order (lua/lib/queue.lua): a waiter's score is ``band *
@@ -273,13 +278,13 @@ STATE: dict[str, Kind] = {
     "saved_capacity": LEVEL,  #: capacity to return to after an operator pause
     #: ms: admissions held until then: a provider's Retry-After, and the recovery hold (hold_until)
     "not_before": COUNT,
-    "fence": COUNT,  #: the last fence handed out (HINCRBY)
+    "fence": SEQUENCE,  #: the last fence handed out (HINCRBY)
     #: each class's fair-queueing virtual time: the largest tag granted in it (see QUEUE_BAND)
     **{f"vtime_{rank}": COUNT for rank in range(MAX_CLASSES)},
     "aging_due": COUNT,  #: ms: the earliest time a waiter goes ahead of every class (0: none waits to)
     "park_seq": COUNT,  #: the last waiter parked at its tenant's cap (see PARK_SLOT)
     "capped": FLAG,  #: 1 while config tenant_caps or reserve is set: an admission without a queue reads them
-    "event_seq": COUNT,  #: the last window event's sequence number
+    "event_seq": SEQUENCE,  #: the last window event's sequence number
     "quota_exhausted": COUNT,  #: quota-exhausted reports since creation
     "quota_at": COUNT,  #: ms of the last one
     "touch_due": COUNT,  #: ms: when every key's expiry is pushed back next

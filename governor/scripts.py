@@ -92,7 +92,8 @@ def _kind(kind: protocol.Kind) -> str:
     if kind.type == "str":
         values = ", ".join(f"[{value!r}] = true" for value in kind.values)
         return f"{{'str', {{{values}}}}}" if kind.values else "{'str'}"
-    return f"{{'{kind.type}', {_lua(kind.low)}, {_lua(kind.high)}}}"
+    fresh = "" if kind.recurs else ", fresh = true"
+    return f"{{'{kind.type}', {_lua(kind.low)}, {_lua(kind.high)}{fresh}}}"
 
 
 def _strings(names: Iterable[str]) -> str:

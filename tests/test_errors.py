@@ -123,6 +123,30 @@ def test_a_tampered_config_is_refused_by_the_scripts(make_gov: MakeGov) -> None:
     assert gov.status().max_capacity == 2
 
 
+@pytest.mark.parametrize("bad", ["abc", "-5", "1.5"])
+@pytest.mark.parametrize(("field", "outcome"), [("event_seq", Outcome.SUCCESS), ("fence", Outcome.RATE_LIMITED)])
+def test_a_stored_value_that_never_recurs_is_checked_at_every_read(
+    make_gov: MakeGov, sync_client: Any, field: str, outcome: Outcome, bad: str
+) -> None:
+    """The fence and the window's sequence number move on at every write, so
+    the library checks them without remembering what it checked: a bad
+    value stops each report that reads it before it writes, call after call,
+    though a good one was read the call before; mended, reports go on."""
+    gov = make_gov(GovernorConfig(max_capacity=4, lease_ttl=60.0))
+    lease = gov.acquire()
+    gov.report(outcome, lease=lease)  # the field read, good
+    good = sync_client.hget(gov.keys.state, field)
+    sync_client.hset(gov.keys.state, field, bad)
+    before = snapshot(sync_client, gov)
+    for _ in range(2):
+        with pytest.raises(StateError, match=rf"field {field} holds"):
+            gov.report(outcome, lease=lease)
+        assert snapshot(sync_client, gov) == before
+    sync_client.hset(gov.keys.state, field, good)
+    gov.report(outcome, lease=lease)
+    assert int(sync_client.hget(gov.keys.state, field)) >= int(good)
+
+
 def test_unknown_error_codes_are_errors_never_ignored() -> None:
     error = error_from_reply("GOVERNOR_SOMETHINGNEW detail script: abc, on @user_function:1.", "g")
     assert isinstance(error, StateError) and "unknown error reply GOVERNOR_SOMETHINGNEW" in str(error)
