@@ -46,6 +46,8 @@ SNIPPETS = {
     "an empty table": "local r = {}",
     "a table of 3 fields": "local r = {a = 1, b = 2, c = 3}",
     "a Lua function call": "local r = f(1)",
+    "a global looked up (tonumber)": "local r = tonumber",
+    "an upvalue looked up": "local r = UPVALUE",
 }
 
 LOCALS = (
@@ -62,7 +64,7 @@ def library(repeat: int) -> str:
             f"redis.register_function{{function_name='snippet{i}', callback=function(keys, args)\n"
             f"{LOCALS}for _ = 1, {repeat} do {code} end\nreturn 1 end}}"
         )
-    return "#!lua name=lua_costs\n" + "\n".join(functions)
+    return "#!lua name=lua_costs\nlocal UPVALUE = 1\n" + "\n".join(functions)
 
 
 def main() -> int:

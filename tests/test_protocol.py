@@ -34,7 +34,7 @@ from governor.protocol import (
     ms,
 )
 from governor.scripts import COMMON as COMMON_NAME
-from governor.scripts import FRAGMENTS, OPERATIONS, field_table, function_name
+from governor.scripts import FRAGMENTS, OPERATIONS, field_table, function_name, parts
 
 from .conftest import FakeClock
 
@@ -502,4 +502,38 @@ def test_the_lua_cost_snippets_load_and_run_on_a_real_redis(redis_url: str) -> N
     finally:
         client.function_delete("lua_costs")
         client.delete("lua_costs:zk", "lua_costs:hk")
+        client.close()
+
+
+def test_int_writes_every_integer_as_its_digits(redis_url: str) -> None:
+    """int() (lib/common.lua) writes the scores, deadlines and fences the
+    hot paths hand Redis: above 9,999 from remembered leading digits and
+    pairs of trailing ones. Every integer up to 2^53 comes out as Python
+    writes it, the carries and the largest included; below, negative or
+    fractional, as string.format('%d') does."""
+    body = "\n".join(text for _, text in parts())
+    source = (
+        f"#!lua name=governor_int_test\n{body}\n"
+        "redis.register_function('governor_int_test', function(keys, argv)\n"
+        "  begin(keys, argv)\n"
+        "  local out = {}\n"
+        "  for i = 3, #argv do out[#out + 1] = int(tonumber(argv[i])) end\n"
+        "  return out\n"
+        "end)\n"
+    )
+    top = 2**53
+    values = [10_000, 10_001, 19_999, 99_999_999, 100_000_000, 1_796_212_788_376, 1_796_212_788_376_017]
+    values += [top, top - 1, top - 9_999, top - 10_000, 10**15 + 9_999, 10**15 + 10_000]
+    values += [k * 10_000 + low for k in (1, 12_345, 90_071_992_547) for low in (0, 1, 99, 100, 9_900, 9_999)]
+    values += [0, 1, 9_999, -1, -10_000, -1_796_212_788_376]
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        client.function_load(source, replace=True)
+        # twice: the second time from the remembered leading digits
+        for _ in range(2):
+            got = client.fcall("governor_int_test", 1, "int-test:{x}:state", "", "", *map(str, values))
+            assert got == [str(v) for v in values]
+        assert client.fcall("governor_int_test", 1, "int-test:{x}:state", "", "", "12.75", "-3.5") == ["12", "-3"]
+    finally:
+        client.function_delete("governor_int_test")
         client.close()
