@@ -18,12 +18,24 @@ never() tells a cost no budget can ever hold.
 -- level holds the cost (or, for a cost above its burst, when it is full);
 -- never when the cost is above its limit (a minute's worth). The buckets
 -- (bucket = true) are asked only while some budget is active.
+-- (The at-capacity reason is asked for on every hand-over, often more
+-- than once: worded once per capacity and count, at most 4,096 kept.)
+local AT_CAPACITY, AT_CAPACITY_KEPT = {}, 0
+local function at_capacity(live, capacity)
+  local worded = AT_CAPACITY[capacity]
+  local why = worded and worded[live]
+  if not why then
+    why = 'at capacity: ' .. dec(live) .. ' in flight of ' .. dec(capacity)
+    if AT_CAPACITY_KEPT >= 4096 then AT_CAPACITY, AT_CAPACITY_KEPT = {}, 0 end
+    worded = AT_CAPACITY[capacity] or {}
+    AT_CAPACITY[capacity], worded[live], AT_CAPACITY_KEPT = worded, why, AT_CAPACITY_KEPT + 1
+  end
+  return why
+end
 local CONCURRENCY = {name = 'concurrency',
     room = function(tokens, place)
       if CALL.live == nil then CALL.live = in_flight() end
-      if CALL.live + 1 > S.capacity then
-        return 'at capacity: ' .. dec(CALL.live) .. ' in flight of ' .. dec(S.capacity), 0
-      end
+      if CALL.live + 1 > S.capacity then return at_capacity(CALL.live, S.capacity), 0 end
       -- (no reserve while capped is 0: set_shares sets it with the reserve)
       if place and place.rank > 0 and not place.aged and S.capped ~= 0 and C.reserve > 0 then
         -- (counted until reclaimed: a lease expired meanwhile keeps the reserve safe)
