@@ -20,17 +20,20 @@ never() tells a cost no budget can ever hold.
 -- (bucket = true) are asked only while some budget is active.
 -- (The at-capacity reason is asked for on every hand-over, often more
 -- than once: worded once per capacity and count, at most 4,096 kept.)
-local AT_CAPACITY, AT_CAPACITY_KEPT = {}, 0
-local function at_capacity(live, capacity)
-  local worded = AT_CAPACITY[capacity]
-  local why = worded and worded[live]
-  if not why then
-    why = 'at capacity: ' .. dec(live) .. ' in flight of ' .. dec(capacity)
-    if AT_CAPACITY_KEPT >= 4096 then AT_CAPACITY, AT_CAPACITY_KEPT = {}, 0 end
-    worded = AT_CAPACITY[capacity] or {}
-    AT_CAPACITY[capacity], worded[live], AT_CAPACITY_KEPT = worded, why, AT_CAPACITY_KEPT + 1
+local at_capacity
+do
+  local WORDED, KEPT = {}, 0
+  at_capacity = function(live, capacity)
+    local worded = WORDED[capacity]
+    local why = worded and worded[live]
+    if not why then
+      why = 'at capacity: ' .. dec(live) .. ' in flight of ' .. dec(capacity)
+      if KEPT >= 4096 then WORDED, KEPT = {}, 0 end
+      worded = WORDED[capacity] or {}
+      WORDED[capacity], worded[live], KEPT = worded, why, KEPT + 1
+    end
+    return why
   end
-  return why
 end
 local CONCURRENCY = {name = 'concurrency',
     room = function(tokens, place)

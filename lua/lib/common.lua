@@ -92,14 +92,12 @@ of memory refuses a writing one before it runs.
 -- empty table whose metatable's __index is Redis's globals: about 200
 -- server instructions a lookup, an upvalue about 70 (scripts/lua_costs.py),
 -- and a call reaches a few dozen. While Redis loads the library only the
--- loading API exists (redis.register_function, used at the end): the first
+-- loading API exists (the registrations at the end use it): the first
 -- call binds the rest (begin).
 local function runtime_globals()
-  return redis, tonumber, tostring, type, pairs, ipairs, select, unpack, error, next, string, math, table
+  return redis, tonumber, type, pairs, ipairs, select, unpack, string, math, table
 end
-local redis, tonumber, tostring, type, pairs, ipairs, select, unpack, error, next, string, math, table = redis
-local BOUND = false
-local PAIRS = {}  -- 0..99 -> its two digits (int), made by the first call
+local redis, tonumber, type, pairs, ipairs, select, unpack, string, math, table = redis
 
 local BATCH = 64
 local RECLAIM_MS = 1000
@@ -168,11 +166,7 @@ local function clustered()
 end
 
 local function begin(keys, argv)
-  if not BOUND then
-    redis, tonumber, tostring, type, pairs, ipairs, select, unpack, error, next, string, math, table = runtime_globals()
-    for i = 0, 99 do PAIRS[i] = string.format('%02d', i) end
-    BOUND = true
-  end
+  if not string then redis, tonumber, type, pairs, ipairs, select, unpack, string, math, table = runtime_globals() end
   local entry = DERIVED[keys[1]] or derive(keys[1] or '')
   if #keys == 1 then
     if CLUSTER == nil then CLUSTER = clustered() end
@@ -248,21 +242,24 @@ end
 -- about 2,200; the integers the hot paths format (times in ms, deadlines,
 -- fences) share all but their last four digits with the last few they
 -- formatted: those are remembered (at most 4,096, then started again),
--- the last four made of two pairs of digits (PAIRS, made at the first
--- call), one concatenation.
-local HIGH, HIGH_KEPT = {}, 0
-local function int(x)
-  if x < 10000 or x > MAX_INT or x % 1 ~= 0 then return string.format('%d', x) end
-  local low = x % 10000
-  local high = (x - low) / 10000
-  local head = HIGH[high]
-  if not head then
-    head = string.format('%d', high)
-    if HIGH_KEPT >= 4096 then HIGH, HIGH_KEPT = {}, 0 end
-    HIGH[high], HIGH_KEPT = head, HIGH_KEPT + 1
+-- the last four made of two pairs of digits (PAIRS), one concatenation.
+local int
+do
+  local HIGH, HIGH_KEPT, PAIRS = {}, 0, {}
+  for i = 0, 99 do PAIRS[i] = (i < 10 and '0' or '') .. i end
+  int = function(x)
+    if x < 10000 or x > MAX_INT or x % 1 ~= 0 then return string.format('%d', x) end
+    local low = x % 10000
+    local high = (x - low) / 10000
+    local head = HIGH[high]
+    if not head then
+      head = string.format('%d', high)
+      if HIGH_KEPT >= 4096 then HIGH, HIGH_KEPT = {}, 0 end
+      HIGH[high], HIGH_KEPT = head, HIGH_KEPT + 1
+    end
+    local tens = low % 100
+    return head .. PAIRS[(low - tens) / 100] .. PAIRS[tens]
   end
-  local tens = low % 100
-  return head .. PAIRS[(low - tens) / 100] .. PAIRS[tens]
 end
 
 -- ARGV[i] as an integer >= min (0); `unique`: a value that never recurs
