@@ -88,11 +88,11 @@ of memory refuses a writing one before it runs.
 ]]
 
 -- Redis's API and Lua's standard library as upvalues of the library's
--- functions. A function reaches a global through its environment, an
--- empty table whose metatable's __index is Redis's globals: about 200
--- server instructions a lookup, an upvalue about 70 (scripts/lua_costs.py),
--- and a call reaches a few dozen. While Redis loads the library only the
--- loading API exists (the registrations at the end use it): the first
+-- functions. A function reaches a global through its environment, an empty
+-- table whose metatable's __index is Redis's globals: about 200 server
+-- instructions a lookup, an upvalue about 70 (scripts/lua_costs.py), and a
+-- call looks up a few dozen globals. While Redis loads the library only
+-- the loading API exists (the registrations at the end use it): the first
 -- call binds the rest (begin).
 local function runtime_globals()
   return redis, tonumber, type, pairs, ipairs, select, unpack, string, math, table
