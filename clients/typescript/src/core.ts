@@ -5,6 +5,7 @@
 import { randomBytes } from "node:crypto";
 import { BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY } from "./generated.js";
 import { ConfigError, CostTooLarge, StateError } from "./errors.js";
+import { readStatus, type Status } from "./status.js";
 import { ms, place, scriptFields, validateTenant, type BudgetKind, type Place, type ResolvedConfig } from "./config.js";
 
 /** A change of the tenants' shares (set_shares): what is not given stays as stored. */
@@ -106,19 +107,6 @@ export interface RenewedLease {
   readonly tokens?: Tokens;
 }
 export interface Renewed { readonly epoch: string; readonly ok: string[]; readonly adopted: Map<string, number>; readonly lost: string[] }
-/** An active budget in a status reply. */
-export interface BudgetStatus {
-  readonly kind: string;
-  readonly limit: number;
-  readonly burst: number;
-  readonly level: number;
-  /** tokens (or requests) the live leases reserved */
-  readonly reserved: number;
-  readonly source: string;
-}
-/** A status reply: the fields of STATUS_FIELDS (numbers where they are counts or ms) and the active budgets. */
-export type Status = Readonly<Record<string, string | number>> & { readonly budgets: readonly BudgetStatus[] };
-
 export interface Wake {
   readonly epoch: string;
   readonly grants: Map<string, number>;
@@ -152,9 +140,6 @@ function text(value: unknown): string {
 function int(value: unknown): number {
   return Number(text(value));
 }
-
-/** the status fields that are text; every other one is a count, a level or a time in ms */
-const STATUS_TEXT = new Set(["epoch", "policy", "pause_kind", "pause_reason", "blocked", "held_back", "hold_reason"]);
 
 export const OUTCOME_CODES = { success: "s", rate_limited: "r", error: "e", quota_exhausted: "q" } as const;
 export type Outcome = keyof typeof OUTCOME_CODES;
@@ -437,30 +422,27 @@ export class Core {
     if (kind === "missing") return MISSING;
     if (kind !== "status") throw this.unexpected(op, kind);
     this.seen();
-    const out: Record<string, string | number | BudgetStatus[]> = {};
+    const fields = new Map<string, string>();
+    let budgets: string[] = [];
     for (let i = 0; i + 1 < rest.length; i += 2) {
       const name = text(rest[i]);
       const value = rest[i + 1];
-      if (name === "budgets") {
-        const flat = Array.isArray(value) ? value.map(text) : [];
-        const budgets: BudgetStatus[] = [];
-        for (let j = 0; j + 5 < flat.length; j += 6) {
-          budgets.push({ kind: flat[j]!, limit: Number(flat[j + 1]), burst: Number(flat[j + 2]), level: Number(flat[j + 3]), reserved: Number(flat[j + 4]), source: flat[j + 5]! });
-        }
-        out[name] = budgets;
-      } else out[name] = STATUS_TEXT.has(name) ? text(value) : int(value);
+      if (name === "budgets") budgets = Array.isArray(value) ? value.map(text) : [];
+      else fields.set(name, text(value));
     }
-    if (out["budgets"] === undefined) out["budgets"] = [];
-    const fence = out["fence"];
-    if (typeof fence === "number") this.sawFence(fence);
-    if (out["ttl_max"] !== undefined) this.sawTtl(out["ttl_max"]);
-    const top = out["max_capacity"];
-    if (this.storedConfig !== null && typeof top === "number") {
+    let status: Status;
+    try {
+      status = readStatus(this.name, fields, budgets);
+    } catch (error) {
+      throw new StateError(`governor ${JSON.stringify(this.name)}: unreadable ${op} reply (${error instanceof Error ? error.message : String(error)})`, this.name, { cause: error });
+    }
+    this.sawFence(status.fence);
+    this.sawTtl(fields.get("ttl_max"));
+    if (this.storedConfig !== null) {
       // the ceiling an operator may have changed; set_max lowers a reserve with it
-      this.storedConfig["max_capacity"] = String(top);
-      const reserve = out["reserve"];
-      if (typeof reserve === "number") this.storedConfig["reserve"] = String(reserve);
+      this.storedConfig["max_capacity"] = String(status.maxCapacity);
+      this.storedConfig["reserve"] = String(status.reserve);
     }
-    return out as unknown as Status;
+    return status;
   }
 }

@@ -13,8 +13,9 @@ import { AbortError, AcquireTimeout, ConfigError, GovernorError, GovernorUnavail
 import { resolveConfig, type BudgetKind, type GovernorConfig, type Place, type ResolvedConfig } from "./config.js";
 import {
   Core, MISSING, functionName, newId, parseWake, tokensOf,
-  type Call, type Denied, type Granted, type Outcome, type Queued, type SharesChange, type Status, type Tokens,
+  type Call, type Denied, type Granted, type Outcome, type Queued, type SharesChange, type Tokens,
 } from "./core.js";
+import type { Status } from "./status.js";
 import { callWithRetry, type CallOptions } from "./retry.js";
 
 type Client = Redis | Cluster;
@@ -858,4 +859,4 @@ class Background {
   }
 }
 
-export type { Status, Tokens, Outcome };
+export type { Tokens, Outcome };
