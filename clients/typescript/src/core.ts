@@ -3,7 +3,7 @@
  * docs/protocol.md describes them (the Python package's governor/core.py).
  */
 import { randomBytes } from "node:crypto";
-import { BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY } from "./generated.js";
+import { BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, OUTCOMES, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY } from "./generated.js";
 import { ConfigError, CostTooLarge, StateError } from "./errors.js";
 import { readStatus, type Status } from "./status.js";
 import { ms, place, scriptFields, validateTenant, type BudgetKind, type Place, type ResolvedConfig } from "./config.js";
@@ -141,8 +141,23 @@ function int(value: unknown): number {
   return Number(text(value));
 }
 
-export const OUTCOME_CODES = { success: "s", rate_limited: "r", error: "e", quota_exhausted: "q" } as const;
-export type Outcome = keyof typeof OUTCOME_CODES;
+/** How a provider call went, as report() takes it: the Python Outcome's names, lower-cased. */
+export type Outcome = Lowercase<keyof typeof OUTCOMES>;
+/** What report() accepts: an Outcome, or its name as the Python Outcome spells it ("SUCCESS"); any case. */
+export type OutcomeName = Outcome | keyof typeof OUTCOMES;
+
+/** The outcomes by name, as in Python: `Outcome.SUCCESS` is "success", `Outcome.RATE_LIMITED` "rate_limited"... */
+export const Outcome = Object.freeze(Object.fromEntries(Object.keys(OUTCOMES).map((k) => [k, k.toLowerCase()]))) as {
+  readonly [K in keyof typeof OUTCOMES]: Lowercase<K>;
+};
+
+/** report's outcome code for `outcome` (a name, any case); a ConfigError listing the names for anything else. */
+export function outcomeCode(outcome: unknown): (typeof OUTCOMES)[keyof typeof OUTCOMES] {
+  const name = typeof outcome === "string" ? outcome.toUpperCase() : "";
+  if (Object.hasOwn(OUTCOMES, name)) return OUTCOMES[name as keyof typeof OUTCOMES];
+  const names = Object.keys(OUTCOMES).map((k) => `"${k.toLowerCase()}"`).join(", ");
+  throw new ConfigError(`outcome ${typeof outcome === "string" ? JSON.stringify(outcome) : String(outcome)} is not one of ${names} (Outcome.SUCCESS, Outcome.RATE_LIMITED...; any case)`);
+}
 
 /** Arguments and replies of every function, for one governor (governor/core.py's GovernorCore). */
 export class Core {
@@ -331,7 +346,7 @@ export class Core {
   }
 
   report(
-    outcome: Outcome,
+    outcome: OutcomeName,
     retryAfter: number | undefined,
     leaseId: string | undefined,
     fence: number | undefined,
@@ -340,6 +355,7 @@ export class Core {
     limits: Partial<Record<BudgetKind, [number | null, number | null]>> | undefined,
     refusalsCount = true,
   ): Call<boolean> {
+    const code = outcomeCode(outcome);
     let ra = "";
     if (retryAfter !== undefined) {
       if (!Number.isFinite(retryAfter) || retryAfter < 0) throw new ConfigError(`retryAfter must be finite seconds >= 0, got ${retryAfter}`);
@@ -352,10 +368,10 @@ export class Core {
       if (limit !== null || remaining !== null) figures.push(kind, `${limit ?? ""},${remaining ?? ""}`);
     }
     // '0': the provider does not count a refused call against its limits (its reservation given back)
-    const refused = outcome === "rate_limited" && !refusalsCount ? "0" : "";
+    const refused = code === OUTCOMES.RATE_LIMITED && !refusalsCount ? "0" : "";
     let budgetArgs: string[] = [usage === undefined ? "" : `${usage.input},${usage.output}`, refused, ...figures];
     if (budgetArgs.length === 2 && budgetArgs[0] === "" && budgetArgs[1] === "") budgetArgs = []; // the common report
-    const args = [OUTCOME_CODES[outcome], ra, leaseId ?? "", fence === undefined ? "" : String(fence), release && leaseId !== undefined ? "1" : "0", ...budgetArgs];
+    const args = [code, ra, leaseId ?? "", fence === undefined ? "" : String(fence), release && leaseId !== undefined ? "1" : "0", ...budgetArgs];
     return this.call("report", args, (reply) => {
       const [kind] = this.check(reply, "report");
       if (kind === "missing") return MISSING;

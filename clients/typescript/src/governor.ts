@@ -13,7 +13,7 @@ import { AbortError, AcquireTimeout, ConfigError, GovernorError, GovernorUnavail
 import { resolveConfig, type BudgetKind, type GovernorConfig, type Place, type ResolvedConfig } from "./config.js";
 import {
   Core, MISSING, functionName, newId, parseWake, tokensOf,
-  type Call, type Denied, type Granted, type Outcome, type Queued, type SharesChange, type Tokens,
+  type Call, type Denied, type Granted, type Outcome, type OutcomeName, type Queued, type SharesChange, type Tokens,
 } from "./core.js";
 import type { Status } from "./status.js";
 import { callWithRetry, type CallOptions } from "./retry.js";
@@ -398,7 +398,7 @@ export class Governor {
   // -- outcomes ----------------------------------------------------------------------
 
   /** Feed one provider outcome to the fleet's policy and budgets. */
-  async report(outcome: Outcome, options: ReportOptions = {}): Promise<void> {
+  async report(outcome: OutcomeName, options: ReportOptions = {}): Promise<void> {
     const { lease, release = false } = options;
     if (release && lease === undefined) throw new ConfigError("report({ release: true }) needs the lease to release");
     let leaseId: string | undefined;
@@ -407,11 +407,14 @@ export class Governor {
       fence = lease.fence;
       if (!lease.released) leaseId = lease.id;
     }
-    const releasing = release && lease !== undefined && lease.markReleased();
-    if (releasing) this.background.dropLease(lease);
-    const recorded = await this.execute(
-      this.core.report(outcome, options.retryAfter, leaseId, fence, releasing, options.usage, readLimits(options.headers), options.refusalsCount ?? true),
-    );
+    const releasing = release && lease !== undefined && !lease.released;
+    // built before the lease is touched: a bad outcome or retryAfter throws with the lease still held
+    const call = this.core.report(outcome, options.retryAfter, leaseId, fence, releasing, options.usage, readLimits(options.headers), options.refusalsCount ?? true);
+    if (releasing) {
+      lease.markReleased();
+      this.background.dropLease(lease);
+    }
+    const recorded = await this.execute(call);
     if (!recorded && lease !== undefined) {
       lease.markLost();
       throw new LeaseLost(`governor ${JSON.stringify(this.name)}: lease ${lease.id} (fence ${lease.fence}) expired before this report; its outcome was not counted and its slot may be someone else's`, this.name);
@@ -859,4 +862,4 @@ class Background {
   }
 }
 
-export type { Tokens, Outcome };
+export type { Tokens, Outcome, OutcomeName };

@@ -1,7 +1,7 @@
 /** The Node client on a private redis-server: admission, cancel-safety, heartbeat, reports, call(). */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { AbortError, AcquireTimeout, Governor, LeaseLost, QuotaExhausted, type GovernorConfig } from "../src/index.js";
+import { AbortError, AcquireTimeout, ConfigError, Governor, LeaseLost, Outcome, QuotaExhausted, type GovernorConfig } from "../src/index.js";
 import { privateRedis, uniqueName, until, type PrivateRedis } from "./support.js";
 
 let redis: PrivateRedis;
@@ -202,4 +202,24 @@ test("after its subscriber reconnects, the heartbeat renews at once", async () =
   await gov.redis().call("CLIENT", "KILL", "TYPE", "pubsub");
   await until(async () => Number(await gov.redis().zscore(leases, lease.id)) > first, 5, "a renewal on reconnecting");
   await lease.release();
+});
+
+test("report takes an outcome by name, as Python spells it or lower-cased; anything else names the valid ones", async () => {
+  const gov = governor({ maxCapacity: 2 });
+  await gov.report("SUCCESS");
+  await gov.report(Outcome.RATE_LIMITED);
+  await gov.report("rate_limited");
+  const lease = await gov.acquire();
+  for (const bad of ["s", "ok", "", 429] as unknown[]) {
+    await assert.rejects(gov.report(bad as Outcome, { lease, release: true }), (e: unknown) =>
+      e instanceof ConfigError && e.message.includes('is not one of "success", "rate_limited", "error", "quota_exhausted"'),
+    );
+  }
+  assert.equal(lease.released, false, "a refused report leaves the lease held");
+  assert.equal((await gov.status()).inFlight, 1);
+  await gov.report("Error" as Outcome, { lease, release: true }); // any case, at run time (JavaScript callers)
+  const status = await gov.status();
+  assert.equal(status.inFlight, 0);
+  assert.equal(status.windowAttempts, 4);
+  assert.equal(status.windowRateLimited, 2);
 });
