@@ -1,15 +1,24 @@
 """The Node client ships what the Python package owns: the very same
 Functions library text (same bytes, same content hash) and the protocol's
-facts (src/generated.ts), both written by scripts/ts_sync.py."""
+facts (src/generated.ts), both written by scripts/ts_sync.py. And what
+`npm pack` makes of it installs in a fresh project, offline, where its
+README's examples run as written, by `import` and by `require`."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from governor import scripts
+from tests.support.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "clients" / "typescript"
@@ -30,3 +39,108 @@ def test_the_generated_facts_are_current() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert f'LIBRARY_NAME = "{scripts.library_name()}"' in (PACKAGE / "src" / "generated.ts").read_text()
+
+
+README = PACKAGE / "README.md"
+BUILT = (PACKAGE / "dist" / "src" / "index.js", PACKAGE / "dist" / "cjs" / "index.js")
+
+
+def _run(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    assert result.returncode == 0, f"{' '.join(args)}: {result.stdout}{result.stderr}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def tarballs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The package's `npm pack` tarball and one of each of its production
+    dependencies (packed from its node_modules, so a fresh project installs
+    them offline). Built first (tsc, then the CommonJS build) when its
+    output is older than a source; never cleaned: other tests may be
+    running the compiled workers meanwhile."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are not on PATH: the packaging test needs Node 20+")
+    if not (PACKAGE / "node_modules").is_dir():
+        pytest.skip("the Node package's dependencies are not installed: run `npm ci` in clients/typescript")
+    sources = [*PACKAGE.glob("src/**/*.ts"), PACKAGE / "build" / "cjs.mjs", PACKAGE / "tsconfig.json"]
+    newest = max(path.stat().st_mtime for path in sources)
+    if not all(out.exists() and out.stat().st_mtime >= newest for out in BUILT):
+        _run(["npx", "tsc", "-p", "tsconfig.json"], PACKAGE)
+        _run(["node", "build/cjs.mjs"], PACKAGE)
+    out = tmp_path_factory.mktemp("packs")
+    packed = json.loads(_run(["npm", "pack", "--json", "--ignore-scripts", "--pack-destination", str(out)], PACKAGE))
+    files = {entry["path"] for entry in packed[0]["files"]}
+    assert {"dist/src/index.js", "dist/cjs/index.js", "dist/cjs/index.d.ts", "library.lua", "README.md"} <= files
+    assert not any(path.startswith(("src/", "test/", "dist/test/")) for path in files), sorted(files)
+    deps = _run(["npm", "ls", "--omit=dev", "--all", "--parseable"], PACKAGE).split()[1:]
+    assert any(dep.endswith("/ioredis") for dep in deps), deps
+    (out / "deps").mkdir()
+    for dep in deps:
+        _run(["npm", "pack", "--ignore-scripts", "--pack-destination", str(out / "deps"), dep], PACKAGE)
+    return [out / packed[0]["filename"], *sorted((out / "deps").glob("*.tgz"))]
+
+
+@pytest.fixture(scope="module")
+def project(tarballs: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh project as `npm init -y` makes it (CommonJS), the tarball installed in it offline."""
+    project = tmp_path_factory.mktemp("app")
+    _run(["npm", "init", "-y"], project)
+    assert json.loads((project / "package.json").read_text()).get("type", "commonjs") == "commonjs"
+    _run(["npm", "install", "--offline", "--no-audit", "--no-fund", *map(str, tarballs)], project)
+    return project
+
+
+def test_the_packed_package_runs_its_readme_in_a_fresh_npm_project(project: Path, private_redis: RedisServer) -> None:
+    examples = re.findall(r"```(js|cjs)\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    assert {kind for kind, _ in examples} == {"js", "cjs"}, "the README shows an ES module and a CommonJS example"
+    env = {**os.environ, "REDIS_URL": private_redis.url}
+    outputs = []
+    for n, (kind, code) in enumerate(examples):
+        script = project / f"example-{n}.{'cjs' if kind == 'cjs' else 'mjs'}"
+        script.write_text(code, encoding="utf-8")
+        result = subprocess.run(["node", script.name], cwd=project, capture_output=True, text=True, timeout=60, env=env)
+        assert result.returncode == 0, f"{script.name}:\n{code}\n{result.stdout}{result.stderr}"
+        assert result.stderr == "", f"{script.name} printed on stderr: {result.stderr}"
+        outputs.append(result.stdout)
+    assert any("0 in flight" in out for out in outputs), outputs
+    assert any(
+        'governor "readme-nowhere": Redis at 127.0.0.1:1 is unreachable (connect ECONNREFUSED 127.0.0.1:1)' in out
+        for out in outputs
+    ), outputs
+
+
+def test_the_packed_types_hold_for_import_and_require(project: Path) -> None:
+    check = """import { Governor, Outcome, type Status } from "fleet-governor";
+const gov = Governor.fromUrl("redis://localhost:6379", "typed");
+export async function look(): Promise<[number, boolean, number | null]> {
+  const s: Status = await gov.status();
+  // @ts-expect-error: the protocol's snake_case names are not the Status's
+  void s.in_flight;
+  await gov.report(Outcome.RATE_LIMITED, { retryAfter: 1 });
+  await gov.report("SUCCESS");
+  return [s.inFlight, s.paused, s.notBefore];
+}
+"""
+    (project / "esm.mts").write_text(check)
+    (project / "cjs.cts").write_text(check)
+    types = PACKAGE / "node_modules" / "@types"
+    tsc = PACKAGE / "node_modules" / ".bin" / "tsc"
+    _run(
+        [
+            str(tsc),
+            "--noEmit",
+            "--strict",
+            "--skipLibCheck",
+            "--module",
+            "nodenext",
+            "--moduleResolution",
+            "nodenext",
+            "--types",
+            "node",
+            "--typeRoots",
+            str(types),
+            "esm.mts",
+            "cjs.cts",
+        ],
+        project,
+    )
