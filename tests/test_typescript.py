@@ -62,11 +62,11 @@ def tarballs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
         pytest.skip("node and npm are not on PATH: the packaging test needs Node 20+")
     if not (PACKAGE / "node_modules").is_dir():
         pytest.skip("the Node package's dependencies are not installed: run `npm ci` in clients/typescript")
-    sources = [*PACKAGE.glob("src/**/*.ts"), PACKAGE / "build" / "cjs.mjs", PACKAGE / "tsconfig.json"]
+    sources = [*PACKAGE.glob("src/**/*.ts"), PACKAGE / "scripts" / "build-cjs.mjs", PACKAGE / "tsconfig.json"]
     newest = max(path.stat().st_mtime for path in sources)
     if not all(out.exists() and out.stat().st_mtime >= newest for out in BUILT):
         _run(["npx", "tsc", "-p", "tsconfig.json"], PACKAGE)
-        _run(["node", "build/cjs.mjs"], PACKAGE)
+        _run(["node", "scripts/build-cjs.mjs"], PACKAGE)
     out = tmp_path_factory.mktemp("packs")
     packed = json.loads(_run(["npm", "pack", "--json", "--ignore-scripts", "--pack-destination", str(out)], PACKAGE))
     files = {entry["path"] for entry in packed[0]["files"]}
