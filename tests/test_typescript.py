@@ -6,6 +6,7 @@ README's examples run as written, by `import` and by `require`."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from governor import scripts
+from governor import Governor, GovernorConfig, Outcome, scripts
 from tests.support.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,14 +53,12 @@ def _run(args: list[str], cwd: Path, timeout: float = 300, env: dict[str, str] |
 
 
 @pytest.fixture(scope="module")
-def tarballs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """The package's `npm pack` tarball and one of each of its production
-    dependencies (packed from its node_modules, so a fresh project installs
-    them offline). Built first (tsc, then the CommonJS build) when its
-    output is older than a source; never cleaned: other tests may be
-    running the compiled workers meanwhile."""
+def built() -> Path:
+    """The package built (tsc, then the CommonJS build) when its output is
+    older than a source; never cleaned: other tests may be running the
+    compiled workers meanwhile."""
     if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are not on PATH: the packaging test needs Node 20+")
+        pytest.skip("node and npm are not on PATH: the Node client's tests need Node 20+")
     if not (PACKAGE / "node_modules").is_dir():
         pytest.skip("the Node package's dependencies are not installed: run `npm ci` in clients/typescript")
     sources = [*PACKAGE.glob("src/**/*.ts"), PACKAGE / "scripts" / "build-cjs.mjs", PACKAGE / "tsconfig.json"]
@@ -67,6 +66,14 @@ def tarballs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     if not all(out.exists() and out.stat().st_mtime >= newest for out in BUILT):
         _run(["npx", "tsc", "-p", "tsconfig.json"], PACKAGE)
         _run(["node", "scripts/build-cjs.mjs"], PACKAGE)
+    return BUILT[0]
+
+
+@pytest.fixture(scope="module")
+def tarballs(built: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The package's `npm pack` tarball and one of each of its production
+    dependencies (packed from its node_modules, so a fresh project installs
+    them offline)."""
     out = tmp_path_factory.mktemp("packs")
     packed = json.loads(_run(["npm", "pack", "--json", "--ignore-scripts", "--pack-destination", str(out)], PACKAGE))
     files = {entry["path"] for entry in packed[0]["files"]}
@@ -144,3 +151,53 @@ export async function look(): Promise<[number, boolean, number | null]> {
         ],
         project,
     )
+
+
+NODE_STATUS = """
+const { Governor } = await import(process.argv[1]);
+const gov = Governor.fromUrl(process.env.REDIS_URL, process.argv[2]);
+const s = await gov.status();
+const derived = { rateLimitedShare: s.rateLimitedShare, holding: s.holding, recoveryHold: s.recoveryHold };
+console.log(JSON.stringify({ ...s, ...derived }));
+await gov.close();
+"""
+
+
+def _camel(name: str) -> str:
+    return re.sub(r"_([a-z])", lambda m: m.group(1).upper(), name)
+
+
+def test_node_status_has_the_python_status_fields_camel_cased_in_the_same_units(
+    built: Path, private_redis: RedisServer
+) -> None:
+    name = "status-both"
+    config = GovernorConfig(max_capacity=5, tokens_per_minute=6000, window=12.5)
+    with Governor.from_url(private_redis.url, name, config) as gov:
+        with gov.acquire(timeout=10) as lease:
+            gov.report(Outcome.RATE_LIMITED, retry_after=30, lease=lease)
+        gov.pause("maintenance", 60)
+        ours = gov.status()
+    result = subprocess.run(
+        ["node", "--input-type=module", "-e", NODE_STATUS, built.as_uri(), name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "REDIS_URL": private_redis.url},
+    )
+    assert result.returncode == 0, result.stderr
+    theirs = json.loads(result.stdout)
+    expected = {_camel(f.name): getattr(ours, f.name) for f in dataclasses.fields(ours)}
+    expected |= {"rateLimitedShare": ours.rate_limited_share, "holding": ours.holding}
+    expected |= {"recoveryHold": ours.recovery_hold}
+    assert sorted(theirs) == sorted(expected), "the same fields, camel-cased"
+    assert ours.paused and ours.holding and ours.not_before and ours.paused_until, ours  # the fields say something
+    for field, want in expected.items():
+        got = theirs[field]
+        if field == "now":
+            assert want <= got < want + 30, (field, got, want)  # Unix seconds, a moment later
+        elif field == "budgets":
+            assert [b["kind"] for b in got] == [b.kind for b in want]
+            for b, w in zip(got, want, strict=True):
+                assert b == {**dataclasses.asdict(w), "level": pytest.approx(w.level, abs=w.limit)}, field
+        else:
+            assert got == want, (field, got, want)
