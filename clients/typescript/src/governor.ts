@@ -250,7 +250,8 @@ export class Governor {
 
   private static options(config: ResolvedConfig): Record<string, unknown> {
     const timeout = Math.round(config.redisTimeout * 1000);
-    return { commandTimeout: timeout, connectTimeout: timeout, maxRetriesPerRequest: 1, lazyConnect: false };
+    // disconnectTimeout: close() waits at most this long for a socket to close (ioredis waits 2 s for one that failed to connect)
+    return { commandTimeout: timeout, connectTimeout: timeout, maxRetriesPerRequest: 1, lazyConnect: false, disconnectTimeout: Math.min(timeout, 500) };
   }
 
   private static clusterClient(url: string, config: ResolvedConfig): Cluster {
