@@ -3,8 +3,9 @@
  * docs/protocol.md describes them (the Python package's governor/core.py).
  */
 import { randomBytes } from "node:crypto";
-import { BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY } from "./generated.js";
+import { BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, OUTCOMES, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY } from "./generated.js";
 import { ConfigError, CostTooLarge, StateError } from "./errors.js";
+import { readStatus, type Status } from "./status.js";
 import { ms, place, scriptFields, validateTenant, type BudgetKind, type Place, type ResolvedConfig } from "./config.js";
 
 /** A change of the tenants' shares (set_shares): what is not given stays as stored. */
@@ -106,19 +107,6 @@ export interface RenewedLease {
   readonly tokens?: Tokens;
 }
 export interface Renewed { readonly epoch: string; readonly ok: string[]; readonly adopted: Map<string, number>; readonly lost: string[] }
-/** An active budget in a status reply. */
-export interface BudgetStatus {
-  readonly kind: string;
-  readonly limit: number;
-  readonly burst: number;
-  readonly level: number;
-  /** tokens (or requests) the live leases reserved */
-  readonly reserved: number;
-  readonly source: string;
-}
-/** A status reply: the fields of STATUS_FIELDS (numbers where they are counts or ms) and the active budgets. */
-export type Status = Readonly<Record<string, string | number>> & { readonly budgets: readonly BudgetStatus[] };
-
 export interface Wake {
   readonly epoch: string;
   readonly grants: Map<string, number>;
@@ -153,11 +141,23 @@ function int(value: unknown): number {
   return Number(text(value));
 }
 
-/** the status fields that are text; every other one is a count, a level or a time in ms */
-const STATUS_TEXT = new Set(["epoch", "policy", "pause_kind", "pause_reason", "blocked", "held_back", "hold_reason"]);
+/** How a provider call went, as report() takes it: the Python Outcome's names, lower-cased. */
+export type Outcome = Lowercase<keyof typeof OUTCOMES>;
+/** What report() accepts: an Outcome, or its name as the Python Outcome spells it ("SUCCESS"); any case. */
+export type OutcomeName = Outcome | keyof typeof OUTCOMES;
 
-export const OUTCOME_CODES = { success: "s", rate_limited: "r", error: "e", quota_exhausted: "q" } as const;
-export type Outcome = keyof typeof OUTCOME_CODES;
+/** The outcomes by name, as in Python: `Outcome.SUCCESS` is "success", `Outcome.RATE_LIMITED` "rate_limited"... */
+export const Outcome = Object.freeze(Object.fromEntries(Object.keys(OUTCOMES).map((k) => [k, k.toLowerCase()]))) as {
+  readonly [K in keyof typeof OUTCOMES]: Lowercase<K>;
+};
+
+/** report's outcome code for `outcome` (a name, any case); a ConfigError listing the names for anything else. */
+export function outcomeCode(outcome: unknown): (typeof OUTCOMES)[keyof typeof OUTCOMES] {
+  const name = typeof outcome === "string" ? outcome.toUpperCase() : "";
+  if (Object.hasOwn(OUTCOMES, name)) return OUTCOMES[name as keyof typeof OUTCOMES];
+  const names = Object.keys(OUTCOMES).map((k) => `"${k.toLowerCase()}"`).join(", ");
+  throw new ConfigError(`outcome ${typeof outcome === "string" ? JSON.stringify(outcome) : String(outcome)} is not one of ${names} (Outcome.SUCCESS, Outcome.RATE_LIMITED...; any case)`);
+}
 
 /** Arguments and replies of every function, for one governor (governor/core.py's GovernorCore). */
 export class Core {
@@ -346,7 +346,7 @@ export class Core {
   }
 
   report(
-    outcome: Outcome,
+    outcome: OutcomeName,
     retryAfter: number | undefined,
     leaseId: string | undefined,
     fence: number | undefined,
@@ -355,6 +355,7 @@ export class Core {
     limits: Partial<Record<BudgetKind, [number | null, number | null]>> | undefined,
     refusalsCount = true,
   ): Call<boolean> {
+    const code = outcomeCode(outcome);
     let ra = "";
     if (retryAfter !== undefined) {
       if (!Number.isFinite(retryAfter) || retryAfter < 0) throw new ConfigError(`retryAfter must be finite seconds >= 0, got ${retryAfter}`);
@@ -367,10 +368,10 @@ export class Core {
       if (limit !== null || remaining !== null) figures.push(kind, `${limit ?? ""},${remaining ?? ""}`);
     }
     // '0': the provider does not count a refused call against its limits (its reservation given back)
-    const refused = outcome === "rate_limited" && !refusalsCount ? "0" : "";
+    const refused = code === OUTCOMES.RATE_LIMITED && !refusalsCount ? "0" : "";
     let budgetArgs: string[] = [usage === undefined ? "" : `${usage.input},${usage.output}`, refused, ...figures];
     if (budgetArgs.length === 2 && budgetArgs[0] === "" && budgetArgs[1] === "") budgetArgs = []; // the common report
-    const args = [OUTCOME_CODES[outcome], ra, leaseId ?? "", fence === undefined ? "" : String(fence), release && leaseId !== undefined ? "1" : "0", ...budgetArgs];
+    const args = [code, ra, leaseId ?? "", fence === undefined ? "" : String(fence), release && leaseId !== undefined ? "1" : "0", ...budgetArgs];
     return this.call("report", args, (reply) => {
       const [kind] = this.check(reply, "report");
       if (kind === "missing") return MISSING;
@@ -437,30 +438,27 @@ export class Core {
     if (kind === "missing") return MISSING;
     if (kind !== "status") throw this.unexpected(op, kind);
     this.seen();
-    const out: Record<string, string | number | BudgetStatus[]> = {};
+    const fields = new Map<string, string>();
+    let budgets: string[] = [];
     for (let i = 0; i + 1 < rest.length; i += 2) {
       const name = text(rest[i]);
       const value = rest[i + 1];
-      if (name === "budgets") {
-        const flat = Array.isArray(value) ? value.map(text) : [];
-        const budgets: BudgetStatus[] = [];
-        for (let j = 0; j + 5 < flat.length; j += 6) {
-          budgets.push({ kind: flat[j]!, limit: Number(flat[j + 1]), burst: Number(flat[j + 2]), level: Number(flat[j + 3]), reserved: Number(flat[j + 4]), source: flat[j + 5]! });
-        }
-        out[name] = budgets;
-      } else out[name] = STATUS_TEXT.has(name) ? text(value) : int(value);
+      if (name === "budgets") budgets = Array.isArray(value) ? value.map(text) : [];
+      else fields.set(name, text(value));
     }
-    if (out["budgets"] === undefined) out["budgets"] = [];
-    const fence = out["fence"];
-    if (typeof fence === "number") this.sawFence(fence);
-    if (out["ttl_max"] !== undefined) this.sawTtl(out["ttl_max"]);
-    const top = out["max_capacity"];
-    if (this.storedConfig !== null && typeof top === "number") {
+    let status: Status;
+    try {
+      status = readStatus(this.name, fields, budgets);
+    } catch (error) {
+      throw new StateError(`governor ${JSON.stringify(this.name)}: unreadable ${op} reply (${error instanceof Error ? error.message : String(error)})`, this.name, { cause: error });
+    }
+    this.sawFence(status.fence);
+    this.sawTtl(fields.get("ttl_max"));
+    if (this.storedConfig !== null) {
       // the ceiling an operator may have changed; set_max lowers a reserve with it
-      this.storedConfig["max_capacity"] = String(top);
-      const reserve = out["reserve"];
-      if (typeof reserve === "number") this.storedConfig["reserve"] = String(reserve);
+      this.storedConfig["max_capacity"] = String(status.maxCapacity);
+      this.storedConfig["reserve"] = String(status.reserve);
     }
-    return out as unknown as Status;
+    return status;
   }
 }

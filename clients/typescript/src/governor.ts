@@ -13,8 +13,9 @@ import { AbortError, AcquireTimeout, ConfigError, GovernorError, GovernorUnavail
 import { resolveConfig, type BudgetKind, type GovernorConfig, type Place, type ResolvedConfig } from "./config.js";
 import {
   Core, MISSING, functionName, newId, parseWake, tokensOf,
-  type Call, type Denied, type Granted, type Outcome, type Queued, type SharesChange, type Status, type Tokens,
+  type Call, type Denied, type Granted, type Outcome, type OutcomeName, type Queued, type SharesChange, type Tokens,
 } from "./core.js";
+import type { Status } from "./status.js";
 import { callWithRetry, type CallOptions } from "./retry.js";
 
 type Client = Redis | Cluster;
@@ -219,7 +220,25 @@ export class Governor {
     this.config = resolveConfig(config);
     this.core = new Core(name, this.config);
     this.client = client;
+    this.watch(client);
     this.background = new Background(this);
+  }
+
+  /** the last connection error a client of this object saw: the cause a GovernorUnavailable names */
+  private connectionError: Error | undefined;
+
+  /**
+   * Listen for a client's connection errors: kept as the cause of the next
+   * GovernorUnavailable (an ioredis client without an "error" listener
+   * prints every failed reconnection as an unhandled error event).
+   */
+  watch(client: Client): void {
+    client.on("error", (error: unknown) => {
+      if (error instanceof Error) this.connectionError = error;
+    });
+    client.on("ready", () => {
+      this.connectionError = undefined;
+    });
   }
 
   /** A governor on the Redis at `url` (redis:// or rediss://), with a connection of its own. */
@@ -231,7 +250,8 @@ export class Governor {
 
   private static options(config: ResolvedConfig): Record<string, unknown> {
     const timeout = Math.round(config.redisTimeout * 1000);
-    return { commandTimeout: timeout, connectTimeout: timeout, maxRetriesPerRequest: 1, lazyConnect: false };
+    // disconnectTimeout: close() waits at most this long for a socket to close (ioredis waits 2 s for one that failed to connect)
+    return { commandTimeout: timeout, connectTimeout: timeout, maxRetriesPerRequest: 1, lazyConnect: false, disconnectTimeout: Math.min(timeout, 500) };
   }
 
   private static clusterClient(url: string, config: ResolvedConfig): Cluster {
@@ -397,7 +417,7 @@ export class Governor {
   // -- outcomes ----------------------------------------------------------------------
 
   /** Feed one provider outcome to the fleet's policy and budgets. */
-  async report(outcome: Outcome, options: ReportOptions = {}): Promise<void> {
+  async report(outcome: OutcomeName, options: ReportOptions = {}): Promise<void> {
     const { lease, release = false } = options;
     if (release && lease === undefined) throw new ConfigError("report({ release: true }) needs the lease to release");
     let leaseId: string | undefined;
@@ -406,11 +426,14 @@ export class Governor {
       fence = lease.fence;
       if (!lease.released) leaseId = lease.id;
     }
-    const releasing = release && lease !== undefined && lease.markReleased();
-    if (releasing) this.background.dropLease(lease);
-    const recorded = await this.execute(
-      this.core.report(outcome, options.retryAfter, leaseId, fence, releasing, options.usage, readLimits(options.headers), options.refusalsCount ?? true),
-    );
+    const releasing = release && lease !== undefined && !lease.released;
+    // built before the lease is touched: a bad outcome or retryAfter throws with the lease still held
+    const call = this.core.report(outcome, options.retryAfter, leaseId, fence, releasing, options.usage, readLimits(options.headers), options.refusalsCount ?? true);
+    if (releasing) {
+      lease.markReleased();
+      this.background.dropLease(lease);
+    }
+    const recorded = await this.execute(call);
     if (!recorded && lease !== undefined) {
       lease.markLost();
       throw new LeaseLost(`governor ${JSON.stringify(this.name)}: lease ${lease.id} (fence ${lease.fence}) expired before this report; its outcome was not counted and its slot may be someone else's`, this.name);
@@ -512,7 +535,12 @@ export class Governor {
 
   /** @internal the stored config anew (the "!config" wake): read, never created */
   async learnConfig(): Promise<void> {
-    const stored = await this.client.hgetall(this.keys.byName["config"]!);
+    let stored: Record<string, string>;
+    try {
+      stored = await this.client.hgetall(this.keys.byName["config"]!);
+    } catch (error) {
+      throw this.mapError(error);
+    }
     this.core.learnStoredConfig(stored);
   }
 
@@ -539,12 +567,40 @@ export class Governor {
       if (message.startsWith("MOVED") && this.client instanceof Redis && this.url !== undefined) {
         const standalone = this.client;
         this.client = Governor.clusterClient(this.url, this.config);
+        this.watch(this.client);
         standalone.disconnect();
         await this.background.restart();
         return this.send(call, reload);
       }
-      throw mapError(error, this.name);
+      throw this.mapError(error);
     }
+  }
+
+  /** The governor's error for a Redis client's: a refusal, a bad argument, or Redis out of reach (naming why). */
+  mapError(error: unknown): GovernorError {
+    if (error instanceof GovernorError) return error;
+    const message = error instanceof Error ? error.message : String(error);
+    const name = JSON.stringify(this.name);
+    const layout = /GOVERNOR_LAYOUT (\d+) (\d+)/.exec(message);
+    if (layout !== null) {
+      return new StateError(`governor ${name}: the state has layout ${layout[1]} and admits clients of layout ${layout[2]} and later; this client's library is older. Nothing was changed: upgrade this client (docs/upgrade.md) and keep the state, the running fleet uses it`, this.name, { cause: error });
+    }
+    if (message.includes("GOVERNOR_BADARG")) return new ConfigError(`governor ${name}: invalid argument: ${message}`, this.name, { cause: error });
+    if (/^(NOAUTH|WRONGPASS|NOPERM)/.test(message)) {
+      return new GovernorUnavailable(`governor ${name}: Redis at ${where(this.client, this.url)} refused access (${message}); check the credentials and the ACL`, this.name, { cause: error });
+    }
+    if (/^(BUSY|LOADING|MASTERDOWN|READONLY|CLUSTERDOWN|NOREPLICAS|OOM)/.test(message)) {
+      return new GovernorUnavailable(`governor ${name}: Redis at ${where(this.client, this.url)} cannot serve now: ${message}`, this.name, { cause: error });
+    }
+    if (/^(ERR|BADARG|WRONGTYPE|STATE)/.test(message) || message.includes("user_function")) {
+      return new StateError(`governor ${name}: Redis refused the call: ${message}`, this.name, { cause: error });
+    }
+    if (/timed out/i.test(message)) {
+      return new GovernorUnavailable(`governor ${name}: Redis at ${where(this.client, this.url)} did not answer within ${this.config.redisTimeout} s (redisTimeout); check that it is up and not overloaded`, this.name, { cause: error });
+    }
+    // ioredis gives up on a command with "max retries per request" or "Connection is closed": the cause is the connection's own error
+    const cause = this.connectionError ?? (error instanceof Error ? error : new Error(message));
+    return new GovernorUnavailable(`governor ${name}: Redis at ${where(this.client, this.url)} is unreachable (${cause.message}); check the URL and that Redis is up`, this.name, { cause });
   }
 
   /** Load the library (on every primary of a cluster) when Redis said a function is missing. */
@@ -557,9 +613,19 @@ export class Governor {
       if (message.startsWith("NOPERM")) {
         throw new GovernorUnavailable(`governor ${JSON.stringify(this.name)}: the functions library ${LIBRARY_NAME} is not loaded on this Redis and this user may not load it (ACL +function|load): an operator runs \`governor library --load\``, this.name, { cause: error });
       }
-      throw mapError(error, this.name);
+      throw this.mapError(error);
     }
   }
+}
+
+/** host:port of a client (a cluster's seed node, from its URL), without credentials */
+function where(client: Client, url: string | undefined): string {
+  if (client instanceof Redis) {
+    const { host, port, path } = client.options;
+    return path ? path : `${host}:${port}`;
+  }
+  if (url !== undefined && URL.canParse(url)) return new URL(url).host;
+  return "the cluster";
 }
 
 type Missing = typeof MISSING;
@@ -581,20 +647,6 @@ function raceAbort<T>(promise: Promise<T>, signal: AbortSignal | undefined): Pro
       },
     );
   });
-}
-
-function mapError(error: unknown, name: string): GovernorError {
-  if (error instanceof GovernorError) return error;
-  const message = error instanceof Error ? error.message : String(error);
-  const layout = /GOVERNOR_LAYOUT (\d+) (\d+)/.exec(message);
-  if (layout !== null) {
-    return new StateError(`governor ${JSON.stringify(name)}: the state has layout ${layout[1]} and admits clients of layout ${layout[2]} and later; this client's library is older. Nothing was changed: upgrade this client (docs/upgrade.md) and keep the state, the running fleet uses it`, name, { cause: error });
-  }
-  if (message.includes("GOVERNOR_BADARG")) return new ConfigError(`governor ${JSON.stringify(name)}: invalid argument: ${message}`, name, { cause: error });
-  if (/^(ERR|BADARG|WRONGTYPE|STATE)/.test(message) || message.includes("user_function")) {
-    return new StateError(`governor ${JSON.stringify(name)}: Redis refused the call: ${message}`, name, { cause: error });
-  }
-  return new GovernorUnavailable(`governor ${JSON.stringify(name)}: Redis unreachable or too slow: ${message}`, name, { cause: error });
 }
 
 /** Listens for grants, refreshes waiters, renews leases: one per Governor object. */
@@ -850,7 +902,7 @@ class Background {
     let failure: GovernorError;
     if (error instanceof GovernorError && !(error instanceof GovernorUnavailable)) failure = error;
     else if (monotonic() - this.lastOk < this.gov.config.queueTtl) return;
-    else failure = error instanceof GovernorUnavailable ? error : new GovernorUnavailable(`governor ${JSON.stringify(this.gov.name)}: ${String(error)}`, this.gov.name);
+    else failure = error instanceof GovernorUnavailable ? error : this.gov.mapError(error);
     for (const waiter of this.waiters.values()) {
       waiter.error = failure;
       waiter.set();
@@ -858,4 +910,4 @@ class Background {
   }
 }
 
-export type { Status, Tokens, Outcome };
+export type { Tokens, Outcome, OutcomeName };

@@ -1,7 +1,10 @@
 export { Governor, Lease, library, readLimits } from "./governor.js";
 export type { AcquireOptions, ReportOptions, FromUrlOptions } from "./governor.js";
 export type { GovernorConfig, ResolvedConfig, Place } from "./config.js";
-export type { BudgetStatus, Outcome, SharesChange, Status, Tokens, Wake } from "./core.js";
+export type { OutcomeName, SharesChange, Tokens, Wake } from "./core.js";
+export { Outcome } from "./core.js";
+export { Status } from "./status.js";
+export type { BudgetStatus, StatusFields } from "./status.js";
 export { governorKeys, functionName, parseWake } from "./core.js";
 export { classifyHttp, defaultClassifier, parseRetryAfter, retryWait, usageOf } from "./retry.js";
 export type { CallOptions, Classification, RetryPolicy, Verdict } from "./retry.js";

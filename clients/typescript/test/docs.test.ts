@@ -1,5 +1,6 @@
 /**
- * Every ```js example of docs/clients/typescript.md and README.md runs, as written,
+ * Every ```js example (an ES module) and ```cjs example (CommonJS) of
+ * docs/clients/typescript.md, README.md and this package's README.md runs, as written,
  * against a private redis-server and (for the SDK example) a local HTTP
  * server in the OpenAI shape that the real openai SDK calls
  * (OPENAI_BASE_URL). Each runs as a module inside this package, so
@@ -14,10 +15,10 @@ import { fileURLToPath } from "node:url";
 import { Governor } from "../src/index.js";
 import { privateRedis } from "./support.js";
 
-const page = ["docs/clients/typescript.md", "README.md"]
+const page = ["docs/clients/typescript.md", "README.md", "clients/typescript/README.md"]
   .map((path) => readFileSync(new URL(`../../../../${path}`, import.meta.url), "utf8"))
   .join("\n");
-const examples = [...page.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]!);
+const examples = [...page.matchAll(/```(js|cjs)\n([\s\S]*?)```/g)].map((m) => ({ code: m[2]!, ext: m[1] === "cjs" ? "cjs" : "mjs" }));
 
 async function openaiShape(req: IncomingMessage, res: ServerResponse): Promise<void> {
   let raw = "";
@@ -65,9 +66,9 @@ test("every example of the Node client's page runs", async (t) => {
       await gov.status();
       await gov.close();
     }
-    for (const [i, code] of examples.entries()) {
-      await t.test(`example ${i + 1}`, async () => {
-        const file = fileURLToPath(new URL(`../docs-example-${i + 1}.mjs`, import.meta.url));
+    for (const [i, { code, ext }] of examples.entries()) {
+      await t.test(`example ${i + 1} (${ext})`, async () => {
+        const file = fileURLToPath(new URL(`../docs-example-${i + 1}.${ext}`, import.meta.url));
         writeFileSync(file, code);
         try {
           const result = await run(file, { REDIS_URL: redis.url, OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`, OPENAI_API_KEY: "test" });

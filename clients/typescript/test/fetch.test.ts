@@ -94,9 +94,9 @@ test("openai: a 429 is retried by the governed fetch after its Retry-After", asy
     const completion = await client.chat.completions.create({ model: "x", messages: [{ role: "user", content: "hello" }], max_tokens: 50 });
     assert.equal(completion.choices[0]?.message.content, "hi");
     const status = await gov.status();
-    assert.equal(status["window_attempts"], 2);
-    assert.equal(status["window_rate_limited"], 1);
-    assert.equal(status["in_flight"], 0);
+    assert.equal(status.windowAttempts, 2);
+    assert.equal(status.windowRateLimited, 1);
+    assert.equal(status.inFlight, 0);
   } finally {
     await gov.close();
   }
@@ -122,15 +122,15 @@ test("openai: a stream holds its lease until it ends, then reports and releases"
   try {
     const client = new OpenAI({ apiKey: "k", baseURL: `${base}/v1`, maxRetries: 0, fetch: governedFetch(gov) });
     const stream = await client.chat.completions.create({ model: "x", messages: [{ role: "user", content: "hello" }], stream: true, stream_options: { include_usage: true } });
-    assert.equal((await gov.status())["in_flight"], 1, "the stream holds its lease");
+    assert.equal((await gov.status()).inFlight, 1, "the stream holds its lease");
     await until(() => releaseStream !== null);
     releaseStream!();
     releaseStream = null;
     let text = "";
     for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
     assert.equal(text, "hi");
-    await until(async () => (await gov.status())["in_flight"] === 0, 5, "the lease released at the stream's end");
-    assert.equal((await gov.status())["window_attempts"], 1);
+    await until(async () => (await gov.status()).inFlight === 0, 5, "the lease released at the stream's end");
+    assert.equal((await gov.status()).windowAttempts, 1);
   } finally {
     await gov.close();
   }
@@ -145,15 +145,15 @@ test("anthropic: a call and a stream through the governed fetch", async () => {
     assert.equal(message.usage.output_tokens, 7);
     const stream = client.messages.stream({ model: "x", max_tokens: 64, messages: [{ role: "user", content: "hello" }] });
     await until(() => releaseStream !== null);
-    assert.equal((await gov.status())["in_flight"], 1, "the stream holds its lease");
+    assert.equal((await gov.status()).inFlight, 1, "the stream holds its lease");
     releaseStream!();
     releaseStream = null;
     const final = await stream.finalMessage();
     assert.equal(final.usage.output_tokens, 7);
-    await until(async () => (await gov.status())["in_flight"] === 0, 5, "the lease released at the stream's end");
+    await until(async () => (await gov.status()).inFlight === 0, 5, "the lease released at the stream's end");
     const status = await gov.status();
-    assert.equal(status["window_attempts"], 3);
-    assert.equal(status["window_rate_limited"], 1);
+    assert.equal(status.windowAttempts, 3);
+    assert.equal(status.windowRateLimited, 1);
     const last = seen.at(-1)!;
     assert.equal(last.path, "/v1/messages");
   } finally {

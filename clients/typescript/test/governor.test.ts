@@ -1,7 +1,7 @@
 /** The Node client on a private redis-server: admission, cancel-safety, heartbeat, reports, call(). */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { AbortError, AcquireTimeout, Governor, LeaseLost, QuotaExhausted, type GovernorConfig } from "../src/index.js";
+import { AbortError, AcquireTimeout, ConfigError, Governor, LeaseLost, Outcome, QuotaExhausted, type GovernorConfig } from "../src/index.js";
 import { privateRedis, uniqueName, until, type PrivateRedis } from "./support.js";
 
 let redis: PrivateRedis;
@@ -34,7 +34,7 @@ test("grants in FIFO order with growing fences, through pub/sub wakes", async ()
     await lease.release();
     return fence;
   });
-  await until(async () => (await gov.status())["queued"] === 3, 5, "three waiters queued");
+  await until(async () => (await gov.status()).queued === 3, 5, "three waiters queued");
   await first.release();
   const fences = await Promise.all(waiting);
   assert.deepEqual(order, ["a", "b", "c"]);
@@ -46,9 +46,9 @@ test("a higher class goes first", async () => {
   const first = await gov.acquire();
   const order: string[] = [];
   const low = gov.acquire({ priority: "batch", timeout: 10 }).then(async (l) => { order.push("batch"); await l.release(); });
-  await until(async () => (await gov.status())["queued"] === 1);
+  await until(async () => (await gov.status()).queued === 1);
   const high = gov.acquire({ priority: "interactive", timeout: 10 }).then(async (l) => { order.push("interactive"); await l.release(); });
-  await until(async () => (await gov.status())["queued"] === 2);
+  await until(async () => (await gov.status()).queued === 2);
   await first.release();
   await Promise.all([low, high]);
   assert.deepEqual(order, ["interactive", "batch"]);
@@ -59,13 +59,13 @@ test("an abort while queued gives the place back; nothing is held", async () => 
   const holder = await gov.acquire();
   const controller = new AbortController();
   const waiting = gov.acquire({ signal: controller.signal });
-  await until(async () => (await gov.status())["queued"] === 1, 5, "the waiter queued");
+  await until(async () => (await gov.status()).queued === 1, 5, "the waiter queued");
   controller.abort(new Error("the user went away"));
   await assert.rejects(waiting, AbortError);
-  assert.equal((await gov.status())["queued"], 0, "the place given back by the time the abort is seen");
+  assert.equal((await gov.status()).queued, 0, "the place given back by the time the abort is seen");
   await holder.release();
   const status = await gov.status();
-  assert.equal(status["in_flight"], 0);
+  assert.equal(status.inFlight, 0);
 });
 
 test("an abort racing a grant never leaks the slot", async () => {
@@ -76,14 +76,14 @@ test("an abort racing a grant never leaks the slot", async () => {
     const waiting = gov.acquire({ signal: controller.signal }).then((l) => l.release(), (e: unknown) => {
       assert.ok(e instanceof AbortError);
     });
-    await until(async () => (await gov.status())["queued"] === 1);
+    await until(async () => (await gov.status()).queued === 1);
     const release = holder.release();
     setTimeout(() => controller.abort(), round % 4); // before, at, or after the grant
     await release;
     await waiting;
     await until(async () => {
       const s = await gov.status();
-      return s["in_flight"] === 0 && s["queued"] === 0;
+      return s.inFlight === 0 && s.queued === 0;
     }, 5, `round ${round}: the slot back`);
   }
 });
@@ -92,7 +92,7 @@ test("an acquire timeout gives the place back", async () => {
   const gov = governor({ queueTtl: 60 });
   const holder = await gov.acquire();
   await assert.rejects(gov.acquire({ timeout: 0.2 }), AcquireTimeout);
-  assert.equal((await gov.status())["queued"], 0);
+  assert.equal((await gov.status()).queued, 0);
   await holder.release();
 });
 
@@ -103,7 +103,7 @@ test("the heartbeat keeps a lease alive past its TTL", async () => {
   const first = Number(await client.zscore(gov.keys.byName["leases"]!, lease.id));
   await until(async () => Number(await client.zscore(gov.keys.byName["leases"]!, lease.id)) > first + 600, 5, "three renewals");
   assert.equal(lease.lost, false);
-  assert.equal((await gov.status())["in_flight"], 1);
+  assert.equal((await gov.status()).inFlight, 1);
   await lease.release();
 });
 
@@ -117,7 +117,7 @@ test("renew with an injected clock: a renewed lease outlives its TTL, an unrenew
   await gov.renew();
   now += 20; // 40 s after the grant: alive only through the renewal
   assert.equal(kept.lost, false);
-  assert.equal((await gov.status())["in_flight"], 1);
+  assert.equal((await gov.status()).inFlight, 1);
   now += 31;
   assert.equal(kept.lost, true);
   await assert.rejects(gov.report("success", { lease: kept }), LeaseLost);
@@ -146,9 +146,9 @@ test("call() retries a throttled call after its Retry-After and reports each out
   assert.equal(calls, 3);
   assert.deepEqual(result.usage, { prompt_tokens: 3, completion_tokens: 4 });
   const status = await gov.status();
-  assert.equal(status["window_attempts"], 3);
-  assert.equal(status["window_rate_limited"], 2);
-  assert.equal(status["in_flight"], 0);
+  assert.equal(status.windowAttempts, 3);
+  assert.equal(status.windowRateLimited, 2);
+  assert.equal(status.inFlight, 0);
 });
 
 test("call() stops at once on a quota error, and passes other errors through", async () => {
@@ -160,8 +160,8 @@ test("call() stops at once on a quota error, and passes other errors through", a
     throw new TypeError("a bug");
   }), TypeError);
   const status = await gov.status();
-  assert.equal(status["quota_exhausted"], 1);
-  assert.equal(status["in_flight"], 0);
+  assert.equal(status.quotaExhausted, 1);
+  assert.equal(status.inFlight, 0);
 });
 
 test("a state lost while a lease is held: the lease is adopted with a higher fence", async () => {
@@ -172,7 +172,7 @@ test("a state lost while a lease is held: the lease is adopted with a higher fen
   await gov.renew();
   assert.ok(lease.fence > fence, `${lease.fence} > ${fence}`);
   assert.equal(lease.lost, false);
-  assert.equal((await gov.status())["in_flight"], 1);
+  assert.equal((await gov.status()).inFlight, 1);
   await lease.release();
 });
 
@@ -202,4 +202,24 @@ test("after its subscriber reconnects, the heartbeat renews at once", async () =
   await gov.redis().call("CLIENT", "KILL", "TYPE", "pubsub");
   await until(async () => Number(await gov.redis().zscore(leases, lease.id)) > first, 5, "a renewal on reconnecting");
   await lease.release();
+});
+
+test("report takes an outcome by name, as Python spells it or lower-cased; anything else names the valid ones", async () => {
+  const gov = governor({ maxCapacity: 2 });
+  await gov.report("SUCCESS");
+  await gov.report(Outcome.RATE_LIMITED);
+  await gov.report("rate_limited");
+  const lease = await gov.acquire();
+  for (const bad of ["s", "ok", "", 429] as unknown[]) {
+    await assert.rejects(gov.report(bad as Outcome, { lease, release: true }), (e: unknown) =>
+      e instanceof ConfigError && e.message.includes('is not one of "success", "rate_limited", "error", "quota_exhausted"'),
+    );
+  }
+  assert.equal(lease.released, false, "a refused report leaves the lease held");
+  assert.equal((await gov.status()).inFlight, 1);
+  await gov.report("Error" as Outcome, { lease, release: true }); // any case, at run time (JavaScript callers)
+  const status = await gov.status();
+  assert.equal(status.inFlight, 0);
+  assert.equal(status.windowAttempts, 4);
+  assert.equal(status.windowRateLimited, 2);
 });
