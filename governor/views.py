@@ -108,6 +108,8 @@ class WaiterInfo:
     since: float  #: when it joined the queue
     deadline: float  #: it is dropped unless it refreshes its place by then
     now: float  #: the server time of this reading
+    tokens: tuple[int, int] = (0, 0)  #: the (input, output) tokens it reserves once admitted
+    parked: bool = False  #: parked at its tenant's cap (``position`` -1), out of the queue until unparked
 
     @property
     def host(self) -> str:
@@ -402,8 +404,37 @@ def read_queue(client: Any, keys: GovernorKeys, limit: int = 1000, priorities: S
                 record.since_ms / 1000,
                 float(deadline) / 1000,
                 now_ms / 1000,
+                (record.input, record.output),
             )
         )
+    return Listing(now_ms / 1000, total, tuple(items))
+
+
+def read_parked(client: Any, keys: GovernorKeys, limit: int = 1000, priorities: Sequence[str] | None = None) -> Listing:
+    """The waiters parked at their tenant's cap (``parked`` zset), each tenant's
+    in the order they go back to the queue, at most ``limit``; ``position`` -1."""
+    names = read_priorities(client, keys) if priorities is None else tuple(priorities)
+    with map_errors(keys.name):
+        now_ms = server_time_ms(client)
+        total, entries = _head(client, keys.parked, limit)
+        ids = [e[0] for e in entries]
+        deadlines: list[Any] = []
+        raws: list[Any] = []
+        if ids:
+            pipe = client.pipeline(transaction=False)
+            for member in ids:
+                pipe.zscore(keys.waiters, member)
+            pipe.hmget(keys.holders, ids)
+            *deadlines, raws = pipe.execute()
+    items = []
+    for (member, _), deadline, raw in zip(entries, deadlines, raws, strict=True):
+        record = _record(raw)
+        if record is not None and deadline is not None:
+            since, until, rank = record.since_ms / 1000, float(deadline) / 1000, class_name(names, record.rank)
+            items.append(
+                WaiterInfo(text(member), -1, record.holder, rank, record.tenant, False, 0, since, until, now_ms / 1000,
+                           (record.input, record.output), parked=True)
+            )  # fmt: skip
     return Listing(now_ms / 1000, total, tuple(items))
 
 
