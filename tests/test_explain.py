@@ -105,7 +105,10 @@ def test_capacity(fleet: Fleet) -> None:
     fleet.wait("host-1/b")
     found = fleet.explain("--holder", "host-1/b")
     assert (found["rule"], found["why"]) == ("capacity", "at capacity: 1 in flight of 1")
-    assert found["admits"] == "the next release of any lease admits the head of the queue; 1 waiter(s) ahead of it go first"
+    assert (
+        found["admits"]
+        == "the next release of any lease admits the head of the queue; 1 waiter(s) ahead of it go first"
+    )
 
 
 def test_tenant_cap(fleet: Fleet) -> None:
@@ -126,7 +129,10 @@ def test_class_reserve(fleet: Fleet) -> None:
     fleet.make(max_capacity=2, priorities=("high", "low"), default_priority="low", reserve=1)
     fleet.hold(priority="low")
     found = fleet.explain("--class", "low")
-    assert (found["rule"], found["why"]) == ("reserve", "at capacity below the highest class: 1 in flight of 2 - 1 reserved")
+    assert (found["rule"], found["why"]) == (
+        "reserve",
+        "at capacity below the highest class: 1 in flight of 2 - 1 reserved",
+    )
     assert found["admits"].startswith("the next release of a lease of a class below high")
     assert fleet.explain("--class", "high")["rule"] == "none"
 
