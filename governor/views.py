@@ -170,6 +170,8 @@ class Breakdown:
     by_pair: Mapping[tuple[str, str], Count]
     #: False when a listing was cut at its limit: the counts miss what was not read
     complete: bool = True
+    #: each class's longest wait so far among its live waiters, seconds (a class with none: absent)
+    oldest: Mapping[str, float] = field(default_factory=dict)
 
     def top_tenants(self, n: int) -> dict[str, Count]:
         """The ``n`` most loaded tenants, and the others summed under :data:`OTHER`
@@ -445,6 +447,7 @@ def count_shares(
     tenant and per (class, tenant), as the status counts them (an expired
     lease or a dead waiter not yet reclaimed is not counted)."""
     counts: dict[tuple[str, str], list[int]] = {}
+    oldest: dict[str, float] = {}
     for lease in leases:
         if lease.live:
             counts.setdefault((lease.priority, lease.tenant), [0, 0, 0])[0] += 1
@@ -453,6 +456,7 @@ def count_shares(
             entry = counts.setdefault((waiter.priority, waiter.tenant), [0, 0, 0])
             entry[1] += 1
             entry[2] += waiter.aged
+            oldest[waiter.priority] = max(oldest.get(waiter.priority, 0.0), waiter.waited)
     by_class: dict[str, Count] = {name: Count() for name in priorities}
     by_tenant: dict[str, Count] = {}
     for (priority, tenant), (in_flight, queued, aged) in counts.items():
@@ -466,7 +470,7 @@ def count_shares(
     tenant_order = {name: i for i, name in enumerate(by_tenant)}
     pairs = sorted(counts.items(), key=lambda kv: (class_order[kv[0][0]], tenant_order[kv[0][1]]))
     by_pair = {pair: Count(*values) for pair, values in pairs}
-    return Breakdown(tuple(priorities), by_class, by_tenant, by_pair, complete)
+    return Breakdown(tuple(priorities), by_class, by_tenant, by_pair, complete, oldest)
 
 
 def read_breakdown(client: Any, keys: GovernorKeys, limit: int | None = None) -> Breakdown:
