@@ -71,7 +71,7 @@ def explain_caller(
         return "paused", blocked, admits
     if blocked.startswith("recovery hold"):
         end = status.hold_until or status.not_before or now
-        return "hold", blocked, f"its end at {when(end)} ({_in(end - now)}), or `governor resume --lift-hold`"
+        return "hold", blocked, f"its end at {when(end)} ({_in(end - now)}), or `governor resume --lift-recovery-hold`"
     if blocked.startswith("holding"):
         end = status.not_before or now
         return "hold", blocked, f"its end at {when(end)} ({_in(end - now)}): the provider's retry-after"
