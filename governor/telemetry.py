@@ -363,6 +363,7 @@ _HANDLERS: dict[type, Any] = {
     events.Retrying: Telemetry._retrying,
 }
 
+
 def _version() -> str | None:
     """The installed distribution's version (None from a source tree that is not installed)."""
     from importlib import metadata
