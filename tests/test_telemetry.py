@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from governor import AcquireTimeout, Governor, GovernorConfig, Outcome, telemetry
+from governor import AcquireTimeout, Governor, GovernorConfig, Outcome, events, telemetry
 from governor.providers import openai_client
 
 from .support.servers import wait_until
@@ -138,6 +138,26 @@ def test_a_timeout_is_an_error_span_and_a_timeout_wait(otel: Otel, gov: Governor
     assert "fleet_governor.fence" not in span.attributes
     ((labels, _),) = otel.points("fleet_governor.acquire.duration")
     assert labels["fleet_governor.outcome"] == "timeout" and labels["fleet_governor.priority"] == "high"
+
+
+def test_the_place_and_reason_are_the_ones_on_entry_and_each_hold_is_an_event(otel: Otel) -> None:
+    """A wait whose reason changes (capacity, then a pause, then capacity again):
+    the span keeps the first place and reason; the pause is one hold event."""
+    for event in (
+        events.AcquireStarted("g", "batch", "t", 10, "h"),
+        events.Waiting("g", "at capacity: 2 in flight of 2", 3),
+        events.Waiting("g", "at capacity: 2 in flight of 2", 2),  # the same reason again: nothing new
+        events.Waiting("g", "paused: deploy", 1),
+        events.Waiting("g", "at capacity: 2 in flight of 2", 0),
+        events.Admitted("g", 1.5, False, 42),
+    ):
+        events.emit(event)
+    (span,) = otel.finished("fleet_governor.acquire")
+    assert span.attributes["fleet_governor.queue.position"] == 3
+    assert span.attributes["fleet_governor.wait.reason"] == "at capacity: 2 in flight of 2"
+    assert [(e.name, dict(e.attributes)) for e in span.events] == [
+        ("fleet_governor.hold", {"fleet_governor.wait.reason": "paused: deploy"})
+    ]
 
 
 def test_a_caller_held_by_the_fleet_gets_a_hold_event(otel: Otel, gov: Governor) -> None:
