@@ -3,9 +3,10 @@
 Two sources, because they live in different processes:
 
 * Every client records how long each caller waited for admission in the
-  histogram ``governor_admission_wait_seconds{governor}`` of the default
-  registry (:func:`observe_admission`, subscribed to the facades'
-  :class:`governor.events.Admitted` events when this module is imported).
+  histogram ``governor_admission_wait_seconds{governor,priority}`` of the
+  default registry (:func:`observe_admission`, subscribed to the facades'
+  :class:`governor.events.AcquireStarted` and :class:`governor.events.Admitted`
+  events when this module is imported; ``priority`` is the caller's class).
   A worker publishes it with its own ``prometheus_client`` endpoint, e.g.
   ``prometheus_client.start_http_server(8000)``.
 * Every client counts the rate-limit headers its reports could not read
@@ -28,6 +29,7 @@ with a message that says how to install it.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -52,28 +54,32 @@ class _NoOp:
 
 
 _NOOP = _NoOp()
-_children: dict[str, Any] = {}  # governor name -> histogram child, or _NOOP without prometheus_client
+_children: dict[tuple[str, str], Any] = {}  # (governor, class) -> histogram child, or _NOOP without prometheus_client
+#: the class of the acquire under way in this thread or task (its AcquireStarted event)
+_class: contextvars.ContextVar[str] = contextvars.ContextVar("governor_metrics_class", default="")
 _histogram: Any = None
 _lock = threading.Lock()
 
 
-def observe_admission(name: str, seconds: float) -> None:
-    """Record how long a caller waited for admission to governor ``name``.
+def observe_admission(name: str, seconds: float, priority: str = "") -> None:
+    """Record how long a caller of class ``priority`` waited for admission to governor ``name``.
 
     Called on every admission by ``acquire()`` (its Admitted event): after
-    the first call per name it is one dict lookup and one histogram
+    the first call per name and class it is one dict lookup and one histogram
     observation, or nothing at all when prometheus_client is not installed.
     """
-    child = _children.get(name)
+    child = _children.get((name, priority))
     if child is None:
-        child = _child(name)
+        child = _child(name, priority)
     child.observe(seconds)
 
 
 def _on_event(event: events.Event) -> None:
     """The client-side metrics' subscriber to the facades' events."""
-    if isinstance(event, events.Admitted):
-        observe_admission(event.name, event.waited_seconds)
+    if isinstance(event, events.AcquireStarted):
+        _class.set(event.priority)
+    elif isinstance(event, events.Admitted):
+        observe_admission(event.name, event.waited_seconds, _class.get())
     elif isinstance(event, events.MalformedHeaders):
         for header in event.headers:
             count_malformed(event.name, header)
@@ -102,25 +108,25 @@ def count_malformed(name: str, header: str) -> None:
         _malformed.labels(name, header).inc()
 
 
-def _child(name: str) -> Any:
+def _child(name: str, priority: str) -> Any:
     global _histogram
     with _lock:
-        if name in _children:
-            return _children[name]
+        if (name, priority) in _children:
+            return _children[name, priority]
         try:
             import prometheus_client
         except ImportError:
-            _children[name] = _NOOP
+            _children[name, priority] = _NOOP
             return _NOOP
         if _histogram is None:
             _histogram = prometheus_client.Histogram(
                 "governor_admission_wait_seconds",
-                "Time callers of this process waited for a lease (queue and pauses included)",
-                ["governor"],
+                "Time callers of this process waited for a lease (queue and pauses included), by their class",
+                ["governor", "priority"],
                 buckets=ADMISSION_BUCKETS,
             )
-        child = _histogram.labels(name)
-        _children[name] = child
+        child = _histogram.labels(name, priority)
+        _children[name, priority] = child
         return child
 
 
@@ -274,6 +280,11 @@ class GovernorCollector:
                 labels=priority_labels,
             ),
         }
+        oldest = GaugeMetricFamily(
+            "governor_priority_oldest_wait_seconds",
+            "How long the longest-waiting live waiter of each class has waited so far (0: none waiting)",
+            labels=priority_labels,
+        )
         tenant_labels = [*label, "tenant"]
         t = {
             "in_flight": GaugeMetricFamily(
@@ -350,6 +361,7 @@ class GovernorCollector:
                 for priority, counted in breakdown.by_class.items():
                     for key in p:
                         p[key].add_metric([name, priority], getattr(counted, key))
+                    oldest.add_metric([name, priority], breakdown.oldest.get(priority, 0.0))
                 try:
                     weights = dict(parse_weights(stored.get("tenant_weights", "")))
                 except ValueError:
@@ -369,6 +381,7 @@ class GovernorCollector:
         yield from g.values()
         yield from b.values()
         yield from p.values()
+        yield oldest
         yield from t.values()
         yield weight
         yield complete

@@ -108,6 +108,8 @@ class WaiterInfo:
     since: float  #: when it joined the queue
     deadline: float  #: it is dropped unless it refreshes its place by then
     now: float  #: the server time of this reading
+    tokens: tuple[int, int] = (0, 0)  #: the (input, output) tokens it reserves once admitted
+    parked: bool = False  #: parked at its tenant's cap (``position`` -1), out of the queue until unparked
 
     @property
     def host(self) -> str:
@@ -168,6 +170,8 @@ class Breakdown:
     by_pair: Mapping[tuple[str, str], Count]
     #: False when a listing was cut at its limit: the counts miss what was not read
     complete: bool = True
+    #: each class's longest wait so far among its live waiters, seconds (a class with none: absent)
+    oldest: Mapping[str, float] = field(default_factory=dict)
 
     def top_tenants(self, n: int) -> dict[str, Count]:
         """The ``n`` most loaded tenants, and the others summed under :data:`OTHER`
@@ -402,8 +406,37 @@ def read_queue(client: Any, keys: GovernorKeys, limit: int = 1000, priorities: S
                 record.since_ms / 1000,
                 float(deadline) / 1000,
                 now_ms / 1000,
+                (record.input, record.output),
             )
         )
+    return Listing(now_ms / 1000, total, tuple(items))
+
+
+def read_parked(client: Any, keys: GovernorKeys, limit: int = 1000, priorities: Sequence[str] | None = None) -> Listing:
+    """The waiters parked at their tenant's cap (``parked`` zset), each tenant's
+    in the order they go back to the queue, at most ``limit``; ``position`` -1."""
+    names = read_priorities(client, keys) if priorities is None else tuple(priorities)
+    with map_errors(keys.name):
+        now_ms = server_time_ms(client)
+        total, entries = _head(client, keys.parked, limit)
+        ids = [e[0] for e in entries]
+        deadlines: list[Any] = []
+        raws: list[Any] = []
+        if ids:
+            pipe = client.pipeline(transaction=False)
+            for member in ids:
+                pipe.zscore(keys.waiters, member)
+            pipe.hmget(keys.holders, ids)
+            *deadlines, raws = pipe.execute()
+    items = []
+    for (member, _), deadline, raw in zip(entries, deadlines, raws, strict=True):
+        record = _record(raw)
+        if record is not None and deadline is not None:
+            since, until, rank = record.since_ms / 1000, float(deadline) / 1000, class_name(names, record.rank)
+            items.append(
+                WaiterInfo(text(member), -1, record.holder, rank, record.tenant, False, 0, since, until, now_ms / 1000,
+                           (record.input, record.output), parked=True)
+            )  # fmt: skip
     return Listing(now_ms / 1000, total, tuple(items))
 
 
@@ -414,6 +447,7 @@ def count_shares(
     tenant and per (class, tenant), as the status counts them (an expired
     lease or a dead waiter not yet reclaimed is not counted)."""
     counts: dict[tuple[str, str], list[int]] = {}
+    oldest: dict[str, float] = {}
     for lease in leases:
         if lease.live:
             counts.setdefault((lease.priority, lease.tenant), [0, 0, 0])[0] += 1
@@ -422,6 +456,7 @@ def count_shares(
             entry = counts.setdefault((waiter.priority, waiter.tenant), [0, 0, 0])
             entry[1] += 1
             entry[2] += waiter.aged
+            oldest[waiter.priority] = max(oldest.get(waiter.priority, 0.0), waiter.waited)
     by_class: dict[str, Count] = {name: Count() for name in priorities}
     by_tenant: dict[str, Count] = {}
     for (priority, tenant), (in_flight, queued, aged) in counts.items():
@@ -435,7 +470,7 @@ def count_shares(
     tenant_order = {name: i for i, name in enumerate(by_tenant)}
     pairs = sorted(counts.items(), key=lambda kv: (class_order[kv[0][0]], tenant_order[kv[0][1]]))
     by_pair = {pair: Count(*values) for pair, values in pairs}
-    return Breakdown(tuple(priorities), by_class, by_tenant, by_pair, complete)
+    return Breakdown(tuple(priorities), by_class, by_tenant, by_pair, complete, oldest)
 
 
 def read_breakdown(client: Any, keys: GovernorKeys, limit: int | None = None) -> Breakdown:

@@ -369,6 +369,8 @@ OPERATOR_COMMANDS: dict[str, tuple[list[str], list[str], bool, bool]] = {
     "configure": (["--policy", "seed"], ["--policy", "bogus"], True, True),
     "set-shares": (["--aging", "off"], ["--weight", "a"], True, True),
     "exporter": (["--port", "0"], ["--port", "-1"], False, False),
+    "explain": (["--tenant", "t"], ["--class"], True, True),
+    "top": (["--once"], ["--interval", "0"], False, True),
 }
 
 

@@ -10,6 +10,7 @@ installed, it validates the file too.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -152,6 +153,26 @@ def test_prometheus_scrapes_the_exporter(services: dict[str, Any]) -> None:
     assert f"exporter:{port}" in targets
     for rule_file in config.get("rule_files", []):
         assert rule_file in mounts.values(), f"{rule_file} is not mounted into the container"
+
+
+def test_grafana_is_provisioned_with_prometheus_and_the_dashboard(services: dict[str, Any]) -> None:
+    grafana = services["grafana"]
+    mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in grafana["volumes"])
+    for source in mounts:
+        assert (ROOT / source).is_dir(), source
+    provisioning = ROOT / next(s for s, target in mounts.items() if target == "/etc/grafana/provisioning")
+    (source,) = load(provisioning / "datasources/prometheus.yml")["datasources"]
+    url = urlparse(source["url"])
+    assert (url.hostname, url.port) == ("prometheus", 9090) and "prometheus" in grafana["depends_on"]
+    (provider,) = load(provisioning / "dashboards/fleet-governor.yml")["providers"]
+    folder = provider["options"]["path"]
+    dashboards = ROOT / next(s for s, target in mounts.items() if target == folder)
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home.startswith(folder + "/") and (dashboards / home[len(folder) + 1 :]).is_file()
+    for board in dashboards.glob("*.json"):
+        panels = json.loads(board.read_text(encoding="utf-8"))["panels"]
+        uids = {t["datasource"]["uid"] for p in panels for t in p["targets"]} | {p["datasource"]["uid"] for p in panels}
+        assert uids == {source["uid"]}, f"{board.name} names data sources {uids}"
 
 
 def test_alert_rules_use_exported_metrics() -> None:

@@ -20,7 +20,7 @@ from governor import Governor, GovernorConfig, Outcome, metrics, views
 from governor.budgets import Tokens
 from governor.core import Granted, Queued, new_id
 from governor.errors import ConfigError
-from governor.events import Admitted, emit
+from governor.events import AcquireStarted, Admitted, emit
 from governor.metrics import GovernorCollector, observe_admission, start_exporter
 from governor.protocol import SCHEMA_VERSION, governor_keys
 from governor.views import server_time_ms
@@ -46,7 +46,8 @@ def collect(collector: GovernorCollector) -> Samples:
 
 def test_observe_admission_feeds_a_histogram_per_governor(name: str) -> None:
     def sample(suffix: str, **labels: str) -> float | None:
-        return REGISTRY.get_sample_value(f"governor_admission_wait_seconds_{suffix}", {"governor": name, **labels})
+        labels = {"governor": name, "priority": "", **labels}
+        return REGISTRY.get_sample_value(f"governor_admission_wait_seconds_{suffix}", labels)
 
     assert sample("count") is None
     observe_admission(name, 0.2)
@@ -55,25 +56,34 @@ def test_observe_admission_feeds_a_histogram_per_governor(name: str) -> None:
     assert sample("sum") == pytest.approx(3.2)
     assert sample("bucket", le="0.25") == 1
     assert sample("bucket", le="5.0") == 2
-    assert REGISTRY.get_sample_value("governor_admission_wait_seconds_count", {"governor": f"{name}-other"}) is None
+    other = {"governor": f"{name}-other", "priority": ""}
+    assert REGISTRY.get_sample_value("governor_admission_wait_seconds_count", other) is None
 
 
-def test_every_admission_is_observed(make_gov: MakeGov, name: str) -> None:
-    gov = make_gov(GovernorConfig(max_capacity=2))
-    before = REGISTRY.get_sample_value("governor_admission_wait_seconds_count", {"governor": name}) or 0
+def test_every_admission_is_observed_in_its_class(make_gov: MakeGov, name: str) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=2, priorities=("high", "low"), default_priority="low"))
+
+    def count(priority: str) -> float:
+        labels = {"governor": name, "priority": priority}
+        return REGISTRY.get_sample_value("governor_admission_wait_seconds_count", labels) or 0
+
     with gov.acquire(timeout=5):
         pass
-    with gov.acquire(timeout=5):
+    with gov.acquire(timeout=5, priority="high"):
         pass
-    assert REGISTRY.get_sample_value("governor_admission_wait_seconds_count", {"governor": name}) == before + 2
+    with gov.acquire(timeout=5, priority="low"):
+        pass
+    assert (count("high"), count("low")) == (1, 2)
 
 
 def test_the_histogram_listens_to_admitted_events(name: str) -> None:
     """The facades do not import metrics: they emit, and metrics subscribes."""
+    emit(AcquireStarted(name, "batch", "", 0, "h"))
     emit(Admitted(name, 0.3, False))
     emit(Admitted(name, 0.7, True))
-    assert REGISTRY.get_sample_value("governor_admission_wait_seconds_count", {"governor": name}) == 2
-    assert REGISTRY.get_sample_value("governor_admission_wait_seconds_sum", {"governor": name}) == pytest.approx(1.0)
+    labels = {"governor": name, "priority": "batch"}
+    assert REGISTRY.get_sample_value("governor_admission_wait_seconds_count", labels) == 2
+    assert REGISTRY.get_sample_value("governor_admission_wait_seconds_sum", labels) == pytest.approx(1.0)
 
 
 def test_observe_admission_is_a_no_op_without_prometheus_client(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
@@ -81,7 +91,7 @@ def test_observe_admission_is_a_no_op_without_prometheus_client(monkeypatch: pyt
     monkeypatch.setattr(metrics, "_children", {})
     observe_admission(name, 1.0)
     observe_admission(name, 2.0)
-    assert metrics._children[name] is metrics._NOOP
+    assert metrics._children[name, ""] is metrics._NOOP
 
 
 # -- the collector -------------------------------------------------------------------------
@@ -231,6 +241,9 @@ def test_collector_counts_per_class_and_tenant_with_a_bounded_tenant_label(
         assert got[key("governor_priority_in_flight", name, priority=priority)] == in_flight, priority
         assert got[key("governor_priority_queued", name, priority=priority)] == queued, priority
         assert got[key("governor_priority_aged", name, priority=priority)] == aged, priority
+    # the batch waiter joined a second before the server's clock; nobody of interactive waits
+    assert 0.9 < got[key("governor_priority_oldest_wait_seconds", name, priority="batch")] < 60
+    assert got[key("governor_priority_oldest_wait_seconds", name, priority="interactive")] == 0
     tenants = {k[1] for k in got if k[0] == "governor_tenant_in_flight"}
     assert tenants == {
         key("", name, tenant=t)[1] for t in ("t0", "t1", views.OTHER)

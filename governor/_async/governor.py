@@ -190,19 +190,19 @@ class AsyncGovernor:
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise ConfigError(f"timeout must be None or seconds >= 0, got {timeout!r}")
         ask = self._ask(holder, tokens, priority, tenant)
-        started = time.monotonic()
-        deadline = None if timeout is None else started + timeout
-        lease = None
-        while lease is None:
-            try:
-                lease = await self._acquire_shared(ask, deadline, timeout)
-            except GovernorUnavailable as error:
-                if self.config.on_unavailable != "local":
-                    raise
-                # None: no local permit within a poll; Redis may answer again
-                lease = await self._acquire_local(ask, deadline, error, slice_=self.config.poll)
+        with events.acquiring(self.name, ask) as started:  # AcquireStarted now, AcquireFailed if it raises
+            deadline = None if timeout is None else started + timeout
+            lease = None
+            while lease is None:
+                try:
+                    lease = await self._acquire_shared(ask, deadline, timeout)
+                except GovernorUnavailable as error:
+                    if self.config.on_unavailable != "local":
+                        raise
+                    # None: no local permit within a poll; Redis may answer again
+                    lease = await self._acquire_local(ask, deadline, error, slice_=self.config.poll)
         try:
-            events.emit(events.Admitted(self.name, time.monotonic() - started, lease.local))
+            events.emit(events.Admitted(self.name, time.monotonic() - started, lease.local, lease.fence))
         except BaseException:  # interrupted here, the lease never reaches the caller: give it back
             await self._release(lease)  # its call to Redis is shielded
             raise
@@ -246,7 +246,7 @@ class AsyncGovernor:
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             while not isinstance(result, Granted):
                 if isinstance(result, Queued):
-                    waiter.reason, waiter.position = result.reason, result.position
+                    waiter.reason, waiter.position = events.waiting(self.name, result.reason, result.position)
                 result, expires = await self._wait_turn(waiter, deadline, timeout, ask)
             return lease_id, result, expires
         except NotReplicated:

@@ -40,6 +40,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from .. import events
 from ..backoff import retry_wait
 from ..budgets import Tokens
 from ..classify import Classification, Classifier, Verdict, default_classifier
@@ -117,6 +118,7 @@ async def retry_call(
             return last.give()  # the deadline ran out in the queue: the provider's last answer is the news
         handed_over = False
         try:
+            events.emit(events.AttemptStarted(governor.name, attempt, lease.fence))
             try:
                 result = await _invoke(governor, fn, args, kwargs)
             except _Misuse:
@@ -153,6 +155,7 @@ async def retry_call(
                     return result
                 last, description = _Last(result=result, discard=judged.discard), judged.description
         finally:
+            events.emit(events.AttemptEnded(governor.name, handed_over))
             if not handed_over:
                 await _release(governor, lease)  # its call to Redis is shielded
         # Rate-limited: wait (holding no lease) and try again, within the bounds.
@@ -175,6 +178,7 @@ async def retry_call(
             wait,
         )
         await last.let_go()
+        events.emit(events.Retrying(governor.name, attempt, wait))
         await sleep(wait)
     raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
@@ -336,6 +340,8 @@ async def _report(
 ) -> None:
     """Report one attempt and release its lease in the same round trip; a
     failure to report is logged, never raised (the TTL frees the slot)."""
+    settled = usage or Tokens()
+    events.emit(events.Reported(governor.name, outcome.name.lower(), retry_after, settled.input, settled.output))
     try:
         await governor.report(
             outcome,

@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from .. import events
 from ..backoff import retry_wait
 from ..budgets import Tokens
 from ..classify import Classification, Classifier, Verdict, default_classifier
@@ -87,6 +88,7 @@ def retry_call(
             return last.give()  # the deadline ran out in the queue: the provider's last answer is the news
         handed_over = False
         try:
+            events.emit(events.AttemptStarted(governor.name, attempt, lease.fence))
             try:
                 result = _invoke(governor, fn, args, kwargs)
             except _Misuse:
@@ -123,6 +125,7 @@ def retry_call(
                     return result
                 last, description = _Last(result=result, discard=judged.discard), judged.description
         finally:
+            events.emit(events.AttemptEnded(governor.name, handed_over))
             if not handed_over:
                 _release(governor, lease)  # its call to Redis is shielded
         # Rate-limited: wait (holding no lease) and try again, within the bounds.
@@ -145,6 +148,7 @@ def retry_call(
             wait,
         )
         last.let_go()
+        events.emit(events.Retrying(governor.name, attempt, wait))
         sleep(wait)
     raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
@@ -299,6 +303,8 @@ def _report(
 ) -> None:
     """Report one attempt and release its lease in the same round trip; a
     failure to report is logged, never raised (the TTL frees the slot)."""
+    settled = usage or Tokens()
+    events.emit(events.Reported(governor.name, outcome.name.lower(), retry_after, settled.input, settled.output))
     try:
         governor.report(
             outcome,

@@ -9,8 +9,9 @@ from ``GOVERNOR_REDIS_URL`` and ``GOVERNOR_NAME``.
 
 The commands, by family: :mod:`.status` (status, list, watch),
 :mod:`.listing` (leases, queue, events), :mod:`.keys` (keys),
-:mod:`.control` (set-max, pause, resume, reset, configure, set-shares) and
-:mod:`.exporter`; :mod:`.app` holds what they share (the App, the global
+:mod:`.control` (set-max, pause, resume, reset, configure, set-shares),
+:mod:`.explain` (why a holder, tenant or class waits), :mod:`.top` (the
+live view) and :mod:`.exporter`; :mod:`.app` holds what they share (the App, the global
 options, the error handling), :mod:`.render` the formatting.
 
 The benchmarks and the demo are not operator commands: they run from a
@@ -23,7 +24,7 @@ import click
 
 from .. import __version__
 from ..protocol import DEFAULT_PREFIX
-from . import control, exporter, keys, listing, status
+from . import control, explain, exporter, keys, listing, status, top
 from .app import DEFAULT_URL, App, Command
 
 
@@ -63,7 +64,7 @@ def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: f
     """See and steer the fleet-wide concurrency governors kept in Redis.
 
     \b
-    Read:   status, list, watch, leases, queue, events, keys
+    Read:   status, list, watch, leases, queue, events, keys, explain, top
     Change: set-max, pause, resume, reset, configure, set-shares
     Serve:  exporter (Prometheus /metrics)
 
@@ -76,7 +77,7 @@ def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: f
     ctx.call_on_close(app.close)
 
 
-for _module in (status, listing, keys, control, exporter):
+for _module in (status, listing, keys, control, exporter, explain, top):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 
