@@ -88,3 +88,33 @@ class ServedProxy(_Loop):
     def stop(self) -> None:
         self.run(self.proxy.stop())
         self.close()
+
+
+def run_agents(
+    framework: str, redis_url: str, name: str, mock_url: str, agents: int, calls: int, capacity: int, processes: int = 2
+) -> list[dict[str, Any]]:
+    """``agents`` framework agents in each of ``processes`` worker processes
+    (tests/support/framework_workers.py), all at once; their JSON results."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    args = [framework, redis_url, name, mock_url, str(agents), str(calls), str(capacity)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.support.framework_workers", *args],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(processes)
+    ]
+    results = []
+    for worker in workers:
+        out, err = worker.communicate(timeout=90)
+        if worker.returncode != 0:
+            raise AssertionError(f"a {framework} worker failed ({worker.returncode}): {err.decode()[-2000:]}")
+        results.append(json.loads(out.decode().strip().splitlines()[-1]))
+    return results
