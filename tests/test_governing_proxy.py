@@ -303,3 +303,44 @@ def test_the_command_refuses_what_it_cannot_serve(monkeypatch: pytest.MonkeyPatc
     assert nothing.exit_code == 2 and "--openai NAME" in nothing.output
     open_wide = runner.invoke(main, ["proxy", "--openai", "o", "--host", "0.0.0.0"])
     assert open_wide.exit_code == 2 and "GOVERNOR_PROXY_TOKEN" in open_wide.output
+
+
+def test_the_command_serves_as_the_recipe_says(redis_url: str, name: str, gov: Governor, mock: ServedMock) -> None:
+    """`governor proxy` as printed in docs/frameworks.md, in a process of its
+    own, with both SDKs pointed at it by their base URLs."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.servers import free_port
+
+    mock.reset()
+    port = free_port()
+    governor_cli = os.path.join(os.path.dirname(sys.executable), "governor")
+    args = [governor_cli, "--url", redis_url, "proxy", "--openai", name, "--anthropic", name]
+    args += ["--openai-upstream", mock.url, "--anthropic-upstream", mock.url, "--port", str(port)]
+    env = {k: v for k, v in os.environ.items() if k != "GOVERNOR_PROXY_TOKEN"}
+    server = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        import httpx
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+            except httpx.HTTPError:
+                assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
+                return False
+
+        wait_until(up, 30, what="the proxy serving")
+        env_openai = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/openai/v1", api_key="k", max_retries=0)
+        env_anthropic = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}/anthropic", api_key="k", max_retries=0)
+        with env_openai, env_anthropic:
+            env_openai.chat.completions.create(model="gpt-4o-mini", messages=HI)
+            env_anthropic.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=HI)
+    finally:
+        server.terminate()
+        server.wait(10)
+        if server.stderr is not None:
+            server.stderr.close()
+    assert server.returncode == 0  # SIGTERM stops it cleanly
+    assert counts(gov) == (2, 0, 0)

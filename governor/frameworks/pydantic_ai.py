@@ -153,6 +153,17 @@ class GovernorConcurrencyLimiter(AbstractConcurrencyLimiter):  # type: ignore[mi
             loop.call_soon_threadsafe(spawn)
         # else: the loop is gone; the lease's TTL frees the slot
 
+    async def drain(self) -> None:
+        """Wait until every lease given back by :meth:`release` has reached Redis."""
+        while self._releasing:
+            await asyncio.gather(*list(self._releasing), return_exceptions=True)
+
+    async def __aenter__(self) -> GovernorConcurrencyLimiter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.drain()
+
     @property
     def held(self) -> int:
         """Leases held by this limiter now."""
