@@ -50,6 +50,10 @@ def _serve(args: list[str], url: str) -> subprocess.Popen[bytes]:
     raise RuntimeError(f"{args[:3]} did not answer {url} within 30 s")
 
 
+def _caller(client: Any) -> Callable[[], Any]:
+    return lambda: client.chat.completions.create(model="gpt-4o-mini", messages=HI)
+
+
 def run(calls: int) -> dict[str, Any]:
     import openai
 
@@ -86,10 +90,7 @@ def run(calls: int) -> dict[str, Any]:
             "proxy": openai.OpenAI(base_url=f"http://127.0.0.1:{proxy_port}/openai/v1", api_key="k", max_retries=0),
         }
         times: dict[str, list[float]] = {way: [] for way in clients}
-        calls_of: dict[str, Callable[[], Any]] = {
-            way: (lambda c=client: c.chat.completions.create(model="gpt-4o-mini", messages=HI))
-            for way, client in clients.items()
-        }
+        calls_of: dict[str, Callable[[], Any]] = {way: _caller(client) for way, client in clients.items()}
         for _ in range(20):  # warm the connections
             for call in calls_of.values():
                 call()
