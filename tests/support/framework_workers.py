@@ -26,14 +26,26 @@ def langchain_agent(gov: AsyncGovernor, mock: str) -> Callable[[], Awaitable[Any
 
 
 def pydantic_ai_agent(gov: AsyncGovernor, mock: str) -> Callable[[], Awaitable[Any]]:
-    from governor.frameworks.pydantic_ai import openai_model
     from pydantic_ai import Agent
+
+    from governor.frameworks.pydantic_ai import openai_model
 
     agent = Agent(openai_model(gov, "gpt-4o-mini", base_url=f"{mock}/v1", api_key="sk-test"))
     return lambda: agent.run("hello there")
 
 
-AGENTS = {"langchain": langchain_agent, "pydantic_ai": pydantic_ai_agent}
+def openai_agents_agent(gov: AsyncGovernor, mock: str) -> Callable[[], Awaitable[Any]]:
+    from agents import Agent, RunConfig, Runner, set_tracing_disabled
+
+    from governor.frameworks.openai_agents import model_provider
+
+    set_tracing_disabled(True)
+    config = RunConfig(model_provider=model_provider(gov, use_responses=False, base_url=f"{mock}/v1", api_key="k"))
+    agent = Agent(name="helper", instructions="Be brief.", model="gpt-4o-mini")
+    return lambda: Runner.run(agent, "hello there", run_config=config)
+
+
+AGENTS = {"langchain": langchain_agent, "pydantic_ai": pydantic_ai_agent, "openai_agents": openai_agents_agent}
 
 
 async def main(
