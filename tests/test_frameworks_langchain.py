@@ -76,6 +76,7 @@ def openai_options(mock: ServedMock) -> dict[str, str]:
     return {"model": "gpt-4o-mini", "base_url": f"{mock.url}/v1", "api_key": "sk-test"}
 
 
+@pytest.mark.timeout(300)  # worker processes import the framework: slow on a busy machine
 def test_agents_in_two_processes_share_one_limit(redis_url: str, name: str, gov: Governor, mock: ServedMock) -> None:
     """2 processes x 4 LangChain agents x 3 calls against a limit of 3: the
     provider never serves more than 3 at once, and sees each call once."""

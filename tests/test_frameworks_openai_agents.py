@@ -75,6 +75,7 @@ def run_config(agov: AsyncGovernor, mock: ServedMock, **options: Any) -> RunConf
     return RunConfig(model_provider=provider)
 
 
+@pytest.mark.timeout(300)  # worker processes import the framework: slow on a busy machine
 async def test_agents_in_two_processes_share_one_limit(
     redis_url: str, name: str, gov: Governor, mock: ServedMock
 ) -> None:

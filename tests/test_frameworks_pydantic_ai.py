@@ -79,6 +79,7 @@ def model(agov: AsyncGovernor, mock: ServedMock, **options: Any) -> Any:
     return made(openai_model(agov, "gpt-4o-mini", base_url=f"{mock.url}/v1", api_key="sk-test", **options))
 
 
+@pytest.mark.timeout(300)  # worker processes import the framework: slow on a busy machine
 async def test_agents_in_two_processes_share_one_limit(
     redis_url: str, name: str, gov: Governor, mock: ServedMock
 ) -> None:

@@ -305,6 +305,7 @@ def test_the_command_refuses_what_it_cannot_serve(monkeypatch: pytest.MonkeyPatc
     assert open_wide.exit_code == 2 and "GOVERNOR_PROXY_TOKEN" in open_wide.output
 
 
+@pytest.mark.timeout(300)  # a process of its own: slow to start on a busy machine
 def test_the_command_serves_as_the_recipe_says(redis_url: str, name: str, gov: Governor, mock: ServedMock) -> None:
     """`governor proxy` as printed in docs/frameworks.md, in a process of its
     own, with both SDKs pointed at it by their base URLs."""
@@ -331,7 +332,7 @@ def test_the_command_serves_as_the_recipe_says(redis_url: str, name: str, gov: G
                 assert server.poll() is None, server.stderr.read().decode() if server.stderr else ""
                 return False
 
-        wait_until(up, 30, what="the proxy serving")
+        wait_until(up, 120, what="the proxy serving")
         env_openai = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/openai/v1", api_key="k", max_retries=0)
         env_anthropic = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}/anthropic", api_key="k", max_retries=0)
         with env_openai, env_anthropic:

@@ -113,7 +113,7 @@ def run_agents(
     ]
     results = []
     for worker in workers:
-        out, err = worker.communicate(timeout=90)
+        out, err = worker.communicate(timeout=240)
         if worker.returncode != 0:
             raise AssertionError(f"a {framework} worker failed ({worker.returncode}): {err.decode()[-2000:]}")
         results.append(json.loads(out.decode().strip().splitlines()[-1]))
