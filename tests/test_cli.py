@@ -369,6 +369,7 @@ OPERATOR_COMMANDS: dict[str, tuple[list[str], list[str], bool, bool]] = {
     "configure": (["--policy", "seed"], ["--policy", "bogus"], True, True),
     "set-shares": (["--aging", "off"], ["--weight", "a"], True, True),
     "exporter": (["--port", "0"], ["--port", "-1"], False, False),
+    "proxy": (["--openai", "o"], ["--port", "-1"], False, False),
 }
 
 

@@ -56,7 +56,7 @@ TOKEN_ENV = "GOVERNOR_PROXY_TOKEN"
     show_default=True,
     help="Attempts of a throttled request, the first included.",
 )
-@global_options(name=False)
+@global_options()
 @pass_app
 def proxy(
     app: App,
