@@ -371,6 +371,7 @@ OPERATOR_COMMANDS: dict[str, tuple[list[str], list[str], bool, bool]] = {
     "exporter": (["--port", "0"], ["--port", "-1"], False, False),
     "explain": (["--tenant", "t"], ["--class"], True, True),
     "top": (["--once"], ["--interval", "0"], False, True),
+    "proxy": (["--openai", "o"], ["--port", "-1"], False, False),
 }
 
 

@@ -132,7 +132,9 @@ def test_an_example_runs_as_printed(
     provider.reset()
     # a throttle first (the governor's retry is part of what the SDK examples show), then answers
     provider.script(openai_rate_limited(**{"retry-after-ms": "50"}), *([OK] * 10))
-    uses_sdk = "governor.providers import" in code
+    uses_sdk = any(
+        mark in code for mark in ("governor.providers import", "governor.frameworks.", "governor.proxy import")
+    )
     if not uses_sdk:
         provider.reset()
     if "from_url(" in code:

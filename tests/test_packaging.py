@@ -307,7 +307,7 @@ def test_the_install_page_names_every_extra_with_what_it_installs() -> None:
         if name != "test"
     }
     page = (ROOT / "docs/install.md").read_text(encoding="utf-8")
-    table = re.findall(r"^\| `(\w+)` \| ([^|]*) \|", page, re.M)
+    table = re.findall(r"^\| `([\w-]+)` \| ([^|]*) \|", page, re.M)
     rows = {extra: set(re.findall(r"`([\w.-]+)(?:\[\w+\])?`", installs)) for extra, installs in table}
     assert {name: rows.get(name) for name in extras} == extras
     assert extras["providers"] == {"openai", "anthropic"}

@@ -24,7 +24,7 @@ import click
 
 from .. import __version__
 from ..protocol import DEFAULT_PREFIX
-from . import control, explain, exporter, keys, listing, status, top
+from . import control, explain, exporter, keys, listing, proxy, status, top
 from .app import DEFAULT_URL, App, Command
 
 
@@ -66,7 +66,7 @@ def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: f
     \b
     Read:   status, list, watch, leases, queue, events, keys, explain, top
     Change: set-max, pause, resume, reset, configure, set-shares
-    Serve:  exporter (Prometheus /metrics)
+    Serve:  exporter (Prometheus /metrics), proxy (the OpenAI and Anthropic APIs, governed)
 
     The options above may also follow the command (governor status -n NAME).
     Exit status: 0 done; 1 a runtime failure (Redis unreachable, no such
@@ -77,7 +77,7 @@ def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: f
     ctx.call_on_close(app.close)
 
 
-for _module in (status, listing, keys, control, exporter, explain, top):
+for _module in (status, listing, keys, control, exporter, explain, top, proxy):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 

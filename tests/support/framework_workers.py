@@ -1,0 +1,77 @@
+"""Framework agents in a worker process of their own, for the framework tests.
+
+``python -m tests.support.framework_workers FRAMEWORK REDIS_URL NAME MOCK_URL AGENTS CALLS CAPACITY``
+runs AGENTS agents of FRAMEWORK at once on one event loop, each making
+CALLS model calls through the framework's governed model against the mock
+provider, under the governor NAME (a fixed limit of CAPACITY); it prints one JSON line: the calls that
+answered and the errors (by type name).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from governor import AsyncGovernor, GovernorConfig
+
+
+def langchain_agent(gov: AsyncGovernor, mock: str) -> Callable[[], Awaitable[Any]]:
+    from governor.frameworks.langchain import chat_openai
+
+    llm = chat_openai(async_governor=gov, model="gpt-4o-mini", base_url=f"{mock}/v1", api_key="sk-test")
+    return lambda: llm.ainvoke("hello there")
+
+
+def pydantic_ai_agent(gov: AsyncGovernor, mock: str) -> Callable[[], Awaitable[Any]]:
+    from pydantic_ai import Agent
+
+    from governor.frameworks.pydantic_ai import openai_model
+
+    agent = Agent(openai_model(gov, "gpt-4o-mini", base_url=f"{mock}/v1", api_key="sk-test"))
+    return lambda: agent.run("hello there")
+
+
+def openai_agents_agent(gov: AsyncGovernor, mock: str) -> Callable[[], Awaitable[Any]]:
+    from agents import Agent, RunConfig, Runner, set_tracing_disabled
+
+    from governor.frameworks.openai_agents import model_provider
+
+    set_tracing_disabled(True)
+    config = RunConfig(model_provider=model_provider(gov, use_responses=False, base_url=f"{mock}/v1", api_key="k"))
+    agent = Agent(name="helper", instructions="Be brief.", model="gpt-4o-mini")
+    return lambda: Runner.run(agent, "hello there", run_config=config)
+
+
+AGENTS = {"langchain": langchain_agent, "pydantic_ai": pydantic_ai_agent, "openai_agents": openai_agents_agent}
+
+
+async def main(
+    framework: str, url: str, name: str, mock: str, agents: int, calls: int, capacity: int
+) -> dict[str, Any]:
+    gov = AsyncGovernor.from_url(url, name, GovernorConfig(max_capacity=capacity, policy="fixed"))
+    done = 0
+    errors: list[str] = []
+
+    async def agent() -> None:
+        nonlocal done
+        call = AGENTS[framework](gov, mock)
+        for _ in range(calls):
+            try:
+                await call()
+                done += 1
+            except Exception as error:  # noqa: BLE001 - counted and reported to the test
+                errors.append(type(error).__name__)
+
+    try:
+        await asyncio.gather(*(agent() for _ in range(agents)))
+    finally:
+        await gov.aclose()
+    return {"done": done, "errors": errors}
+
+
+if __name__ == "__main__":
+    framework, url, name, mock, agents, calls, capacity = sys.argv[1:8]
+    print(json.dumps(asyncio.run(main(framework, url, name, mock, int(agents), int(calls), int(capacity)))))
