@@ -4,7 +4,8 @@ Removes the id from the queue, or, when it was granted in the meantime,
 releases the lease so the slot goes to the next waiter. Never swallows a
 slot, never leaks one; idempotent.
 
-Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua
+Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/records.lua, lib/shares.lua,
+        lib/origin.lua, lib/upkeep.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME

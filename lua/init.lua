@@ -1,6 +1,8 @@
 --[[ init.lua: create a governor's state from a client's config if missing.
 
-Uses    lib/common.lua, lib/budgets.lua, lib/capacity.lua, lib/queue.lua, lib/admin.lua, lib/config.lua, lib/origin.lua
+Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua,
+        lib/budgets.lua, lib/capacity.lua, lib/origin.lua, lib/queue.lua, lib/admin.lua,
+        lib/config.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME
@@ -72,7 +74,7 @@ if redis.call('EXISTS', K.state) == 1 and (redis.call('EXISTS', K.config) == 0 o
   save()
 end
 if load_all() then
-  ORIGIN.note_ttl(ttl)
+  note_ttl(ttl)
   return finish({SCHEMA, 'exists', S.epoch, S.ttl_max, unpack(config_pairs())})
 end
 
@@ -105,7 +107,7 @@ set('state', 'quota_until', 0)
 set('state', 'touch_due', 0)
 set('state', 'reclaim_due', 0)
 set('state', 'capacity', cfg.max_capacity)
-set('state', 'origin', ORIGIN.stamp())
+set('state', 'origin', server_stamp())
 set('state', 'ttl_max', ttl)
 set('state', 'hold_until', 0)
 set('state', 'hold_reason', '')
@@ -114,16 +116,16 @@ local others = redis.call('PUBLISH', CHANNEL, epoch)
 if listening then others = others - 1 end
 local age = server_age()
 if recovered then
-  ORIGIN.hold(ttl, 'the state was lost (a Redis restart without it, a flush or an expiry) while a client held '
+  hold_admissions(ttl, 'the state was lost (a Redis restart without it, a flush or an expiry) while a client held '
     .. 'leases or used it: holding ' .. ttl .. ' ms (the longest lease TTL known) for holders to re-register')
   set('state', 'capacity', resume_level())
 end
 if age and age < ttl then
-  ORIGIN.hold(ttl - age, 'strict mode: Redis started ' .. age .. ' ms ago (a restart loses what it held): holding '
+  hold_admissions(ttl - age, 'strict mode: Redis started ' .. age .. ' ms ago (a restart loses what it held): holding '
     .. (ttl - age) .. ' ms for holders to re-register')
 end
 if others > 0 then
-  ORIGIN.hold(notice, 'created while ' .. others .. ' other clients listen: holding ' .. notice
+  hold_admissions(notice, 'created while ' .. others .. ' other clients listen: holding ' .. notice
     .. ' ms for them to re-register')
 end
 if S.hold_until > 0 then

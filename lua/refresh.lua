@@ -7,7 +7,9 @@ full capacity with nothing refused), admits whom it can, and tells each
 waiter where it stands, so a lost pub/sub message costs at most one poll
 interval.
 
-Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua, lib/policy.lua
+Uses    lib/common.lua, lib/numbers.lua, lib/args.lua, lib/call.lua, lib/fields.lua,
+        lib/records.lua, lib/capacity.lua, lib/origin.lua, lib/upkeep.lua, lib/admission.lua,
+        lib/queue.lua, lib/policy.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME

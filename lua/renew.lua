@@ -6,7 +6,9 @@ adopted into the new state, so the running holders count again, each with
 the place and reservation it was granted with (its renewal carries them):
 its tenant's cap, the reserve and the budgets count it as before the loss.
 
-Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/admission.lua
+Uses    lib/common.lua, lib/numbers.lua, lib/args.lua, lib/call.lua, lib/fields.lua,
+        lib/decisions.lua, lib/records.lua, lib/shares.lua, lib/origin.lua, lib/upkeep.lua,
+        lib/admission.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now        int ms or ''  injected clock, '' for Redis TIME

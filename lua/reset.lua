@@ -7,7 +7,8 @@ lib/policy.lua). With config pairs, they replace the stored config first
 stays (``reset()``). Leases and the queue are kept: holders keep running,
 waiters keep their places.
 
-Uses    lib/common.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua, lib/config.lua
+Uses    lib/common.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua, lib/records.lua,
+        lib/upkeep.lua, lib/queue.lua, lib/admin.lua, lib/config.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME

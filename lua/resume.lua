@@ -8,7 +8,8 @@ A recovery hold (after a loss, lib/origin.lua) stays unless ARGV[3] is
 ending it is an explicit choice. The decision log gets a 'resume' entry
 only when something changed: a pause was lifted, a running hold cleared.
 
-Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua
+Uses    lib/common.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua, lib/capacity.lua,
+        lib/upkeep.lua, lib/queue.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME

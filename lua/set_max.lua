@@ -7,7 +7,8 @@ and fixed set capacity = n at once, up or down. Paused: capacity stays 0
 and the resume uses the new n; a pause is never lifted by this. A reserve
 (config reserve) of n or more is lowered to n - 1.
 
-Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/policy.lua, lib/admin.lua
+Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua,
+        lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/policy.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME

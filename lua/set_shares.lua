@@ -9,7 +9,8 @@ the leases in flight are counted again, parked waiters move to their
 tenant's new place (or back to the queue: no cap now), O(leases + parked).
 What the policy learnt is kept.
 
-Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua
+Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua,
+        lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now             int ms or ''  injected clock, '' for Redis TIME

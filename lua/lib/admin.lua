@@ -1,6 +1,7 @@
 --[[ lib/admin.lua: what the rarely run scripts share.
 
-Uses lib/common.lua, lib/budgets.lua, lib/admission.lua.
+Uses lib/common.lua, lib/args.lua, lib/fields.lua, lib/records.lua, lib/budgets.lua, lib/origin.lua,
+lib/admission.lua.
 load_all() reads and checks every field of the three hashes (HGETALL each);
 status_reply() is the reply of status, probe and the operator scripts (which
 also call check_types() of lib/common.lua before they write).
@@ -19,7 +20,7 @@ end
 
 -- Why a new caller would wait now ('' when it would be admitted).
 local function why_blocked()
-  local unusable = ORIGIN.status_why()  -- another server's state, a lost key (lib/origin.lua)
+  local unusable = status_why()  -- another server's state, a lost key (lib/origin.lua)
   if unusable ~= '' then return unusable end
   local why = blocked(NO_TOKENS)
   -- (the queue: a waiter parked at its tenant's cap holds up nobody)

@@ -1,6 +1,7 @@
 --[[ lib/admission.lua: the one admission rule, and a new lease.
 
-Uses lib/common.lua, lib/budgets.lua, lib/shares.lua.
+Uses lib/common.lua, lib/numbers.lua, lib/args.lua, lib/decisions.lua, lib/records.lua,
+lib/budgets.lua, lib/shares.lua, lib/origin.lua.
 Defines: BUDGETS, never, alike, blocked, waiting_on, add_lease.
 
 The rule: a caller is admitted when the governor is not paused, no hold
@@ -20,20 +21,11 @@ never() tells a cost no budget can ever hold.
 -- (bucket = true) are asked only while some budget is active.
 -- (The at-capacity reason is asked for on every hand-over, often more
 -- than once: worded once per capacity and count, at most 4,096 kept.)
-local at_capacity
-do
-  local WORDED, KEPT = {}, 0
-  at_capacity = function(live, capacity)
-    local worded = WORDED[capacity]
-    local why = worded and worded[live]
-    if not why then
-      why = 'at capacity: ' .. dec(live) .. ' in flight of ' .. dec(capacity)
-      if KEPT >= 4096 then WORDED, KEPT = {}, 0 end
-      worded = WORDED[capacity] or {}
-      WORDED[capacity], worded[live], KEPT = worded, why, KEPT + 1
-    end
-    return why
-  end
+local WORDED, remember_wording = memo(4096)
+local function at_capacity(live, capacity)
+  local worded = WORDED[capacity]
+  return worded and worded[live]
+    or remember_wording('at capacity: ' .. dec(live) .. ' in flight of ' .. dec(capacity), capacity, live)
 end
 local CONCURRENCY = {name = 'concurrency',
     room = function(tokens, place)
@@ -98,12 +90,9 @@ BUDGETS[#BUDGETS + 1] = {name = 'tenant', park = true,
 -- budget's limit), or nil.
 local function never(tokens)
   if S.budgets == '' then return nil end  -- only a token bucket can refuse a cost for good
-  local buckets = S.budgets ~= ''
   for _, budget in ipairs(BUDGETS) do
-    if buckets or not budget.bucket then
-      local why = budget.never(tokens)
-      if why then return why end
-    end
+    local why = budget.never(tokens)
+    if why then return why end
   end
   return nil
 end
@@ -128,7 +117,7 @@ local function blocked(tokens, place)
       return 'paused: ' .. S.pause_reason, hint
     end
   end
-  if NOW < S.not_before then return ORIGIN.held(), S.not_before - NOW end  -- a Retry-After or a recovery hold
+  if NOW < S.not_before then return why_held(), S.not_before - NOW end  -- a Retry-After or a recovery hold
   if alike() then
     -- No budget, cap or reserve switched on: concurrency alone (the plain governor's path).
     local why, hint = CONCURRENCY.room(tokens, place)
@@ -181,20 +170,17 @@ local function add_lease(id, ttl, holder, tokens, place, adopted)
   redis.call('ZADD', K.leases, int(NOW + ttl), id)
   if S.capped == 1 then hold(place) end  -- (held counts leases only while caps or a reserve are set)
   S.fence = fence
-  local buckets = S.budgets ~= ''
-  if not buckets then
+  if S.budgets == '' then  -- no budget active: concurrency alone
     CONCURRENCY.take(tokens)
     return fence, digits
   end
-  if buckets and not adopted then
+  if not adopted then
     local kind, cost, limit = oversize(tokens)
     if kind then
       log('oversize', 'budget', kind, 'cost', cost, 'limit', limit, 'holder', holder,
         'why', 'a cost above the announced limit: admitted on a full bucket, its response may raise the limit')
     end
   end
-  for _, budget in ipairs(BUDGETS) do
-    if buckets or not budget.bucket then budget.take(tokens) end
-  end
+  for _, budget in ipairs(BUDGETS) do budget.take(tokens) end
   return fence, digits
 end

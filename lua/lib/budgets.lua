@@ -1,7 +1,7 @@
 --[[ lib/budgets.lua: the token buckets beside concurrency.
 
-Uses lib/common.lua.
-Defines: KIND_OF, budget_fields, budget_cost, active_budgets,
+Uses lib/common.lua, lib/fields.lua, lib/decisions.lua.
+Defines: KIND_OF, NO_LIMITS, budget_fields, budget_cost, active_budgets,
 capacity_of, budget_level, set_level, settle, refused, reborn, oversize,
 announced_budgets, calibrate.
 
@@ -35,6 +35,7 @@ end
 
 -- The active kinds, their fields read (needs S.budgets: load it).
 local NO_BUDGETS = {}  -- (never changed)
+local NO_LIMITS = {}  -- a report that announces no rate-limit figures (never changed)
 local function active_budgets()
   if CALL.active then return CALL.active end
   if S.budgets == '' then

@@ -1,11 +1,11 @@
 --[[ lib/origin.lua: where the state came from, the layout handshake, the
 recovery hold, and a key of the state lost.
 
-Uses lib/common.lua, lib/shares.lua, lib/capacity.lua.
-Defines: the functions of ORIGIN (declared in lib/common.lua). Sets ORIGIN.stamp and ORIGIN.check
-(called by load() of lib/common.lua), ORIGIN.hold and ORIGIN.held (init.lua,
-blocked() of lib/admission.lua), ORIGIN.keys_lost (reclaim() of
-lib/upkeep.lua, acquire.lua) and ORIGIN.status_why (status_reply of lib/admin.lua).
+Uses lib/common.lua, lib/fields.lua, lib/decisions.lua, lib/shares.lua, lib/capacity.lua.
+Defines: load (every call's read of the state, its stamp checked),
+hold_admissions and why_held (init.lua, blocked() of lib/admission.lua),
+note_ttl (init.lua), keys_lost (reclaim() of lib/upkeep.lua), lost and
+seconds (init.lua), status_why (status_reply of lib/admin.lua).
 
 The origin stamp. Every writing call that finds the state stamps it (field
 origin) "layout:min_layout:run_id:replid": the layout this library writes
@@ -74,10 +74,11 @@ local function learn()
     stamp = string.format('%d:%d:%s:%s', LAYOUT, MIN_LAYOUT, run, replid)}
 end
 
-ORIGIN.stamp = function()
+local STAMP = nil  -- this server's stamp, once learnt (read directly by load())
+local function server_stamp()
   if not SERVER then learn() end
-  ORIGIN.STAMP = SERVER.stamp  -- (read directly by load())
-  return SERVER.stamp
+  STAMP = SERVER.stamp
+  return STAMP
 end
 
 local function seconds(ms)
@@ -85,7 +86,7 @@ local function seconds(ms)
 end
 
 -- Hold admissions for `length` ms from now, for `why` (never shortened).
-ORIGIN.hold = function(length, why)
+local function hold_admissions(length, why)
   local until_ms = NOW + length
   local current = S.hold_until
   if current == nil then current = hold_fields() end
@@ -97,14 +98,14 @@ ORIGIN.hold = function(length, why)
 end
 
 -- A client announces its lease TTL (init.lua): the longest is recorded.
-ORIGIN.note_ttl = function(ttl)
+local function note_ttl(ttl)
   local recorded = S.ttl_max or select(3, hold_fields())
   if ttl > recorded then set('state', 'ttl_max', ttl) end
   S.ttl_max = math.max(ttl, recorded)
 end
 
 -- Why admissions are held (S.not_before is after NOW), with the end.
-ORIGIN.held = function()
+local function why_held()
   local hold_until, reason = hold_fields()
   if hold_until >= S.not_before then
     return 'recovery hold: ' .. reason .. ' (ends in ' .. seconds(hold_until - NOW) .. ')'
@@ -123,7 +124,7 @@ local function lost(kind, why)
   local fence = math.max(tonumber(redis.call('HGET', K.state, 'fence')) or 0, NOW * 1000)
   redis.call('HSET', K.state, 'fence', fence)  -- now: add_lease counts on from the stored fence
   S.fence = fence
-  ORIGIN.hold(ttl_max, why .. ': holding ' .. ttl_max .. ' ms (the longest lease TTL recorded) for holders to '
+  hold_admissions(ttl_max, why .. ': holding ' .. ttl_max .. ' ms (the longest lease TTL recorded) for holders to '
     .. 're-register')
   if S.capacity > 0 and C.max_capacity and C.resume_fraction then
     set('state', 'capacity', math.min(S.capacity, resume_level()))
@@ -151,7 +152,7 @@ end
 
 -- A state stamped otherwise than this server would (raw: its stamp, false
 -- when it has none).
-ORIGIN.check = function(raw)
+local function check_origin(raw)
   if not SERVER then learn() end
   if SERVER.run == '' then return end  -- no INFO (a test double of Redis): no check
   if not raw then  -- a state of layout 3: served as it is, stamped from now on
@@ -181,9 +182,35 @@ ORIGIN.check = function(raw)
   lost('came-back', why)
 end
 
+-- The state: `fields`, a list whose first is 'epoch' (it tells whether
+-- the state exists), read with its origin stamp in the same HMGET. Nil
+-- when the governor does not exist. A stamp other than this server's
+-- goes to check_origin (a layout this client may not use fails; a state
+-- that came back is handled as a loss), after the fields are read.
+local function load(fields)
+  S = nil
+  values('state')
+  local raw = redis.call('HMGET', K.state, 'origin', unpack(fields))
+  if not raw[2] then
+    if redis.call('EXISTS', K.state) == 0 then
+      S = nil
+      return nil
+    end
+    local schema = redis.call('HGET', K.state, 'schema')
+    if schema and tonumber(schema) ~= SCHEMA then fail('SCHEMA', schema .. ' (this client speaks ' .. SCHEMA .. ')') end
+  end
+  for i = 1, #fields do
+    local field, r = fields[i], raw[i + 1]
+    local seen = r and CHECKED[field]
+    S[field] = seen and seen[r] or checked(field, r)
+  end
+  if raw[1] ~= (STAMP or server_stamp()) then check_origin(raw[1]) end
+  return S
+end
+
 -- A key of the state gone while the state stayed (evicted, deleted): its
 -- sentinel tells. For reclaim() (prepare() done, every key's type checked).
-ORIGIN.keys_lost = function()
+local function keys_lost()
   local gone = {}
   if not redis.call('ZSCORE', K.leases, SENTINEL) then gone[#gone + 1] = 'leases' end
   if redis.call('HEXISTS', K.holders, SENTINEL) == 0 then gone[#gone + 1] = 'holders' end
@@ -203,7 +230,7 @@ end
 
 -- Why status sees the state unusable as it is ('' none): another server's
 -- state, or a lost key.
-ORIGIN.status_why = function()
+local function status_why()
   if CALL.foreign then return CALL.foreign end
   local gone = {}
   if not redis.call('ZSCORE', K.leases, SENTINEL) then gone[#gone + 1] = 'leases' end

@@ -1,6 +1,6 @@
 --[[ lib/policy.lua: the policies, one entry each in POLICIES.
 
-Uses lib/common.lua, lib/capacity.lua.
+Uses lib/common.lua, lib/numbers.lua, lib/fields.lua, lib/decisions.lua, lib/records.lua, lib/capacity.lua.
 A policy is a unit: its entry here (its state fields, its reaction to a
 rate-limited attempt and to a success, its reset), its config class in
 governor/policies.py (its stored numbers, read here from C) and its entry in

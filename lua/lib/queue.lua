@@ -1,6 +1,7 @@
 --[[ lib/queue.lua: the queue: enqueue, aging, grants.
 
-Uses lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/admission.lua.
+Uses lib/common.lua, lib/numbers.lua, lib/args.lua, lib/fields.lua, lib/decisions.lua,
+lib/records.lua, lib/budgets.lua, lib/shares.lua, lib/admission.lua.
 Defines: enqueue, guard_grant, age, grant.
 
 The queue (governor.protocol.QUEUE_BAND): a waiter's score is band *

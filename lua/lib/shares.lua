@@ -1,6 +1,6 @@
 --[[ lib/shares.lua: tenant caps, the reserve and parking.
 
-Uses lib/common.lua.
+Uses lib/common.lua, lib/fields.lua, lib/records.lua.
 Defines: CAPS_CONFIG, caps_config, cap_of, held, count, hold, requeue,
 unpark, unhold, recount.
 

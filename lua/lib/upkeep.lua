@@ -1,6 +1,7 @@
 --[[ lib/upkeep.lua: what a writing call reads first and what it removes.
 
-Uses lib/common.lua, lib/budgets.lua, lib/shares.lua.
+Uses lib/common.lua, lib/fields.lua, lib/decisions.lua, lib/records.lua, lib/budgets.lua,
+lib/shares.lua, lib/origin.lua.
 Defines: reclaim, PAUSE_FIELDS, ADMIT, WRITE, REPORT, PREPARE_READS, queue_settled, prepare.
 prepare() reads, before a call's first write, every field the later steps
 of the call may use; reclaim() removes expired leases, dead waiters and old
@@ -15,7 +16,7 @@ local function reclaim(force)
   if not force and NOW < S.reclaim_due then return end
   check_types()
   set('state', 'reclaim_due', NOW + RECLAIM_MS)
-  ORIGIN.keys_lost()  -- leases or holders gone while the state stayed (lib/origin.lua)
+  keys_lost()  -- leases or holders gone while the state stayed (lib/origin.lua)
   local expired = redis.call('ZRANGEBYSCORE', K.leases, '(0', NOW, 'LIMIT', 0, BATCH)  -- not the sentinel
   if #expired > 0 then
     local counted = redis.call('EXISTS', K.held) == 1  -- each lease's record is read only then
