@@ -198,8 +198,10 @@ def uses_line(text: str) -> tuple[str, ...]:
     """The fragments a file's header says it uses (its "Uses" line)."""
     lines = re.findall(r"^Uses +((?:[^\n]*,\n)*[^\n]*)", text, re.M)
     if len(lines) != 1:
-        raise ValueError("a Lua file's header names the fragments it uses on one \"Uses\" line (a line that ends "
-                         "with a comma goes on on the next)")
+        raise ValueError(
+            'a Lua file\'s header names the fragments it uses on one "Uses" line (a line that ends '
+            "with a comma goes on on the next)"
+        )
     return tuple(re.findall(r"lib/(\w+)\.lua", lines[0]))
 
 

@@ -26,13 +26,17 @@ clock()
 check_types()
 if not load_all() then return missing_reply() end
 keep_alive()
-local was_paused = S.paused == 1
-local held_until = S.not_before
+local was_paused = STATE.paused == 1
+local held_until = STATE.not_before
 local was_holding = held_until > NOW
-local recovery = S.hold_until or 0
-local lifted, lifted_why = 0, S.hold_reason or ''
+local recovery = STATE.hold_until or 0
+local lifted, lifted_why = 0, STATE.hold_reason or ''
 if was_paused then
-  if S.pause_kind == 'operator' and S.saved_capacity > 0 then resume(S.saved_capacity) else resume(resume_level()) end
+  if STATE.pause_kind == 'operator' and STATE.saved_capacity > 0 then
+    resume(STATE.saved_capacity)
+  else
+    resume(resume_level())
+  end
 end
 if recovery > NOW and lift == 'lift-hold' then
   set('state', 'hold_until', 0)

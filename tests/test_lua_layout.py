@@ -102,7 +102,9 @@ def test_a_name_declared_at_the_top_of_common_counts_and_one_in_a_fragment_does_
 
 
 def test_no_lua_file_is_longer_than_400_lines() -> None:
-    sizes = {str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines()) for path in LUA.rglob("*.lua")}
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines()) for path in LUA.rglob("*.lua")
+    }
     assert sizes and not {path: n for path, n in sizes.items() if n > MOST_LINES}
 
 

@@ -244,7 +244,7 @@ def _lua_fields() -> dict[str, dict[str, set[str]]]:
         for letter, hash_name in (("S", "state"), ("C", "config"), ("P", "policy")):
             for field in re.findall(rf"(?<![\w.]){letter}\.(\w+)", code):
                 add(hash_name, field, where)
-        # redis.call('HINCRBY', K.state, 'fence', 1); read()'s HGET of the state's schema
+        # redis.call('HINCRBY', KEY.state, 'fence', 1); read()'s HGET of the state's schema
         for hash_name, field in re.findall(r"redis\.p?call\('H\w+', K\.(state|config|policy), '(\w+)'", code):
             add(hash_name, field, where)
         for field in re.findall(r"redis\.p?call\('HGET', key, '(\w+)'", code):

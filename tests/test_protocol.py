@@ -73,7 +73,7 @@ def test_the_lua_binds_every_key_of_the_generated_blueprint() -> None:
 def test_every_key_the_lua_names_is_a_protocol_key() -> None:
     used: dict[str, set[str]] = {}
     for path in every_file():
-        for name in re.findall(r"(?<![\w.])K\.(\w+)", code(path)):
+        for name in re.findall(r"(?<![\w.])KEY\.(\w+)", code(path)):
             used.setdefault(name, set()).add(path.name)
     unknown = {name: sorted(files) for name, files in used.items() if name not in KEY_NAMES}
     assert not unknown, f"keys the Lua names that governor.protocol.KEY_NAMES does not: {unknown}"
@@ -85,7 +85,7 @@ def test_every_key_the_lua_names_is_a_protocol_key() -> None:
 
 
 def test_keys_are_named_never_numbered() -> None:
-    """guard(K.waiters, K.holders): no Lua reaches a key by its position."""
+    """guard(KEY.waiters, KEY.holders): no Lua reaches a key by its position."""
     guarded = 0
     for path in every_file():
         source = code(path)
@@ -94,7 +94,7 @@ def test_keys_are_named_never_numbered() -> None:
             names = [a.strip() for a in args.split(",")][1 if function == "guard_grant" else 0 :]
             if names in (["..."], ["unpack(keys)"]):
                 continue  # the definitions
-            assert all(re.fullmatch(r"K\.\w+", n) for n in names), (path.name, args)
+            assert all(re.fullmatch(r"KEY\.\w+", n) for n in names), (path.name, args)
             guarded += 1
     assert guarded >= 8
 
@@ -134,9 +134,9 @@ def test_no_two_library_files_define_one_name() -> None:
     files = (COMMON_NAME, *FRAGMENTS)
     seen: dict[str, str] = {}
     for name in files:
-        for defined in _defined(code(LUA / "lib" / f"{name}.lua")):
-            assert defined not in seen, f"{defined} is defined by lib/{seen[defined]}.lua and lib/{name}.lua"
-            seen[defined] = name
+        for known in _defined(code(LUA / "lib" / f"{name}.lua")):
+            assert known not in seen, f"{known} is defined by lib/{seen[known]}.lua and lib/{name}.lua"
+            seen[known] = name
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)
@@ -298,8 +298,8 @@ def test_the_wake_words_are_the_protocols() -> None:
     messages = _published()
     words = {word for message in messages for word in re.findall(r"'([^']*)'", message)}
     assert words == {" " + WAKE_RETRY, " " + WAKE_CONFIG, " "}, words  # ' ' joins the grants
-    assert any(m.startswith("S.epoch .. ' @' .. int(") for m in messages), messages
-    assert "S.epoch .. ' !config'" in messages
+    assert any(m.startswith("STATE.epoch .. ' @' .. int(") for m in messages), messages
+    assert "STATE.epoch .. ' !config'" in messages
     assert "epoch" in messages  # a new state: the epoch alone
     assert any("table.concat(words, ' ')" in m for m in messages)  # grants: id:fence words
 

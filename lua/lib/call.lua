@@ -58,9 +58,9 @@ local function begin(keys, argv)
       end
     end
   end
-  K, KEYS, TYPE_OF, ARGV = entry[1], entry[2], entry[3], argv
+  KEY, KEYS, TYPE_OF, ARGV = entry[1], entry[2], entry[3], argv
   NOW, LIVE, CHANNEL, READ_ONLY = nil, nil, argv[2], false
-  S, C, P, DIRTY, STORE, CREATED = nil, nil, nil, nil, nil, nil
+  STATE, CONFIG, POLICY, DIRTY, STORE, CREATED = nil, nil, nil, nil, nil, nil
   CALL.active, CALL.caps, CALL.held, CALL.live = nil, nil, nil, nil
 end
 

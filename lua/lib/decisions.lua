@@ -9,9 +9,9 @@ the figures behind it (governor/views.py reads it).
 ]]
 
 -- log(kind, name, value, ...): an entry of `kind` with the call's time,
--- capacity and pause, then the pairs given. Needs C.log_length (prepare()
+-- capacity and pause, then the pairs given. Needs CONFIG.log_length (prepare()
 -- of lib/upkeep.lua reads it).
 local function log(kind, ...)
-  redis.call('XADD', K.events, 'MAXLEN', '~', C.log_length, '*',
-    'kind', kind, 'at', NOW, 'capacity', S.capacity, 'paused', S.capacity == 0 and 1 or 0, ...)
+  redis.call('XADD', KEY.events, 'MAXLEN', '~', CONFIG.log_length, '*',
+    'kind', kind, 'at', NOW, 'capacity', STATE.capacity, 'paused', STATE.capacity == 0 and 1 or 0, ...)
 end

@@ -20,27 +20,27 @@ lib/origin.lua reads the state itself, with its origin stamp.
 -- filled afresh grows its hash part step by step, each step a new part
 -- (emptied, a table keeps its size; the config's and the policy's, a few
 -- fields on the hot paths, cost less made afresh).
-local values
+local fields_of
 do
   local kept = {}
-  values = function(hash)
+  fields_of = function(hash)
     if hash == 'state' then
-      if not S then
-        S = kept
-        for k in pairs(S) do S[k] = nil end
+      if not STATE then
+        STATE = kept
+        for k in pairs(STATE) do STATE[k] = nil end
       end
-      return S
+      return STATE
     elseif hash == 'config' then
-      if not C then C = {} end
-      return C
+      if not CONFIG then CONFIG = {} end
+      return CONFIG
     end
-    if not P then P = {} end
-    return P
+    if not POLICY then POLICY = {} end
+    return POLICY
   end
 end
 
 -- Type checks for the keys a script touches after its first write that no
--- read has told: guard(K.waiters, ...) for the keys named, check_types()
+-- read has told: guard(KEY.waiters, ...) for the keys named, check_types()
 -- for all of them. A zset is asked its length (ZCARD: a key of another
 -- type answers WRONGTYPE): an integer reply, where TYPE's status reply
 -- costs Redis a table (more than the integer, scripts/lua_costs.py), and Redis deletes an emptied zset, so 0 is no
@@ -100,14 +100,14 @@ local function checked(field, raw)
   return remember_checked(v, field, raw)
 end
 
--- Read `fields` of hash `key` (K.state, K.config or K.policy) into `into`
+-- Read `fields` of hash `key` (KEY.state, KEY.config or KEY.policy) into `into`
 -- with one HMGET, each checked against its kind; false when the hash does
 -- not exist. A state written by another schema says so first.
 local function read(key, into, fields)
   local raw = redis.call('HMGET', key, unpack(fields))
   if not raw[1] then
     if redis.call('EXISTS', key) == 0 then return false end
-    if key == K.state then
+    if key == KEY.state then
       local schema = redis.call('HGET', key, 'schema')
       if schema and tonumber(schema) ~= SCHEMA then fail('SCHEMA', schema .. ' (this client speaks ' .. SCHEMA .. ')') end
     end
@@ -138,11 +138,11 @@ local function hash_missing(hash)
 end
 
 -- More fields of the state, config or policy, read when a path needs them:
--- more_of(hash, list), the hot paths' way (their lists are made once, at
--- load, and never changed), or more(hash, field, ...). (A vararg function
+-- read_more_list(hash, list), the hot paths' way (their lists are made once, at
+-- load, and never changed), or read_more(hash, field, ...). (A vararg function
 -- and select() cost Lua several times a table walk.)
-local function more_of(hash, fields)
-  local into = values(hash)
+local function read_more_list(hash, fields)
+  local into = fields_of(hash)
   local n, unknown = #fields, 0
   for i = 1, n do
     if into[fields[i]] == nil then unknown = unknown + 1 end
@@ -155,16 +155,16 @@ local function more_of(hash, fields)
     end
     fields = missing
   end
-  if not read(K[hash], into, fields) then hash_missing(hash) end
+  if not read(KEY[hash], into, fields) then hash_missing(hash) end
   return into
 end
 
-local function more(hash, ...)
-  return more_of(hash, {...})
+local function read_more(hash, ...)
+  return read_more_list(hash, {...})
 end
 
 local function set(hash, field, value)
-  local into = values(hash)
+  local into = fields_of(hash)
   if into[field] ~= value then
     into[field] = value
     if not DIRTY then DIRTY = {} end
@@ -193,8 +193,8 @@ end
 local function save()
   if not DIRTY then return end
   for hash, dirty in pairs(DIRTY) do
-    local args, into, hot = {}, values(hash), HOT[hash]
-    if hot and CREATED and CREATED[K[hash]] then
+    local args, into, hot = {}, fields_of(hash), HOT[hash]
+    if hot and CREATED and CREATED[KEY[hash]] then
       for _, f in ipairs(hot) do
         if dirty[f] then
           args[#args + 1] = f
@@ -207,7 +207,7 @@ local function save()
       args[#args + 1] = f
       args[#args + 1] = stored(f, into[f])
     end
-    if #args > 0 then redis.call('HSET', K[hash], unpack(args)) end
+    if #args > 0 then redis.call('HSET', KEY[hash], unpack(args)) end
   end
   DIRTY = nil
 end
@@ -217,11 +217,11 @@ end
 -- field (the operator scripts, init), and for any script before it pushes
 -- expiries back (touch_all), so that nothing it reads later can fail it.
 local function check_all()
-  read_all(K.state, values('state'))
-  if not read_all(K.config, values('config')) then hash_missing('config') end
-  if not read_all(K.policy, values('policy')) then hash_missing('policy') end
+  read_all(KEY.state, fields_of('state'))
+  if not read_all(KEY.config, fields_of('config')) then hash_missing('config') end
+  if not read_all(KEY.policy, fields_of('policy')) then hash_missing('policy') end
   for hash, names in pairs(REQUIRED) do
-    local into = values(hash)
+    local into = fields_of(hash)
     for _, name in ipairs(names) do
       if into[name] == nil then value_of(name, nil) end
     end
@@ -236,15 +236,15 @@ end
 local function touch_all()
   check_types()
   check_all()
-  redis.call('ZADD', K.leases, 'NX', 0, SENTINEL)
-  redis.call('HSETNX', K.holders, SENTINEL, '')
-  for i = 1, #KEY_NAMES do redis.call('PEXPIRE', KEYS[i], C.idle_ms) end
-  set('state', 'touch_due', NOW + math.floor(C.idle_ms / 8))
+  redis.call('ZADD', KEY.leases, 'NX', 0, SENTINEL)
+  redis.call('HSETNX', KEY.holders, SENTINEL, '')
+  for i = 1, #KEY_NAMES do redis.call('PEXPIRE', KEYS[i], CONFIG.idle_ms) end
+  set('state', 'touch_due', NOW + math.floor(CONFIG.idle_ms / 8))
 end
 
 -- For every writing script, after load(..., 'touch_due') and clock().
 local function keep_alive()
-  if NOW >= S.touch_due then touch_all() end
+  if NOW >= STATE.touch_due then touch_all() end
 end
 
 -- A write that may create `key` (it was not known to hold entries).
@@ -260,7 +260,7 @@ end
 -- Push the expiry of created keys, write the changed fields, reply.
 local function finish(reply)
   if CREATED then
-    for key in pairs(CREATED) do redis.call('PEXPIRE', key, C.idle_ms) end
+    for key in pairs(CREATED) do redis.call('PEXPIRE', key, CONFIG.idle_ms) end
   end
   save()
   return reply

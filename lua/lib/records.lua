@@ -35,11 +35,11 @@ local function record_format(fence, ttl, since, input, output, level, rank, tena
 end
 
 local function in_flight()
-  return redis.call('ZCOUNT', K.leases, LIVE, '+inf')
+  return redis.call('ZCOUNT', KEY.leases, LIVE, '+inf')
 end
 
 -- The window: (rate-limited, all) attempts of the last window_ms.
 local function window()
-  local horizon = '(' .. int(NOW - C.window_ms)
-  return redis.call('ZCOUNT', K.limited, horizon, '+inf'), redis.call('ZCOUNT', K.attempts, horizon, '+inf')
+  local horizon = '(' .. int(NOW - CONFIG.window_ms)
+  return redis.call('ZCOUNT', KEY.limited, horizon, '+inf'), redis.call('ZCOUNT', KEY.attempts, horizon, '+inf')
 end

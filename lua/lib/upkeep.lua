@@ -11,46 +11,46 @@ window events.
 -- Remove what no longer counts: expired leases and waiters that stopped
 -- refreshing (at most BATCH of each), window events older than the window.
 -- At most once per RECLAIM_MS; `force` for the scripts that run rarely.
--- Needs S.reclaim_due (load it).
+-- Needs STATE.reclaim_due (load it).
 local function reclaim(force)
-  if not force and NOW < S.reclaim_due then return end
+  if not force and NOW < STATE.reclaim_due then return end
   check_types()
   set('state', 'reclaim_due', NOW + RECLAIM_MS)
   keys_lost()  -- leases or holders gone while the state stayed (lib/origin.lua)
-  local expired = redis.call('ZRANGEBYSCORE', K.leases, '(0', NOW, 'LIMIT', 0, BATCH)  -- not the sentinel
+  local expired = redis.call('ZRANGEBYSCORE', KEY.leases, '(0', NOW, 'LIMIT', 0, BATCH)  -- not the sentinel
   if #expired > 0 then
-    local counted = redis.call('EXISTS', K.held) == 1  -- each lease's record is read only then
-    local records = redis.call('HMGET', K.holders, unpack(counted and expired or {expired[1]}))
+    local counted = redis.call('EXISTS', KEY.held) == 1  -- each lease's record is read only then
+    local records = redis.call('HMGET', KEY.holders, unpack(counted and expired or {expired[1]}))
     local first = record_parse(records[1])
-    redis.call('ZREM', K.leases, unpack(expired))
-    redis.call('HDEL', K.holders, unpack(expired))
+    redis.call('ZREM', KEY.leases, unpack(expired))
+    redis.call('HDEL', KEY.holders, unpack(expired))
     if counted then
-      for i = 1, #expired do unhold(record_parse(records[i]), true) end
+      for i = 1, #expired do held_remove(record_parse(records[i]), true) end
     end
     log('expire', 'leases', #expired, 'holder', first and first.holder or '',
       'why', 'holders stopped renewing (crashed or stalled past their TTL)')
   end
-  local dead = redis.call('ZRANGEBYSCORE', K.waiters, '-inf', NOW, 'LIMIT', 0, BATCH)
+  local dead = redis.call('ZRANGEBYSCORE', KEY.waiters, '-inf', NOW, 'LIMIT', 0, BATCH)
   if #dead > 0 then
-    redis.call('ZREM', K.waiters, unpack(dead))
-    redis.call('ZREM', K.queue, unpack(dead))
-    redis.call('ZREM', K.parked, unpack(dead))
-    if (S.aging_due or 1) > 0 then redis.call('ZREM', K.aging, unpack(dead)) end
-    redis.call('HDEL', K.holders, unpack(dead))
+    redis.call('ZREM', KEY.waiters, unpack(dead))
+    redis.call('ZREM', KEY.queue, unpack(dead))
+    redis.call('ZREM', KEY.parked, unpack(dead))
+    if (STATE.aging_due or 1) > 0 then redis.call('ZREM', KEY.aging, unpack(dead)) end
+    redis.call('HDEL', KEY.holders, unpack(dead))
   end
   -- A tenant whose finish tag is behind its class's vtime starts there
   -- anyway: its entry says nothing, so idle tenants leave no trace (when
   -- the call read the queue's fields: a call that knows nobody waits leaves
   -- this to the next).
   for rank = 0, MAX_CLASSES - 1 do
-    local vtime = S[VTIMES[rank + 1]]
+    local vtime = STATE[VTIMES[rank + 1]]
     if vtime and vtime > 0 then
-      redis.call('ZREMRANGEBYSCORE', K.shares, rank * QUEUE_BAND, rank * QUEUE_BAND + vtime)
+      redis.call('ZREMRANGEBYSCORE', KEY.shares, rank * QUEUE_BAND, rank * QUEUE_BAND + vtime)
     end
   end
-  local horizon = '(' .. (NOW - C.window_ms)
-  redis.call('ZREMRANGEBYSCORE', K.attempts, '-inf', horizon)
-  redis.call('ZREMRANGEBYSCORE', K.limited, '-inf', horizon)
+  local horizon = '(' .. (NOW - CONFIG.window_ms)
+  redis.call('ZREMRANGEBYSCORE', KEY.attempts, '-inf', horizon)
+  redis.call('ZREMRANGEBYSCORE', KEY.limited, '-inf', horizon)
 end
 
 local PAUSE_FIELDS = {'paused', 'pause_kind', 'pause_reason', 'paused_until', 'saved_capacity'}
@@ -89,9 +89,9 @@ end
 
 -- Whether nothing due can move the queue's head before a grant: no
 -- reclaim (dead waiters go) and no aging (aged waiters go ahead). Needs
--- S.reclaim_due and S.aging_due.
+-- STATE.reclaim_due and STATE.aging_due.
 local function queue_settled()
-  return NOW < S.reclaim_due and (S.aging_due == 0 or NOW < S.aging_due)
+  return NOW < STATE.reclaim_due and (STATE.aging_due == 0 or NOW < STATE.aging_due)
 end
 
 -- Read every field reclaim, recover, blocked, grant, pause and log may use,
@@ -114,21 +114,21 @@ local function prepare(queued, rank, hand_over)
   elseif queued == false then
     fields = PREPARE_READS.quiet  -- nobody waits (a report's hot path): not the aging
   end
-  more_of('state', fields)
-  if hand_over and queue_settled() and S.capacity ~= 0 and S.budgets == '' and S.capped == 0 then
-    if rank and rank > 0 then more_of('config', PREPARE_READS.hand_over) end
+  read_more_list('state', fields)
+  if hand_over and queue_settled() and STATE.capacity ~= 0 and STATE.budgets == '' and STATE.capped == 0 then
+    if rank and rank > 0 then read_more_list('config', PREPARE_READS.hand_over) end
   else
-    more_of('config', PREPARE_CONFIG)
+    read_more_list('config', PREPARE_CONFIG)
   end
   caps_config()
-  if C.tenant_caps ~= '' then
-    more('state', 'park_seq', unpack(VTIMES))  -- grant() parks, unpark() puts back at a class's vtime
-  elseif NOW >= S.reclaim_due then
-    more('state', unpack(VTIMES))  -- reclaim() prunes the shares by them
+  if CONFIG.tenant_caps ~= '' then
+    read_more('state', 'park_seq', unpack(VTIMES))  -- grant() parks, unpark() puts back at a class's vtime
+  elseif NOW >= STATE.reclaim_due then
+    read_more('state', unpack(VTIMES))  -- reclaim() prunes the shares by them
   end
   active_budgets()
-  if S.capacity == 0 then
-    more('state', unpack(PAUSE_FIELDS))
-    more('config', 'resume_fraction')
+  if STATE.capacity == 0 then
+    read_more('state', unpack(PAUSE_FIELDS))
+    read_more('config', 'resume_fraction')
   end
 end
