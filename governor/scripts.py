@@ -71,6 +71,7 @@ FRAGMENTS: tuple[str, ...] = (
     "shares",
     "capacity",
     "origin",
+    "plans",
     "upkeep",
     "admission",
     "queue",

@@ -2,7 +2,7 @@
 
 Uses    lib/common.lua, lib/numbers.lua, lib/args.lua, lib/call.lua, lib/fields.lua,
         lib/records.lua, lib/budgets.lua, lib/shares.lua, lib/capacity.lua, lib/origin.lua,
-        lib/upkeep.lua, lib/admission.lua, lib/queue.lua
+        lib/plans.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME

@@ -5,7 +5,7 @@ releases the lease so the slot goes to the next waiter. Never swallows a
 slot, never leaks one; idempotent.
 
 Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/records.lua, lib/shares.lua,
-        lib/origin.lua, lib/upkeep.lua, lib/queue.lua
+        lib/origin.lua, lib/plans.lua, lib/upkeep.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME

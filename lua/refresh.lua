@@ -8,8 +8,8 @@ waiter where it stands, so a lost pub/sub message costs at most one poll
 interval.
 
 Uses    lib/common.lua, lib/numbers.lua, lib/args.lua, lib/call.lua, lib/fields.lua,
-        lib/records.lua, lib/capacity.lua, lib/origin.lua, lib/upkeep.lua, lib/admission.lua,
-        lib/queue.lua, lib/policy.lua
+        lib/records.lua, lib/capacity.lua, lib/origin.lua, lib/plans.lua, lib/upkeep.lua,
+        lib/admission.lua, lib/queue.lua, lib/policy.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME

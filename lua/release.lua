@@ -1,7 +1,7 @@
 --[[ release.lua: give a lease back; the slot goes to the head of the queue.
 
 Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/records.lua, lib/shares.lua,
-        lib/origin.lua, lib/upkeep.lua, lib/queue.lua
+        lib/origin.lua, lib/plans.lua, lib/upkeep.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME

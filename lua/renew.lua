@@ -7,8 +7,8 @@ the place and reservation it was granted with (its renewal carries them):
 its tenant's cap, the reserve and the budgets count it as before the loss.
 
 Uses    lib/common.lua, lib/numbers.lua, lib/args.lua, lib/call.lua, lib/fields.lua,
-        lib/decisions.lua, lib/records.lua, lib/shares.lua, lib/origin.lua, lib/upkeep.lua,
-        lib/admission.lua
+        lib/decisions.lua, lib/records.lua, lib/shares.lua, lib/origin.lua, lib/plans.lua,
+        lib/upkeep.lua, lib/admission.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now        int ms or ''  injected clock, '' for Redis TIME

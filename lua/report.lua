@@ -1,8 +1,8 @@
 --[[ report.lua: one outcome of a provider call; feeds the window and policy.
 
 Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua,
-        lib/records.lua, lib/budgets.lua, lib/shares.lua, lib/origin.lua, lib/upkeep.lua,
-        lib/queue.lua, lib/policy.lua
+        lib/records.lua, lib/budgets.lua, lib/shares.lua, lib/origin.lua, lib/plans.lua,
+        lib/upkeep.lua, lib/queue.lua, lib/policy.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now             int ms or ''  injected clock, '' for Redis TIME
