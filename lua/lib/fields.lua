@@ -43,8 +43,8 @@ end
 -- read has told: guard(KEY.waiters, ...) for the keys named, check_types()
 -- for all of them. A zset is asked its length (ZCARD: a key of another
 -- type answers WRONGTYPE): an integer reply, where TYPE's status reply
--- costs Redis a table (more than the integer, scripts/lua_costs.py), and Redis deletes an emptied zset, so 0 is no
--- key. The hashes and the stream are asked TYPE (HLEN and XLEN are not
+-- costs Redis a table (scripts/lua_costs.py), and Redis deletes an
+-- emptied zset, so 0 is no key. The hashes and the stream are asked TYPE (HLEN and XLEN are not
 -- among the commands the workers' ACL grants, docs/operating.md).
 local function check_type(key, want)
   if want == 'zset' then
