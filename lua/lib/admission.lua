@@ -2,7 +2,7 @@
 
 Uses lib/common.lua, lib/numbers.lua, lib/args.lua, lib/decisions.lua, lib/records.lua,
 lib/budgets.lua, lib/shares.lua, lib/origin.lua.
-Defines: BUDGETS, never, alike, blocked, waiting_on, add_lease.
+Defines: BUDGETS, never_fits, alike, blocked, waiting_on, add_lease.
 
 The rule: a caller is admitted when the governor is not paused, no hold
 runs (not_before), every budget has room for the lease's cost, and nobody

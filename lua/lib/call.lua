@@ -11,7 +11,7 @@ the per-call state of lib/common.lua. clock() reads the time when a call
 first needs it.
 ]]
 
--- State key -> {K, KEYS, TYPE_OF} of its governor (TYPE_OF: key -> its
+-- State key -> {KEY, KEYS, TYPE_OF} of its governor (TYPE_OF: key -> its
 -- Redis type), derived once (at most 1,024 governors kept, then derived again).
 local DERIVED, remember_derived = memo(1024)
 

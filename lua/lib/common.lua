@@ -116,7 +116,7 @@ local RECLAIM_MS = 1000
 -- call of an operation starts with begin(keys, argv) (lib/call.lua), which binds the
 -- call's KEYS and ARGV and clears what the previous call left.
 local KEYS, ARGV = {}, {}  -- the governor's keys in KEY_NAMES' order, the call's ARGV
-local KEY = {}            -- the governor's keys by name
+local KEY = {}          -- the governor's keys by name
 local TYPE_OF = {}      -- key -> its Redis type
 local OPS = {}
 -- What the fragments learnt during this call, cleared by begin() (one
@@ -130,7 +130,7 @@ local OPS = {}
 local CALL = {}
 local NOW, NOW_S, LIVE, CHANNEL
 local READ_ONLY     -- the call may not write (status.lua sets it): a state that came back is only reported
-local STATE, CONFIG, POLICY       -- the state, config and policy hashes as the call read them (nil: none yet)
+local STATE, CONFIG, POLICY  -- the state, config and policy hashes as the call read them (nil: none yet)
 local DIRTY         -- hash name -> field -> true: changed by the call, written back by save()
 local STORE         -- field -> the exact string to store instead of the number (a config as sent)
 local CREATED       -- keys the call may have created: they get their expiry at once

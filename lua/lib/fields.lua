@@ -1,15 +1,15 @@
 --[[ lib/fields.lua: the stored fields: read, checked, changed, written back.
 
 Uses lib/common.lua, lib/numbers.lua.
-Defines: values, check_type, guard, check_types, value_of, CHECKED, checked,
-read, read_all, hash_missing, more_of, more, set, stored, save, check_all,
+Defines: fields_of, check_type, guard, check_types, value_of, CHECKED, checked,
+read, read_all, hash_missing, read_more_list, read_more, set, stored, save, check_all,
 touch_all, keep_alive, created, missing_reply, finish.
 
 A call reads the fields a path needs of the state, config and policy
 hashes (one HMGET per hash, each field checked against its kind before the
-call's first write: value_of, GOVERNOR_BADSTATE), keeps them in S, C and P,
-changes them with set() and writes the changed ones back with save() when
-it finishes. The keys a call touches after its first write that no read
+call's first write: value_of, GOVERNOR_BADSTATE), keeps them in STATE,
+CONFIG and POLICY, changes them with set() and writes the changed ones back
+with save() when it finishes. The keys a call touches after its first write that no read
 has told are type-checked first (guard, check_types). load() of
 lib/origin.lua reads the state itself, with its origin stamp.
 ]]

@@ -1,8 +1,8 @@
 --[[ lib/shares.lua: tenant caps, the reserve and parking.
 
 Uses lib/common.lua, lib/fields.lua, lib/records.lua.
-Defines: CAPS_CONFIG, caps_config, cap_of, held, count, hold, requeue,
-unpark, unhold, recount.
+Defines: CAPS_CONFIG, caps_config, cap_of, held_of, held_change, held_add,
+requeue, unpark, held_remove, recount.
 
 Caps and the reserve (governor.protocol.PARK_SLOT): a tenant with a cap
 holds at most that many leases; the classes below the highest hold at most
@@ -10,8 +10,10 @@ capacity - reserve (an aged waiter may take the reserve). A waiter at the
 head whose tenant is at its cap is parked (grant() of lib/queue.lua asks
 the next), and each of the tenant's leases that ends puts its first parked
 waiter back at the front of its class (unpark), so a capped tenant never
-holds up the others. held counts each capped tenant's leases and the lower
-classes' (LOWER_HELD); this call's reads of it are kept in CALL.held.
+holds up the others. The held hash counts each capped tenant's leases and
+the lower classes' (LOWER_HELD): held_of reads a count, held_add and
+held_remove count a lease in and out; this call's reads of it are kept in
+CALL.held.
 ]]
 
 -- What the caps and the reserve need of the config (and finish() of a
