@@ -145,32 +145,39 @@ end
 
 -- memo(limit): a bounded memo, for a value worth remembering across calls
 -- (a conversion, a check, a derivation). Returns the table (a lookup is
--- kept[key], or kept[key][sub]...: nil when not remembered) and
--- remember(value, key, ...), which stores value under the keys given (the
--- inner tables made on the way) and returns it. Once `limit` values are
--- kept, the next one empties the table first: the same table (the callers
--- hold it), so a memo never holds more than `limit` values.
+-- kept[key], kept[key][sub] or kept[key][sub][leaf]: nil when not
+-- remembered) and remember(value, key, sub, leaf), which stores value
+-- there (sub and leaf nil: kept[key]; the inner tables made on the way)
+-- and returns it. Once `limit` values are kept, the next one empties the
+-- table first: the same table (the callers hold it), so a memo never holds
+-- more than `limit` values.
 local function memo(limit)
   local kept, count = {}, 0
-  local function remember(value, key, ...)
+  local function remember(value, key, sub, leaf)
     if count >= limit then
       for k in pairs(kept) do kept[k] = nil end
       count = 0
     end
-    local into, n = kept, select('#', ...)
-    if n > 0 then
-      local path = {key, ...}
-      for i = 1, n do
-        local inner = into[path[i]]
-        if not inner then
-          inner = {}
-          into[path[i]] = inner
-        end
-        into = inner
-      end
-      key = path[n + 1]
+    count = count + 1
+    if sub == nil then
+      kept[key] = value
+      return value
     end
-    into[key], count = value, count + 1
+    local inner = kept[key]
+    if not inner then
+      inner = {}
+      kept[key] = inner
+    end
+    if leaf == nil then
+      inner[sub] = value
+      return value
+    end
+    local innermost = inner[sub]
+    if not innermost then
+      innermost = {}
+      inner[sub] = innermost
+    end
+    innermost[leaf] = value
     return value
   end
   return kept, remember
