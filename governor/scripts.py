@@ -4,7 +4,10 @@ The library is, in order: the field table generated from
 :mod:`governor.protocol` and :mod:`governor.policies` (every stored field's
 kind), ``lua/lib/common.lua``, the fragments of ``lua/lib/`` (FRAGMENTS),
 then each operation ``lua/<name>.lua`` as a function registered under
-:func:`function_name`. Redis runs a library's top level once, when it is
+:func:`function_name`. Each fragment and each operation is a scope of its
+own (:func:`parts`): its names stay out of the main chunk, which Lua 5.1
+allows 200 locals, and it sees another fragment's names only when its
+"Uses" line names that fragment (:func:`imports`). Redis runs a library's top level once, when it is
 loaded, so the tables and helper functions every operation shares are
 built once, not on every call (as an ``EVALSHA`` script's would be); a
 call pays for its own work only. The files ship inside the wheel
@@ -55,19 +58,26 @@ OPERATIONS: tuple[str, ...] = (
 #: operations that never write: Redis runs them when out of memory, and on replicas
 READ_ONLY: frozenset[str] = frozenset({"status"})
 COMMON = "common"
-#: the fragments of lua/lib/, one per concern, in the order the library includes them: each after
-#: common and the fragments its "Uses" line names (tests/test_protocol.py checks both)
+#: the fragments of lua/lib/, one per concern and each a scope of its own, in the order the library
+#: includes them: each after common and the fragments its "Uses" line names (tests/test_protocol.py checks both)
 FRAGMENTS: tuple[str, ...] = (
+    "numbers",
+    "args",
+    "call",
+    "fields",
+    "decisions",
+    "records",
     "budgets",
     "shares",
     "capacity",
+    "origin",
+    "plans",
     "upkeep",
     "admission",
     "queue",
     "policy",
     "admin",
     "config",
-    "origin",
 )
 #: a Redis error reply that means the library is not loaded on that server
 MISSING_FUNCTION = "Function not found"
@@ -162,17 +172,91 @@ def field_table() -> str:
     return "\n".join(lines)
 
 
+def lua_code(text: str) -> str:
+    """Lua source without its comments and with every string literal
+    emptied: what its names are read from."""
+    text = re.sub(r"--\[\[.*?\]\]", "", text, flags=re.S)
+    text = re.sub(r"--[^\n]*", "", text)
+    return re.sub(r"'(?:[^'\\\n]|\\.)*'", "''", text)
+
+
+def defined(text: str) -> tuple[str, ...]:
+    """The names a fragment defines at its top level (its scope's), in order."""
+    code = lua_code(text)
+    names: dict[str, None] = {}
+    for match in re.finditer(r"^local (?:function (\w+)|([\w, ]+?)(?: =|$))", code, re.M):
+        for name in (match.group(1) or match.group(2)).split(","):
+            names[name.strip()] = None
+    return tuple(names)
+
+
+def used(text: str) -> set[str]:
+    """Every name a Lua source reads or writes (not a field: after a dot)."""
+    return set(re.findall(r"(?<![.\w])([A-Za-z_]\w*)\b", lua_code(text)))
+
+
+def uses_line(text: str) -> tuple[str, ...]:
+    """The fragments a file's header says it uses (its "Uses" line)."""
+    lines = re.findall(r"^Uses +((?:[^\n]*,\n)*[^\n]*)", text, re.M)
+    if len(lines) != 1:
+        raise ValueError(
+            'a Lua file\'s header names the fragments it uses on one "Uses" line (a line that ends '
+            "with a comma goes on on the next)"
+        )
+    return tuple(re.findall(r"lib/(\w+)\.lua", lines[0]))
+
+
+@functools.cache
+def scopes() -> dict[str, tuple[str, ...]]:
+    """Each fragment's names (its scope's table), by fragment."""
+    folder = _lua_dir()
+    return {name: defined((folder / "lib" / f"{name}.lua").read_text(encoding="utf-8")) for name in FRAGMENTS}
+
+
+def imports(text: str) -> str:
+    """The locals that bind, in a file's scope, each name it uses of the
+    fragments its Uses line names (one statement; '' for none)."""
+    words, kept = used(text), scopes()
+    pairs = [(name, f"{scope}.{name}") for scope in uses_line(text) if scope != COMMON
+             for name in kept[scope] if name in words]  # fmt: skip
+    if not pairs:
+        return ""
+    return f"local {', '.join(n for n, _ in pairs)} = {', '.join(v for _, v in pairs)} "
+
+
 @functools.cache
 def parts() -> tuple[tuple[str, str], ...]:
-    """The library's pieces, in order, each with the file it comes from."""
+    """The library's pieces, in order, each with the file it comes from.
+    A fragment is a scope, a function run once at load: its first line
+    binds what it uses of the fragments above it, its last line returns
+    its names, kept in the table named after it; both on the file's own
+    first and last lines, so a fragment's lines keep their numbers. Its
+    locals are the scope's, none the main chunk's (Lua 5.1 allows a
+    function 200). An operation is a function of a scope of its own,
+    bound likewise."""
     folder = _lua_dir()
     pieces = [("(generated)", field_table())]
-    for name in (COMMON, *FRAGMENTS):
-        pieces.append((f"lua/lib/{name}.lua", (folder / "lib" / f"{name}.lua").read_text(encoding="utf-8")))
+    pieces.append((f"lua/lib/{COMMON}.lua", (folder / "lib" / f"{COMMON}.lua").read_text(encoding="utf-8")))
+    for name in FRAGMENTS:
+        text = (folder / "lib" / f"{name}.lua").read_text(encoding="utf-8")
+        lines = text.split("\n")
+        lines[0] = f"local {name} = (function() {imports(text)}{lines[0]}"
+        kept = ", ".join(f"{n} = {n}" for n in scopes()[name])
+        lines[-1] = f"{lines[-1]} return {{{kept}}} end)()"
+        pieces.append((f"lua/lib/{name}.lua", "\n".join(lines)))
     for op in OPERATIONS:
         body = (folder / f"{op}.lua").read_text(encoding="utf-8")
-        pieces.append((f"lua/{op}.lua", f"OPS.{op} = function()\n{body}\nend"))
+        pieces.append((f"lua/{op}.lua", f"{opening(op, imports(body))}\n{body}\n{CLOSING}"))
     return tuple(pieces)
+
+
+def opening(operation: str, imports: str = "") -> str:
+    """The line an operation's body starts after."""
+    return f"OPS.{operation} = (function() {imports}return function()"
+
+
+#: the line an operation's body ends before
+CLOSING = "end end)()"
 
 
 @functools.cache
@@ -201,7 +285,7 @@ def library() -> str:
             f"  callback = function(keys, argv) begin(keys, argv) return OPS.{op}() end}}"
         )
     body = "\n".join(text for _, text in parts())
-    return f"#!lua name={library_name()}\n{body}\n" + "\n".join(registrations) + "\n"
+    return f"#!lua name={library_name()}\n{body}\nlocal begin = call.begin\n" + "\n".join(registrations) + "\n"
 
 
 def where(line: int) -> str:

@@ -1,6 +1,8 @@
 --[[ acquire.lua: ask for a lease; join the queue when it must wait.
 
-Uses    lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua
+Uses    lib/common.lua, lib/numbers.lua, lib/args.lua, lib/call.lua, lib/fields.lua,
+        lib/records.lua, lib/budgets.lua, lib/shares.lua, lib/capacity.lua, lib/origin.lua,
+        lib/plans.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
@@ -48,19 +50,19 @@ clock()
 -- Live waiters (dead ones never count) first: when callers wait, what a
 -- newcomer joining them reads of the state comes with the admission's
 -- fields, in one HMGET. (No waiters key, or no governor: 0.)
-local waiting = redis.call('ZCOUNT', K.waiters, LIVE, '+inf')
+local waiting = redis.call('ZCOUNT', KEY.waiters, LIVE, '+inf')
 if not load(waiting > 0 and PREPARE_READS.admit[place.rank + 1] or ADMIT) then return missing_reply() end
 -- The reserve and the tenants' caps are in the admission rule: read while
 -- caps or a reserve are set (capped), or while the budgets' rule asks a tenant's cap.
-if S.capped ~= 0 or S.budgets ~= '' then caps_config() end
+if STATE.capped ~= 0 or STATE.budgets ~= '' then caps_config() end
 keep_alive()
-if not redis.call('ZRANK', K.leases, SENTINEL) then
+if not redis.call('ZRANK', KEY.leases, SENTINEL) then
   -- leases lost while the state stayed: found before anything is admitted (lib/origin.lua)
   prepare()
   check_types()
   reclaim(true)
 end
-if S.capacity == 0 then
+if STATE.capacity == 0 then
   -- Paused: a pause whose time is up lifts here too.
   prepare()
   check_types()
@@ -69,74 +71,74 @@ end
 
 local in_queue = false
 if mode == 'again' then
-  local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
+  local expiry = tonumber(redis.call('ZSCORE', KEY.leases, id))
   if expiry and expiry > NOW then
-    local m = record_parse(redis.call('HGET', K.holders, id))
-    return finish({SCHEMA, 'granted', (m and m.fence or 0), expiry - NOW, S.epoch})
+    local holder_record = record_parse(redis.call('HGET', KEY.holders, id))
+    return finish({SCHEMA, 'granted', (holder_record and holder_record.fence or 0), expiry - NOW, STATE.epoch})
   end
-  in_queue = redis.call('ZRANK', K.queue, id) ~= false or redis.call('ZRANK', K.parked, id) ~= false
+  in_queue = redis.call('ZRANK', KEY.queue, id) ~= false or redis.call('ZRANK', KEY.parked, id) ~= false
 end
 
 -- step: the admission rule
-local impossible = never(tokens)
+local impossible = never_fits(tokens)
 if impossible then
   if in_queue then
     prepare()
-    guard(K.waiters, K.holders, K.aging)  -- (queue and parked were read by ZSCORE)
-    redis.call('ZREM', K.queue, id)
-    redis.call('ZREM', K.parked, id)
-    redis.call('ZREM', K.waiters, id)
-    if S.aging_due > 0 then redis.call('ZREM', K.aging, id) end
-    redis.call('HDEL', K.holders, id)
+    guard(KEY.waiters, KEY.holders, KEY.aging)  -- (queue and parked were read by ZSCORE)
+    redis.call('ZREM', KEY.queue, id)
+    redis.call('ZREM', KEY.parked, id)
+    redis.call('ZREM', KEY.waiters, id)
+    if STATE.aging_due > 0 then redis.call('ZREM', KEY.aging, id) end
+    redis.call('HDEL', KEY.holders, id)
   end
-  return finish({SCHEMA, 'refused', impossible, S.epoch})
+  return finish({SCHEMA, 'refused', impossible, STATE.epoch})
 end
 
 -- step: a new lease, or a place in the queue
 local reason, hint, ruled = nil, 0, false  -- the rule's answer for the caller, once asked
 if in_queue then
   prepare()
-  guard_grant(false, K.waiters, K.holders, K.leases)  -- (and what grant() adds): written after this write
-  redis.call('ZADD', K.waiters, int(NOW + queue_ttl), id)
+  guard_grant(false, KEY.waiters, KEY.holders, KEY.leases)  -- (and what grant() adds): written after this write
+  redis.call('ZADD', KEY.waiters, int(NOW + queue_ttl), id)
 else
   reason, hint = blocked(tokens, place)
   ruled = true
   if waiting == 0 and not reason then
     -- Nobody waits and the rule admits: at once (FIFO holds trivially).
-    if S.budgets ~= '' and oversize(tokens) then  -- add_lease logs it
-      more('config', 'log_length')
-      guard(K.events)
+    if STATE.budgets ~= '' and oversize(tokens) then  -- add_lease logs it
+      read_more('config', 'log_length')
+      guard(KEY.events)
     end
-    return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens, place), ttl, S.epoch})
+    return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens, place), ttl, STATE.epoch})
   end
   if mode == 'try' then
-    return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, S.epoch})
+    return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, STATE.epoch})
   end
   prepare(true, place.rank, waiting > 0)  -- (a first waiter creates the queue: the idle time)
   -- waiters was read by ZCOUNT, leases by blocked() when it counted them,
   -- shares by enqueue's ZSCORE before its first write (the holder record:
   -- the write tells holders' type); aging when the caller will age
   if CALL.live then
-    guard_grant(place.rank > 0 and C.aging_ms > 0, K.queue)
+    guard_grant(place.rank > 0 and CONFIG.aging_ms > 0, KEY.queue)
   else
-    guard_grant(place.rank > 0 and C.aging_ms > 0, K.queue, K.leases)
+    guard_grant(place.rank > 0 and CONFIG.aging_ms > 0, KEY.queue, KEY.leases)
   end
   enqueue(id, place, record_format('0', ttl, NOW, tokens.input, tokens.output, 0, place.rank, place.tenant, holder))
-  redis.call('ZADD', K.waiters, int(NOW + queue_ttl), id)
-  if waiting == 0 then created(K.queue) created(K.waiters) end
+  redis.call('ZADD', KEY.waiters, int(NOW + queue_ttl), id)
+  if waiting == 0 then created(KEY.queue) created(KEY.waiters) end
 end
 
 -- (A rule that answers every caller alike and turned this one away with
 -- no time to wait for admits nobody from the head either: grant() would
 -- stop at once, unless waiters are due to age.)
 local granted = nil
-if not (ruled and reason and hint == 0 and alike()) or (S.aging_due > 0 and NOW >= S.aging_due) then
+if not (ruled and reason and hint == 0 and alike()) or (STATE.aging_due > 0 and NOW >= STATE.aging_due) then
   granted = grant(id)
   if granted[id] then
-    return finish({SCHEMA, 'granted', granted[id], ttl, S.epoch})
+    return finish({SCHEMA, 'granted', granted[id], ttl, STATE.epoch})
   end
 end
 -- (what the rule said still holds unless grant() admitted somebody)
 if not ruled or (granted and next(granted) ~= nil) then reason, hint = blocked(tokens, place) end
-local position = redis.call('ZRANK', K.queue, id) or -1  -- parked at its tenant's cap: -1
-return finish({SCHEMA, 'queued', position, reason or 'behind earlier waiters', hint, S.epoch})
+local position = redis.call('ZRANK', KEY.queue, id) or -1  -- parked at its tenant's cap: -1
+return finish({SCHEMA, 'queued', position, reason or 'behind earlier waiters', hint, STATE.epoch})

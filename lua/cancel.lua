@@ -4,7 +4,8 @@ Removes the id from the queue, or, when it was granted in the meantime,
 releases the lease so the slot goes to the next waiter. Never swallows a
 slot, never leaks one; idempotent.
 
-Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua
+Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/records.lua, lib/shares.lua,
+        lib/origin.lua, lib/plans.lua, lib/upkeep.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
@@ -21,18 +22,18 @@ if not load(WRITE) then return missing_reply() end
 prepare()
 keep_alive()
 -- touched after the first write (and what grant() adds)
-guard_grant(false, K.waiters, K.holders, K.leases, K.parked, K.held)
+guard_grant(false, KEY.waiters, KEY.holders, KEY.leases, KEY.parked, KEY.held)
 local was = 'none'
-if redis.call('ZREM', K.queue, id) + redis.call('ZREM', K.parked, id) > 0 then
+if redis.call('ZREM', KEY.queue, id) + redis.call('ZREM', KEY.parked, id) > 0 then
   was = 'queued'
-  redis.call('ZREM', K.waiters, id)
-  if S.aging_due > 0 then redis.call('ZREM', K.aging, id) end
-  redis.call('HDEL', K.holders, id)
-elseif redis.call('ZREM', K.leases, id) == 1 then
+  redis.call('ZREM', KEY.waiters, id)
+  if STATE.aging_due > 0 then redis.call('ZREM', KEY.aging, id) end
+  redis.call('HDEL', KEY.holders, id)
+elseif redis.call('ZREM', KEY.leases, id) == 1 then
   was = 'granted'
-  local m = record_parse(redis.call('HGET', K.holders, id))
-  redis.call('HDEL', K.holders, id)
-  if redis.call('EXISTS', K.held) == 1 then unhold(m, true) end
+  local holder_record = record_parse(redis.call('HGET', KEY.holders, id))
+  redis.call('HDEL', KEY.holders, id)
+  if redis.call('EXISTS', KEY.held) == 1 then held_remove(holder_record, true) end
 end
 reclaim()
 grant()

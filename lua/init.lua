@@ -1,6 +1,8 @@
 --[[ init.lua: create a governor's state from a client's config if missing.
 
-Uses    lib/common.lua, lib/budgets.lua, lib/capacity.lua, lib/queue.lua, lib/admin.lua, lib/config.lua, lib/origin.lua
+Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua,
+        lib/budgets.lua, lib/capacity.lua, lib/origin.lua, lib/queue.lua, lib/admin.lua,
+        lib/config.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME
@@ -60,20 +62,21 @@ local strict = ARGV[9] == '1'
 local cfg, raw = parse_config(10)
 clock()
 check_types()
-if redis.call('EXISTS', K.state) == 1 and (redis.call('EXISTS', K.config) == 0 or redis.call('EXISTS', K.policy) == 0) then
+if redis.call('EXISTS', KEY.state) == 1
+  and (redis.call('EXISTS', KEY.config) == 0 or redis.call('EXISTS', KEY.policy) == 0) then
   -- The config or the policy hash lost while the state stayed: stored again
   -- from the caller's (the fleet's as it last saw it), learnt state anew.
-  local lost = redis.call('EXISTS', K.config) == 0 and 'config' or 'policy'
-  S = {}
-  read_all(K.state, S)
+  local lost = redis.call('EXISTS', KEY.config) == 0 and 'config' or 'policy'
+  STATE = {}
+  read_all(KEY.state, STATE)
   apply_config(cfg, raw)
   set('state', 'capacity', resume_level())
   log('repair', 'why', 'the ' .. lost .. ' hash was lost (evicted or deleted): the config stored again from a client')
   save()
 end
 if load_all() then
-  ORIGIN.note_ttl(ttl)
-  return finish({SCHEMA, 'exists', S.epoch, S.ttl_max, unpack(config_pairs())})
+  note_ttl(ttl)
+  return finish({SCHEMA, 'exists', STATE.epoch, STATE.ttl_max, unpack(config_pairs())})
 end
 
 -- How long ago the server started, in ms (nil: not known, or an injected clock).
@@ -88,9 +91,10 @@ end
 -- A fresh state. Fences keep growing across a loss: they restart above the
 -- clock (in microseconds' worth of grants per ms) and above any fence the
 -- client saw. What a lost state left in the other keys goes.
-redis.call('DEL', K.state, K.config, K.policy, K.aging, K.shares)  -- tags start again at vtime 0 (held: recount())
-created(K.state)
-S = {}
+-- (the tags start again at vtime 0; held: recount())
+redis.call('DEL', KEY.state, KEY.config, KEY.policy, KEY.aging, KEY.shares)
+created(KEY.state)
+STATE = {}
 set('state', 'schema', SCHEMA)
 set('state', 'epoch', epoch)
 set('state', 'created', NOW)
@@ -105,7 +109,7 @@ set('state', 'quota_until', 0)
 set('state', 'touch_due', 0)
 set('state', 'reclaim_due', 0)
 set('state', 'capacity', cfg.max_capacity)
-set('state', 'origin', ORIGIN.stamp())
+set('state', 'origin', server_stamp())
 set('state', 'ttl_max', ttl)
 set('state', 'hold_until', 0)
 set('state', 'hold_reason', '')
@@ -114,21 +118,21 @@ local others = redis.call('PUBLISH', CHANNEL, epoch)
 if listening then others = others - 1 end
 local age = server_age()
 if recovered then
-  ORIGIN.hold(ttl, 'the state was lost (a Redis restart without it, a flush or an expiry) while a client held '
+  hold_admissions(ttl, 'the state was lost (a Redis restart without it, a flush or an expiry) while a client held '
     .. 'leases or used it: holding ' .. ttl .. ' ms (the longest lease TTL known) for holders to re-register')
   set('state', 'capacity', resume_level())
 end
 if age and age < ttl then
-  ORIGIN.hold(ttl - age, 'strict mode: Redis started ' .. age .. ' ms ago (a restart loses what it held): holding '
+  hold_admissions(ttl - age, 'strict mode: Redis started ' .. age .. ' ms ago (a restart loses what it held): holding '
     .. (ttl - age) .. ' ms for holders to re-register')
 end
 if others > 0 then
-  ORIGIN.hold(notice, 'created while ' .. others .. ' other clients listen: holding ' .. notice
+  hold_admissions(notice, 'created while ' .. others .. ' other clients listen: holding ' .. notice
     .. ' ms for them to re-register')
 end
-if S.hold_until > 0 then
+if STATE.hold_until > 0 then
   reborn()  -- what the fleet spent before the loss is not known
-  log(recovered and 'recreate' or 'create', 'until', S.hold_until, 'listeners', others, 'why', S.hold_reason)
+  log(recovered and 'recreate' or 'create', 'until', STATE.hold_until, 'listeners', others, 'why', STATE.hold_reason)
 else
   log('create', 'why', 'first use: no evidence that a fleet held this governor, no hold')
 end

@@ -3,7 +3,8 @@
 An operator pause is lifted by resume.lua or when its duration is over,
 never by the policy's window-drain rule.
 
-Uses    lib/common.lua, lib/capacity.lua, lib/admin.lua
+Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua,
+        lib/capacity.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now          int ms or ''  injected clock, '' for Redis TIME
@@ -27,7 +28,7 @@ keep_alive()
 
 local until_ms = 0
 if duration > 0 then until_ms = NOW + duration end
-local before = S.capacity
+local before = STATE.capacity
 pause('operator', reason, until_ms)
 log('pause', 'from', before, 'why', 'operator: ' .. reason, 'until', until_ms)
 return finish(status_reply())

@@ -2,7 +2,8 @@
 capacity by time while callers wait at it with nothing refused (no_news of
 lib/policy.lua), admits.
 
-Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/queue.lua, lib/policy.lua, lib/admin.lua
+Uses    lib/call.lua, lib/fields.lua, lib/capacity.lua, lib/upkeep.lua, lib/queue.lua,
+        lib/policy.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME

@@ -7,7 +7,9 @@ full capacity with nothing refused), admits whom it can, and tells each
 waiter where it stands, so a lost pub/sub message costs at most one poll
 interval.
 
-Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/admission.lua, lib/queue.lua, lib/policy.lua
+Uses    lib/common.lua, lib/numbers.lua, lib/args.lua, lib/call.lua, lib/fields.lua,
+        lib/records.lua, lib/capacity.lua, lib/origin.lua, lib/plans.lua, lib/upkeep.lua,
+        lib/admission.lua, lib/queue.lua, lib/policy.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
@@ -40,28 +42,28 @@ recover()
 if grow then grow() end
 local granted = grant()
 local reason, hint = blocked(NO_TOKENS)
-local reply = {SCHEMA, 'refreshed', S.epoch, reason or '', hint}
+local reply = {SCHEMA, 'refreshed', STATE.epoch, reason or '', hint}
 local deadline = int(NOW + queue_ttl)  -- (a string: Redis formats a number sent to it with "%.17g")
 for i = 4, #ARGV do
   local id = ARGV[i]
   if granted[id] then
     reply[#reply + 1] = 'granted'
     reply[#reply + 1] = granted[id]
-    reply[#reply + 1] = tonumber(redis.call('ZSCORE', K.leases, id)) - NOW
+    reply[#reply + 1] = tonumber(redis.call('ZSCORE', KEY.leases, id)) - NOW
     reply[#reply + 1] = ''
-  elseif redis.call('ZADD', K.waiters, 'XX', 'CH', deadline, id) == 1 or redis.call('ZRANK', K.queue, id)
-      or redis.call('ZRANK', K.parked, id) then
+  elseif redis.call('ZADD', KEY.waiters, 'XX', 'CH', deadline, id) == 1 or redis.call('ZRANK', KEY.queue, id)
+      or redis.call('ZRANK', KEY.parked, id) then
     local why, wait = waiting_on(id)
     reply[#reply + 1] = 'queued'
-    reply[#reply + 1] = redis.call('ZRANK', K.queue, id) or -1
+    reply[#reply + 1] = redis.call('ZRANK', KEY.queue, id) or -1
     reply[#reply + 1] = wait
     reply[#reply + 1] = why
   else
-    local expiry = tonumber(redis.call('ZSCORE', K.leases, id))
+    local expiry = tonumber(redis.call('ZSCORE', KEY.leases, id))
     if expiry and expiry > NOW then
-      local m = record_parse(redis.call('HGET', K.holders, id))
+      local holder_record = record_parse(redis.call('HGET', KEY.holders, id))
       reply[#reply + 1] = 'granted'
-      reply[#reply + 1] = (m and m.fence or 0)
+      reply[#reply + 1] = (holder_record and holder_record.fence or 0)
       reply[#reply + 1] = expiry - NOW
       reply[#reply + 1] = ''
     else

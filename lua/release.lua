@@ -1,6 +1,7 @@
 --[[ release.lua: give a lease back; the slot goes to the head of the queue.
 
-Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua
+Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/records.lua, lib/shares.lua,
+        lib/origin.lua, lib/plans.lua, lib/upkeep.lua, lib/queue.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
@@ -27,13 +28,13 @@ local id = arg_id(3, 'id')
 -- for its head, the waiters for its deadline and holders for its record:
 -- grant() starts from them when nothing that runs in between can change
 -- the queue.)
-local in_use = redis.call('EXISTS', K.queue, K.parked, K.held)
+local in_use = redis.call('EXISTS', KEY.queue, KEY.parked, KEY.held)
 local first, queued = nil, false
 if in_use > 0 then
-  first = redis.call('ZRANGE', K.queue, '0', '0', 'WITHSCORES')
+  first = redis.call('ZRANGE', KEY.queue, '0', '0', 'WITHSCORES')
   queued = first[1] ~= nil
 end
-local parked = in_use > (queued and 1 or 0) and redis.call('ZCARD', K.parked) > 0
+local parked = in_use > (queued and 1 or 0) and redis.call('ZCARD', KEY.parked) > 0
 local waiting = queued or parked
 local deadline, head_record
 if waiting then
@@ -42,11 +43,11 @@ if waiting then
   prepare(nil, nil, true)
   keep_alive()
   if queued then
-    deadline = redis.call('ZSCORE', K.waiters, first[1])  -- (the reads tell waiters' and holders' types)
-    head_record = redis.call('HGET', K.holders, first[1])
+    deadline = redis.call('ZSCORE', KEY.waiters, first[1])  -- (the reads tell waiters' and holders' types)
+    head_record = redis.call('HGET', KEY.holders, first[1])
     guard_grant(false)  -- what grant() adds
   else
-    guard_grant(false, K.waiters)  -- (and what grant() adds): written by grant()
+    guard_grant(false, KEY.waiters)  -- (and what grant() adds): written by grant()
   end
 end
 -- step: the lease
@@ -54,19 +55,19 @@ end
 -- did, when queued); ZREM tells leases'.
 -- While held counts leases (caps, a reserve), the record says what this one counted in.
 local counted = in_use > (queued and 1 or 0) + (parked and 1 or 0)
-if counted then guard(K.held) end
+if counted then guard(KEY.held) end
 local raw, known
 if counted then
-  raw = redis.call('HGET', K.holders, id)
+  raw = redis.call('HGET', KEY.holders, id)
   known = raw ~= false
 elseif queued then
   known = true  -- (HDEL of a lease without a record changes nothing)
 else
-  known = redis.call('HEXISTS', K.holders, id) == 1
+  known = redis.call('HEXISTS', KEY.holders, id) == 1
 end
-local removed = redis.call('ZREM', K.leases, id)
-if removed == 1 and known then redis.call('HDEL', K.holders, id) end  -- a queued id keeps its place
-if removed == 1 and counted then unhold(record_parse(raw), waiting) end
+local removed = redis.call('ZREM', KEY.leases, id)
+if removed == 1 and known then redis.call('HDEL', KEY.holders, id) end  -- a queued id keeps its place
+if removed == 1 and counted then held_remove(record_parse(raw), waiting) end
 if not waiting then return {SCHEMA, 'released', removed} end
 -- (the head read above is still the head unless reclaim or aging was due,
 -- or a parked waiter may have come back: only the queue is in use)

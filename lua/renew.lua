@@ -6,7 +6,9 @@ adopted into the new state, so the running holders count again, each with
 the place and reservation it was granted with (its renewal carries them):
 its tenant's cap, the reserve and the budgets count it as before the loss.
 
-Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/admission.lua
+Uses    lib/common.lua, lib/numbers.lua, lib/args.lua, lib/call.lua, lib/fields.lua,
+        lib/decisions.lua, lib/records.lua, lib/shares.lua, lib/origin.lua, lib/plans.lua,
+        lib/upkeep.lua, lib/admission.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now        int ms or ''  injected clock, '' for Redis TIME
@@ -42,25 +44,25 @@ keep_alive()
 -- holders and events too, so it checks every key before its first write.
 local expiries, writes_more = {}, false
 for i = 4, #ARGV, WIDTH do
-  local expiry = tonumber(redis.call('ZSCORE', K.leases, ARGV[i]))
+  local expiry = tonumber(redis.call('ZSCORE', KEY.leases, ARGV[i]))
   expiries[i] = expiry
   if not (expiry and expiry > NOW) then writes_more = true end
 end
-if writes_more or NOW >= S.reclaim_due then
+if writes_more or NOW >= STATE.reclaim_due then
   prepare()
   check_types()
 end
 
 reclaim()
-local reply = {SCHEMA, 'renewed', S.epoch}
+local reply = {SCHEMA, 'renewed', STATE.epoch}
 for i = 4, #ARGV, WIDTH do
   local id, epoch, holder = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local expiry = expiries[i]
   if expiry and expiry > NOW then
-    redis.call('ZADD', K.leases, 'XX', 'GT', int(NOW + ttl), id)  -- a late renewal never shortens a lease
+    redis.call('ZADD', KEY.leases, 'XX', 'GT', int(NOW + ttl), id)  -- a late renewal never shortens a lease
     reply[#reply + 1] = 'ok'
     reply[#reply + 1] = 0
-  elseif epoch ~= S.epoch then
+  elseif epoch ~= STATE.epoch then
     if CALL.live == nil then CALL.live = in_flight() end
     local fence = add_lease(id, ttl, holder, reserved[i], places[i], true)  -- counted in its cap, the reserve, the budgets
     log('adopt', 'lease', id, 'fence', fence, 'tenant', places[i].tenant, 'rank', places[i].rank,
@@ -69,10 +71,10 @@ for i = 4, #ARGV, WIDTH do
     reply[#reply + 1] = fence
   else
     if expiry then
-      local m = record_parse(redis.call('HGET', K.holders, id))
-      redis.call('ZREM', K.leases, id)
-      redis.call('HDEL', K.holders, id)
-      unhold(m, true)
+      local holder_record = record_parse(redis.call('HGET', KEY.holders, id))
+      redis.call('ZREM', KEY.leases, id)
+      redis.call('HDEL', KEY.holders, id)
+      held_remove(holder_record, true)
     end
     reply[#reply + 1] = 'lost'
     reply[#reply + 1] = 0

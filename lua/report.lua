@@ -1,6 +1,8 @@
 --[[ report.lua: one outcome of a provider call; feeds the window and policy.
 
-Uses    lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/policy.lua
+Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua,
+        lib/records.lua, lib/budgets.lua, lib/shares.lua, lib/origin.lua, lib/plans.lua,
+        lib/upkeep.lua, lib/queue.lua, lib/policy.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now             int ms or ''  injected clock, '' for Redis TIME
@@ -77,29 +79,29 @@ end
 clock()
 if not load(REPORT) then return missing_reply() end
 -- reads: they tell the queue's and parked's types (parked holds waiters only while caps are set)
-local waiting = redis.call('ZCARD', K.queue) > 0 or (S.capped == 1 and redis.call('ZCARD', K.parked) > 0)
+local waiting = redis.call('ZCARD', KEY.queue) > 0 or (STATE.capped == 1 and redis.call('ZCARD', KEY.parked) > 0)
 -- step: the read plan
 local policy, quiet = the_policy(outcome)  -- its config and state: nothing is read after the first write
 -- A quiet success (the policy's common case) with nothing due and no
 -- figures to calibrate writes no log and reads no more config (the keys'
 -- idle time only if the window's key is new); with callers queued, what
 -- its grant reads (prepare(): a hand-over's, nothing else being due).
-quiet = quiet and NOW < S.reclaim_due and #limits == 0
+quiet = quiet and NOW < STATE.reclaim_due and #limits == 0
 if waiting then
   prepare(true, nil, quiet)
 elseif not quiet then
   prepare(false)
 end
-if outcome == 'q' then more('state', 'quota_exhausted') end
-if outcome == 'r' then more('state', 'fence') end  -- a cut remembers the fence it was made at
+if outcome == 'q' then read_more('state', 'quota_exhausted') end
+if outcome == 'r' then read_more('state', 'fence') end  -- a cut remembers the fence it was made at
 if retry_after then
-  more('config', 'retry_after_cap_ms')
-  more('state', 'not_before')
+  read_more('config', 'retry_after_cap_ms')
+  read_more('state', 'not_before')
 end
 for i = 1, #limits do
   local figures = limits[i]
-  more('state', budget_fields(figures[1]))
-  more('config', figures[1] .. '_per_minute')
+  read_more('state', budget_fields(figures[1]))
+  read_more('config', figures[1] .. '_per_minute')
 end
 keep_alive()
 -- With callers queued and nothing due that could change the queue before
@@ -107,10 +109,10 @@ keep_alive()
 -- head's deadline and record are read now: grant() starts from them, and
 -- the reads tell the waiters' and holders' types.
 local head, deadline, head_record
-if waiting and queue_settled() and S.capped == 0 then
-  head = redis.call('ZRANGE', K.queue, '0', '0', 'WITHSCORES')
-  deadline = redis.call('ZSCORE', K.waiters, head[1])
-  head_record = redis.call('HGET', K.holders, head[1])
+if waiting and queue_settled() and STATE.capped == 0 then
+  head = redis.call('ZRANGE', KEY.queue, '0', '0', 'WITHSCORES')
+  deadline = redis.call('ZSCORE', KEY.waiters, head[1])
+  head_record = redis.call('HGET', KEY.holders, head[1])
 end
 -- step: the lease
 -- Types: the hashes were read; the zsets are read below before any write
@@ -120,29 +122,29 @@ end
 -- The lease's holder record is read when its reservation is settled, or
 -- when it is given back while held counts leases (caps, a reserve).
 local settles = lease and usage and #active_budgets() > 0
-local counted = release and S.capped == 1 and redis.call('EXISTS', K.held) == 1  -- held counts only then
-if counted then guard(K.held) end
+local counted = release and STATE.capped == 1 and redis.call('EXISTS', KEY.held) == 1  -- held counts only then
+if counted then guard(KEY.held) end
 local lease_record = nil
-if settles or counted then lease_record = record_parse(redis.call('HGET', K.holders, lease)) end
+if settles or counted then lease_record = record_parse(redis.call('HGET', KEY.holders, lease)) end
 -- A quiet success changes nothing a lease given back first could change:
 -- a live one goes before the window is written (first_back).
 local first_back = quiet and release and lease_record == nil and not waiting  -- (grant() guards after its reads)
 local known = release and not first_back
-  and (lease_record ~= nil or head ~= nil or redis.call('HEXISTS', K.holders, lease) == 1)  -- (HDEL of none: no change)
+  and (lease_record ~= nil or head ~= nil or redis.call('HEXISTS', KEY.holders, lease) == 1)  -- (HDEL of none: no change)
 
 local function give_back()
-  if release and redis.call('ZREM', K.leases, lease) == 1 then
-    if known then redis.call('HDEL', K.holders, lease) end  -- a queued id keeps its place
-    if counted then unhold(lease_record, waiting) end
+  if release and redis.call('ZREM', KEY.leases, lease) == 1 then
+    if known then redis.call('HDEL', KEY.holders, lease) end  -- a queued id keeps its place
+    if counted then held_remove(lease_record, waiting) end
   end
   release = false  -- (given back once)
 end
 
 if lease then
-  local expiry = tonumber(redis.call('ZSCORE', K.leases, lease))
+  local expiry = tonumber(redis.call('ZSCORE', KEY.leases, lease))
   if not expiry or expiry <= NOW then
-    if waiting then guard_grant(false, K.waiters, K.holders) end  -- (and what grant() adds)
-    if first_back then known = redis.call('HEXISTS', K.holders, lease) == 1 end  -- a queued id keeps its place
+    if waiting then guard_grant(false, KEY.waiters, KEY.holders) end  -- (and what grant() adds)
+    if first_back then known = redis.call('HEXISTS', KEY.holders, lease) == 1 end  -- a queued id keeps its place
     give_back()
     if waiting then grant() end  -- its tenant's first parked waiter may be back in the queue
     return finish({SCHEMA, 'lost'})
@@ -152,47 +154,48 @@ end
 -- step: the window
 -- (A quiet success's policy looks at no count: TYPE says whether the
 -- window's key is new, and its type.)
-local rl, total, fresh
+local rate_limited, total, fresh
 if quiet then
-  fresh = check_type(K.attempts, 'zset') == 'none'
-  if fresh then more_of('config', IDLE) end  -- the new key's expiry (finish)
+  fresh = check_type(KEY.attempts, 'zset') == 'none'
+  if fresh then read_more_list('config', IDLE) end  -- the new key's expiry (finish)
 elseif outcome ~= 'q' then
-  rl, total = window()  -- reads tell the window keys' types
+  rate_limited, total = window()  -- reads tell the window keys' types
   fresh = total == 0
 end
 if first_back then
   -- A live lease's record is its own (a queued id has none in leases):
   -- HDEL, the call's first write, tells holders' type.
-  redis.call('HDEL', K.holders, lease)
+  redis.call('HDEL', KEY.holders, lease)
   known = false
   give_back()
 end
-if not quiet then guard(K.events) end  -- the policy may log after the first write
-if not lease then guard(K.leases) end  -- the policy and grant() count it after the first write
+if not quiet then guard(KEY.events) end  -- the policy may log after the first write
+if not lease then guard(KEY.leases) end  -- the policy and grant() count it after the first write
 if head then
   guard_grant(false)  -- what grant() adds (the head's reads told waiters and holders)
 elseif waiting then
-  guard_grant(false, K.waiters)  -- (and what grant() adds): written by grant()
-  if not release then guard(K.holders) end  -- grant() reads the head's record (else HEXISTS told)
+  guard_grant(false, KEY.waiters)  -- (and what grant() adds): written by grant()
+  if not release then guard(KEY.holders) end  -- grant() reads the head's record (else HEXISTS told)
 end
 -- step: the writes
 reclaim()
 if outcome == 'q' then
-  set('state', 'quota_exhausted', S.quota_exhausted + 1)
+  set('state', 'quota_exhausted', STATE.quota_exhausted + 1)
   set('state', 'quota_at', NOW)
   set('state', 'quota_until', retry_after and NOW + retry_after or 0)
   if retry_after then
-    log('quota', 'count', S.quota_exhausted, 'until', NOW + retry_after,
+    log('quota', 'count', STATE.quota_exhausted, 'until', NOW + retry_after,
       'why', 'provider reported a per-day quota used up (not a throttle)')
   else
-    log('quota', 'count', S.quota_exhausted, 'why', 'provider reported its quota exhausted (billing, not a throttle)')
+    log('quota', 'count', STATE.quota_exhausted,
+      'why', 'provider reported its quota exhausted (billing, not a throttle)')
   end
 else
-  record(policy, outcome, fence, rl, total, fresh)
+  record(policy, outcome, fence, rate_limited, total, fresh)
   if outcome == 'r' and retry_after then
     -- The provider asked the whole fleet to hold.
-    local until_ms = NOW + math.min(retry_after, C.retry_after_cap_ms)
-    if until_ms > S.not_before then
+    local until_ms = NOW + math.min(retry_after, CONFIG.retry_after_cap_ms)
+    if until_ms > STATE.not_before then
       set('state', 'not_before', until_ms)
       log('hold', 'until', until_ms, 'why', 'provider retry-after ' .. retry_after .. ' ms')
     end

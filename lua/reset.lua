@@ -7,7 +7,8 @@ lib/policy.lua). With config pairs, they replace the stored config first
 stays (``reset()``). Leases and the queue are kept: holders keep running,
 waiters keep their places.
 
-Uses    lib/common.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua, lib/config.lua
+Uses    lib/common.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua, lib/records.lua,
+        lib/upkeep.lua, lib/queue.lua, lib/admin.lua, lib/config.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
@@ -24,13 +25,14 @@ clock()
 check_types()
 if not load_all() then return missing_reply() end
 keep_alive()
-local rl, total = window()
-local before = {'from', S.capacity, 'was_paused', S.paused, 'window_rate_limited', rl, 'window_attempts', total}
-redis.call('DEL', K.attempts, K.limited)
+local rate_limited, total = window()
+local before = {'from', STATE.capacity, 'was_paused', STATE.paused, 'window_rate_limited', rate_limited,
+  'window_attempts', total}
+redis.call('DEL', KEY.attempts, KEY.limited)
 if cfg then
   apply_config(cfg, raw)
   log('reset', 'why', 'operator: new config stored, learnt state cleared', unpack(before))
-  redis.call('PUBLISH', CHANNEL, S.epoch .. ' !config')  -- clients learn the stored config anew
+  redis.call('PUBLISH', CHANNEL, STATE.epoch .. ' !config')  -- clients learn the stored config anew
 else
   clear_learnt()
   log('reset', 'why', 'operator: learnt state cleared', unpack(before))

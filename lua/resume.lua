@@ -8,7 +8,8 @@ A recovery hold (after a loss, lib/origin.lua) stays unless ARGV[3] is
 ending it is an explicit choice. The decision log gets a 'resume' entry
 only when something changed: a pause was lifted, a running hold cleared.
 
-Uses    lib/common.lua, lib/capacity.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua
+Uses    lib/common.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua, lib/capacity.lua,
+        lib/upkeep.lua, lib/queue.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
@@ -25,13 +26,17 @@ clock()
 check_types()
 if not load_all() then return missing_reply() end
 keep_alive()
-local was_paused = S.paused == 1
-local held_until = S.not_before
+local was_paused = STATE.paused == 1
+local held_until = STATE.not_before
 local was_holding = held_until > NOW
-local recovery = S.hold_until or 0
-local lifted, lifted_why = 0, S.hold_reason or ''
+local recovery = STATE.hold_until or 0
+local lifted, lifted_why = 0, STATE.hold_reason or ''
 if was_paused then
-  if S.pause_kind == 'operator' and S.saved_capacity > 0 then resume(S.saved_capacity) else resume(resume_level()) end
+  if STATE.pause_kind == 'operator' and STATE.saved_capacity > 0 then
+    resume(STATE.saved_capacity)
+  else
+    resume(resume_level())
+  end
 end
 if recovery > NOW and lift == 'lift-hold' then
   set('state', 'hold_until', 0)

@@ -7,7 +7,8 @@ and fixed set capacity = n at once, up or down. Paused: capacity stays 0
 and the resume uses the new n; a pause is never lifted by this. A reserve
 (config reserve) of n or more is lowered to n - 1.
 
-Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/policy.lua, lib/admin.lua
+Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua,
+        lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/policy.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME
@@ -25,18 +26,18 @@ check_types()
 if not load_all() then return missing_reply() end
 keep_alive()
 
-local before, capacity_before = C.max_capacity, S.capacity
+local before, capacity_before = CONFIG.max_capacity, STATE.capacity
 set('config', 'max_capacity', n)
-local reserve = C.reserve
+local reserve = CONFIG.reserve
 if reserve >= n then set('config', 'reserve', n - 1) end  -- a reserve stays below the ceiling
-if S.paused == 1 then
-  if S.saved_capacity > n then set('state', 'saved_capacity', n) end
+if STATE.paused == 1 then
+  if STATE.saved_capacity > n then set('state', 'saved_capacity', n) end
 else
-  POLICIES[C.policy].new_max(before)
+  POLICIES[CONFIG.policy].new_max(before)
 end
 log('set_max', 'from', before, 'to', n, 'capacity_from', capacity_before, 'why', 'operator')
-redis.call('PUBLISH', CHANNEL, S.epoch .. ' !config')  -- clients learn the stored config anew
+redis.call('PUBLISH', CHANNEL, STATE.epoch .. ' !config')  -- clients learn the stored config anew
 reclaim(true)
-if C.reserve ~= reserve then recount(false) end
+if CONFIG.reserve ~= reserve then recount(false) end
 grant()
 return finish(status_reply())

@@ -9,7 +9,8 @@ the leases in flight are counted again, parked waiters move to their
 tenant's new place (or back to the queue: no cap now), O(leases + parked).
 What the policy learnt is kept.
 
-Uses    lib/common.lua, lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua
+Uses    lib/common.lua, lib/args.lua, lib/call.lua, lib/fields.lua, lib/decisions.lua,
+        lib/shares.lua, lib/upkeep.lua, lib/queue.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now             int ms or ''  injected clock, '' for Redis TIME
@@ -51,15 +52,15 @@ local reserve = arg_int(7, 'reserve')
 clock()
 check_types()
 if not load_all() then return missing_reply() end
-if reserve >= C.max_capacity then
-  fail('BADARG', 'reserve must be below max_capacity (' .. C.max_capacity .. '), got ' .. reserve)
+if reserve >= CONFIG.max_capacity then
+  fail('BADARG', 'reserve must be below max_capacity (' .. CONFIG.max_capacity .. '), got ' .. reserve)
 end
 keep_alive()
 
 log('set_shares', 'tenant_weights', weights, 'default_weight', default_weight, 'aging_ms', aging,
-  'tenant_caps', caps, 'reserve', reserve, 'from_weights', C.tenant_weights, 'from_aging_ms', C.aging_ms,
-  'from_caps', C.tenant_caps, 'from_reserve', C.reserve, 'why', 'operator')
-local recounts = caps ~= C.tenant_caps or reserve ~= C.reserve
+  'tenant_caps', caps, 'reserve', reserve, 'from_weights', CONFIG.tenant_weights, 'from_aging_ms', CONFIG.aging_ms,
+  'from_caps', CONFIG.tenant_caps, 'from_reserve', CONFIG.reserve, 'why', 'operator')
+local recounts = caps ~= CONFIG.tenant_caps or reserve ~= CONFIG.reserve
 reclaim(true)  -- by the caps before the change: parked waiters are in their old slots
 set('config', 'tenant_weights', weights)
 set('config', 'default_weight', default_weight)
@@ -69,7 +70,7 @@ set('config', 'reserve', reserve)
 if not STORE then STORE = {} end
 STORE.tenant_weights = weights  -- strings as sent (save() would keep them anyway)
 STORE.tenant_caps = caps
-redis.call('PUBLISH', CHANNEL, S.epoch .. ' !config')  -- clients learn the stored config anew
+redis.call('PUBLISH', CHANNEL, STATE.epoch .. ' !config')  -- clients learn the stored config anew
 if recounts then recount(false) end
 grant()
 return finish(status_reply())

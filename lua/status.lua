@@ -3,7 +3,7 @@
 Counts are derived at NOW, so leases past their expiry and waiters past
 their deadline are not counted even before a writing script reclaims them.
 
-Uses    lib/common.lua, lib/admin.lua
+Uses    lib/common.lua, lib/call.lua, lib/fields.lua, lib/admin.lua
 KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now      int ms or ''  injected clock, '' for Redis TIME

@@ -6,9 +6,10 @@
 Each snippet runs ``repeat`` times in a loop inside one function of a
 small library of its own, on a private ``redis-server`` under callgrind;
 the figure is its instructions per run, above an empty loop's. These are
-the figures the library's comments quote when they choose one way of
-writing a hot step over another (lua/lib/common.lua: passing integers to
-redis.call as strings, the id check, presence by ZRANK). A snippet's
+the figures behind the library's choices of one way of writing a hot step
+over another (the comments name this script, not its figures, which
+drift: lua/lib/numbers.lua passing integers to redis.call as strings,
+lua/lib/args.lua's id check, presence by ZRANK). A snippet's
 garbage is collected within the loop, so its share of the collector counts
 too. Needs valgrind.
 """

@@ -67,7 +67,8 @@ def cut_library(operation: str) -> tuple[str, list[str]]:
     for i, (step, cut) in enumerate(steps(operation)):
         names.append(step)
         functions.append(
-            f"OPS.stage{i} = function()\n{cut}\nend\nredis.register_function{{function_name = 'stage{i}', "
+            f"{scripts.opening(f'stage{i}', scripts.imports(cut))}\n{cut}\n{scripts.CLOSING}\n"
+            f"redis.register_function{{function_name = 'stage{i}', "
             f"callback = function(keys, argv) begin(keys, argv) return OPS.stage{i}() end}}"
         )
     return copy + "\n" + "\n".join(functions) + "\n", names

@@ -177,14 +177,14 @@ def test_where_names_the_file_and_line_of_every_library_line() -> None:
         name, _, at = place.rpartition(":")
         if name not in files:  # the registrations after the parts
             assert place == f"library line {number}", place
-            assert line.startswith(("redis.register_function{", "  callback = ")) or line == "", line
+            assert line.startswith(("redis.register_function{", "  callback = ", "local begin = ")) or line == "", line
             continue
         index = int(at)
         if name.startswith("lua/") and not name.startswith("lua/lib/"):
             op = Path(name).stem
             body = (ROOT / name).read_text().split("\n")
-            if not 1 <= index <= len(body):  # the wrapping "OPS.<op> = function()" and its "end"
-                assert line in (f"OPS.{op} = function()", "end", ""), (place, line)
+            if not 1 <= index <= len(body):  # the wrapping "OPS.<op> = (function() ..." and its "end end)()"
+                assert line.startswith(f"OPS.{op} = (function() ") or line in ("end end)()", ""), (place, line)
                 continue
             assert line == body[index - 1], (place, line)
         else:
@@ -207,13 +207,13 @@ def test_locate_rewrites_every_user_function_line() -> None:
 
 
 def test_map_errors_names_the_lua_file_and_line_of_a_library_fault() -> None:
-    line = _first_line_of("lua/lib/common.lua", "local function record_format(")
+    line = _first_line_of("lua/lib/records.lua", "local function record_format(")
     text = f"ERR user_function:{line}: attempt to compare nil with number script: f, on @user_function:{line}."
     with pytest.raises(StateError) as caught, map_errors("g", locate):
         raise redis.exceptions.ResponseError(text)
-    assert "lua/lib/common.lua:" in str(caught.value) and "user_function" not in str(caught.value)
-    body = (LUA / "lib" / "common.lua").read_text().split("\n")
-    at = int(str(caught.value).split("lua/lib/common.lua:")[1].split(":")[0])
+    assert "lua/lib/records.lua:" in str(caught.value) and "user_function" not in str(caught.value)
+    body = (LUA / "lib" / "records.lua").read_text().split("\n")
+    at = int(str(caught.value).split("lua/lib/records.lua:")[1].split(":")[0])
     assert body[at - 1].startswith("local function record_format(")
 
 

@@ -22,14 +22,17 @@ import tomllib
 
 from governor import policies, protocol
 from governor.scripts import (
+    CLOSING,
     COMMON,
     FRAGMENTS,
     OPERATIONS,
     READ_ONLY,
     field_table,
     function_name,
+    imports,
     library,
     library_name,
+    opening,
     parts,
 )
 
@@ -155,7 +158,16 @@ def test_every_operation_has_a_file_and_the_library_holds_them_all_in_order() ->
     ]
     for name, text in parts()[1:]:
         body = (ROOT / name).read_text(encoding="utf-8")
-        assert text in (body, f"OPS.{Path(name).stem} = function()\n{body}\nend"), name
+        stem = Path(name).stem
+        if stem == COMMON:  # the main chunk's names, as they are
+            assert text == body
+        elif stem in FRAGMENTS:  # a scope of its own: the file's lines, the first and last wrapped
+            lines, wrapped = body.split("\n"), text.split("\n")
+            assert wrapped[1:-1] == lines[1:-1], name
+            assert wrapped[0] == f"local {stem} = (function() {imports(body)}{lines[0]}", name
+            assert re.fullmatch(rf"{re.escape(lines[-1])} return \{{.*\}} end\)\(\)", wrapped[-1]), name
+        else:
+            assert text == f"{opening(stem, imports(body))}\n{body}\n{CLOSING}", name
     source = library()
     assert source.startswith(f"#!lua name={library_name()}\n")  # the shebang line names the library
     assert "\n".join(text for _, text in parts()) in source
@@ -232,7 +244,7 @@ def _lua_fields() -> dict[str, dict[str, set[str]]]:
         for letter, hash_name in (("S", "state"), ("C", "config"), ("P", "policy")):
             for field in re.findall(rf"(?<![\w.]){letter}\.(\w+)", code):
                 add(hash_name, field, where)
-        # redis.call('HINCRBY', K.state, 'fence', 1); read()'s HGET of the state's schema
+        # redis.call('HINCRBY', KEY.state, 'fence', 1); read()'s HGET of the state's schema
         for hash_name, field in re.findall(r"redis\.p?call\('H\w+', K\.(state|config|policy), '(\w+)'", code):
             add(hash_name, field, where)
         for field in re.findall(r"redis\.p?call\('HGET', key, '(\w+)'", code):

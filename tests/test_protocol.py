@@ -34,7 +34,7 @@ from governor.protocol import (
     ms,
 )
 from governor.scripts import COMMON as COMMON_NAME
-from governor.scripts import FRAGMENTS, OPERATIONS, field_table, function_name, parts
+from governor.scripts import FRAGMENTS, OPERATIONS, defined, field_table, function_name, parts, uses_line
 
 from .conftest import FakeClock
 
@@ -54,6 +54,8 @@ def every_file() -> list[Path]:
 
 
 COMMON = code(LUA / "lib" / "common.lua")
+#: the whole library's fragments, common first, in the library's order
+LIBRARY = "\n".join(code(LUA / "lib" / f"{name}.lua") for name in (COMMON_NAME, *FRAGMENTS))
 
 # -- keys ----------------------------------------------------------------------------------
 
@@ -63,15 +65,15 @@ def test_the_lua_binds_every_key_of_the_generated_blueprint() -> None:
     loop over the keys (deriving them, check_types, the expiry push) covers all."""
     generated = field_table()
     assert f"local KEY_NAMES = {{{', '.join(repr(n) for n in KEY_NAMES)}}}" in generated
-    assert "KEY_NAMES = {" not in COMMON and "TYPES = {" not in COMMON
-    loops = re.findall(r"for i = 1, ([^ ]+) do\s+(?:list\[|check_type\(|redis\.call\('PEXPIRE')", COMMON)
+    assert "KEY_NAMES = {" not in LIBRARY and "TYPES = {" not in LIBRARY
+    loops = re.findall(r"for i = 1, ([^ ]+) do\s+(?:list\[|check_type\(|redis\.call\('PEXPIRE')", LIBRARY)
     assert loops == ["#KEY_NAMES"] * 3, loops
 
 
 def test_every_key_the_lua_names_is_a_protocol_key() -> None:
     used: dict[str, set[str]] = {}
     for path in every_file():
-        for name in re.findall(r"(?<![\w.])K\.(\w+)", code(path)):
+        for name in re.findall(r"(?<![\w.])KEY\.(\w+)", code(path)):
             used.setdefault(name, set()).add(path.name)
     unknown = {name: sorted(files) for name, files in used.items() if name not in KEY_NAMES}
     assert not unknown, f"keys the Lua names that governor.protocol.KEY_NAMES does not: {unknown}"
@@ -83,7 +85,7 @@ def test_every_key_the_lua_names_is_a_protocol_key() -> None:
 
 
 def test_keys_are_named_never_numbered() -> None:
-    """guard(K.waiters, K.holders): no Lua reaches a key by its position."""
+    """guard(KEY.waiters, KEY.holders): no Lua reaches a key by its position."""
     guarded = 0
     for path in every_file():
         source = code(path)
@@ -92,16 +94,14 @@ def test_keys_are_named_never_numbered() -> None:
             names = [a.strip() for a in args.split(",")][1 if function == "guard_grant" else 0 :]
             if names in (["..."], ["unpack(keys)"]):
                 continue  # the definitions
-            assert all(re.fullmatch(r"K\.\w+", n) for n in names), (path.name, args)
+            assert all(re.fullmatch(r"KEY\.\w+", n) for n in names), (path.name, args)
             guarded += 1
     assert guarded >= 8
 
 
 def _defined(source: str) -> set[str]:
-    """The names a fragment defines at its top level."""
-    source = re.sub(r"'(?:[^'\\]|\\.)*'", "''", source)
-    names = set(re.findall(r"^local function (\w+)", source, re.M))
-    return names | {n.strip() for line in re.findall(r"^local ([\w, ]+) =", source, re.M) for n in line.split(",")}
+    """The names a fragment defines at its top level (its scope's)."""
+    return set(defined(source))
 
 
 def _needed(source: str, before: tuple[str, ...]) -> list[str]:
@@ -112,8 +112,7 @@ def _needed(source: str, before: tuple[str, ...]) -> list[str]:
 
 
 def _uses_line(path: Path) -> list[str]:
-    (line,) = re.findall(r"^Uses +([^\n]*)", path.read_text(encoding="utf-8"), re.M)
-    return re.findall(r"lib/(\w+)\.lua", line)
+    return list(uses_line(path.read_text(encoding="utf-8")))
 
 
 @pytest.mark.parametrize("fragment", FRAGMENTS)
@@ -135,9 +134,9 @@ def test_no_two_library_files_define_one_name() -> None:
     files = (COMMON_NAME, *FRAGMENTS)
     seen: dict[str, str] = {}
     for name in files:
-        for defined in _defined(code(LUA / "lib" / f"{name}.lua")):
-            assert defined not in seen, f"{defined} is defined by lib/{seen[defined]}.lua and lib/{name}.lua"
-            seen[defined] = name
+        for known in _defined(code(LUA / "lib" / f"{name}.lua")):
+            assert known not in seen, f"{known} is defined by lib/{seen[known]}.lua and lib/{name}.lua"
+            seen[known] = name
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)
@@ -225,7 +224,7 @@ def test_a_call_passes_the_state_key_and_the_library_derives_the_others(make_gov
 
 
 def test_the_holder_record_format_is_the_protocols() -> None:
-    admission = code(LUA / "lib" / "common.lua")
+    admission = code(LUA / "lib" / "records.lua")
     (params, body) = re.findall(
         r"local function record_format\(([^)]*)\)\s*return (.*?)\nend",
         admission,
@@ -299,8 +298,8 @@ def test_the_wake_words_are_the_protocols() -> None:
     messages = _published()
     words = {word for message in messages for word in re.findall(r"'([^']*)'", message)}
     assert words == {" " + WAKE_RETRY, " " + WAKE_CONFIG, " "}, words  # ' ' joins the grants
-    assert any(m.startswith("S.epoch .. ' @' .. int(") for m in messages), messages
-    assert "S.epoch .. ' !config'" in messages
+    assert any(m.startswith("STATE.epoch .. ' @' .. int(") for m in messages), messages
+    assert "STATE.epoch .. ' !config'" in messages
     assert "epoch" in messages  # a new state: the epoch alone
     assert any("table.concat(words, ' ')" in m for m in messages)  # grants: id:fence words
 
@@ -506,7 +505,7 @@ def test_the_lua_cost_snippets_load_and_run_on_a_real_redis(redis_url: str) -> N
 
 
 def test_int_writes_every_integer_as_its_digits(redis_url: str) -> None:
-    """int() (lib/common.lua) writes the scores, deadlines and fences the
+    """int() (lib/numbers.lua) writes the scores, deadlines and fences the
     hot paths hand Redis: above 9,999 from remembered leading digits and
     pairs of trailing ones. Every integer up to 2^53 comes out as Python
     writes it, the carries and the largest included; below, negative or
@@ -515,9 +514,9 @@ def test_int_writes_every_integer_as_its_digits(redis_url: str) -> None:
     source = (
         f"#!lua name=governor_int_test\n{body}\n"
         "redis.register_function('governor_int_test', function(keys, argv)\n"
-        "  begin(keys, argv)\n"
+        "  call.begin(keys, argv)\n"
         "  local out = {}\n"
-        "  for i = 3, #argv do out[#out + 1] = int(tonumber(argv[i])) end\n"
+        "  for i = 3, #argv do out[#out + 1] = numbers.int(tonumber(argv[i])) end\n"
         "  return out\n"
         "end)\n"
     )

@@ -22,8 +22,8 @@ RELEASED = "if not waiting then return {SCHEMA, 'released', removed} end"
 @pytest.mark.parametrize(
     ("late", "found"),
     [
-        ("more('config', 'reserve')", "field reserve of .*:config first checked after the first write"),
-        ("redis.call('ZCARD', K.aging)", "ZCARD of .*:aging after the first write, its type untold"),
+        ("fields.read_more('config', 'reserve')", "field reserve of .*:config first checked after the first write"),
+        ("redis.call('ZCARD', KEY.aging)", "ZCARD of .*:aging after the first write, its type untold"),
         ("fail('BADSTATE', 'late')", "GOVERNOR_BADSTATE late after the first write"),
     ],
 )

@@ -1,6 +1,7 @@
 --[[ lib/admin.lua: what the rarely run scripts share.
 
-Uses lib/common.lua, lib/budgets.lua, lib/admission.lua.
+Uses lib/common.lua, lib/args.lua, lib/fields.lua, lib/records.lua, lib/budgets.lua, lib/origin.lua,
+lib/admission.lua.
 load_all() reads and checks every field of the three hashes (HGETALL each);
 status_reply() is the reply of status, probe and the operator scripts (which
 also call check_types() of lib/common.lua before they write).
@@ -12,18 +13,18 @@ also call check_types() of lib/common.lua before they write).
 local STATUS_LOAD = {'epoch', 'schema'}
 local function load_all()
   if not load(STATUS_LOAD) then return nil end
-  if S.schema ~= SCHEMA then fail('SCHEMA', S.schema .. ' (this client speaks ' .. SCHEMA .. ')') end
+  if STATE.schema ~= SCHEMA then fail('SCHEMA', STATE.schema .. ' (this client speaks ' .. SCHEMA .. ')') end
   check_all()
-  return S
+  return STATE
 end
 
 -- Why a new caller would wait now ('' when it would be admitted).
 local function why_blocked()
-  local unusable = ORIGIN.status_why()  -- another server's state, a lost key (lib/origin.lua)
+  local unusable = status_why()  -- another server's state, a lost key (lib/origin.lua)
   if unusable ~= '' then return unusable end
   local why = blocked(NO_TOKENS)
   -- (the queue: a waiter parked at its tenant's cap holds up nobody)
-  if not why and redis.call('ZCARD', K.queue) > 0 then why = 'earlier callers are queued' end
+  if not why and redis.call('ZCARD', KEY.queue) > 0 then why = 'earlier callers are queued' end
   return why or ''
 end
 
@@ -37,8 +38,8 @@ local function held_back()
   local out = {}
   local lower = blocked(NO_TOKENS, {rank = 1})
   if lower then out[#out + 1] = lower end
-  if C.tenant_caps ~= '' then
-    for tenant in string.gmatch(C.tenant_caps, '([^,=]+)=%d+') do
+  if CONFIG.tenant_caps ~= '' then
+    for tenant in string.gmatch(CONFIG.tenant_caps, '([^,=]+)=%d+') do
       local why = blocked(NO_TOKENS, {rank = 0, tenant = tenant})
       if why then out[#out + 1] = why end
     end
@@ -55,24 +56,24 @@ local function budget_section()
   if #kinds == 0 then return out end
   local reserved = {}
   for _, kind in ipairs(kinds) do reserved[kind] = 0 end
-  local live = redis.call('ZRANGEBYSCORE', K.leases, LIVE, '+inf')
+  local live = redis.call('ZRANGEBYSCORE', KEY.leases, LIVE, '+inf')
   for i = 1, #live, 1000 do
-    local records = redis.call('HMGET', K.holders, unpack(live, i, math.min(i + 999, #live)))
+    local records = redis.call('HMGET', KEY.holders, unpack(live, i, math.min(i + 999, #live)))
     for j = 1, #records do
-      local m = record_parse(records[j])
-      if m then
-        for _, kind in ipairs(kinds) do reserved[kind] = reserved[kind] + budget_cost(kind, m.tokens) end
+      local holder_record = record_parse(records[j])
+      if holder_record then
+        for _, kind in ipairs(kinds) do reserved[kind] = reserved[kind] + budget_cost(kind, holder_record.tokens) end
       end
     end
   end
   for _, kind in ipairs(kinds) do
     local level = budget_level(kind)
     out[#out + 1] = kind
-    out[#out + 1] = S[kind .. '_limit']
+    out[#out + 1] = STATE[kind .. '_limit']
     out[#out + 1] = capacity_of(kind)
     out[#out + 1] = string.format('%.3f', level)
     out[#out + 1] = reserved[kind]
-    out[#out + 1] = S[kind .. '_source']
+    out[#out + 1] = STATE[kind .. '_source']
   end
   return out
 end
@@ -80,23 +81,25 @@ end
 -- The status reply: each of STATUS_FIELDS (governor.protocol), in its
 -- order, with its value.
 local function status_reply()
-  local rl, total = window()
-  local values = {
-    now = NOW, epoch = S.epoch, policy = C.policy, capacity = S.capacity, max_capacity = C.max_capacity,
-    reserve = C.reserve, paused = S.paused, pause_kind = S.pause_kind, pause_reason = S.pause_reason,
-    paused_until = S.paused_until, not_before = S.not_before, in_flight = in_flight(),
-    queued = redis.call('ZCOUNT', K.waiters, LIVE, '+inf'), window_rate_limited = rl, window_attempts = total,
-    window_ms = C.window_ms, streak = P.streak or 0, fence = S.fence, ceiling = P.ceiling or 0,
-    quota_exhausted = S.quota_exhausted, quota_at = S.quota_at, quota_until = S.quota_until or 0,
-    created = S.created, blocked = why_blocked(),
-    hold_until = S.hold_until or 0, hold_reason = S.hold_reason or '', ttl_max = S.ttl_max or 0,
+  local rate_limited, total = window()
+  local fields_of = {
+    now = NOW, epoch = STATE.epoch, policy = CONFIG.policy, capacity = STATE.capacity,
+    max_capacity = CONFIG.max_capacity,
+    reserve = CONFIG.reserve, paused = STATE.paused, pause_kind = STATE.pause_kind, pause_reason = STATE.pause_reason,
+    paused_until = STATE.paused_until, not_before = STATE.not_before, in_flight = in_flight(),
+    queued = redis.call('ZCOUNT', KEY.waiters, LIVE, '+inf'), window_rate_limited = rate_limited,
+    window_attempts = total,
+    window_ms = CONFIG.window_ms, streak = POLICY.streak or 0, fence = STATE.fence, ceiling = POLICY.ceiling or 0,
+    quota_exhausted = STATE.quota_exhausted, quota_at = STATE.quota_at, quota_until = STATE.quota_until or 0,
+    created = STATE.created, blocked = why_blocked(),
+    hold_until = STATE.hold_until or 0, hold_reason = STATE.hold_reason or '', ttl_max = STATE.ttl_max or 0,
     held_back = held_back(), budgets = budget_section(),
   }
   local reply = {SCHEMA, 'status'}
   for _, name in ipairs(STATUS_FIELDS) do
-    if values[name] == nil then fail('BADSTATE', 'status field ' .. name .. ' has no value') end
+    if fields_of[name] == nil then fail('BADSTATE', 'status field ' .. name .. ' has no value') end
     reply[#reply + 1] = name
-    reply[#reply + 1] = values[name]
+    reply[#reply + 1] = fields_of[name]
   end
   return reply
 end

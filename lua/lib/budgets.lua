@@ -1,7 +1,7 @@
 --[[ lib/budgets.lua: the token buckets beside concurrency.
 
-Uses lib/common.lua.
-Defines: KIND_OF, budget_fields, budget_cost, active_budgets,
+Uses lib/common.lua, lib/fields.lua, lib/decisions.lua.
+Defines: KIND_OF, NO_LIMITS, budget_fields, budget_cost, active_budgets,
 capacity_of, budget_level, set_level, settle, refused, reborn, oversize,
 announced_budgets, calibrate.
 
@@ -11,13 +11,13 @@ state re-created after a loss starts each bucket empty (reborn); a cost
 above a header-announced limit waits for a full bucket rather than being
 refused for good (oversize; a configured ceiling still refuses it). A call reads the
 active kinds' fields once (CALL.active), only when some are active, so a
-governor without budgets pays one field (S.budgets).
+governor without budgets pays one field (STATE.budgets).
 ]]
 
 -- Budgets beside concurrency (governor/budgets.py): token buckets in the
 -- state hash, <kind>_limit per minute (the refill rate; 0: not governed),
 -- <kind>_burst (what the bucket holds at most; 0: no header seen yet, the
--- limit), <kind>_level at <kind>_at ms, <kind>_source. S.budgets lists the
+-- limit), <kind>_level at <kind>_at ms, <kind>_source. STATE.budgets lists the
 -- active kinds; a call reads their fields once (active_budgets), only when
 -- some are active, so a governor without budgets pays one field.
 local KIND_OF = {}
@@ -33,38 +33,39 @@ local function budget_cost(kind, tokens)
   return cost[1] + cost[2] * tokens.input + cost[3] * tokens.output
 end
 
--- The active kinds, their fields read (needs S.budgets: load it).
+-- The active kinds, their fields read (needs STATE.budgets: load it).
 local NO_BUDGETS = {}  -- (never changed)
+local NO_LIMITS = {}  -- a report that announces no rate-limit figures (never changed)
 local function active_budgets()
   if CALL.active then return CALL.active end
-  if S.budgets == '' then
+  if STATE.budgets == '' then
     CALL.active = NO_BUDGETS
     return NO_BUDGETS
   end
   local active = {}
   CALL.active = active
   local names = {}
-  for kind in string.gmatch(S.budgets, '[^,]+') do
-    if not KIND_OF[kind] then fail('BADSTATE', 'field budgets holds ' .. string.format('%q', S.budgets)) end
+  for kind in string.gmatch(STATE.budgets, '[^,]+') do
+    if not KIND_OF[kind] then fail('BADSTATE', 'field budgets holds ' .. string.format('%q', STATE.budgets)) end
     active[#active + 1] = kind
     local limit, burst, level, at, source = budget_fields(kind)
     for _, f in ipairs({limit, burst, level, at, source}) do names[#names + 1] = f end
   end
-  more('state', unpack(names))
+  read_more('state', unpack(names))
   return active
 end
 
 local function capacity_of(kind)
-  local burst = S[kind .. '_burst']
+  local burst = STATE[kind .. '_burst']
   if burst > 0 then return burst end
-  return S[kind .. '_limit']
+  return STATE[kind .. '_limit']
 end
 
 -- A bucket's level now: refilled at its limit per minute since <kind>_at,
 -- never above its capacity.
 local function budget_level(kind)
-  local limit = S[kind .. '_limit']
-  local level = S[kind .. '_level'] + math.max(0, NOW - S[kind .. '_at']) * limit / 60000
+  local limit = STATE[kind .. '_limit']
+  local level = STATE[kind .. '_level'] + math.max(0, NOW - STATE[kind .. '_at']) * limit / 60000
   return math.min(level, capacity_of(kind))
 end
 
@@ -92,25 +93,26 @@ end
 -- bucket whose level the report's headers did not announce (`announced`:
 -- kind -> true) is clamped to 0, as a remaining of 0 would. A refusal
 -- never raises a level, so refusals cannot admit one another in a loop.
--- Needs C.log_length and the events key's type checked.
+-- Needs CONFIG.log_length and the events key's type checked.
 local function refused(announced)
   for _, kind in ipairs(active_budgets()) do
     if not announced[kind] and budget_level(kind) > 0 then
       set_level(kind, 0)
-      log('budget', 'budget', kind, 'limit', S[kind .. '_limit'], 'burst', S[kind .. '_burst'], 'level', 0,
-        'source', S[kind .. '_source'], 'why', 'rate-limited: clamped to 0')
+      log('budget', 'budget', kind, 'limit', STATE[kind .. '_limit'], 'burst', STATE[kind .. '_burst'], 'level', 0,
+        'source', STATE[kind .. '_source'], 'why', 'rate-limited: clamped to 0')
     end
   end
 end
 
 -- A state created after a loss (init.lua): each active bucket starts empty,
 -- not full, since what the fleet spent in the last minute is not known;
--- it refills at its limit. Needs C.log_length and the events key's type checked.
+-- it refills at its limit. Needs CONFIG.log_length and the events key's type checked.
 local function reborn()
   for _, kind in ipairs(active_budgets()) do
     set_level(kind, 0)
-    log('budget', 'budget', kind, 'limit', S[kind .. '_limit'], 'burst', S[kind .. '_burst'], 'level', 0,
-      'source', S[kind .. '_source'], 'why', 'state lost: the bucket starts empty (the fleet\'s spending is not known)')
+    log('budget', 'budget', kind, 'limit', STATE[kind .. '_limit'], 'burst', STATE[kind .. '_burst'], 'level', 0,
+      'source', STATE[kind .. '_source'],
+      'why', 'state lost: the bucket starts empty (the fleet\'s spending is not known)')
   end
 end
 
@@ -121,8 +123,8 @@ end
 -- heard of), at most once per refill of the whole bucket.
 local function oversize(tokens)
   for _, kind in ipairs(active_budgets()) do
-    local cost, limit = budget_cost(kind, tokens), S[kind .. '_limit']
-    if cost > limit and S[kind .. '_source'] ~= 'configured' then return kind, cost, limit end
+    local cost, limit = budget_cost(kind, tokens), STATE[kind .. '_limit']
+    if cost > limit and STATE[kind .. '_source'] ~= 'configured' then return kind, cost, limit end
   end
   return nil
 end
@@ -131,7 +133,7 @@ end
 -- then log an oversize lease: its caller guards events).
 local function announced_budgets()
   for _, kind in ipairs(active_budgets()) do
-    if S[kind .. '_source'] ~= 'configured' then return true end
+    if STATE[kind .. '_source'] ~= 'configured' then return true end
   end
   return false
 end
@@ -140,11 +142,11 @@ end
 -- when not announced): the provider's limit is taken (a configured ceiling
 -- below it wins), the burst is the highest remaining seen, and the level
 -- is clamped to the provider's remaining. Needs the kind's fields and
--- config <kind>_per_minute read, and C.log_length (prepare).
+-- config <kind>_per_minute read, and CONFIG.log_length (prepare).
 local function calibrate(kind, limit_h, remaining)
   local f_limit, f_burst, f_level, f_at, f_source = budget_fields(kind)
-  local was_limit, was_burst, was_source = S[f_limit], S[f_burst], S[f_source]
-  local ceiling = C[kind .. '_per_minute']
+  local was_limit, was_burst, was_source = STATE[f_limit], STATE[f_burst], STATE[f_source]
+  local ceiling = CONFIG[kind .. '_per_minute']
   local limit, source = was_limit, was_source
   if limit_h and limit_h > 0 then
     limit, source = limit_h, 'header'
@@ -162,7 +164,7 @@ local function calibrate(kind, limit_h, remaining)
     set('state', 'budgets', (function()
       local on = {}
       for _, k in ipairs(BUDGET_KINDS) do
-        if k == kind or (S[k .. '_limit'] or 0) > 0 then on[#on + 1] = k end
+        if k == kind or (STATE[k .. '_limit'] or 0) > 0 then on[#on + 1] = k end
       end
       return table.concat(on, ',')
     end)())

@@ -1,19 +1,19 @@
 --[[ lib/capacity.lua: the policy's capacity changes: pause, resume, recover.
 
-Uses lib/common.lua.
+Uses lib/common.lua, lib/fields.lua, lib/decisions.lua, lib/records.lua.
 Defines: resume_level, pause, resume, recover. Capacity is 0 only while
 paused; a pause saves the capacity it resumes at (an operator's) or resumes
 at the resume level (the policy's).
 ]]
 
 local function resume_level()
-  return math.max(1, math.floor(C.max_capacity * C.resume_fraction))
+  return math.max(1, math.floor(CONFIG.max_capacity * CONFIG.resume_fraction))
 end
 
 local function pause(kind, reason, until_ms)
-  if S.capacity > 0 then  -- not paused yet
-    set('state', 'saved_capacity', S.capacity)
-  elseif S.pause_kind == 'policy' then
+  if STATE.capacity > 0 then  -- not paused yet
+    set('state', 'saved_capacity', STATE.capacity)
+  elseif STATE.pause_kind == 'policy' then
     -- An operator takes over a policy pause: the storm is not over, so the
     -- resume starts at the resume level, not where capacity was before it.
     set('state', 'saved_capacity', resume_level())
@@ -32,7 +32,7 @@ local function resume(capacity)
   set('state', 'pause_reason', '')
   set('state', 'paused_until', 0)
   set('state', 'saved_capacity', 0)
-  set('state', 'capacity', math.max(1, math.min(capacity, C.max_capacity)))
+  set('state', 'capacity', math.max(1, math.min(capacity, CONFIG.max_capacity)))
   set('policy', 'streak', 0)
 end
 
@@ -41,15 +41,15 @@ end
 -- an operator pause lifts when its duration is over. Capacity is 0 only
 -- while paused, so a running governor pays nothing here.
 local function recover(rl)
-  if S.capacity > 0 or S.paused == 0 then return end
-  if S.pause_kind == 'policy' then
+  if STATE.capacity > 0 or STATE.paused == 0 then return end
+  if STATE.pause_kind == 'policy' then
     if rl == nil then rl = window() end
     if rl == 0 then
       resume(resume_level())
       log('resume', 'why', 'no rate-limited attempt left in the window')
     end
-  elseif S.paused_until > 0 and NOW >= S.paused_until then
-    resume(S.saved_capacity > 0 and S.saved_capacity or resume_level())
+  elseif STATE.paused_until > 0 and NOW >= STATE.paused_until then
+    resume(STATE.saved_capacity > 0 and STATE.saved_capacity or resume_level())
     log('resume', 'why', 'operator pause duration over')
   end
 end

@@ -1,6 +1,6 @@
 --[[ lib/config.lua: a client's config, as init.lua and reset.lua store it.
 
-Uses lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/policy.lua.
+Uses lib/common.lua, lib/fields.lua, lib/budgets.lua, lib/shares.lua, lib/policy.lua.
 The config arrives as name, value pairs (governor/config.py
 GovernorConfig.script_fields): the base fields of the config hash, then the
 fields of its policy (POLICIES[policy].config). Each is checked for kind and
@@ -53,7 +53,7 @@ end
 -- The stored config as name, value pairs (the exact stored strings), for
 -- init's reply: the config hash as it is.
 local function config_pairs()
-  local flat = redis.call('HGETALL', K.config)
+  local flat = redis.call('HGETALL', KEY.config)
   local out = {}
   for i = 1, #flat, 2 do
     if FIELDS[flat[i]] then
@@ -67,15 +67,15 @@ end
 -- Store a config (replacing the config hash: another policy's fields go)
 -- and a fresh learnt state: capacity at max (the adaptive policy's reset
 -- lowers it to the resume level: its slow start), no pause, no Retry-After
--- hold (a recovery hold stays: S.hold_until, read with every field), the
+-- hold (a recovery hold stays: STATE.hold_until, read with every field), the
 -- policy's state reset, each budget at its configured ceiling (full) or
--- not governed until a header announces it. Needs S.fence and NOW; every
+-- not governed until a header announces it. Needs STATE.fence and NOW; every
 -- key's type checked.
 local function apply_config(cfg, raw)
-  redis.call('DEL', K.config, K.policy)
-  created(K.config)
-  created(K.policy)
-  C, P = {}, {}
+  redis.call('DEL', KEY.config, KEY.policy)
+  created(KEY.config)
+  created(KEY.policy)
+  CONFIG, POLICY = {}, {}
   if DIRTY then DIRTY.config, DIRTY.policy = nil, nil end
   if not STORE then STORE = {} end
   for name, value in pairs(cfg) do
@@ -88,7 +88,7 @@ local function apply_config(cfg, raw)
   set('state', 'paused_until', 0)
   set('state', 'saved_capacity', 0)
   -- a recovery hold stays (lib/origin.lua): only resume's lift-hold ends it
-  local hold_until = S.hold_until or 0
+  local hold_until = STATE.hold_until or 0
   set('state', 'not_before', hold_until > NOW and hold_until or 0)
   set('state', 'capacity', cfg.max_capacity)
   local on = {}
@@ -113,7 +113,7 @@ end
 -- a config): the same fresh state apply_config makes.
 local function clear_learnt()
   local cfg, raw = {}, {}
-  local flat = redis.call('HGETALL', K.config)
+  local flat = redis.call('HGETALL', KEY.config)
   for i = 1, #flat, 2 do
     if FIELDS[flat[i]] then cfg[flat[i]], raw[flat[i]] = value_of(flat[i], flat[i + 1]), flat[i + 1] end
   end

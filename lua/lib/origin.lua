@@ -1,11 +1,11 @@
 --[[ lib/origin.lua: where the state came from, the layout handshake, the
 recovery hold, and a key of the state lost.
 
-Uses lib/common.lua, lib/shares.lua, lib/capacity.lua.
-Defines: the functions of ORIGIN (declared in lib/common.lua). Sets ORIGIN.stamp and ORIGIN.check
-(called by load() of lib/common.lua), ORIGIN.hold and ORIGIN.held (init.lua,
-blocked() of lib/admission.lua), ORIGIN.keys_lost (reclaim() of
-lib/upkeep.lua, acquire.lua) and ORIGIN.status_why (status_reply of lib/admin.lua).
+Uses lib/common.lua, lib/fields.lua, lib/decisions.lua, lib/shares.lua, lib/capacity.lua.
+Defines: load (every call's read of the state, its stamp checked),
+hold_admissions and why_held (init.lua, blocked() of lib/admission.lua),
+note_ttl (init.lua), keys_lost (reclaim() of lib/upkeep.lua), lost and
+seconds (init.lua), status_why (status_reply of lib/admin.lua).
 
 The origin stamp. Every writing call that finds the state stamps it (field
 origin) "layout:min_layout:run_id:replid": the layout this library writes
@@ -56,7 +56,7 @@ local SERVER = nil  -- {run = run_id, replid = master_replid, stamp = ...}, lear
 -- The state's hold and the clients' longest TTL, read without a check (a
 -- state of an older layout lacks them): never fails, for any path.
 local function hold_fields()
-  local raw = redis.call('HMGET', K.state, 'hold_until', 'hold_reason', 'ttl_max')
+  local raw = redis.call('HMGET', KEY.state, 'hold_until', 'hold_reason', 'ttl_max')
   return tonumber(raw[1]) or 0, raw[2] or '', tonumber(raw[3]) or 0
 end
 
@@ -74,10 +74,11 @@ local function learn()
     stamp = string.format('%d:%d:%s:%s', LAYOUT, MIN_LAYOUT, run, replid)}
 end
 
-ORIGIN.stamp = function()
+local STAMP = nil  -- this server's stamp, once learnt (read directly by load())
+local function server_stamp()
   if not SERVER then learn() end
-  ORIGIN.STAMP = SERVER.stamp  -- (read directly by load())
-  return SERVER.stamp
+  STAMP = SERVER.stamp
+  return STAMP
 end
 
 local function seconds(ms)
@@ -85,31 +86,31 @@ local function seconds(ms)
 end
 
 -- Hold admissions for `length` ms from now, for `why` (never shortened).
-ORIGIN.hold = function(length, why)
+local function hold_admissions(length, why)
   local until_ms = NOW + length
-  local current = S.hold_until
+  local current = STATE.hold_until
   if current == nil then current = hold_fields() end
   if until_ms > current then
     set('state', 'hold_until', until_ms)
     set('state', 'hold_reason', why)
   end
-  if until_ms > (S.not_before or 0) then set('state', 'not_before', until_ms) end
+  if until_ms > (STATE.not_before or 0) then set('state', 'not_before', until_ms) end
 end
 
 -- A client announces its lease TTL (init.lua): the longest is recorded.
-ORIGIN.note_ttl = function(ttl)
-  local recorded = S.ttl_max or select(3, hold_fields())
+local function note_ttl(ttl)
+  local recorded = STATE.ttl_max or select(3, hold_fields())
   if ttl > recorded then set('state', 'ttl_max', ttl) end
-  S.ttl_max = math.max(ttl, recorded)
+  STATE.ttl_max = math.max(ttl, recorded)
 end
 
--- Why admissions are held (S.not_before is after NOW), with the end.
-ORIGIN.held = function()
+-- Why admissions are held (STATE.not_before is after NOW), with the end.
+local function why_held()
   local hold_until, reason = hold_fields()
-  if hold_until >= S.not_before then
+  if hold_until >= STATE.not_before then
     return 'recovery hold: ' .. reason .. ' (ends in ' .. seconds(hold_until - NOW) .. ')'
   end
-  return 'holding until the provider\'s retry-after (ends in ' .. seconds(S.not_before - NOW) .. ')'
+  return 'holding until the provider\'s retry-after (ends in ' .. seconds(STATE.not_before - NOW) .. ')'
 end
 
 -- A loss the state itself shows: new epoch, fences above the clock floor,
@@ -120,13 +121,13 @@ local function lost(kind, why)
   if ttl_max == 0 then ttl_max = DEFAULT_TTL_MS end
   local epoch = string.format('%d', NOW) .. '-' .. string.sub(SERVER.run ~= '' and SERVER.run or 'x', 1, 12)
   set('state', 'epoch', epoch)
-  local fence = math.max(tonumber(redis.call('HGET', K.state, 'fence')) or 0, NOW * 1000)
-  redis.call('HSET', K.state, 'fence', fence)  -- now: add_lease counts on from the stored fence
-  S.fence = fence
-  ORIGIN.hold(ttl_max, why .. ': holding ' .. ttl_max .. ' ms (the longest lease TTL recorded) for holders to '
+  local fence = math.max(tonumber(redis.call('HGET', KEY.state, 'fence')) or 0, NOW * 1000)
+  redis.call('HSET', KEY.state, 'fence', fence)  -- now: add_lease counts on from the stored fence
+  STATE.fence = fence
+  hold_admissions(ttl_max, why .. ': holding ' .. ttl_max .. ' ms (the longest lease TTL recorded) for holders to '
     .. 're-register')
-  if S.capacity > 0 and C.max_capacity and C.resume_fraction then
-    set('state', 'capacity', math.min(S.capacity, resume_level()))
+  if STATE.capacity > 0 and CONFIG.max_capacity and CONFIG.resume_fraction then
+    set('state', 'capacity', math.min(STATE.capacity, resume_level()))
   end
   log(kind, 'until', NOW + ttl_max, 'why', why)
   save()
@@ -151,7 +152,7 @@ end
 
 -- A state stamped otherwise than this server would (raw: its stamp, false
 -- when it has none).
-ORIGIN.check = function(raw)
+local function check_origin(raw)
   if not SERVER then learn() end
   if SERVER.run == '' then return end  -- no INFO (a test double of Redis): no check
   if not raw then  -- a state of layout 3: served as it is, stamped from now on
@@ -181,33 +182,59 @@ ORIGIN.check = function(raw)
   lost('came-back', why)
 end
 
+-- The state: `fields`, a list whose first is 'epoch' (it tells whether
+-- the state exists), read with its origin stamp in the same HMGET. Nil
+-- when the governor does not exist. A stamp other than this server's
+-- goes to check_origin (a layout this client may not use fails; a state
+-- that came back is handled as a loss), after the fields are read.
+local function load(fields)
+  STATE = nil
+  fields_of('state')
+  local raw = redis.call('HMGET', KEY.state, 'origin', unpack(fields))
+  if not raw[2] then
+    if redis.call('EXISTS', KEY.state) == 0 then
+      STATE = nil
+      return nil
+    end
+    local schema = redis.call('HGET', KEY.state, 'schema')
+    if schema and tonumber(schema) ~= SCHEMA then fail('SCHEMA', schema .. ' (this client speaks ' .. SCHEMA .. ')') end
+  end
+  for i = 1, #fields do
+    local field, r = fields[i], raw[i + 1]
+    local seen = r and CHECKED[field]
+    STATE[field] = seen and seen[r] or checked(field, r)
+  end
+  if raw[1] ~= (STAMP or server_stamp()) then check_origin(raw[1]) end
+  return STATE
+end
+
 -- A key of the state gone while the state stayed (evicted, deleted): its
 -- sentinel tells. For reclaim() (prepare() done, every key's type checked).
-ORIGIN.keys_lost = function()
+local function keys_lost()
   local gone = {}
-  if not redis.call('ZSCORE', K.leases, SENTINEL) then gone[#gone + 1] = 'leases' end
-  if redis.call('HEXISTS', K.holders, SENTINEL) == 0 then gone[#gone + 1] = 'holders' end
+  if not redis.call('ZSCORE', KEY.leases, SENTINEL) then gone[#gone + 1] = 'leases' end
+  if redis.call('HEXISTS', KEY.holders, SENTINEL) == 0 then gone[#gone + 1] = 'holders' end
   if #gone == 0 then return end
   if gone[#gone] == 'holders' then
     -- the leases' records (tenant, class, reservation) are gone: the leases
     -- go too, and their holders re-register within the hold (adoption)
-    redis.call('DEL', K.leases)
+    redis.call('DEL', KEY.leases)
   end
-  redis.call('ZADD', K.leases, 'NX', 0, SENTINEL)
-  redis.call('HSETNX', K.holders, SENTINEL, '')
-  created(K.leases)
-  created(K.holders)
+  redis.call('ZADD', KEY.leases, 'NX', 0, SENTINEL)
+  redis.call('HSETNX', KEY.holders, SENTINEL, '')
+  created(KEY.leases)
+  created(KEY.holders)
   recount(false)  -- the held counts from the leases and records that exist
   lost('lost-key', 'key(s) ' .. table.concat(gone, ', ') .. ' lost (evicted or deleted)')
 end
 
 -- Why status sees the state unusable as it is ('' none): another server's
 -- state, or a lost key.
-ORIGIN.status_why = function()
+local function status_why()
   if CALL.foreign then return CALL.foreign end
   local gone = {}
-  if not redis.call('ZSCORE', K.leases, SENTINEL) then gone[#gone + 1] = 'leases' end
-  if redis.call('HEXISTS', K.holders, SENTINEL) == 0 then gone[#gone + 1] = 'holders' end
+  if not redis.call('ZSCORE', KEY.leases, SENTINEL) then gone[#gone + 1] = 'leases' end
+  if redis.call('HEXISTS', KEY.holders, SENTINEL) == 0 then gone[#gone + 1] = 'holders' end
   if #gone > 0 then
     return 'key(s) ' .. table.concat(gone, ', ') .. ' lost (evicted or deleted): the next writing call counts '
       .. 'again and holds'

@@ -1,6 +1,6 @@
 --[[ lib/policy.lua: the policies, one entry each in POLICIES.
 
-Uses lib/common.lua, lib/capacity.lua.
+Uses lib/common.lua, lib/numbers.lua, lib/fields.lua, lib/decisions.lua, lib/records.lua, lib/capacity.lua.
 A policy is a unit: its entry here (its state fields, its reaction to a
 rate-limited attempt and to a success, its reset), its config class in
 governor/policies.py (its stored numbers, read here from C) and its entry in
@@ -31,16 +31,16 @@ or nil.
 
 -- Change capacity (never above max_capacity) and log why.
 local function set_capacity(capacity, why, rl, total, ...)
-  capacity = math.max(0, math.min(capacity, C.max_capacity))
-  if capacity ~= S.capacity then
-    local before = S.capacity
+  capacity = math.max(0, math.min(capacity, CONFIG.max_capacity))
+  if capacity ~= STATE.capacity then
+    local before = STATE.capacity
     set('state', 'capacity', capacity)
     log('capacity', 'from', before, 'why', why, 'window_rate_limited', rl, 'window_attempts', total, ...)
   end
 end
 
 local function policy_pause(why, rl, total)
-  local before = S.capacity
+  local before = STATE.capacity
   pause('policy', 'waiting for provider rate-limit recovery', 0)
   log('pause', 'from', before, 'why', why, 'window_rate_limited', rl, 'window_attempts', total)
 end
@@ -55,13 +55,13 @@ local STREAK = {'streak'}
 -- at most 1 % of the attempts: the time of 100 at the window's rate), never
 -- more than two windows (a risen limit is still found within about two).
 local function probe_cap(total)
-  return math.max(C.probe_ms, math.floor(C.window_ms / 2), math.min(2 * C.window_ms, math.floor(100 * C.window_ms / total)))
+  return math.max(CONFIG.probe_ms, math.floor(CONFIG.window_ms / 2), math.min(2 * CONFIG.window_ms, math.floor(100 * CONFIG.window_ms / total)))
 end
 
 -- The seed's rule for a new max_capacity (and the fixed policy's): capacity
 -- at the new max at once, up or down.
 local function at_max()
-  set('state', 'capacity', C.max_capacity)
+  set('state', 'capacity', CONFIG.max_capacity)
   set('policy', 'streak', 0)
 end
 
@@ -72,17 +72,17 @@ POLICIES.seed = {
   state = {},
   reset = function() end,
   limited = function(rl, total)
-    if rl >= C.pause_count then
+    if rl >= CONFIG.pause_count then
       policy_pause(rl .. ' rate-limited attempts in the window', rl, total)
-    elseif rl >= C.decrease_count or (total >= C.ratio_min_attempts and rl / total > C.decrease_ratio) then
-      set_capacity(math.max(1, math.floor(S.capacity * C.decrease_factor)), 'rate-limited: decrease', rl, total)
+    elseif rl >= CONFIG.decrease_count or (total >= CONFIG.ratio_min_attempts and rl / total > CONFIG.decrease_ratio) then
+      set_capacity(math.max(1, math.floor(STATE.capacity * CONFIG.decrease_factor)), 'rate-limited: decrease', rl, total)
     end
   end,
   success = function(rl, total)
-    set('policy', 'streak', P.streak + 1)
-    if P.streak >= C.increase_successes then
+    set('policy', 'streak', POLICY.streak + 1)
+    if POLICY.streak >= CONFIG.increase_successes then
       set('policy', 'streak', 0)
-      set_capacity(S.capacity + 1, C.increase_successes .. ' successes in a row: increase', rl, total)
+      set_capacity(STATE.capacity + 1, CONFIG.increase_successes .. ' successes in a row: increase', rl, total)
     end
   end,
   new_max = function() at_max() end,  -- the seed's rule: capacity = max_capacity at once, up or down
@@ -92,19 +92,19 @@ POLICIES.seed = {
 -- (backed off while refused); at or above it (the limit rose) every half
 -- interval, the step doubling while the provider keeps accepting.
 local function probe_due(waited)
-  local since = NOW - P.probe_at
+  local since = NOW - POLICY.probe_at
   if waited and waited < since then since = waited end
-  return since >= (S.capacity < P.ceiling and P.probe_wait or math.floor(C.probe_ms / 2))
+  return since >= (STATE.capacity < POLICY.ceiling and POLICY.probe_wait or math.floor(CONFIG.probe_ms / 2))
 end
 
 local function probe(why, rl, total)
   set('policy', 'streak', 0)
   set('policy', 'climbing', 0)
-  if S.capacity >= P.ceiling then set('policy', 'probe_wait', C.probe_ms) end
+  if STATE.capacity >= POLICY.ceiling then set('policy', 'probe_wait', CONFIG.probe_ms) end
   set('policy', 'probe_at', NOW)
-  local step = P.probe_step
-  set('policy', 'probe_step', math.min(P.probe_step * 2, C.max_capacity))
-  set_capacity(S.capacity + step, why, rl, total, 'ceiling', P.ceiling, 'step', step)
+  local step = POLICY.probe_step
+  set('policy', 'probe_step', math.min(POLICY.probe_step * 2, CONFIG.max_capacity))
+  set_capacity(STATE.capacity + step, why, rl, total, 'ceiling', POLICY.ceiling, 'step', step)
 end
 
 -- adaptive (the default): a slow start from the resume level; the lowest
@@ -118,10 +118,10 @@ POLICIES.adaptive = {
   state = {'ceiling', 'cut_fence', 'probe_at', 'probe_step', 'probe_wait', 'climbing'},
   reset = function()
     set('policy', 'ceiling', 0)
-    set('policy', 'cut_fence', S.fence)
+    set('policy', 'cut_fence', STATE.fence)
     set('policy', 'probe_at', NOW)
     set('policy', 'probe_step', 1)
-    set('policy', 'probe_wait', C.probe_ms)
+    set('policy', 'probe_wait', CONFIG.probe_ms)
     set('policy', 'climbing', 0)
     -- A new governor, a reset, a state re-created after a loss: no blind
     -- burst of max_capacity; discover the limit from the resume level. Each
@@ -131,42 +131,42 @@ POLICIES.adaptive = {
     -- without reports it doubles every probe interval (no_news() below).
     -- No entry of its own in the decision log: the create, recreate or
     -- reset entry that follows carries the capacity it starts at.
-    set('state', 'capacity', math.min(S.capacity, resume_level()))
+    set('state', 'capacity', math.min(STATE.capacity, resume_level()))
   end,
   limited = function(rl, total, fence)
     -- A lease admitted before the last cut was counted in that cut.
-    if fence ~= nil and fence <= P.cut_fence then return end
+    if fence ~= nil and fence <= POLICY.cut_fence then return end
     local live = in_flight()
-    local level = S.capacity
-    if live > 0 then level = math.max(1, math.min(live, S.capacity)) end
-    if level <= 1 and rl >= C.pause_count and rl >= C.pause_ratio * total then
+    local level = STATE.capacity
+    if live > 0 then level = math.max(1, math.min(live, STATE.capacity)) end
+    if level <= 1 and rl >= CONFIG.pause_count and rl >= CONFIG.pause_ratio * total then
       -- Refused even at one in flight, most attempts refused: a real storm.
-      set('policy', 'cut_fence', S.fence)
+      set('policy', 'cut_fence', STATE.fence)
       policy_pause('rate-limited share ' .. string.format('%.2f', rl / total) .. ' of ' .. total
         .. ' attempts at one in flight', rl, total)
       return
     end
     local capacity, ceiling, why
-    local wait = C.probe_ms
-    local probe = P.ceiling > 0 and level >= P.ceiling and P.climbing == 0
+    local wait = CONFIG.probe_ms
+    local probe = POLICY.ceiling > 0 and level >= POLICY.ceiling and POLICY.climbing == 0
     if probe then
       -- A probe refused: back just below the level it was refused at; at
       -- the level refused before, probe less often.
       capacity, ceiling = level - 1, level
-      if level == P.ceiling then wait = math.min(P.probe_wait * 2, probe_cap(total)) end
+      if level == POLICY.ceiling then wait = math.min(POLICY.probe_wait * 2, probe_cap(total)) end
       why = 'rate-limited at ' .. level .. ' in flight, a probe: back below it'
-    elseif P.climbing == 1 and P.ceiling > 0 then
+    elseif POLICY.climbing == 1 and POLICY.ceiling > 0 then
       -- Refused again climbing back after a cut: the limit is lower still.
-      capacity = math.floor(level * C.cut_factor)
+      capacity = math.floor(level * CONFIG.cut_factor)
       ceiling = capacity + 1
       why = 'rate-limited at ' .. level .. ' in flight again after a cut: cut'
     else
       -- Refused below the lowest level refused so far (or the first 429).
-      capacity, ceiling = math.floor(level * C.cut_factor), level
+      capacity, ceiling = math.floor(level * CONFIG.cut_factor), level
       why = 'rate-limited at ' .. level .. ' in flight: cut'
     end
     set('policy', 'ceiling', ceiling)
-    set('policy', 'cut_fence', S.fence)
+    set('policy', 'cut_fence', STATE.fence)
     set('policy', 'probe_at', NOW)
     set('policy', 'probe_step', 1)
     set('policy', 'probe_wait', wait)
@@ -179,29 +179,29 @@ POLICIES.adaptive = {
   -- At the max a success changes nothing: the streak is 0 there (every
   -- capacity change clears it, and new_max() when it leaves capacity at the
   -- max), so a quiet success reads none of the policy's state.
-  quiet = function() return S.capacity >= C.max_capacity end,
+  quiet = function() return STATE.capacity >= CONFIG.max_capacity end,
   quiet_state = {},
   success = function(rl, total)
-    if S.capacity >= C.max_capacity then return end
-    set('policy', 'streak', P.streak + 1)
-    if P.ceiling == 0 or S.capacity + 1 < P.ceiling then
+    if STATE.capacity >= CONFIG.max_capacity then return end
+    set('policy', 'streak', POLICY.streak + 1)
+    if POLICY.ceiling == 0 or STATE.capacity + 1 < POLICY.ceiling then
       -- Nothing refused yet (the slow start: one more per success doubles
       -- capacity per round of leases), or below the ceiling: one more.
       set('policy', 'streak', 0)
-      set_capacity(S.capacity + 1, 'success below the ceiling: increase', rl, total, 'ceiling', P.ceiling)
-    elseif P.streak >= C.increase_successes and probe_due() then
+      set_capacity(STATE.capacity + 1, 'success below the ceiling: increase', rl, total, 'ceiling', POLICY.ceiling)
+    elseif POLICY.streak >= CONFIG.increase_successes and probe_due() then
       probe('probe above the ceiling', rl, total)
     end
   end,
   no_news = function(waited)
-    if P.ceiling == 0 then
+    if POLICY.ceiling == 0 then
       -- The slow start without reports: every probe interval spent with
       -- callers waiting at capacity and nothing refused doubles capacity.
-      local since = math.min(NOW - P.probe_at, waited)
-      if since < C.probe_ms then return nil end
+      local since = math.min(NOW - POLICY.probe_at, waited)
+      if since < CONFIG.probe_ms then return nil end
       return function(rl, total)
         set('policy', 'probe_at', NOW)
-        set_capacity(S.capacity * 2, 'nothing refused for ' .. since .. ' ms, callers waiting at capacity: double',
+        set_capacity(STATE.capacity * 2, 'nothing refused for ' .. since .. ' ms, callers waiting at capacity: double',
           rl, total, 'ceiling', 0)
       end
     elseif probe_due(waited) then
@@ -216,8 +216,8 @@ POLICIES.adaptive = {
   new_max = function(before)
     -- A lower max_capacity applies at once; a higher one is approached as
     -- any ceiling is (the slow start, probes): what was learnt is kept.
-    if S.capacity > C.max_capacity then set('state', 'capacity', C.max_capacity) end
-    if S.capacity >= C.max_capacity then set('policy', 'streak', 0) end  -- at the max the streak is 0 (quiet)
+    if STATE.capacity > CONFIG.max_capacity then set('state', 'capacity', CONFIG.max_capacity) end
+    if STATE.capacity >= CONFIG.max_capacity then set('policy', 'streak', 0) end  -- at the max the streak is 0 (quiet)
   end,
 }
 
@@ -230,7 +230,7 @@ POLICIES.fixed = {
   quiet = function() return true end,
   quiet_state = STREAK,
   success = function()
-    set('policy', 'streak', P.streak + 1)
+    set('policy', 'streak', POLICY.streak + 1)
   end,
   new_max = function() at_max() end,
 }
@@ -242,14 +242,14 @@ POLICIES.fixed = {
 -- only streak, else every field of the policy's. Every field it needs is
 -- checked present before the caller's first write.
 local function the_policy(outcome)
-  local policy = POLICIES[more_of('config', POLICY_CONFIG).policy]
-  if not policy then fail('BADSTATE', 'field policy holds ' .. string.format('%q', C.policy)) end
-  if outcome == 's' and S.capacity > 0 and policy.quiet and policy.quiet() then
-    more_of('policy', policy.quiet_state)
+  local policy = POLICIES[read_more_list('config', POLICY_CONFIG).policy]
+  if not policy then fail('BADSTATE', 'field policy holds ' .. string.format('%q', CONFIG.policy)) end
+  if outcome == 's' and STATE.capacity > 0 and policy.quiet and policy.quiet() then
+    read_more_list('policy', policy.quiet_state)
     return policy, true
   end
-  more('config', unpack(policy.config))
-  more('policy', 'streak', unpack(policy.state))
+  read_more('config', unpack(policy.config))
+  read_more('policy', 'streak', unpack(policy.state))
   return policy, false
 end
 
@@ -259,20 +259,20 @@ end
 -- Needs the state's capacity, fence and event_seq; `policy` is
 -- the_policy()'s, called before the first write.
 local function record(policy, outcome, fence, rl, total, fresh)
-  S.event_seq = redis.call('HINCRBY', K.state, 'event_seq', '1')  -- read and checked by the caller
-  local member, at = int(S.event_seq) .. ':' .. outcome, NOW_S
+  STATE.event_seq = redis.call('HINCRBY', KEY.state, 'event_seq', '1')  -- read and checked by the caller
+  local member, at = int(STATE.event_seq) .. ':' .. outcome, NOW_S
   if outcome == 'r' then
-    redis.call('ZADD', K.limited, at, member)
-    if rl == 0 then created(K.limited) end
+    redis.call('ZADD', KEY.limited, at, member)
+    if rl == 0 then created(KEY.limited) end
     rl = rl + 1
   end
-  redis.call('ZADD', K.attempts, at, member)
-  if fresh then created(K.attempts) end
+  redis.call('ZADD', KEY.attempts, at, member)
+  if fresh then created(KEY.attempts) end
   if total then total = total + 1 end
   if outcome == 'r' then
     set('policy', 'streak', 0)
-    if S.capacity > 0 then policy.limited(rl, total, fence) end  -- 429s while paused change nothing
-  elseif S.capacity == 0 then
+    if STATE.capacity > 0 then policy.limited(rl, total, fence) end  -- 429s while paused change nothing
+  elseif STATE.capacity == 0 then
     recover(rl)
   elseif outcome == 's' then
     policy.success(rl, total)
@@ -287,21 +287,21 @@ end
 -- since): a level's time counts only while someone waits at it. Run by
 -- refresh and probe; it reads what it needs before the caller's first
 -- write and returns the function that applies it (after), or nil. Needs
--- S.capacity and S.not_before.
+-- STATE.capacity and STATE.not_before.
 local function no_news()
-  if S.capacity == 0 or NOW < S.not_before then return nil end
+  if STATE.capacity == 0 or NOW < STATE.not_before then return nil end
   local policy = the_policy()
   if not policy.no_news then return nil end
-  more('config', 'log_length')
-  if S.capacity >= C.max_capacity or in_flight() < S.capacity then return nil end
-  local head = redis.call('ZRANGE', K.queue, 0, 0)[1]
-  if not head or (tonumber(redis.call('ZSCORE', K.waiters, head)) or 0) <= NOW then return nil end
-  local m = record_parse(redis.call('HGET', K.holders, head))
+  read_more('config', 'log_length')
+  if STATE.capacity >= CONFIG.max_capacity or in_flight() < STATE.capacity then return nil end
+  local head = redis.call('ZRANGE', KEY.queue, 0, 0)[1]
+  if not head or (tonumber(redis.call('ZSCORE', KEY.waiters, head)) or 0) <= NOW then return nil end
+  local m = record_parse(redis.call('HGET', KEY.holders, head))
   if not m then return nil end
   local grow = policy.no_news(NOW - m.since)
   if not grow then return nil end
   local rl, total = window()
   if rl > 0 then return nil end
-  guard(K.events)  -- a growth step is logged
+  guard(KEY.events)  -- a growth step is logged
   return function() grow(rl, total) end
 end

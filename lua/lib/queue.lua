@@ -1,6 +1,7 @@
 --[[ lib/queue.lua: the queue: enqueue, aging, grants.
 
-Uses lib/common.lua, lib/budgets.lua, lib/shares.lua, lib/admission.lua.
+Uses lib/common.lua, lib/numbers.lua, lib/args.lua, lib/fields.lua, lib/decisions.lua,
+lib/records.lua, lib/budgets.lua, lib/shares.lua, lib/admission.lua.
 Defines: enqueue, guard_grant, age, grant.
 
 The queue (governor.protocol.QUEUE_BAND): a waiter's score is band *
@@ -22,20 +23,20 @@ aging_ms goes to band 0 with its tag (age()).
 -- moves on by the tenant's quantum; a waiter of a lower class waits to age.
 local function enqueue(id, place, entry)
   local vtime = VTIMES[place.rank + 1]
-  more('state', vtime)  -- read by prepare(_, rank) already; before the call's first write, as every read
+  read_more('state', vtime)  -- read by prepare(_, rank) already; before the call's first write, as every read
   local share, base = place.share, place.rank * QUEUE_BAND  -- fair within a class
-  local finish = tonumber(redis.call('ZSCORE', K.shares, share))  -- before the first write: it tells the type
-  if not finish then more('config', 'idle_ms') end  -- the new key's expiry (finish), read before the first write
-  redis.call('HSET', K.holders, id, entry)
-  local start = math.max(S[vtime], (finish or base) - base)
-  redis.call('ZADD', K.shares, int(base + start + place.step), share)
-  if not finish then created(K.shares) end
-  redis.call('ZADD', K.queue, int((place.rank + 1) * QUEUE_BAND + start), id)
-  if place.rank > 0 and C.aging_ms > 0 then
-    local due = NOW + C.aging_ms
-    redis.call('ZADD', K.aging, int(due), id)
-    if S.aging_due == 0 then created(K.aging) end
-    if S.aging_due == 0 or due < S.aging_due then set('state', 'aging_due', due) end
+  local finish = tonumber(redis.call('ZSCORE', KEY.shares, share))  -- before the first write: it tells the type
+  if not finish then read_more('config', 'idle_ms') end  -- the new key's expiry (finish), read before the first write
+  redis.call('HSET', KEY.holders, id, entry)
+  local start = math.max(STATE[vtime], (finish or base) - base)
+  redis.call('ZADD', KEY.shares, int(base + start + place.step), share)
+  if not finish then created(KEY.shares) end
+  redis.call('ZADD', KEY.queue, int((place.rank + 1) * QUEUE_BAND + start), id)
+  if place.rank > 0 and CONFIG.aging_ms > 0 then
+    local due = NOW + CONFIG.aging_ms
+    redis.call('ZADD', KEY.aging, int(due), id)
+    if STATE.aging_due == 0 then created(KEY.aging) end
+    if STATE.aging_due == 0 or due < STATE.aging_due then set('state', 'aging_due', due) end
   end
 end
 
@@ -44,18 +45,19 @@ end
 -- is due now (age() logs) or a header's limit may make a grant oversize
 -- (add_lease logs). Needs prepare().
 local function guard_grant(ages, ...)
-  if not ages and S.aging_due == 0 and C.tenant_caps == '' and C.reserve == 0 and not announced_budgets() then
+  local plain = STATE.aging_due == 0 and CONFIG.tenant_caps == '' and CONFIG.reserve == 0
+  if not ages and plain and not announced_budgets() then
     guard(...)  -- (the common case: nothing beyond the keys named)
     return
   end
   local keys = {...}
-  if ages or S.aging_due > 0 then keys[#keys + 1] = K.aging end
-  if C.tenant_caps ~= '' or C.reserve > 0 then  -- parked waiters leave parked and aging
-    keys[#keys + 1] = K.held
-    keys[#keys + 1] = K.parked
-    keys[#keys + 1] = K.aging
+  if ages or STATE.aging_due > 0 then keys[#keys + 1] = KEY.aging end
+  if CONFIG.tenant_caps ~= '' or CONFIG.reserve > 0 then  -- parked waiters leave parked and aging
+    keys[#keys + 1] = KEY.held
+    keys[#keys + 1] = KEY.parked
+    keys[#keys + 1] = KEY.aging
   end
-  if (S.aging_due > 0 and NOW >= S.aging_due) or announced_budgets() then keys[#keys + 1] = K.events end
+  if (STATE.aging_due > 0 and NOW >= STATE.aging_due) or announced_budgets() then keys[#keys + 1] = KEY.events end
   guard(unpack(keys))
 end
 
@@ -63,23 +65,23 @@ end
 -- their tags, at most BATCH per call; one decision-log entry says so.
 -- Needs prepare().
 local function age()
-  if S.aging_due == 0 or NOW < S.aging_due then return end
-  local due = redis.call('ZRANGEBYSCORE', K.aging, '-inf', NOW, 'LIMIT', 0, BATCH)
+  if STATE.aging_due == 0 or NOW < STATE.aging_due then return end
+  local due = redis.call('ZRANGEBYSCORE', KEY.aging, '-inf', NOW, 'LIMIT', 0, BATCH)
   local moved, first = 0, nil
   for _, id in ipairs(due) do
-    local score = tonumber(redis.call('ZSCORE', K.queue, id))
+    local score = tonumber(redis.call('ZSCORE', KEY.queue, id))
     if score and score >= QUEUE_BAND then
-      redis.call('ZADD', K.queue, score % QUEUE_BAND, id)
+      redis.call('ZADD', KEY.queue, score % QUEUE_BAND, id)
       moved = moved + 1
       first = first or id
     end
   end
-  if #due > 0 then redis.call('ZREM', K.aging, unpack(due)) end
-  local next_due = redis.call('ZRANGE', K.aging, 0, 0, 'WITHSCORES')[2]
+  if #due > 0 then redis.call('ZREM', KEY.aging, unpack(due)) end
+  local next_due = redis.call('ZRANGE', KEY.aging, 0, 0, 'WITHSCORES')[2]
   set('state', 'aging_due', next_due and tonumber(next_due) or 0)
   if moved > 0 then
-    local m = record_parse(redis.call('HGET', K.holders, first))
-    log('age', 'waiters', moved, 'holder', m and m.holder or '', 'after_ms', C.aging_ms,
+    local holder_record = record_parse(redis.call('HGET', KEY.holders, first))
+    log('age', 'waiters', moved, 'holder', holder_record and holder_record.holder or '', 'after_ms', CONFIG.aging_ms,
       'why', 'waited aging_ms: ahead of every class now')
   end
 end
@@ -102,19 +104,19 @@ local function grant(caller, read_head, read_deadline, read_record)
   local granted = {}
   local words = {}
   local skipped, admitted = 0, 0
-  local capped = C.tenant_caps ~= ''
+  local capped = CONFIG.tenant_caps ~= ''
   while skipped <= BATCH and admitted < BATCH do
     -- The rule without a place is never stricter than the head's (its class
     -- only adds the reserve): when it holds everybody back and nothing is
     -- to be announced (a grant made, or no time to wait for), the head is
     -- not looked at. (After a grant, a plain governor at capacity needs
     -- no asking: the rule's reason would be worded for nobody.)
-    if admitted > 0 and alike() and CALL.live >= S.capacity then break end
+    if admitted > 0 and alike() and CALL.live >= STATE.capacity then break end
     local none, wait = blocked(NO_TOKENS)
     if none and (admitted > 0 or wait == 0) then break end
     local first, known, head_record = read_head, read_deadline, read_record
     read_head, read_deadline, read_record = nil, nil, nil  -- (the first round's alone)
-    if not first then first = redis.call('ZRANGE', K.queue, '0', '0', 'WITHSCORES') end
+    if not first then first = redis.call('ZRANGE', KEY.queue, '0', '0', 'WITHSCORES') end
     local head = first[1]
     if not head then break end
     local score = tonumber(first[2])
@@ -125,55 +127,59 @@ local function grant(caller, read_head, read_deadline, read_record)
     if not alike() then
       why, hint, budget = blocked(NO_TOKENS, {rank = math.max(band - 1, 0), aged = band == 0})
     end
-    local m, impossible = nil, nil
+    local holder_record, impossible = nil, nil
     if not why then
-      m = record_parse(head_record or redis.call('HGET', K.holders, head))
-      if m and (capped or #active_budgets() > 0) then
-        impossible = never(m.tokens)
+      holder_record = record_parse(head_record or redis.call('HGET', KEY.holders, head))
+      if holder_record and (capped or #active_budgets() > 0) then
+        impossible = never_fits(holder_record.tokens)
         if not impossible then
-          why, hint, budget = blocked(m.tokens, {rank = m.rank, tenant = m.tenant, aged = band == 0})
+          why, hint, budget = blocked(holder_record.tokens,
+            {rank = holder_record.rank, tenant = holder_record.tenant, aged = band == 0})
         end
       end
     end
     if why and budget and budget.park then
       -- Its tenant is at its cap: it waits parked, the next is asked.
-      local _, slot = cap_of(m.tenant)
-      set('state', 'park_seq', S.park_seq + 1)
-      redis.call('ZREM', K.queue, head)
-      redis.call('ZADD', K.parked, slot * PARK_SLOT + S.park_seq, head)
-      created(K.parked)
+      local _, slot = cap_of(holder_record.tenant)
+      set('state', 'park_seq', STATE.park_seq + 1)
+      redis.call('ZREM', KEY.queue, head)
+      redis.call('ZADD', KEY.parked, slot * PARK_SLOT + STATE.park_seq, head)
+      created(KEY.parked)
       skipped = skipped + 1
     elseif why then
-      if hint > 0 and admitted == 0 then redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. int(hint)) end
+      if hint > 0 and admitted == 0 then redis.call('PUBLISH', CHANNEL, STATE.epoch .. ' @' .. int(hint)) end
       break
     else
-      local deadline = tonumber(known or redis.call('ZSCORE', K.waiters, head))
-      redis.call('ZREM', K.queue, head)
-      redis.call('ZREM', K.waiters, head)
-      if score >= QUEUE_BAND and m and m.rank > 0 and S.aging_due > 0 then redis.call('ZREM', K.aging, head) end
+      local deadline = tonumber(known or redis.call('ZSCORE', KEY.waiters, head))
+      redis.call('ZREM', KEY.queue, head)
+      redis.call('ZREM', KEY.waiters, head)
+      if score >= QUEUE_BAND and holder_record and holder_record.rank > 0 and STATE.aging_due > 0 then
+        redis.call('ZREM', KEY.aging, head)
+      end
       if impossible then
         -- A budget's limit fell below its cost: its refresh is refused (acquire again).
-        redis.call('HDEL', K.holders, head)
-        redis.call('PUBLISH', CHANNEL, S.epoch .. ' @' .. 1)  -- ask again now
+        redis.call('HDEL', KEY.holders, head)
+        redis.call('PUBLISH', CHANNEL, STATE.epoch .. ' @' .. 1)  -- ask again now
         skipped = skipped + 1
-      elseif deadline and deadline > NOW and m then
-        local fence, digits = add_lease(head, m.ttl, m.holder, m.tokens, m)
+      elseif deadline and deadline > NOW and holder_record then
+        local fence, digits = add_lease(head, holder_record.ttl, holder_record.holder, holder_record.tokens,
+          holder_record)
         granted[head] = fence
         -- A class's grants come in tag order (the head is its smallest tag, and
         -- a newcomer starts at vtime at least), so its vtime is the last one's
         -- tag, written without a read; an aged waiter's older tag leaves it.
-        local vtime = VTIMES[m.rank + 1]
+        local vtime = VTIMES[holder_record.rank + 1]
         if vtime and score >= QUEUE_BAND then set('state', vtime, score % QUEUE_BAND) end
         if head ~= caller then words[#words + 1] = head .. ':' .. digits end
         admitted = admitted + 1
       else
-        redis.call('HDEL', K.holders, head)
+        redis.call('HDEL', KEY.holders, head)
         skipped = skipped + 1
       end
     end
   end
   if #words > 0 then
-    redis.call('PUBLISH', CHANNEL, S.epoch .. ' ' .. table.concat(words, ' '))
+    redis.call('PUBLISH', CHANNEL, STATE.epoch .. ' ' .. table.concat(words, ' '))
   end
   return granted
 end

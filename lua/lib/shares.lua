@@ -1,8 +1,8 @@
 --[[ lib/shares.lua: tenant caps, the reserve and parking.
 
-Uses lib/common.lua.
-Defines: CAPS_CONFIG, caps_config, cap_of, held, count, hold, requeue,
-unpark, unhold, recount.
+Uses lib/common.lua, lib/fields.lua, lib/records.lua.
+Defines: CAPS_CONFIG, caps_config, cap_of, held_of, held_change, held_add,
+requeue, unpark, held_remove, recount.
 
 Caps and the reserve (governor.protocol.PARK_SLOT): a tenant with a cap
 holds at most that many leases; the classes below the highest hold at most
@@ -10,8 +10,10 @@ capacity - reserve (an aged waiter may take the reserve). A waiter at the
 head whose tenant is at its cap is parked (grant() of lib/queue.lua asks
 the next), and each of the tenant's leases that ends puts its first parked
 waiter back at the front of its class (unpark), so a capped tenant never
-holds up the others. held counts each capped tenant's leases and the lower
-classes' (LOWER_HELD); this call's reads of it are kept in CALL.held.
+holds up the others. The held hash counts each capped tenant's leases and
+the lower classes' (LOWER_HELD): held_of reads a count, held_add and
+held_remove count a lease in and out; this call's reads of it are kept in
+CALL.held.
 ]]
 
 -- What the caps and the reserve need of the config (and finish() of a
@@ -20,21 +22,21 @@ local CAPS_CONFIG = {'tenant_caps', 'reserve', 'idle_ms'}
 
 -- The caps and the reserve (for prepare(), and for acquire's admission
 -- without it): read from the config while state capped says some are set
--- (recount() keeps it), else none, without reading them. Needs S.capped.
+-- (recount() keeps it), else none, without reading them. Needs STATE.capped.
 local function caps_config()
-  if S.capped == 1 then
-    more('config', unpack(CAPS_CONFIG))
+  if STATE.capped == 1 then
+    read_more('config', unpack(CAPS_CONFIG))
   else
-    local into = values('config')
+    local into = fields_of('config')
     into.tenant_caps, into.reserve = '', 0
   end
 end
 
 -- The cap of `tenant` and its slot (its place in config tenant_caps, from
 -- 1), or nil: one plain search of the stored "tenant=cap,..." per tenant
--- and call. Needs C.tenant_caps.
+-- and call. Needs CONFIG.tenant_caps.
 local function cap_of(tenant)
-  if C.tenant_caps == '' then return nil end
+  if CONFIG.tenant_caps == '' then return nil end
   local caps = CALL.caps
   if not caps then
     caps = {}
@@ -42,7 +44,7 @@ local function cap_of(tenant)
   end
   local found = caps[tenant]
   if found == nil then
-    local list = ',' .. C.tenant_caps .. ','
+    local list = ',' .. CONFIG.tenant_caps .. ','
     local at = string.find(list, ',' .. tenant .. '=', 1, true)
     local cap = at and tonumber(string.match(list, '^(%d+),', at + #tenant + 2))
     found = false
@@ -55,35 +57,35 @@ end
 
 -- The leases in flight counted under `field` of held (a capped tenant, or
 -- LOWER_HELD: the classes below the highest while a reserve is set), as
--- this call read and changed them; count() moves one and writes it (a
+-- this call read and changed them; held_change() moves one and writes it (a
 -- field goes at 0).
--- A call that reads held after its first write has guarded it (K.held).
-local function held(field)
+-- A call that reads held after its first write has guarded it (KEY.held).
+local function held_of(field)
   local counts = CALL.held
   if not counts then
     counts = {}
     CALL.held = counts
   end
-  if counts[field] == nil then counts[field] = tonumber(redis.call('HGET', K.held, field)) or 0 end
+  if counts[field] == nil then counts[field] = tonumber(redis.call('HGET', KEY.held, field)) or 0 end
   return counts[field]
 end
 
-local function count(field, delta)
-  local n = held(field) + delta
+local function held_change(field, delta)
+  local n = held_of(field) + delta
   CALL.held[field] = n
   if n > 0 then
-    redis.call('HSET', K.held, field, n)
-    if n == delta then created(K.held) end
+    redis.call('HSET', KEY.held, field, n)
+    if n == delta then created(KEY.held) end
   else
-    redis.call('HDEL', K.held, field)
+    redis.call('HDEL', KEY.held, field)
   end
 end
 
 -- A new lease of `place` counts in its tenant's cap and, below the highest
 -- class, in the lower classes' leases while a reserve is set. Needs CAPS_CONFIG.
-local function hold(place)
-  if cap_of(place.tenant) then count(place.tenant, 1) end
-  if place.rank > 0 and C.reserve > 0 then count(LOWER_HELD, 1) end
+local function held_add(place)
+  if cap_of(place.tenant) then held_change(place.tenant, 1) end
+  if place.rank > 0 and CONFIG.reserve > 0 then held_change(LOWER_HELD, 1) end
 end
 
 -- A waiter parked at its tenant's cap goes back to the queue, at the front
@@ -91,11 +93,11 @@ end
 -- that), in band 0 if it aged meanwhile (age() found it parked). Needs
 -- prepare(); the caller has guarded queue, aging, parked.
 local function requeue(id)
-  local m = record_parse(redis.call('HGET', K.holders, id))
-  local rank = m and m.rank or 0
+  local holder_record = record_parse(redis.call('HGET', KEY.holders, id))
+  local rank = holder_record and holder_record.rank or 0
   local band = rank + 1
-  if rank > 0 and C.aging_ms > 0 and not redis.call('ZSCORE', K.aging, id) then band = 0 end
-  redis.call('ZADD', K.queue, band * QUEUE_BAND + S[VTIMES[rank + 1]], id)
+  if rank > 0 and CONFIG.aging_ms > 0 and not redis.call('ZSCORE', KEY.aging, id) then band = 0 end
+  redis.call('ZADD', KEY.queue, band * QUEUE_BAND + STATE[VTIMES[rank + 1]], id)
 end
 
 -- Tenant `tenant` has room under its cap again: its first parked waiter
@@ -103,19 +105,19 @@ end
 -- Needs prepare().
 local function unpark(tenant)
   local cap, slot = cap_of(tenant)
-  if not cap or held(tenant) >= cap then return end
+  if not cap or held_of(tenant) >= cap then return end
   for _ = 1, BATCH do
-    local id = redis.call('ZRANGEBYSCORE', K.parked, slot * PARK_SLOT, (slot + 1) * PARK_SLOT - 1, 'LIMIT', 0, 1)[1]
+    local id = redis.call('ZRANGEBYSCORE', KEY.parked, slot * PARK_SLOT, (slot + 1) * PARK_SLOT - 1, 'LIMIT', 0, 1)[1]
     if not id then return end
-    redis.call('ZREM', K.parked, id)
-    local deadline = tonumber(redis.call('ZSCORE', K.waiters, id))
+    redis.call('ZREM', KEY.parked, id)
+    local deadline = tonumber(redis.call('ZSCORE', KEY.waiters, id))
     if deadline and deadline > NOW then
       requeue(id)
       return
     end
-    redis.call('ZREM', K.waiters, id)
-    redis.call('ZREM', K.aging, id)
-    redis.call('HDEL', K.holders, id)
+    redis.call('ZREM', KEY.waiters, id)
+    redis.call('ZREM', KEY.aging, id)
+    redis.call('HDEL', KEY.holders, id)
   end
 end
 
@@ -123,13 +125,13 @@ end
 -- leases. Its tenant's count and the lower classes' go down; with `waiting`,
 -- the tenant's first parked waiter goes back to the queue (unpark: needs
 -- prepare()). The caller has read held's type (EXISTS) or guarded it.
-local function unhold(m, waiting)
-  if not m then return end
-  if held(m.tenant) > 0 then
-    count(m.tenant, -1)
-    if waiting then unpark(m.tenant) end
+local function held_remove(holder_record, waiting)
+  if not holder_record then return end
+  if held_of(holder_record.tenant) > 0 then
+    held_change(holder_record.tenant, -1)
+    if waiting then unpark(holder_record.tenant) end
   end
-  if m.rank > 0 and held(LOWER_HELD) > 0 then count(LOWER_HELD, -1) end
+  if holder_record.rank > 0 and held_of(LOWER_HELD) > 0 then held_change(LOWER_HELD, -1) end
 end
 
 -- The caps or the reserve changed (set_shares, a config stored afresh):
@@ -142,37 +144,37 @@ end
 -- its parked waiters. O(leases + parked): for the operator scripts only.
 -- Needs prepare() (or a config stored); every key's type checked.
 local function recount(fresh)
-  redis.call('DEL', K.held)
+  redis.call('DEL', KEY.held)
   CALL.held, CALL.caps = {}, nil
-  local shaped = C.tenant_caps ~= '' or C.reserve > 0
+  local shaped = CONFIG.tenant_caps ~= '' or CONFIG.reserve > 0
   set('state', 'capped', shaped and 1 or 0)
   if shaped then
-    local ids = redis.call('ZRANGEBYSCORE', K.leases, '(0', '+inf')  -- every lease but the sentinel
+    local ids = redis.call('ZRANGEBYSCORE', KEY.leases, '(0', '+inf')  -- every lease but the sentinel
     for i = 1, #ids, 1000 do
       local chunk = {unpack(ids, i, math.min(i + 999, #ids))}
-      local records = redis.call('HMGET', K.holders, unpack(chunk))
+      local records = redis.call('HMGET', KEY.holders, unpack(chunk))
       for j = 1, #chunk do
-        local m = record_parse(records[j])
-        if m then hold(m) end
+        local holder_record = record_parse(records[j])
+        if holder_record then held_add(holder_record) end
       end
     end
   end
-  local parked = redis.call('ZRANGE', K.parked, 0, -1, 'WITHSCORES')
+  local parked = redis.call('ZRANGE', KEY.parked, 0, -1, 'WITHSCORES')
   local tenants = {}
   for i = 1, #parked, 2 do
     local id = parked[i]
-    local m = record_parse(redis.call('HGET', K.holders, id))
+    local holder_record = record_parse(redis.call('HGET', KEY.holders, id))
     local cap, slot = nil, nil
-    if m and not fresh then cap, slot = cap_of(m.tenant) end
+    if holder_record and not fresh then cap, slot = cap_of(holder_record.tenant) end
     if cap then
-      redis.call('ZADD', K.parked, slot * PARK_SLOT + tonumber(parked[i + 1]) % PARK_SLOT, id)
-      tenants[m.tenant] = cap
+      redis.call('ZADD', KEY.parked, slot * PARK_SLOT + tonumber(parked[i + 1]) % PARK_SLOT, id)
+      tenants[holder_record.tenant] = cap
     else
-      redis.call('ZREM', K.parked, id)
+      redis.call('ZREM', KEY.parked, id)
       requeue(id)
     end
   end
   for tenant, cap in pairs(tenants) do
-    for _ = 1, cap - held(tenant) do unpark(tenant) end
+    for _ = 1, cap - held_of(tenant) do unpark(tenant) end
   end
 end

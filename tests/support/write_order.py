@@ -101,8 +101,8 @@ def witness(text: str) -> str:
     text = _patch(
         text,
         "local function load(fields)\n",
-        "local function load(fields)\n  field_checked(K.state, 'origin')\n"
-        "  for i = 1, #fields do field_checked(K.state, fields[i]) end\n",
+        "local function load(fields)\n  field_checked(KEY.state, 'origin')\n"
+        "  for i = 1, #fields do field_checked(KEY.state, fields[i]) end\n",
     )
     text = _patch(
         text,
@@ -112,10 +112,10 @@ def witness(text: str) -> str:
     text = _patch(
         text,
         "local function set(hash, field, value)\n",
-        "local function set(hash, field, value)\n  WATCH.fields[K[hash] .. ' ' .. field] = true\n",
+        "local function set(hash, field, value)\n  WATCH.fields[KEY[hash] .. ' ' .. field] = true\n",
     )
     # add_lease(): the fence undone, nothing is left written
-    undo = "watched(redis.call, 'HINCRBY', K.state, 'fence', '-1')"
+    undo = "watched(redis.call, 'HINCRBY', KEY.state, 'fence', '-1')"
     return _patch(text, undo, undo + "\n    WATCH.wrote = false")
 
 

@@ -1,0 +1,93 @@
+--[[ lib/plans.lua: the read plans: what a call reads before its first write.
+
+Uses lib/common.lua, lib/fields.lua, lib/budgets.lua, lib/shares.lua.
+Defines: PAUSE_FIELDS, ADMIT, WRITE, REPORT, PREPARE_CONFIG, IDLE,
+PREPARE_READS, queue_settled, prepare.
+
+A call reads every field its later steps may use before its first write
+(a read after a write could fail it half-way: a stored value out of range,
+a key of another type), and no more than its path needs (each field read
+costs the call). The lists below are what the operations load first
+(load() of lib/origin.lua) and what prepare() reads after, by path: made
+once, at load, never changed.
+]]
+
+local PAUSE_FIELDS = {'paused', 'pause_kind', 'pause_reason', 'paused_until', 'saved_capacity'}
+-- What the operations load first (load): acquire's admission fields, and
+-- with reclaim's due time for those that reclaim.
+local ADMIT = {'epoch', 'capacity', 'not_before', 'touch_due', 'budgets', 'capped'}
+local WRITE = {'epoch', 'capacity', 'not_before', 'touch_due', 'reclaim_due', 'budgets', 'capped', 'aging_due'}
+-- (a report reads the epoch, the hold and the queue's aging only when it
+-- may grant or hold: prepare(), its retry-after)
+local REPORT = {'capacity', 'touch_due', 'reclaim_due', 'event_seq', 'budgets', 'capped'}
+-- What prepare() reads of the config; what a quiet report reads when it creates the window's key.
+local PREPARE_CONFIG = {'policy', 'window_ms', 'log_length', 'max_capacity', 'idle_ms', 'aging_ms'}
+local IDLE = {'idle_ms'}
+-- What prepare() reads (lists made once): of the state, with the queue's
+-- aging (state), without (quiet: nobody waits), with the aging and the
+-- vtime of class rank (join[rank + 1]: a caller joins it); of the config,
+-- on a hand-over of a lower class (hand_over: its waiter ages, the aging
+-- key may be created). admit[rank + 1]: what acquire loads first when
+-- callers wait, ADMIT and join's, in one HMGET (a newcomer of that class
+-- then joins them, FIFO; only a try, denied, reads the three for nothing).
+local PREPARE_READS = {
+  state = {'epoch', 'not_before', 'reclaim_due', 'capped', 'aging_due'},
+  quiet = {'epoch', 'not_before', 'reclaim_due', 'capped'},
+  join = {},
+  admit = {},
+  hand_over = {'aging_ms', 'idle_ms'},
+}
+for r = 1, #VTIMES do
+  local join, admit, known = {'epoch', 'not_before', 'reclaim_due', 'capped', 'aging_due', VTIMES[r]}, {}, {}
+  for i = 1, #ADMIT do admit[i], known[ADMIT[i]] = ADMIT[i], true end
+  for i = 1, #join do
+    if not known[join[i]] then admit[#admit + 1] = join[i] end
+  end
+  PREPARE_READS.join[r], PREPARE_READS.admit[r] = join, admit
+end
+
+-- Whether nothing due can move the queue's head before a grant: no
+-- reclaim (dead waiters go) and no aging (aged waiters go ahead). Needs
+-- STATE.reclaim_due and STATE.aging_due.
+local function queue_settled()
+  return NOW < STATE.reclaim_due and (STATE.aging_due == 0 or NOW < STATE.aging_due)
+end
+
+-- Read every field reclaim, recover, blocked, grant, pause and log may use,
+-- before a script's first write (reads after a write could fail it
+-- half-way). Capacity is 0 only while paused: the pause's own fields are
+-- read only then; the queue's aging unless `queued` is false (then the
+-- call must not enqueue or grant); the vtime of class `rank` (a caller
+-- joining it), and every class's when reclaim() is due (grant() only
+-- writes them). `hand_over`: the call only grants the queue's head or
+-- joins a queue already there (release, acquire): while nothing else is
+-- due (no reclaim, no aging, no pause) and no budget, cap or reserve is
+-- on, its later steps use no config but a lower class's aging and the
+-- idle time of a key they create (PREPARE_READS.hand_over; enqueue()
+-- reads the idle time when it creates the shares' key, before its first
+-- write).
+local function prepare(queued, rank, hand_over)
+  local fields = PREPARE_READS.state
+  if rank then
+    fields = PREPARE_READS.join[rank + 1]  -- and the class a caller joins
+  elseif queued == false then
+    fields = PREPARE_READS.quiet  -- nobody waits (a report's hot path): not the aging
+  end
+  read_more_list('state', fields)
+  if hand_over and queue_settled() and STATE.capacity ~= 0 and STATE.budgets == '' and STATE.capped == 0 then
+    if rank and rank > 0 then read_more_list('config', PREPARE_READS.hand_over) end
+  else
+    read_more_list('config', PREPARE_CONFIG)
+  end
+  caps_config()
+  if CONFIG.tenant_caps ~= '' then
+    read_more('state', 'park_seq', unpack(VTIMES))  -- grant() parks, unpark() puts back at a class's vtime
+  elseif NOW >= STATE.reclaim_due then
+    read_more('state', unpack(VTIMES))  -- reclaim() prunes the shares by them
+  end
+  active_budgets()
+  if STATE.capacity == 0 then
+    read_more('state', unpack(PAUSE_FIELDS))
+    read_more('config', 'resume_fraction')
+  end
+end
