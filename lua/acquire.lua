@@ -64,7 +64,7 @@ if S.capacity == 0 then
   -- Paused: a pause whose time is up lifts here too.
   prepare()
   check_types()
-  recover()
+  Capacity.recover()
 end
 
 local in_queue = false

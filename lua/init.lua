@@ -67,7 +67,7 @@ if redis.call('EXISTS', K.state) == 1 and (redis.call('EXISTS', K.config) == 0 o
   S = {}
   read_all(K.state, S)
   apply_config(cfg, raw)
-  set('state', 'capacity', resume_level())
+  set('state', 'capacity', Capacity.resume_level())
   log('repair', 'why', 'the ' .. lost .. ' hash was lost (evicted or deleted): the config stored again from a client')
   save()
 end
@@ -116,7 +116,7 @@ local age = server_age()
 if recovered then
   ORIGIN.hold(ttl, 'the state was lost (a Redis restart without it, a flush or an expiry) while a client held '
     .. 'leases or used it: holding ' .. ttl .. ' ms (the longest lease TTL known) for holders to re-register')
-  set('state', 'capacity', resume_level())
+  set('state', 'capacity', Capacity.resume_level())
 end
 if age and age < ttl then
   ORIGIN.hold(ttl - age, 'strict mode: Redis started ' .. age .. ' ms ago (a restart loses what it held): holding '

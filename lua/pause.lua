@@ -28,6 +28,6 @@ keep_alive()
 local until_ms = 0
 if duration > 0 then until_ms = NOW + duration end
 local before = S.capacity
-pause('operator', reason, until_ms)
+Capacity.pause('operator', reason, until_ms)
 log('pause', 'from', before, 'why', 'operator: ' .. reason, 'until', until_ms)
 return finish(status_reply())

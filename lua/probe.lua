@@ -15,10 +15,10 @@ Reply
 clock()
 check_types()
 if not load_all() then return missing_reply() end
-local grow = no_news()
+local grow = Policy.no_news()
 keep_alive()
 reclaim(true)
-recover()
+Capacity.recover()
 if grow then grow() end
 grant()
 return finish(status_reply())

@@ -32,11 +32,11 @@ clock()
 if not load(WRITE) then return missing_reply() end
 prepare()
 check_types()  -- one call per process per poll: cheap enough to check all
-local grow = no_news()
+local grow = Policy.no_news()
 keep_alive()
 
 reclaim()
-recover()
+Capacity.recover()
 if grow then grow() end
 local granted = grant()
 local reason, hint = blocked(NO_TOKENS)

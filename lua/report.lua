@@ -79,7 +79,7 @@ if not load(REPORT) then return missing_reply() end
 -- reads: they tell the queue's and parked's types (parked holds waiters only while caps are set)
 local waiting = redis.call('ZCARD', K.queue) > 0 or (S.capped == 1 and redis.call('ZCARD', K.parked) > 0)
 -- step: the read plan
-local policy, quiet = the_policy(outcome)  -- its config and state: nothing is read after the first write
+local policy, quiet = Policy.the_policy(outcome)  -- its config and state: nothing is read after the first write
 -- A quiet success (the policy's common case) with nothing due and no
 -- figures to calibrate writes no log and reads no more config (the keys'
 -- idle time only if the window's key is new); with callers queued, what
@@ -188,9 +188,11 @@ if outcome == 'q' then
     log('quota', 'count', S.quota_exhausted, 'why', 'provider reported its quota exhausted (billing, not a throttle)')
   end
 else
-  record(policy, outcome, fence, rl, total, fresh)
-  if outcome == 'r' and retry_after then
-    -- The provider asked the whole fleet to hold.
+  local holds = Policy.record(policy, outcome, fence, rl, total, fresh)
+  if outcome == 'r' and retry_after and holds then
+    -- The provider asked the whole fleet to hold, and the policy read the
+    -- refusal as the fleet's (a refused probe, the provider's background:
+    -- only the caller waits; Policy.record()).
     local until_ms = NOW + math.min(retry_after, C.retry_after_cap_ms)
     if until_ms > S.not_before then
       set('state', 'not_before', until_ms)

@@ -31,7 +31,7 @@ local was_holding = held_until > NOW
 local recovery = S.hold_until or 0
 local lifted, lifted_why = 0, S.hold_reason or ''
 if was_paused then
-  if S.pause_kind == 'operator' and S.saved_capacity > 0 then resume(S.saved_capacity) else resume(resume_level()) end
+  if S.pause_kind == 'operator' and S.saved_capacity > 0 then Capacity.resume(S.saved_capacity) else Capacity.resume(Capacity.resume_level()) end
 end
 if recovery > NOW and lift == 'lift-hold' then
   set('state', 'hold_until', 0)

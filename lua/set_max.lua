@@ -32,7 +32,7 @@ if reserve >= n then set('config', 'reserve', n - 1) end  -- a reserve stays bel
 if S.paused == 1 then
   if S.saved_capacity > n then set('state', 'saved_capacity', n) end
 else
-  POLICIES[C.policy].new_max(before)
+  Policy.POLICIES[C.policy].new_max(before)
 end
 log('set_max', 'from', before, 'to', n, 'capacity_from', capacity_before, 'why', 'operator')
 redis.call('PUBLISH', CHANNEL, S.epoch .. ' !config')  -- clients learn the stored config anew

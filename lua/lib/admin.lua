@@ -87,6 +87,7 @@ local function status_reply()
     paused_until = S.paused_until, not_before = S.not_before, in_flight = in_flight(),
     queued = redis.call('ZCOUNT', K.waiters, LIVE, '+inf'), window_rate_limited = rl, window_attempts = total,
     window_ms = C.window_ms, streak = P.streak or 0, fence = S.fence, ceiling = P.ceiling or 0,
+    background_ppm = P.background_ppm or 0,
     quota_exhausted = S.quota_exhausted, quota_at = S.quota_at, quota_until = S.quota_until or 0,
     created = S.created, blocked = why_blocked(),
     hold_until = S.hold_until or 0, hold_reason = S.hold_reason or '', ttl_max = S.ttl_max or 0,

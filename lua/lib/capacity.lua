@@ -1,22 +1,24 @@
 --[[ lib/capacity.lua: the policy's capacity changes: pause, resume, recover.
 
 Uses lib/common.lua.
-Defines: resume_level, pause, resume, recover. Capacity is 0 only while
-paused; a pause saves the capacity it resumes at (an operator's) or resumes
-at the resume level (the policy's).
+Defines: Capacity (resume_level, pause, resume, recover), one main-chunk
+local. Capacity is 0 only while paused; a pause saves the capacity it
+resumes at (an operator's) or resumes at the resume level (the policy's).
 ]]
 
-local function resume_level()
+local Capacity = {}
+
+function Capacity.resume_level()
   return math.max(1, math.floor(C.max_capacity * C.resume_fraction))
 end
 
-local function pause(kind, reason, until_ms)
+function Capacity.pause(kind, reason, until_ms)
   if S.capacity > 0 then  -- not paused yet
     set('state', 'saved_capacity', S.capacity)
   elseif S.pause_kind == 'policy' then
     -- An operator takes over a policy pause: the storm is not over, so the
     -- resume starts at the resume level, not where capacity was before it.
-    set('state', 'saved_capacity', resume_level())
+    set('state', 'saved_capacity', Capacity.resume_level())
   end
   set('state', 'paused', 1)
   set('state', 'pause_kind', kind)
@@ -26,7 +28,7 @@ local function pause(kind, reason, until_ms)
   set('policy', 'streak', 0)
 end
 
-local function resume(capacity)
+function Capacity.resume(capacity)
   set('state', 'paused', 0)
   set('state', 'pause_kind', '')
   set('state', 'pause_reason', '')
@@ -40,16 +42,16 @@ end
 -- a policy pause lifts once no rate-limited attempt is left in the window,
 -- an operator pause lifts when its duration is over. Capacity is 0 only
 -- while paused, so a running governor pays nothing here.
-local function recover(rl)
+function Capacity.recover(rl)
   if S.capacity > 0 or S.paused == 0 then return end
   if S.pause_kind == 'policy' then
     if rl == nil then rl = window() end
     if rl == 0 then
-      resume(resume_level())
+      Capacity.resume(Capacity.resume_level())
       log('resume', 'why', 'no rate-limited attempt left in the window')
     end
   elseif S.paused_until > 0 and NOW >= S.paused_until then
-    resume(S.saved_capacity > 0 and S.saved_capacity or resume_level())
+    Capacity.resume(S.saved_capacity > 0 and S.saved_capacity or Capacity.resume_level())
     log('resume', 'why', 'operator pause duration over')
   end
 end

@@ -15,10 +15,10 @@ local function parse_config(first)
   local pairs_at = {}
   for i = first, #ARGV, 2 do pairs_at[ARGV[i]] = i end
   local policy_name = pairs_at.policy and ARGV[pairs_at.policy + 1]
-  local policy = POLICIES[policy_name or '']
+  local policy = Policy.POLICIES[policy_name or '']
   if not policy then
     local names = {}
-    for name in pairs(POLICIES) do names[#names + 1] = name end
+    for name in pairs(Policy.POLICIES) do names[#names + 1] = name end
     table.sort(names)
     fail('BADARG', 'policy must be one of ' .. table.concat(names, ', ') .. ', got ' .. tostring(policy_name))
   end
@@ -105,7 +105,7 @@ local function apply_config(cfg, raw)
   set('state', 'budgets', table.concat(on, ','))
   CALL.active = nil
   set('policy', 'streak', 0)
-  POLICIES[cfg.policy].reset()
+  Policy.POLICIES[cfg.policy].reset()
   recount(true)  -- the caps and the reserve as stored now; parked waiters queue again
 end
 
@@ -117,7 +117,7 @@ local function clear_learnt()
   for i = 1, #flat, 2 do
     if FIELDS[flat[i]] then cfg[flat[i]], raw[flat[i]] = value_of(flat[i], flat[i + 1]), flat[i + 1] end
   end
-  local policy = POLICIES[cfg.policy or '']
+  local policy = Policy.POLICIES[cfg.policy or '']
   if not policy then fail('BADSTATE', 'field policy holds ' .. string.format('%q', tostring(cfg.policy))) end
   for _, list in ipairs({BASE_CONFIG, policy.config}) do
     for _, name in ipairs(list) do

@@ -126,7 +126,7 @@ local function lost(kind, why)
   ORIGIN.hold(ttl_max, why .. ': holding ' .. ttl_max .. ' ms (the longest lease TTL recorded) for holders to '
     .. 're-register')
   if S.capacity > 0 and C.max_capacity and C.resume_fraction then
-    set('state', 'capacity', math.min(S.capacity, resume_level()))
+    set('state', 'capacity', math.min(S.capacity, Capacity.resume_level()))
   end
   log(kind, 'until', NOW + ttl_max, 'why', why)
   save()
