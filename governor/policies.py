@@ -178,6 +178,7 @@ class AdaptivePolicy(Policy):
         "cut_ceiling": COUNT,  #: the ceiling before the last cut
         "cut_level": COUNT,  #: leases in flight at the last cut: the round admitted together (0: none)
         "cut_at": COUNT,  #: ms of the last cut
+        "cut_share_ppm": COUNT,  #: the refusal share (per million) a window after it, at the level it left
         "round_fence": COUNT,  #: the fence at the last cut: leases up to it were in that round
         "round_refused": COUNT,  #: of that round, how many were refused
     }
@@ -189,6 +190,7 @@ class AdaptivePolicy(Policy):
         "cut_ceiling",
         "cut_level",
         "cut_at",
+        "cut_share_ppm",
         "round_fence",
         "round_refused",
     )

@@ -159,6 +159,7 @@ do
     set('policy', 'cut_ceiling', P.ceiling)
     set('policy', 'cut_level', level)
     set('policy', 'cut_at', NOW)
+    set('policy', 'cut_share_ppm', 0)
     set('policy', 'round_fence', S.fence)
     set('policy', 'round_refused', 1)
     set('policy', 'ceiling', ceiling)
@@ -182,7 +183,8 @@ do
   POLICIES.adaptive = {
     config = {'pause_count', 'pause_ratio', 'increase_successes', 'cut_factor', 'probe_ms'},
     state = {'ceiling', 'cut_fence', 'probe_at', 'probe_step', 'probe_wait', 'climbing'},
-    later = {'background_ppm', 'cut_from', 'cut_ceiling', 'cut_level', 'cut_at', 'round_fence', 'round_refused'},
+    later = {'background_ppm', 'cut_from', 'cut_ceiling', 'cut_level', 'cut_at', 'cut_share_ppm', 'round_fence',
+      'round_refused'},
     reset = function()
       set('policy', 'ceiling', 0)
       set('policy', 'cut_fence', S.fence)
@@ -195,6 +197,7 @@ do
       set('policy', 'cut_ceiling', 0)
       set('policy', 'cut_level', 0)
       set('policy', 'cut_at', 0)
+      set('policy', 'cut_share_ppm', 0)
       set('policy', 'round_fence', 0)
       set('policy', 'round_refused', 0)
       -- A new governor, a reset, a state re-created after a loss: no blind
@@ -275,21 +278,43 @@ do
           return no_cut('refused at ' .. level .. ' in flight ' .. since .. ' ms after a cut, refusal share '
             .. percent(share) .. ': a window to tell the background from a lower limit', rl, total, level)
         end
-        if P.round_refused <= 1 + explained(share, P.cut_level) then
-          -- A window on, refused as often as before the cut, and the round
-          -- in flight at the cut no more refused than that share explains:
-          -- the cut bought nothing. The share is the background's; undo it.
-          -- (the estimate: the mean of the last one and this share, per million)
-          local ppm = math.floor(share * 1e6)
+        local ppm = math.floor(share * 1e6)
+        if P.round_refused > 1 + explained(share, P.cut_level) then
+          -- The round in flight at the cut was refused more than this share
+          -- explains: the fleet's load. The cut stands; judged afresh now.
+          set('policy', 'cut_level', 0)
+        elseif P.cut_share_ppm == 0 then
+          -- A window at the level the cut left, refused at this share: one
+          -- level lower for a window, to compare (a share that falls with
+          -- the level is the fleet's load; one that stays, the background).
+          set('policy', 'cut_share_ppm', ppm)
+          set('policy', 'cut_at', NOW)
+          set('policy', 'cut_fence', S.fence)
+          set('policy', 'probe_at', NOW + C.window_ms)  -- held there a window (success())
+          set('policy', 'climbing', 1)
+          set_capacity(math.max(1, math.floor(level * C.cut_factor)), 'refused at ' .. level
+            .. ' in flight a window after a cut, share ' .. percent(share) .. ': a level lower, to compare',
+            rl, total, 'level', level, 'ceiling', P.ceiling)
+          return false
+        elseif ppm * 2 < P.cut_share_ppm then
+          -- The share fell with the level: the fleet's load; the cuts stand.
+          set('policy', 'cut_level', 0)
+          return no_cut('refused at ' .. level .. ' in flight, share ' .. percent(share) .. ' down from '
+            .. percent(P.cut_share_ppm / 1e6) .. ' a level higher: the fleet\'s load, the cut stands', rl, total, level)
+        else
+          -- A level lower, refused as often: the cuts bought nothing. The
+          -- share is the background's (the mean of the last estimate and
+          -- this share); undo them.
           if P.background_ppm > 0 then ppm = math.floor((P.background_ppm + ppm) / 2) end
           set('policy', 'background_ppm', ppm)
-          set('policy', 'ceiling', P.cut_ceiling)
+          -- (a cut of the slow start: its level, not a slow start again)
+          set('policy', 'ceiling', P.cut_ceiling > 0 and P.cut_ceiling or P.cut_level)
           set('policy', 'cut_level', 0)
           set('policy', 'climbing', 0)
           set('policy', 'probe_at', NOW)
           set('policy', 'probe_wait', C.probe_ms)
-          set_capacity(math.max(S.capacity, P.cut_from), 'refused at ' .. level .. ' in flight a window after a cut,'
-            .. ' share ' .. percent(share) .. ' as before it: background refusal share ' .. percent(ppm / 1e6)
+          set_capacity(math.max(S.capacity, P.cut_from), 'refused at ' .. level .. ' in flight, share '
+            .. percent(share) .. ' as a level higher: background refusal share ' .. percent(ppm / 1e6)
             .. ', cut undone', rl, total, 'level', level, 'ceiling', P.ceiling, 'background_ppm', P.background_ppm)
           return false
         end
@@ -312,7 +337,11 @@ do
     success = function(rl, total)
       if S.capacity >= C.max_capacity then return end
       set('policy', 'streak', P.streak + 1)
-      if P.ceiling == 0 or S.capacity + 1 < P.ceiling then
+      if P.probe_at > NOW then
+        -- A window held a level lower, to compare the share refused there
+        -- with the share a level higher (limited()): no growth, no probe.
+        return
+      elseif P.ceiling == 0 or S.capacity + 1 < P.ceiling then
         -- Nothing refused yet (the slow start: one more per success doubles
         -- capacity per round of leases), or below the ceiling: one more.
         set('policy', 'streak', 0)

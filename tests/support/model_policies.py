@@ -99,7 +99,16 @@ class Adaptive(Policy):
     name = "adaptive"
     config = ("pause_count", "pause_ratio", "increase_successes", "cut_factor", "probe_ms")
     state = ("ceiling", "cut_fence", "probe_at", "probe_step", "probe_wait", "climbing")
-    later = ("background_ppm", "cut_from", "cut_ceiling", "cut_level", "cut_at", "round_fence", "round_refused")
+    later = (
+        "background_ppm",
+        "cut_from",
+        "cut_ceiling",
+        "cut_level",
+        "cut_at",
+        "cut_share_ppm",
+        "round_fence",
+        "round_refused",
+    )
 
     def reset(self, m: Model) -> None:
         m.P.update(ceiling=0, cut_fence=m.S["fence"], probe_at=m.now, probe_step=1, probe_wait=m.C["probe_ms"])
@@ -148,12 +157,21 @@ class Adaptive(Policy):
         if self._verdict_open(m) and share <= NOISE_MAX:
             if since < C["window_ms"]:  # a window to tell the background from a lower limit
                 return False
-            if P["round_refused"] <= 1 + explained(share, P["cut_level"]):
-                # refused as often a window after the cut: the cut bought nothing; undo it
-                ppm = math.floor(share * 1e6)
+            ppm = math.floor(share * 1e6)
+            if P["round_refused"] > 1 + explained(share, P["cut_level"]):  # the round said load: the cut stands
+                P["cut_level"] = 0
+            elif P["cut_share_ppm"] == 0:  # a level lower for a window, to compare
+                P.update(cut_share_ppm=ppm, cut_at=m.now, cut_fence=S["fence"], probe_at=m.now + C["window_ms"])
+                P["climbing"] = 1
+                m.set_capacity(max(1, math.floor(level * C["cut_factor"])))
+                return False
+            elif ppm * 2 < P["cut_share_ppm"]:  # the share fell with the level: load, the cuts stand
+                P["cut_level"] = 0
+                return False
+            else:  # refused as often a level lower: the background's share; undo the cuts
                 if P["background_ppm"] > 0:
                     ppm = math.floor((P["background_ppm"] + ppm) / 2)
-                P.update(background_ppm=ppm, ceiling=P["cut_ceiling"], cut_level=0, climbing=0)
+                P.update(background_ppm=ppm, ceiling=P["cut_ceiling"] or P["cut_level"], cut_level=0, climbing=0)
                 P.update(probe_at=m.now, probe_wait=C["probe_ms"])
                 m.set_capacity(max(S["capacity"], P["cut_from"]))
                 return False
@@ -172,6 +190,7 @@ class Adaptive(Policy):
     def _cut(m: Model, capacity: int, ceiling: int, level: int) -> bool:
         S, C, P = m.S, m.C, m.P
         P.update(cut_from=S["capacity"], cut_ceiling=P["ceiling"], cut_level=level, cut_at=m.now, round_refused=1)
+        P["cut_share_ppm"] = 0
         P["round_fence"] = S["fence"]
         P.update(ceiling=ceiling, cut_fence=S["fence"], probe_at=m.now, probe_step=1, probe_wait=C["probe_ms"])
         P["climbing"] = 1  # a 429 before the next probe may mean lower still
@@ -184,6 +203,8 @@ class Adaptive(Policy):
         if S["capacity"] >= C["max_capacity"]:
             P["streak"] = 0
             return
+        if P["probe_at"] > m.now:
+            return  # a window held a level lower, to compare
         if P["ceiling"] == 0 or S["capacity"] + 1 < P["ceiling"]:
             P["streak"] = 0
             m.set_capacity(S["capacity"] + 1)
