@@ -501,6 +501,7 @@ def test_adaptive_older_429s_change_nothing_and_a_refused_probe_goes_back_below_
     clock.advance(10)
     report(gov, S, S, S)
     assert gov.status().capacity == 20
+    clock.advance(61)  # the window empties: what it holds next is refused, no background explains it
     refuse_at(gov, 20)  # refused again: back to 19
     refuse_at(gov, 19)  # then at 19: the first 429 below the ceiling, a cut (not the cut again of a climb)
     st = gov.status()
@@ -677,6 +678,7 @@ def test_set_max_keeps_what_the_adaptive_policy_learnt(make_gov: MakeGov, clock)
     assert flood(gov, held) == 10
     for lease in held:
         lease.release()
+    clock.advance(61)  # the window empties: a refusal there is no background's
     report(gov, R)  # reported without a lease, nothing in flight: cut from capacity 10
     st = gov.status()
     assert (st.capacity, st.ceiling) == (9, 10)
