@@ -92,7 +92,9 @@ OK, LIMITED, RATE, QUOTA, TOKENS, OVERLOADED, ABANDONED = (
 REQUESTS, TOTAL, INPUT, OUTPUT = "requests", "tokens", "input_tokens", "output_tokens"
 KINDS = (REQUESTS, TOTAL, INPUT, OUTPUT)
 #: why a request was refused: the concurrency limit or the rate limit that had no room
-REASONS = ("concurrency", *KINDS)
+#: ... or at random (``noise``), whatever the load
+NOISE = "noise"
+REASONS = ("concurrency", *KINDS, NOISE)
 
 #: the API shapes served
 OPENAI, ANTHROPIC, GEMINI, BEDROCK, AZURE = "openai", "anthropic", "gemini", "bedrock", "azure"
@@ -153,6 +155,11 @@ class ProviderConfig:
     daily_quota: int | None = None
     #: Azure answers put -1 and 0 in some rate-limit headers, as some Azure APIs do
     azure_odd_headers: bool = True
+    #: share of calls refused at random whatever the load (a shared-capacity 429: another
+    #: tenant's traffic, an overload burst), before any limit is looked at (0: none)
+    noise: float = 0.0
+    #: Retry-After of a random refusal, seconds (None: the refusal names no delay)
+    noise_retry_after: float | None = None
     #: ((seconds after the run's start, new hidden limit), ...)
     schedule: tuple[tuple[float, int], ...] = ()
     #: completion tokens of each answer when ``completion_mean`` is None (capped by max_tokens)
@@ -220,6 +227,11 @@ class ProviderConfig:
         _number_at_least("stream_error_rate", self.stream_error_rate, 0.0)
         if self.stream_error_rate > 1:
             raise ConfigError(f"stream_error_rate is a probability (0 to 1), got {self.stream_error_rate!r}")
+        _number_at_least("noise", self.noise, 0.0)
+        if self.noise >= 1:
+            raise ConfigError(f"noise is the share of calls refused at random: 0 <= noise < 1, got {self.noise!r}")
+        if self.noise_retry_after is not None:
+            _number_at_least("noise_retry_after", self.noise_retry_after, 0.0)
         _number_at_least("sample_interval", self.sample_interval, 0.001)
         if self.seed is not None:
             _int_at_least("seed", self.seed, 0)
@@ -823,6 +835,8 @@ class MockProvider:
             return await self._refuse(run, arrival, call, QUOTA, None, None)
         if config.daily_quota is not None and self._accepted >= config.daily_quota:
             return await self._refuse(run, arrival, call, QUOTA, "day", None)
+        if config.noise > 0 and self._rng.random() < config.noise:
+            return await self._refuse(run, arrival, call, LIMITED, NOISE, config.noise_retry_after)
         cost = call.cost
         for kind, limit in self._limits.items():
             if not limit.fits(cost.of(kind), now):
@@ -1005,7 +1019,7 @@ class MockProvider:
                 call,
                 kind,
                 reason,
-                self._retry_after_value(wait),
+                self._retry_after_value(wait, reason),
                 "" if kind == QUOTA or reason is None else self._refusal_message(call, kind, reason, wait),
                 headers,
             )
@@ -1028,7 +1042,7 @@ class MockProvider:
                 headers,
             )
         assert reason is not None
-        seconds = self._retry_after_value(wait)
+        seconds = self._retry_after_value(wait, reason)
         if seconds is not None and math.isfinite(seconds):
             if call.api == OPENAI:
                 headers["retry-after-ms"] = str(max(1, round(seconds * 1000)))
@@ -1042,6 +1056,8 @@ class MockProvider:
 
     def _refusal_message(self, call: _Call, kind: str, reason: str, wait: float | None) -> str:
         model = call.model
+        if reason == NOISE:
+            return f"The service is experiencing high demand for {model}. Please try again later."
         if kind == LIMITED:
             return (
                 f"Rate limit reached for {model} on concurrent requests: Limit {self._limit}. Please try again later."
@@ -1065,7 +1081,9 @@ class MockProvider:
             f"Used {used}, Requested {asked}. Please try again in {go_duration(wait)}."
         )
 
-    def _retry_after_value(self, wait: float | None) -> float | None:
+    def _retry_after_value(self, wait: float | None, reason: str | None = None) -> float | None:
+        if reason == NOISE:  # a random refusal names its own delay, or none
+            return wait
         setting = self.config.retry_after
         if setting == "none":
             return None

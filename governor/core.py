@@ -564,6 +564,7 @@ class GovernorCore:
                 window=int(f["window_ms"]) / 1000,
                 policy=f["policy"],
                 ceiling=int(f["ceiling"]),
+                background=int(f.get("background_ppm", "0")) / 1e6,
                 streak=int(f["streak"]),
                 fence=int(f["fence"]),
                 quota_exhausted=int(f["quota_exhausted"]),

@@ -173,7 +173,27 @@ class AdaptivePolicy(Policy):
         "probe_step": STEP,  #: the next probe's step (doubles while the provider accepts)
         "probe_wait": COUNT,  #: ms between probes just below the ceiling (doubles while refused there)
         "climbing": FLAG,  #: cut (not a refused probe) since the last probe: a 429 then means lower still
+        "background_ppm": COUNT,  #: the refusal share (per million) the provider shows whatever the fleet's load
+        "cut_from": COUNT,  #: capacity before the last cut (what undoing it restores)
+        "cut_ceiling": COUNT,  #: the ceiling before the last cut
+        "cut_level": COUNT,  #: leases in flight at the last cut: the round admitted together (0: none)
+        "cut_at": COUNT,  #: ms of the last cut
+        "cut_share_ppm": COUNT,  #: the refusal share (per million) a window after it, at the level it left
+        "round_fence": COUNT,  #: the fence at the last cut: leases up to it were in that round
+        "round_refused": COUNT,  #: of that round, how many were refused
     }
+    #: state fields added after the policy hash was first stored: a refusal
+    #: reads them, absent as 0 (a state an older client created has none yet)
+    later: ClassVar[tuple[str, ...]] = (
+        "background_ppm",
+        "cut_from",
+        "cut_ceiling",
+        "cut_level",
+        "cut_at",
+        "cut_share_ppm",
+        "round_fence",
+        "round_refused",
+    )
     follows_window: ClassVar[dict[str, float]] = {"probe_interval": 0.25}
 
     def validate(self) -> None:

@@ -452,6 +452,7 @@ STATUS_FIELDS: tuple[str, ...] = (
     "streak",
     "fence",
     "ceiling",
+    "background_ppm",
     "quota_exhausted",
     "quota_at",
     "quota_until",

@@ -95,6 +95,9 @@ class Status:
     ttl_max: float = 0.0  #: the longest lease TTL a client announced: the length of a recovery hold
     #: when the last exhausted quota comes back, as the provider said (None: unknown, or none reported)
     quota_until: float | None = None
+    #: adaptive: the estimated share of calls the provider refuses whatever the fleet's load
+    #: (its background: a refusal it explains cuts nothing; docs/usage.md)
+    background: float = 0.0
 
     def budget(self, kind: str) -> Budget | None:
         """The active budget of ``kind``, or None when that kind is not governed."""

@@ -76,6 +76,7 @@ FRAGMENTS: tuple[str, ...] = (
     "admission",
     "queue",
     "policy",
+    "adaptive",
     "admin",
     "config",
 )

@@ -191,9 +191,11 @@ if outcome == 'q' then
       'why', 'provider reported its quota exhausted (billing, not a throttle)')
   end
 else
-  record(policy, outcome, fence, rate_limited, total, fresh)
-  if outcome == 'r' and retry_after then
-    -- The provider asked the whole fleet to hold.
+  local holds = record(policy, outcome, fence, rate_limited, total, fresh)
+  if outcome == 'r' and retry_after and holds then
+    -- The provider asked the whole fleet to hold, and the policy read the
+    -- refusal as the fleet's (a refused probe, the provider's background:
+    -- only the caller waits; record() of lib/policy.lua).
     local until_ms = NOW + math.min(retry_after, CONFIG.retry_after_cap_ms)
     if until_ms > STATE.not_before then
       set('state', 'not_before', until_ms)

@@ -13,7 +13,8 @@ Reply
     governor.protocol.STATUS_FIELDS: now, epoch, policy, capacity,
     max_capacity, paused (0|1), pause_kind, pause_reason, paused_until (ms,
     0 none), not_before (ms, 0 none), in_flight, queued, window_rate_limited,
-    window_attempts, window_ms, streak, fence, ceiling, quota_exhausted,
+    window_attempts, window_ms, streak, fence, ceiling, background_ppm
+    (adaptive: the estimated background refusal share, per million), quota_exhausted,
     quota_at (ms), quota_until (ms, 0 unknown), created (ms), blocked (why a new caller would wait, '')
   {SCHEMA, 'missing'}   no such governor
 ]]

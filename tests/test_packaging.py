@@ -263,11 +263,11 @@ def _lua_fields() -> dict[str, dict[str, set[str]]]:
         for body in re.findall(r"local BASE_CONFIG = \{([^}]*)\}", code):
             for field in _quoted(body):
                 add("config", field, f"{where} BASE_CONFIG")
-        for policy, entry in re.findall(r"POLICIES\.(\w+) = \{(.*?)\n\}", code, flags=re.S):
-            for hash_name, key in (("config", "config"), ("policy", "state")):
-                (body,) = re.findall(rf"^\s*{key} = \{{([^}}]*)\}}", entry, flags=re.M)
-                for field in _quoted(body):
-                    add(hash_name, field, f"{where} POLICIES.{policy}.{key}")
+        for policy, entry in re.findall(r"POLICIES\.(\w+) = \{(.*?)\n {0,2}\}", code, flags=re.S):
+            for hash_name, key in (("config", "config"), ("policy", "state"), ("policy", "later")):
+                for body in re.findall(rf"^\s*{key} = \{{([^}}]*)\}}", entry, flags=re.M):
+                    for field in _quoted(body):
+                        add(hash_name, field, f"{where} POLICIES.{policy}.{key}")
     return found
 
 

@@ -209,6 +209,8 @@ def render_status(status: Status, stored: Mapping[str, str] | None = None) -> st
     learnt = []
     if status.ceiling:
         learnt.append(f"last pushback at {status.ceiling} in flight")
+    if status.background:
+        learnt.append(f"background refusal share {100 * status.background:.1f} %")
     if status.streak:
         learnt.append(f"{status.streak} success(es) in a row")
     quota = "none reported"

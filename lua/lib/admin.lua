@@ -90,6 +90,7 @@ local function status_reply()
     queued = redis.call('ZCOUNT', KEY.waiters, LIVE, '+inf'), window_rate_limited = rate_limited,
     window_attempts = total,
     window_ms = CONFIG.window_ms, streak = POLICY.streak or 0, fence = STATE.fence, ceiling = POLICY.ceiling or 0,
+    background_ppm = POLICY.background_ppm or 0,
     quota_exhausted = STATE.quota_exhausted, quota_at = STATE.quota_at, quota_until = STATE.quota_until or 0,
     created = STATE.created, blocked = why_blocked(),
     hold_until = STATE.hold_until or 0, hold_reason = STATE.hold_reason or '', ttl_max = STATE.ttl_max or 0,

@@ -12,9 +12,15 @@ in a row since the last change, is every policy's (pause and resume clear
 it). Each entry:
   config             the policy's own fields of the config hash (C)
   state              the policy's own fields of the policy hash (P)
+  later              (or none) fields added to the policy hash after it was
+                     first stored: a refusal reads them, absent as 0 (a state
+                     an older client created has none yet)
   reset()            a fresh learnt state into P (capacity is set by the caller;
                      a policy may lower it: a config stored afresh)
-  limited(rl, total, fence)   a rate-limited attempt, not paused
+  limited(rl, total, fence)   a rate-limited attempt, not paused: true when
+                     it says the fleet as a whole is over (its Retry-After
+                     then holds the fleet), false when it costs only the
+                     call (a refused probe, the provider's background)
   success(rl, total)          a success, not paused
   no_news(waited)    (or none) callers wait while every slot is taken, the
                      first in line for `waited` ms, nothing was refused in
@@ -88,138 +94,6 @@ POLICIES.seed = {
   new_max = function() at_max() end,  -- the seed's rule: capacity = max_capacity at once, up or down
 }
 
--- The adaptive policy's probe: due after probe_wait just below the ceiling
--- (backed off while refused); at or above it (the limit rose) every half
--- interval, the step doubling while the provider keeps accepting.
-local function probe_due(waited)
-  local since = NOW - POLICY.probe_at
-  if waited and waited < since then since = waited end
-  return since >= (STATE.capacity < POLICY.ceiling and POLICY.probe_wait or math.floor(CONFIG.probe_ms / 2))
-end
-
-local function probe(why, rl, total)
-  set('policy', 'streak', 0)
-  set('policy', 'climbing', 0)
-  if STATE.capacity >= POLICY.ceiling then set('policy', 'probe_wait', CONFIG.probe_ms) end
-  set('policy', 'probe_at', NOW)
-  local step = POLICY.probe_step
-  set('policy', 'probe_step', math.min(POLICY.probe_step * 2, CONFIG.max_capacity))
-  set_capacity(STATE.capacity + step, why, rl, total, 'ceiling', POLICY.ceiling, 'step', step)
-end
-
--- adaptive (the default): a slow start from the resume level; the lowest
--- in-flight level the provider refused (ceiling) is learnt and capacity
--- held just below it; probes step above it now and then; refused below it
--- (the limit fell): one cut per congestion episode by cut_factor. No news
--- is not bad news: without reports, time at capacity with nothing refused
--- grows it (no_news).
-POLICIES.adaptive = {
-  config = {'pause_count', 'pause_ratio', 'increase_successes', 'cut_factor', 'probe_ms'},
-  state = {'ceiling', 'cut_fence', 'probe_at', 'probe_step', 'probe_wait', 'climbing'},
-  reset = function()
-    set('policy', 'ceiling', 0)
-    set('policy', 'cut_fence', STATE.fence)
-    set('policy', 'probe_at', NOW)
-    set('policy', 'probe_step', 1)
-    set('policy', 'probe_wait', CONFIG.probe_ms)
-    set('policy', 'climbing', 0)
-    -- A new governor, a reset, a state re-created after a loss: no blind
-    -- burst of max_capacity; discover the limit from the resume level. Each
-    -- success adds one (success() below, nothing refused yet): a round of
-    -- leases that all succeed doubles capacity, as in TCP's slow start, so
-    -- max_capacity is reached after about log2(1 / resume_fraction) rounds;
-    -- without reports it doubles every probe interval (no_news() below).
-    -- No entry of its own in the decision log: the create, recreate or
-    -- reset entry that follows carries the capacity it starts at.
-    set('state', 'capacity', math.min(STATE.capacity, resume_level()))
-  end,
-  limited = function(rl, total, fence)
-    -- A lease admitted before the last cut was counted in that cut.
-    if fence ~= nil and fence <= POLICY.cut_fence then return end
-    local live = in_flight()
-    local level = STATE.capacity
-    if live > 0 then level = math.max(1, math.min(live, STATE.capacity)) end
-    if level <= 1 and rl >= CONFIG.pause_count and rl >= CONFIG.pause_ratio * total then
-      -- Refused even at one in flight, most attempts refused: a real storm.
-      set('policy', 'cut_fence', STATE.fence)
-      policy_pause('rate-limited share ' .. string.format('%.2f', rl / total) .. ' of ' .. total
-        .. ' attempts at one in flight', rl, total)
-      return
-    end
-    local capacity, ceiling, why
-    local wait = CONFIG.probe_ms
-    local probe = POLICY.ceiling > 0 and level >= POLICY.ceiling and POLICY.climbing == 0
-    if probe then
-      -- A probe refused: back just below the level it was refused at; at
-      -- the level refused before, probe less often.
-      capacity, ceiling = level - 1, level
-      if level == POLICY.ceiling then wait = math.min(POLICY.probe_wait * 2, probe_cap(total)) end
-      why = 'rate-limited at ' .. level .. ' in flight, a probe: back below it'
-    elseif POLICY.climbing == 1 and POLICY.ceiling > 0 then
-      -- Refused again climbing back after a cut: the limit is lower still.
-      capacity = math.floor(level * CONFIG.cut_factor)
-      ceiling = capacity + 1
-      why = 'rate-limited at ' .. level .. ' in flight again after a cut: cut'
-    else
-      -- Refused below the lowest level refused so far (or the first 429).
-      capacity, ceiling = math.floor(level * CONFIG.cut_factor), level
-      why = 'rate-limited at ' .. level .. ' in flight: cut'
-    end
-    set('policy', 'ceiling', ceiling)
-    set('policy', 'cut_fence', STATE.fence)
-    set('policy', 'probe_at', NOW)
-    set('policy', 'probe_step', 1)
-    set('policy', 'probe_wait', wait)
-    -- After a cut, a 429 before the next probe means the limit is lower still;
-    -- after a refused probe it is only the next news.
-    if not probe then set('policy', 'climbing', 1) end
-    set_capacity(math.max(1, capacity), why, rl, total, 'level', level, 'ceiling', ceiling,
-      'lease_fence', fence or '', 'probe_wait', wait)
-  end,
-  -- At the max a success changes nothing: the streak is 0 there (every
-  -- capacity change clears it, and new_max() when it leaves capacity at the
-  -- max), so a quiet success reads none of the policy's state.
-  quiet = function() return STATE.capacity >= CONFIG.max_capacity end,
-  quiet_state = {},
-  success = function(rl, total)
-    if STATE.capacity >= CONFIG.max_capacity then return end
-    set('policy', 'streak', POLICY.streak + 1)
-    if POLICY.ceiling == 0 or STATE.capacity + 1 < POLICY.ceiling then
-      -- Nothing refused yet (the slow start: one more per success doubles
-      -- capacity per round of leases), or below the ceiling: one more.
-      set('policy', 'streak', 0)
-      set_capacity(STATE.capacity + 1, 'success below the ceiling: increase', rl, total, 'ceiling', POLICY.ceiling)
-    elseif POLICY.streak >= CONFIG.increase_successes and probe_due() then
-      probe('probe above the ceiling', rl, total)
-    end
-  end,
-  no_news = function(waited)
-    if POLICY.ceiling == 0 then
-      -- The slow start without reports: every probe interval spent with
-      -- callers waiting at capacity and nothing refused doubles capacity.
-      local since = math.min(NOW - POLICY.probe_at, waited)
-      if since < CONFIG.probe_ms then return nil end
-      return function(rl, total)
-        set('policy', 'probe_at', NOW)
-        set_capacity(STATE.capacity * 2, 'nothing refused for ' .. since .. ' ms, callers waiting at capacity: double',
-          rl, total, 'ceiling', 0)
-      end
-    elseif probe_due(waited) then
-      -- A ceiling learnt, but nothing refused for a window: the probe a
-      -- streak of successes would make, due by time alone.
-      return function(rl, total)
-        probe('nothing refused in the window, callers waiting at capacity: probe', rl, total)
-      end
-    end
-    return nil
-  end,
-  new_max = function(before)
-    -- A lower max_capacity applies at once; a higher one is approached as
-    -- any ceiling is (the slow start, probes): what was learnt is kept.
-    if STATE.capacity > CONFIG.max_capacity then set('state', 'capacity', CONFIG.max_capacity) end
-    if STATE.capacity >= CONFIG.max_capacity then set('policy', 'streak', 0) end  -- at the max the streak is 0 (quiet)
-  end,
-}
 
 -- fixed: capacity stays at max_capacity; nothing is learnt.
 POLICIES.fixed = {
@@ -235,12 +109,23 @@ POLICIES.fixed = {
   new_max = function() at_max() end,
 }
 
+-- The fields of `later` not read yet, absent as 0 (a state an older client
+-- created has none of them yet); each present one checked as any field.
+local function read_later(fields)
+  local into = fields_of('policy')
+  local raw = redis.call('HMGET', KEY.policy, unpack(fields))
+  for i = 1, #fields do
+    if into[fields[i]] == nil then into[fields[i]] = raw[i] and checked(fields[i], raw[i]) or 0 end
+  end
+end
+
 -- The governor's policy entry, and whether the call's outcome is a quiet
 -- success: one that changes nothing but the policy's streak (no capacity
 -- change, no log; the policy's quiet() says so from capacity and its
 -- ceiling). Its config and state are read (C, P): for a quiet success
--- only streak, else every field of the policy's. Every field it needs is
--- checked present before the caller's first write.
+-- only streak, else every field of the policy's (and for a refusal its
+-- `later` ones). Every field it needs is read before the caller's first
+-- write.
 local function the_policy(outcome)
   local policy = POLICIES[read_more_list('config', POLICY_CONFIG).policy]
   if not policy then fail('BADSTATE', 'field policy holds ' .. string.format('%q', CONFIG.policy)) end
@@ -250,6 +135,7 @@ local function the_policy(outcome)
   end
   read_more('config', unpack(policy.config))
   read_more('policy', 'streak', unpack(policy.state))
+  if outcome == 'r' and policy.later then read_later(policy.later) end
   return policy, false
 end
 
@@ -257,7 +143,9 @@ end
 -- (success), 'r' (rate-limited) or 'e' (other error); rl and total are the
 -- window's counts before it (window(); rl may be nil for a quiet success).
 -- Needs the state's capacity, fence and event_seq; `policy` is
--- the_policy()'s, called before the first write.
+-- the_policy()'s, called before the first write. Returns, for a refusal,
+-- whether it holds the whole fleet (its Retry-After): false only when the
+-- policy says it costs the call alone (limited() above).
 local function record(policy, outcome, fence, rl, total, fresh)
   STATE.event_seq = redis.call('HINCRBY', KEY.state, 'event_seq', '1')  -- read and checked by the caller
   local member, at = int(STATE.event_seq) .. ':' .. outcome, NOW_S
@@ -271,12 +159,14 @@ local function record(policy, outcome, fence, rl, total, fresh)
   if total then total = total + 1 end
   if outcome == 'r' then
     set('policy', 'streak', 0)
-    if STATE.capacity > 0 then policy.limited(rl, total, fence) end  -- 429s while paused change nothing
+    if STATE.capacity > 0 then return policy.limited(rl, total, fence) ~= false end  -- 429s while paused change nothing
+    return true
   elseif STATE.capacity == 0 then
     recover(rl)
   elseif outcome == 's' then
     policy.success(rl, total)
   end
+  return true
 end
 
 -- No news is not bad news: callers wait while every slot is taken, no

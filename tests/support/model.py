@@ -656,8 +656,9 @@ class Model:
             self.published.append(S["epoch"] + " " + " ".join(words))
         return granted
 
-    def _record_attempt(self, outcome: str, fence: int | None) -> None:
-        """One reported attempt into the window, handed to the policy."""
+    def _record_attempt(self, outcome: str, fence: int | None) -> bool:
+        """One reported attempt into the window, handed to the policy; for a
+        refusal, whether it holds the whole fleet (its Retry-After)."""
         S = self.S
         S["event_seq"] += 1
         self.attempts.append((self.now, f"{S['event_seq']}:{outcome}"))
@@ -665,11 +666,12 @@ class Model:
         if outcome == "r":
             self.P["streak"] = 0
             if S["capacity"] > 0:  # 429s while paused change nothing
-                self.policy.limited(self, rl, total, fence)
+                return self.policy.limited(self, rl, total, fence) is not False
         elif S["capacity"] == 0:
             self._recover(rl)
         elif outcome == "s":
             self.policy.success(self, rl, total)
+        return True
 
     def _status_reply(self) -> list[Any]:
         S, C, P = self.S, self.C, self.P
@@ -705,6 +707,7 @@ class Model:
             "streak": P.get("streak", 0),
             "fence": S["fence"],
             "ceiling": P.get("ceiling", 0),
+            "background_ppm": P.get("background_ppm", 0),
             "quota_exhausted": S["quota_exhausted"],
             "quota_at": S["quota_at"],
             "quota_until": S.get("quota_until", 0),
@@ -1004,8 +1007,8 @@ class Model:
             S["quota_at"] = self.now
             S["quota_until"] = self.now + retry_after if retry_after is not None else 0
         else:
-            self._record_attempt(outcome, fence)
-            if outcome == "r" and retry_after is not None:  # the provider asked the whole fleet to hold
+            holds = self._record_attempt(outcome, fence)
+            if outcome == "r" and retry_after is not None and holds:  # the provider asked the whole fleet to hold
                 until = self.now + min(retry_after, self.C["retry_after_cap_ms"])
                 if until > S["not_before"]:
                     S["not_before"] = until

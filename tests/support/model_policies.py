@@ -24,6 +24,19 @@ def probe_cap(C: dict[str, int], total: int) -> int:
     return max(C["probe_ms"], C["window_ms"] // 2, min(2 * C["window_ms"], 100 * C["window_ms"] // total))
 
 
+#: the highest refusal share of the window read as the provider's background
+NOISE_MAX = 0.2
+#: how long after a cut a refusal may still undo it, in windows
+VERDICT_WINDOWS = 4
+
+
+def explained(share: float, n: int) -> float:
+    """The refusals among ``n`` attempts a background ``share`` explains: its
+    share of them and two standard deviations."""
+    expected = share * n
+    return expected + 2 * math.sqrt(expected)
+
+
 class Policy:
     """A policy's entry: its config fields, its state fields, its reset and
     its reactions to a rate-limited attempt and to a success (not paused)."""
@@ -31,12 +44,15 @@ class Policy:
     name: ClassVar[str] = ""
     config: ClassVar[tuple[str, ...]] = ()  #: its own fields of the config hash
     state: ClassVar[tuple[str, ...]] = ()  #: its own fields of the policy hash (streak aside)
+    later: ClassVar[tuple[str, ...]] = ()  #: fields added later: absent as 0
 
     def reset(self, m: Model) -> None:
         """A fresh learnt state into the policy hash (capacity is the caller's)."""
 
-    def limited(self, m: Model, rl: int, total: int, fence: int | None) -> None:
-        """A rate-limited attempt; rl and total count the window with it."""
+    def limited(self, m: Model, rl: int, total: int, fence: int | None) -> bool | None:
+        """A rate-limited attempt; rl and total count the window with it. False:
+        it costs the call alone (its Retry-After holds only its caller)."""
+        return None
 
     def success(self, m: Model, rl: int, total: int) -> None:
         """A success."""
@@ -83,38 +99,103 @@ class Adaptive(Policy):
     name = "adaptive"
     config = ("pause_count", "pause_ratio", "increase_successes", "cut_factor", "probe_ms")
     state = ("ceiling", "cut_fence", "probe_at", "probe_step", "probe_wait", "climbing")
+    later = (
+        "background_ppm",
+        "cut_from",
+        "cut_ceiling",
+        "cut_level",
+        "cut_at",
+        "cut_share_ppm",
+        "round_fence",
+        "round_refused",
+    )
 
     def reset(self, m: Model) -> None:
         m.P.update(ceiling=0, cut_fence=m.S["fence"], probe_at=m.now, probe_step=1, probe_wait=m.C["probe_ms"])
         m.P["climbing"] = 0
+        m.P.update({name: 0 for name in self.later})
         # slow start from the resume level: no blind burst; +1 per success doubles per round
         m.set_capacity(min(m.S["capacity"], m._resume_level()))
 
-    def limited(self, m: Model, rl: int, total: int, fence: int | None) -> None:
+    def limited(self, m: Model, rl: int, total: int, fence: int | None) -> bool:
         S, C, P = m.S, m.C, m.P
-        if fence is not None and fence <= P["cut_fence"]:
-            return  # admitted before the last cut: counted in it
+        for name in self.later:  # absent as 0 in a state an older client created
+            P.setdefault(name, 0)
         live = m.in_flight()
         level = max(1, min(live, S["capacity"])) if live > 0 else S["capacity"]
+        if fence is not None and fence <= P["cut_fence"]:
+            # one of the round in flight at the last cut: counted in it, unless most
+            # of the round comes back refused: then down to the accepted count
+            if P["cut_level"] == 0 or fence > P["round_fence"]:
+                return False
+            P["round_refused"] += 1
+            accepted = max(1, P["cut_level"] - P["round_refused"])
+            most = max(P["cut_level"] / 4, 1 + explained(P["background_ppm"] / 1e6, P["cut_level"]))
+            if accepted >= S["capacity"] or P["round_refused"] <= most:
+                return False
+            P["ceiling"] = min(P["ceiling"], accepted + 1)
+            m.set_capacity(accepted)
+            return True
         if level <= 1 and rl >= C["pause_count"] and rl >= C["pause_ratio"] * total:
             P["cut_fence"] = S["fence"]
+            P["cut_level"] = 0
             m.pause("policy", PAUSE_REASON, 0)
-            return
-        wait = C["probe_ms"]
-        probe = P["ceiling"] > 0 and level >= P["ceiling"] and P["climbing"] == 0
-        if probe:  # a refused probe
-            capacity, ceiling = level - 1, level
+            return True
+        share = rl / total
+        if P["ceiling"] > 0 and level >= P["ceiling"] and P["climbing"] == 0:  # a refused probe: costs the call
+            wait = C["probe_ms"]
             if level == P["ceiling"]:
                 wait = min(P["probe_wait"] * 2, probe_cap(C, total))
-        elif P["climbing"] == 1 and P["ceiling"] > 0:  # refused again after a cut: lower still
+            P.update(ceiling=level, cut_fence=S["fence"], probe_at=m.now, probe_step=1, probe_wait=wait)
+            if not self._verdict_open(m):  # the round in flight with it: mostly refused, it lands
+                P.update(cut_level=level, round_fence=S["fence"], round_refused=1)
+            m.set_capacity(max(1, level - 1))
+            return False
+        if rl <= explained(P["background_ppm"] / 1e6, total):  # the background explains it: no cut
+            return False
+        since = m.now - P["cut_at"]
+        if self._verdict_open(m) and share <= NOISE_MAX:
+            if since < C["window_ms"]:  # a window to tell the background from a lower limit
+                return False
+            ppm = math.floor(share * 1e6)
+            if P["round_refused"] > 1 + explained(share, P["cut_level"]):  # the round said load: the cut stands
+                P["cut_level"] = 0
+            elif P["cut_share_ppm"] == 0:  # a level lower for a window, to compare
+                P.update(cut_share_ppm=ppm, cut_at=m.now, cut_fence=S["fence"], probe_at=m.now + C["window_ms"])
+                P["climbing"] = 1
+                m.set_capacity(max(1, math.floor(level * C["cut_factor"])))
+                return False
+            elif ppm * 2 < P["cut_share_ppm"]:  # the share fell with the level: load, the cuts stand
+                P["cut_level"] = 0
+                return False
+            else:  # refused as often a level lower: the background's share; undo the cuts
+                if P["background_ppm"] > 0:
+                    ppm = math.floor((P["background_ppm"] + ppm) / 2)
+                P.update(background_ppm=ppm, ceiling=P["cut_ceiling"] or P["cut_level"], cut_level=0, climbing=0)
+                P.update(probe_at=m.now, probe_wait=C["probe_ms"])
+                m.set_capacity(max(S["capacity"], P["cut_from"]))
+                return False
+        if P["climbing"] == 1 and P["ceiling"] > 0:  # refused again after a cut: lower still
             capacity = math.floor(level * C["cut_factor"])
-            ceiling = capacity + 1
-        else:  # refused below the ceiling, or the first 429
-            capacity, ceiling = math.floor(level * C["cut_factor"]), level
-        P.update(ceiling=ceiling, cut_fence=S["fence"], probe_at=m.now, probe_step=1, probe_wait=wait)
-        if not probe:  # after a cut a 429 before the next probe means lower still
-            P["climbing"] = 1
+            return self._cut(m, capacity, capacity + 1, level)
+        return self._cut(m, math.floor(level * C["cut_factor"]), level, level)  # the first 429 below the ceiling
+
+    @staticmethod
+    def _verdict_open(m: Model) -> bool:
+        """Whether a refusal may still undo the last cut (within a few windows of it)."""
+        P = m.P
+        return P["cut_level"] > 0 and m.now - P["cut_at"] < VERDICT_WINDOWS * m.C["window_ms"]  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _cut(m: Model, capacity: int, ceiling: int, level: int) -> bool:
+        S, C, P = m.S, m.C, m.P
+        P.update(cut_from=S["capacity"], cut_ceiling=P["ceiling"], cut_level=level, cut_at=m.now, round_refused=1)
+        P["cut_share_ppm"] = 0
+        P["round_fence"] = S["fence"]
+        P.update(ceiling=ceiling, cut_fence=S["fence"], probe_at=m.now, probe_step=1, probe_wait=C["probe_ms"])
+        P["climbing"] = 1  # a 429 before the next probe may mean lower still
         m.set_capacity(max(1, capacity))
+        return True
 
     def success(self, m: Model, rl: int, total: int) -> None:
         S, C, P = m.S, m.C, m.P
@@ -122,6 +203,8 @@ class Adaptive(Policy):
         if S["capacity"] >= C["max_capacity"]:
             P["streak"] = 0
             return
+        if P["probe_at"] > m.now:
+            return  # a window held a level lower, to compare
         if P["ceiling"] == 0 or S["capacity"] + 1 < P["ceiling"]:
             P["streak"] = 0
             m.set_capacity(S["capacity"] + 1)

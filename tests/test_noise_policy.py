@@ -1,0 +1,181 @@
+"""The adaptive policy against a provider that also refuses at random: the
+fleet's load told from the provider's background, a round mostly refused
+landed on in one step, and which refusals hold the whole fleet.
+
+Every test drives the governor on an injected clock, on a real Redis and on
+fakeredis (RAW_BACKENDS), against a provider played here in waves: each
+round admits every caller the governor lets in at once, the provider serves
+up to ``limit`` of them and refuses the rest, and refuses any call at random
+with the round's ``noise`` share (a seeded generator: the same refusals on
+both backends).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from governor import Governor, GovernorConfig, Lease, Outcome
+from governor.policies import AdaptivePolicy
+from governor.views import read_events_after
+
+from .conftest import RAW_BACKENDS, FakeClock
+
+S, R = Outcome.SUCCESS, Outcome.RATE_LIMITED
+
+MakeGov = Callable[..., Governor]
+
+#: a call's time: the governors' window (2 s) holds eight rounds
+ROUND = 0.25
+
+
+def config(max_capacity: int = 40) -> GovernorConfig:
+    """Scenario A's time scale: a 2 s window, probes every half second."""
+    return GovernorConfig(max_capacity=max_capacity, window=2.0, policy=AdaptivePolicy())
+
+
+class Provider:
+    """A hidden concurrency limit and a share of calls refused at random."""
+
+    def __init__(self, limit: int, noise: float = 0.0, seed: int = 7) -> None:
+        self.limit = limit
+        self.noise = noise
+        self.rng = random.Random(seed)
+        self.refused = 0
+        self.calls = 0
+
+    def round(self, gov: Governor, clock: FakeClock, watch: bool = False) -> list[int]:
+        """One round: every caller admitted at once, each answered, reported
+        (with the lease, released with it); with ``watch``, the capacity
+        after each report."""
+        leases = []
+        while (lease := gov.try_acquire()) is not None:
+            leases.append(lease)
+            assert len(leases) <= 1000
+        answers = [i >= self.limit or self.rng.random() < self.noise for i in range(len(leases))]
+        self.calls += len(leases)
+        self.refused += sum(answers)
+        seen = []
+        # a refusal comes back at once, a success after the call's time: refusals first
+        for refused, lease in sorted(zip(answers, leases, strict=True), key=lambda pair: not pair[0]):
+            gov.report(R if refused else S, lease=lease, release=True)
+            if watch:
+                seen.append(gov.status().capacity)
+        clock.advance(ROUND)
+        return seen
+
+    def run(self, gov: Governor, clock: FakeClock, seconds: float) -> list[int]:
+        """Rounds for ``seconds``: the capacity at the end of each."""
+        out = []
+        for _ in range(round(seconds / ROUND)):
+            self.round(gov, clock)
+            out.append(gov.status().capacity)
+        return out
+
+
+def hold(gov: Governor, n: int) -> list[Lease]:
+    leases = [gov.try_acquire() for _ in range(n)]
+    assert all(lease is not None for lease in leases)
+    return [lease for lease in leases if lease is not None]
+
+
+def settled(gov: Governor, clock: FakeClock, provider: Provider) -> None:
+    """From the slow start to the limit, held just below it (no noise yet)."""
+    noise, provider.noise = provider.noise, 0.0
+    provider.run(gov, clock, 10)
+    provider.noise = noise
+    st = gov.status()
+    assert provider.limit - 2 <= st.capacity <= provider.limit + 1, st
+
+
+@RAW_BACKENDS
+def test_random_refusals_at_a_fixed_level_do_not_ratchet_capacity_down(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(config(), clock=clock)
+    provider = Provider(limit=24, noise=0.05)
+    settled(gov, clock, provider)
+    trace = provider.run(gov, clock, 30)  # 120 rounds, about 140 random refusals
+    assert provider.refused > 100
+    late = trace[len(trace) // 3 :]  # once the background is learnt
+    assert min(late) >= 20, trace  # never ratcheted down: the old rule ends at a handful
+    assert sum(late) / len(late) >= 22.5, trace  # held just below the limit
+    assert 0.02 <= gov.status().background <= 0.10
+
+
+@RAW_BACKENDS
+def test_a_falling_limit_is_cut_on_the_first_refusal_and_landed_on_in_one_round(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(config(), clock=clock)
+    provider = Provider(limit=24)
+    settled(gov, clock, provider)
+    clock.advance(2.5)  # a quiet window: nothing refused in it
+    before = gov.status().capacity
+    provider.limit = 14
+    seen = provider.round(gov, clock, watch=True)
+    assert seen[0] < before  # the first refusal cuts, as before
+    assert gov.status().capacity == 14  # and the round's refusals land it on the accepted count
+    provider.run(gov, clock, 4)
+    assert gov.status().capacity <= 14
+
+
+@RAW_BACKENDS
+def test_with_a_background_learnt_a_falling_limit_still_cuts_within_the_allowance(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(config(), clock=clock)
+    provider = Provider(limit=24, noise=0.05)
+    settled(gov, clock, provider)
+    provider.run(gov, clock, 10)
+    background = gov.status().background
+    assert background > 0
+    provider.limit = 12
+    provider.refused = 0
+    rounds = 0
+    while gov.status().capacity > 12:
+        provider.round(gov, clock)
+        rounds += 1
+        assert rounds <= 3, gov.status()
+    # the window holds about 8 rounds of 24 calls: the allowance of a 5 %
+    # background there is about 10 + 2 * 3 refusals, and one round over the
+    # limit gives 12
+    assert provider.refused <= 2 * 12 + 6
+
+
+@RAW_BACKENDS
+def test_a_refused_probe_costs_its_call_and_a_cut_holds_the_fleet(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(config(), clock=clock)
+    provider = Provider(limit=24)
+    settled(gov, clock, provider)
+    # at the ceiling's level a probe goes one above it: refused with a 5 s retry delay
+    for _ in range(40):
+        st = gov.status()
+        if st.capacity >= st.ceiling > 0:
+            break
+        clock.advance(ROUND)
+        provider.round(gov, clock)
+    st = gov.status()
+    assert st.capacity >= st.ceiling > 0, st
+    leases = hold(gov, st.capacity)
+    gov.report(R, 5.0, lease=leases[-1], release=True)
+    after = gov.status()
+    assert after.capacity == st.capacity - 1  # back below it
+    assert after.not_before is None or after.not_before <= clock.now  # nobody else waits the 5 s
+    for lease in leases[:-1]:
+        lease.release()
+    # the limit falls: a refusal below the ceiling is the fleet's, and holds it
+    clock.advance(2.5)
+    leases = hold(gov, 10)
+    gov.report(R, 5.0, lease=leases[-1], release=True)
+    held = gov.status()
+    assert held.capacity < after.capacity
+    assert held.not_before is not None and held.not_before >= clock.now + 4.9
+    for lease in leases[:-1]:
+        lease.release()
+
+
+@RAW_BACKENDS
+def test_the_decision_log_says_why_a_refusal_did_not_cut(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    gov = make_gov(config(), clock=clock)
+    provider = Provider(limit=24, noise=0.05)
+    settled(gov, clock, provider)
+    provider.run(gov, clock, 10)
+    events = read_events_after(gov.client, gov.keys, "0")
+    whys = [e.get("why") for e in events if e.kind == "refused"]
+    assert any("background refusal share" in why and why.endswith(": no cut") for why in whys), whys
+    assert any("cut undone" in (e.get("why") or "") for e in events if e.kind == "capacity")
