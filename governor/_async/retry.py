@@ -44,7 +44,7 @@ from ..backoff import retry_wait
 from ..budgets import Tokens
 from ..classify import Classification, Classifier, Verdict, default_classifier
 from ..config import RetryPolicy
-from ..core import Outcome
+from ..core import Ask, Outcome
 from ..errors import AcquireTimeout, ConfigError, GovernorError, LeaseLost, QuotaExhausted
 from ..estimate import usage_of
 from ._compat import sleep
@@ -80,17 +80,15 @@ async def retry_call(
     fn: Callable[..., Awaitable[T]],
     args: Args,
     kwargs: Kwargs,
+    ask: Ask,
     *,
     classify: Classifier | None = None,
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
-    holder: str | None = None,
-    tokens: Tokens | int | None = None,
     judge: Judge | None = None,
-    priority: str | None = None,
-    tenant: str | None = None,
 ) -> T:
-    """``governor.call(fn, *args, **kwargs)``: see the module docstring."""
+    """``governor.call(fn, *args, **kwargs)``: see the module docstring. Every
+    attempt asks for a lease with ``ask`` (``governor.ask(...)``)."""
     if not callable(fn):
         raise ConfigError(f"call() needs a callable, got {fn!r}", name=governor.name)
     if classify is not None and not callable(classify):
@@ -99,7 +97,6 @@ async def retry_call(
         raise ConfigError(f"judge must be a callable or None, got {judge!r}", name=governor.name)
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ConfigError(f"retry must be a RetryPolicy or None, got {retry!r}", name=governor.name)
-    reserve = Tokens.of(tokens)
     policy = retry if retry is not None else DEFAULT_RETRY
     classifier = classify if classify is not None else default_classifier
     judge_result = judge if judge is not None else default_judge
@@ -108,9 +105,7 @@ async def retry_call(
     for attempt in range(1, policy.max_attempts + 1):
         wait_timeout, cut_by_deadline = _queue_timeout(timeout, deadline)
         try:
-            lease = await governor.acquire(
-                timeout=wait_timeout, holder=holder, tokens=reserve, priority=priority, tenant=tenant
-            )
+            lease = await governor._acquire(wait_timeout, ask)
         except AcquireTimeout:
             if last is None or not cut_by_deadline:
                 raise
@@ -216,13 +211,11 @@ def default_judge(result: Any, lease: Any) -> Verdict:
 
 def retry_decorator(
     governor: AsyncGovernor,
+    ask: Ask,
     *,
     classify: Classifier | None = None,
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
-    holder: str | None = None,
-    priority: str | None = None,
-    tenant: str | None = None,
     # sync: ) -> Callable[[Callable[..., T]], Callable[..., T]]:
 ) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
     """``@governor.limit(...)``: every call of the decorated function goes
@@ -239,18 +232,7 @@ def retry_decorator(
 
         @functools.wraps(fn)
         async def limited(*args: Any, **kwargs: Any) -> T:
-            return await retry_call(
-                governor,
-                fn,
-                args,
-                kwargs,
-                classify=classify,
-                retry=retry,
-                timeout=timeout,
-                holder=holder,
-                priority=priority,
-                tenant=tenant,
-            )
+            return await retry_call(governor, fn, args, kwargs, ask, classify=classify, retry=retry, timeout=timeout)
 
         return limited
 
