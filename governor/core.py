@@ -10,6 +10,7 @@ is given, else from Redis ``TIME`` inside the scripts.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import secrets
@@ -135,6 +136,19 @@ def _check_count(script: str, name: str, ids: Sequence[str], values: int, per: i
 NOTICE_HOLD = 0.5
 
 
+log = logging.getLogger("governor")
+
+#: the command that changes a stored config field ('': the rest)
+_CHANGED_BY = {
+    "max_capacity": "`governor -n {name} set-max {value}`",
+    **dict.fromkeys(
+        ("tenant_weights", "default_weight", "tenant_caps", "reserve", "aging"),
+        "`governor -n {name} set-shares` (--weight, --default-weight, --cap, --reserve, --aging)",
+    ),
+    "policy": "`governor -n {name} configure --policy ...` (the policy and its numbers)",
+    "": "`configure()` of a client with the config to store (it stores it whole and resets what the policy learnt)",
+}
+
 #: (process id, label) of the last default_holder(): a forked child makes its own
 _default_holder = (-1, "")
 
@@ -258,7 +272,39 @@ class GovernorCore:
         self._saw_ttl(rest[1])
         pairs = [text(value) for value in rest[2:]]
         self.stored_config = dict(zip(pairs[::2], pairs[1::2], strict=True))
+        if kind == "exists" and (told := self.differing_from_stored()):
+            log.warning("%s", told)  # once: an object learns the stored config from its first call's init
         return kind
+
+    def differing_from_stored(self) -> str:
+        """What this client's config sets that the stored one (which the
+        fleet uses) does not, with the commands that change the stored one;
+        '' when nothing differs. A field this client leaves at its default
+        is not named (it asked for nothing), nor is a client's own setting."""
+        if self.stored_config is None:
+            return ""
+        try:
+            stored = GovernorConfig.from_stored(self.stored_config, base=self.config, name=self.name)
+        except StateError:
+            return ""  # learn_stored_config and the reader say what is wrong with it
+        default, mine = GovernorConfig(), self.config
+        names = [
+            field.name
+            for field in dataclasses.fields(GovernorConfig)
+            if getattr(mine, field.name) != getattr(default, field.name)
+            and getattr(mine, field.name) != getattr(stored, field.name)
+        ]
+        if not names:
+            return ""
+        shown = "; ".join(f"{n} {getattr(mine, n)!r} here, {getattr(stored, n)!r} stored" for n in names)
+        commands = sorted(
+            {_CHANGED_BY.get(n, _CHANGED_BY[""]).format(name=self.name, value=getattr(mine, n)) for n in names}
+        )
+        return (
+            f"governor {self.name!r}: this client's config differs from the one stored in Redis, which the "
+            f"fleet uses (the first client to create a governor stores its config): {shown}. "
+            f"To change the stored config: {'; '.join(commands)}"
+        )
 
     def learn_stored_config(self, stored: Any) -> None:
         """Take the config hash as read (HGETALL), after an operator changed
