@@ -24,8 +24,7 @@ from .classify import Verdict, classify_http
 from .config import RetryPolicy
 from .core import Ask, Outcome
 from .errors import ConfigError, GovernorError
-from .estimate import usage_of
-from .profiles import Profile
+from .profiles import Profile, usage_of
 from .streams import StreamUsage
 
 log = logging.getLogger("governor")

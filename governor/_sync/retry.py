@@ -18,7 +18,7 @@ from ..classify import Classification, Classifier, Verdict, default_classifier
 from ..config import RetryPolicy
 from ..core import Ask, Outcome
 from ..errors import AcquireTimeout, ConfigError, GovernorError, LeaseLost, QuotaExhausted
-from ..estimate import usage_of
+from ..profiles import usage_of
 from ._compat import sleep
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ class _Last(Generic[T]):
 
 def default_judge(result: Any, lease: Any) -> Verdict:
     """call()'s judge: every result a success, with the usage an SDK result
-    (or its JSON) carries (governor/estimate.py usage_of)."""
+    (or its JSON) carries (governor/profiles/ usage_of)."""
     return Verdict(Outcome.SUCCESS, usage=usage_of(result))
 
 

@@ -42,7 +42,7 @@ The same by hand: ``OpenAI(max_retries=0)``, ``Anthropic(max_retries=0)``
 (and their Async twins), or ``client.with_options(max_retries=0)`` for a
 client made elsewhere, which is what :func:`without_retries` does.
 
-The other providers, each under its profile (governor/profiles.py):
+The other providers, each under its profile (governor/profiles/):
 
 - :func:`azure_openai_client` / :func:`async_azure_openai_client`: Azure
   OpenAI (``x-ms-retry-after-ms``; its ``-1``/``0`` headers are no figure).

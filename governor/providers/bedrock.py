@@ -9,7 +9,7 @@ registers :class:`GovernedSend` there for the model operations
 client's own HTTP session inside the one retry loop of ``Governor.call``
 (governor/_sync/retry.py): a lease with the request's estimate (input
 tokens plus ``maxTokens``, times the model's burndown for the output,
-governor/profiles.py), a ``ThrottlingException`` or
+governor/profiles/), a ``ThrottlingException`` or
 ``ServiceUnavailableException`` reported and retried, a success reported
 with its usage. A ``converse_stream`` answer is handed over at once and
 reported when its ``metadata`` event has passed, or when it is closed or

@@ -40,7 +40,8 @@ from ..budgets import Tokens
 from ..classify import Verdict, default_classifier
 from ..core import Outcome
 from ..errors import ConfigError, GovernorError
-from ..estimate import estimate_request, usage_of
+from ..estimate import estimate_request
+from ..profiles import usage_of
 
 if TYPE_CHECKING:
     from .._async.governor import AsyncGovernor
