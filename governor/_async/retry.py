@@ -40,13 +40,14 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from ..backoff import retry_wait
+from ..backoff import RETRY_AFTER_LIMIT, retry_wait
 from ..budgets import Tokens
 from ..classify import Classification, Classifier, Verdict, default_classifier
 from ..config import RetryPolicy
 from ..core import Ask, Outcome
 from ..errors import AcquireTimeout, ConfigError, GovernorError, LeaseLost, QuotaExhausted
-from ..profiles import usage_of
+from ..headers import undated_retry_at
+from ..profiles import http_parts, usage_of
 from ._compat import sleep
 
 if TYPE_CHECKING:
@@ -130,7 +131,8 @@ async def retry_call(
                 if verdict.kind is not Outcome.RATE_LIMITED:
                     await _report(governor, lease, Outcome.ERROR)
                     raise
-                retry_after = _retry_after(verdict.retry_after, policy)
+                hint = await _by_fleet_clock(governor, verdict.retry_after, http_parts(error)[1])
+                retry_after = _retry_after(hint, policy)
                 await _report(governor, lease, Outcome.RATE_LIMITED, retry_after)
                 last, description = _Last(error=error), verdict.description
             else:
@@ -138,7 +140,10 @@ async def retry_call(
                 if judged is None:  # the result took the lease over (a stream): it reports and releases
                     handed_over = True
                     return result
-                retry_after = _retry_after(judged.retry_after, policy)
+                hint = judged.retry_after
+                if judged.outcome is Outcome.RATE_LIMITED:
+                    hint = await _by_fleet_clock(governor, hint, judged.headers)
+                retry_after = _retry_after(hint, policy)
                 if judged.outcome is Outcome.QUOTA_EXHAUSTED:  # a wait for the quota's reset, never capped
                     retry_after = None if judged.until is None else max(0.0, judged.until - time.time())
                 await _report(
@@ -270,6 +275,23 @@ def _classify(governor: AsyncGovernor, classifier: Classifier, error: Exception)
             name=governor.name,
         ) from error
     return verdict
+
+
+async def _by_fleet_clock(governor: AsyncGovernor, hint: float | None, headers: Any) -> float | None:
+    """A Retry-After given as an HTTP date with no ``Date`` header to measure
+    it against: the seconds until then by the fleet's clock (Redis ``TIME``,
+    one round trip in that rare case), never this host's; any other hint as
+    it is. Redis unreachable: the hint as read (the report cannot hold the
+    fleet then either)."""
+    when = undated_retry_at(headers)
+    if when is None:
+        return hint
+    try:
+        now = await governor._fleet_time()
+    except Exception as error:  # noqa: BLE001 - the wait of this caller alone, as read
+        log.warning("governor %r: no clock from Redis for an HTTP-date Retry-After (%s)", governor.name, error)
+        return hint
+    return min(RETRY_AFTER_LIMIT, max(0.0, when - now))
 
 
 def _retry_after(retry_after: float | None, policy: RetryPolicy) -> float | None:

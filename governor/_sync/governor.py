@@ -647,6 +647,13 @@ class Governor:
         self._local = Semaphore(self._core.config.local_capacity)
         self._slots = Semaphore(self._core.config.redis_connections)
 
+    def _fleet_time(self) -> float:
+        """The fleet's clock, Unix seconds: Redis ``TIME`` (the injected clock when one is given)."""
+        if self._core.clock is not None:
+            return self._core.clock()
+        seconds, micros = self._connection.client.time()
+        return float(seconds) + float(micros) / 1e6
+
     def _check_open(self) -> None:
         if self._closed:
             raise GovernorError(f"governor {self.name!r} is closed", name=self.name)
