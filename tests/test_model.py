@@ -403,7 +403,11 @@ class GovernorMachine(RuleBasedStateMachine):
             return
         epoch = self.model.S["epoch"]
         default = (self.g._core.ask().place, Tokens())
-        renewals = [(i, self.epoch_of.get(i, epoch), "h", *self.asked.get(i, default)) for i in ids]
+        renewals = [
+            (i, self.epoch_of.get(i, epoch), Ask("h", tokens, None, None, place))
+            for i in ids
+            for place, tokens in [self.asked.get(i, default)]
+        ]
         reply = self.run(self.g._core.renew(renewals))
         for i, status in zip(ids, reply[3::2], strict=True):
             if status == "adopted":
