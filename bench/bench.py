@@ -123,7 +123,7 @@ class Floor:
     def __init__(self, client: redis.Redis, core: GovernorCore) -> None:
         self.client = client
         self.keys = list(core.keys.script_keys)
-        self.args = list(core.acquire("floor", "bench", wait=True).args)
+        self.args = list(core.acquire("floor", core.ask("bench"), wait=True).args)
         client.function_load(FLOOR_SOURCE, replace=True)
         self._script = client.register_script("return 0")
 
@@ -419,7 +419,7 @@ class _Driver:
         for start in range(0, len(ids), 1000):
             pipe = self.client.pipeline(transaction=False)
             for lease_id in ids[start : start + 1000]:
-                self.run(self.core.acquire(lease_id, "bench", wait=True), pipe)
+                self.run(self.core.acquire(lease_id, self.core.ask("bench"), wait=True), pipe)
             pipe.execute()
 
 
@@ -434,7 +434,7 @@ def bench_queue_depth(url: str, seconds: float, deep: int) -> dict[str, float]:
             driver = _Driver(client, name, _config(max_capacity=1))
             driver.run(driver.core.init(holds_leases=False))
             holder = f"h{uuid.uuid4().hex}"
-            granted = driver.run(driver.core.acquire(holder, "bench", wait=True))
+            granted = driver.run(driver.core.acquire(holder, driver.core.ask("bench"), wait=True))
             if not isinstance(granted, Granted):
                 raise RuntimeError(f"the first caller of an empty governor was not admitted: {granted!r}")
             queue = deque(f"w{uuid.uuid4().hex}" for _ in range(depth))
@@ -446,7 +446,7 @@ def bench_queue_depth(url: str, seconds: float, deep: int) -> dict[str, float]:
             driver.run(driver.core.release(current[0]))  # grants the head of the queue
             current[0] = queue.popleft()
             newcomer = f"w{uuid.uuid4().hex}"
-            queued = driver.run(driver.core.acquire(newcomer, "bench", wait=True))
+            queued = driver.run(driver.core.acquire(newcomer, driver.core.ask("bench"), wait=True))
             if not isinstance(queued, Queued):
                 raise RuntimeError(f"a newcomer behind {depth} waiters was not queued: {queued!r}")
             queue.append(newcomer)
@@ -498,7 +498,11 @@ def bench_script_time(url: str, count: int = 2000) -> dict[str, float]:
             after = _command(client, command)
             out[label] = (after[1] - before[1]) / max(1, after[0] - before[0])
 
-        measure("acquire", "fcall", lambda: [driver.run(driver.core.acquire(i, "bench", wait=True)) for i in ids])
+        measure(
+            "acquire",
+            "fcall",
+            lambda: [driver.run(driver.core.acquire(i, driver.core.ask("bench"), wait=True)) for i in ids],
+        )
         measure(
             "report",
             "fcall",

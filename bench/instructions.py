@@ -212,12 +212,12 @@ def _fill(driver: _Driver, leases: int, waiters: int, tenants: int = 0) -> tuple
     the fair queue's tags goes to the lower id, so the queue stays in that order)."""
     holders = deque(f"h{i:08d}{uuid.uuid4().hex[:16]}" if tenants else f"h{uuid.uuid4().hex}" for i in range(leases))
     queue = deque(f"w{i:08d}{uuid.uuid4().hex[:16]}" if tenants else f"w{uuid.uuid4().hex}" for i in range(waiters))
-    places = [driver.core.place(tenant=_tenant(i)) for i in range(tenants)]
+    asks = [driver.core.ask("bench", tenant=_tenant(i)) for i in range(tenants)] or [driver.core.ask("bench")]
     for ids, wait, kind in ((list(holders), False, Granted), (list(queue), True, Queued)):
         for start in range(0, len(ids), 500):
             pipe = driver.client.pipeline(transaction=False)
             calls = [
-                driver.core.acquire(lease_id, "bench", wait=wait, place=places[i % tenants] if tenants else None)
+                driver.core.acquire(lease_id, asks[i % len(asks)], wait=wait)
                 for i, lease_id in enumerate(ids[start : start + 500], start)
             ]
             for call in calls:
@@ -328,17 +328,15 @@ def _queue(counter: _Callgrind, client: redis.Redis, depth: int, calls: int, nam
         driver.run(driver.core.init(holds_leases=False))
         holders, queue = _fill(driver, depth, depth, tenants)
         _no_maintenance(client, driver.core.keys.state)
-        places = [driver.core.place(tenant=_tenant(i)) for i in range(tenants)]
+        asks = [driver.core.ask("bench", tenant=_tenant(i)) for i in range(tenants)] or [driver.core.ask("bench")]
         joined = len(queue)
 
         def join() -> None:
             nonlocal joined
-            if tenants:
-                newcomer, place = f"w{joined:08d}{uuid.uuid4().hex[:16]}", places[joined % tenants]
-            else:
-                newcomer, place = f"w{uuid.uuid4().hex}", None
+            newcomer = f"w{joined:08d}{uuid.uuid4().hex[:16]}" if tenants else f"w{uuid.uuid4().hex}"
+            ask = asks[joined % len(asks)]
             joined += 1
-            if not isinstance(driver.run(driver.core.acquire(newcomer, "bench", wait=True, place=place)), Queued):
+            if not isinstance(driver.run(driver.core.acquire(newcomer, ask, wait=True)), Queued):
                 raise RuntimeError(f"a newcomer behind {len(queue)} waiters was not queued")
             queue.append(newcomer)
 

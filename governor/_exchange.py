@@ -17,15 +17,14 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 from .budgets import Tokens
 from .classify import Verdict, classify_http
 from .config import RetryPolicy
-from .core import Outcome
+from .core import Ask, Outcome
 from .errors import ConfigError, GovernorError
-from .estimate import usage_of
-from .profiles import Profile
+from .profiles import Profile, usage_of
 from .streams import StreamUsage
 
 log = logging.getLogger("governor")
@@ -182,40 +181,26 @@ PRIORITY_HEADER = "x-governor-priority"
 TENANT_HEADER = "x-governor-tenant"
 
 
-def _place(request: Any, priority: str | None, tenant: str | None) -> tuple[str | None, str | None]:
-    """The request's class and tenant: its headers', else the transport's;
-    the headers are taken off the request (the provider never sees them)."""
+def request_ask(request: Any, ask: Ask, governor: Any) -> Ask:
+    """The request's ask: the transport's ``ask``, in the class and for the
+    tenant its headers name, if they do (``governor.ask`` checks them); the
+    headers are taken off the request (the provider never sees them)."""
     headers = request.headers
-    named = headers.get(PRIORITY_HEADER), headers.get(TENANT_HEADER)
+    priority, tenant = headers.get(PRIORITY_HEADER), headers.get(TENANT_HEADER)
     for name in (PRIORITY_HEADER, TENANT_HEADER):
         if name in headers:
             del headers[name]
-    return named[0] or priority, named[1] or tenant
+    if not priority and not tenant:
+        return ask
+    return cast(Ask, governor.ask(ask.holder, priority=priority or ask.priority, tenant=tenant or ask.tenant))
 
 
-def _check(
-    governor: Any,
-    kind: type,
-    transport: Any,
-    method: str,
-    retry: Any,
-    holder: Any,
-    timeout: Any,
-    estimate: Any,
-    priority: Any = None,
-    tenant: Any = None,
-) -> None:
-    if not isinstance(governor, kind):
-        raise ConfigError(
-            f"{kind.__name__.replace('Governor', '')}GovernedTransport needs a {kind.__name__}, got {governor!r}"
-        )
-    governor._core.place(priority, tenant)  # type: ignore[attr-defined]  # ConfigError: an unknown class, a bad tenant
+def check_options(*, transport: object, method: str, retry: object, timeout: object, estimate: object) -> None:
+    """A governed transport's options (its ask is checked by ``governor.ask``): ConfigError when one is wrong."""
     if transport is not None and not callable(getattr(transport, method, None)):
         raise ConfigError(f"transport must have {method}() (an httpx or httpx2 transport), got {transport!r}")
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ConfigError(f"retry must be a RetryPolicy or None, got {retry!r}")
-    if holder is not None and not isinstance(holder, str):
-        raise ConfigError(f"holder must be a string or None, got {holder!r}")
     if timeout is not None and (
         isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or timeout < 0
     ):

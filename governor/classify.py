@@ -20,7 +20,7 @@ function raises and acts on the answer, an :class:`~governor.core.Outcome`
 
 ``SUCCESS`` is no verdict: a classification describes a failure.
 
-What each provider's errors mean is its profile's (governor/profiles.py);
+What each provider's errors mean is its profile's (governor/profiles/);
 this module finds the status, headers and body of an exception and asks
 the profile of the SDK it comes from. The provider SDKs are optional.
 Nothing here imports them: exceptions are matched by the module they come
@@ -41,7 +41,7 @@ from typing import Any
 from .budgets import Tokens
 from .core import Outcome
 from .errors import ConfigError, GovernorError
-from .profiles import Profile, detect, read_error
+from .profiles import BY_MODULE, Profile, detect, http_parts, http_status, read_error, response_body
 from .profiles import profile as find_profile
 
 #: the outcomes a classification may give: what a failure means for the fleet
@@ -128,7 +128,7 @@ def classify_http(
     ``body`` is the decoded JSON error (a dict, as the SDKs keep it), or the
     raw text or bytes, or None. ``status`` may be None when the error came
     without one (an error event in a stream). ``profile`` is the provider's
-    (governor/profiles.py); without one, the body's shape names it (Google's
+    (governor/profiles/); without one, the body's shape names it (Google's
     ``status``, AWS's ``__type``/``x-amzn-ErrorType``, else OpenAI's rules,
     which cover Anthropic's too).
     """
@@ -140,10 +140,10 @@ def classify_http(
 
 def classify_response(response: Any) -> Classification:
     """Classify an HTTP response object (httpx, httpx2, requests) that is an error."""
-    status = _status(getattr(response, "status_code", None))
+    status = http_status(getattr(response, "status_code", None))
     if status is None:
-        status = _status(getattr(response, "status", None))
-    return classify_http(status, getattr(response, "headers", None), _response_body(response))
+        status = http_status(getattr(response, "status", None))
+    return classify_http(status, getattr(response, "headers", None), response_body(response))
 
 
 def classify_httpx(exc: BaseException) -> Classification:
@@ -154,6 +154,18 @@ def classify_httpx(exc: BaseException) -> Classification:
     return classify_response(response)
 
 
+def classify_exception(exc: BaseException, profile: Profile | str) -> Classification:
+    """Classify an exception of a provider's SDK, read as its profile reads
+    them (:meth:`~governor.profiles.Profile.exception_parts`): an exception
+    without a status or a body (a connection error, a timeout, a client-side
+    error) is ``ERROR``."""
+    chosen = find_profile(profile)
+    status, headers, body = chosen.exception_parts(exc)
+    if status is None and body is None:
+        return Classification(Outcome.ERROR, None, _exception_text(exc))
+    return classify_http(status, headers, body, profile=None if chosen.by_shape else chosen)
+
+
 def classify_openai(exc: BaseException) -> Classification:
     """Classify an exception of the ``openai`` SDK.
 
@@ -162,7 +174,7 @@ def classify_openai(exc: BaseException) -> Classification:
     object (``code``, ``type``, ``message``). An ``APIError`` raised for an
     error inside a stream has a body but no status.
     """
-    return _classify_sdk(exc)
+    return classify_exception(exc, "openai")
 
 
 def classify_anthropic(exc: BaseException) -> Classification:
@@ -174,47 +186,21 @@ def classify_anthropic(exc: BaseException) -> Classification:
     starts mid-stream arrives) raises an ``APIStatusError`` with status 200
     and that body: its ``overloaded_error`` type makes it rate-limited.
     """
-    return _classify_sdk(exc, "anthropic")
+    return classify_exception(exc, "anthropic")
 
 
 def classify_google(exc: BaseException) -> Classification:
-    """Classify an exception of the ``google-genai`` SDK (Gemini API and Vertex AI).
-
-    ``errors.APIError`` carries ``code`` (the HTTP status), ``details`` (the
-    decoded error body: ``status`` such as ``RESOURCE_EXHAUSTED``, and
-    ``details`` with ``google.rpc.RetryInfo`` and ``google.rpc.QuotaFailure``)
-    and the httpx ``response``. A 429 naming a per-day quota is quota
-    exhausted until midnight Pacific time (:attr:`Classification.until`).
+    """Classify an exception of the ``google-genai`` SDK (Gemini API and Vertex
+    AI; governor/profiles/google.py reads it). A 429 naming a per-day quota is
+    quota exhausted until midnight Pacific time (:attr:`Classification.until`).
     """
-    status = _status(getattr(exc, "code", None))
-    body = getattr(exc, "details", None)
-    response = getattr(exc, "response", None)
-    if status is None and body is None:
-        return Classification(Outcome.ERROR, None, _exception_text(exc))
-    return classify_http(status, getattr(response, "headers", None), body, profile="gemini")
+    return classify_exception(exc, "gemini")
 
 
 def classify_botocore(exc: BaseException) -> Classification:
-    """Classify an exception of ``botocore`` (``boto3``'s Bedrock runtime).
-
-    A ``ClientError``'s ``response`` is a dict: ``Error.Code``
-    (``ThrottlingException``, ``ServiceUnavailableException``, ...),
-    ``Error.Message`` and ``ResponseMetadata`` (``HTTPStatusCode``,
-    ``HTTPHeaders``). An exception event inside ``converse_stream``
-    (``EventStreamError``) has the same shape.
-    """
-    response = getattr(exc, "response", None)
-    if not isinstance(response, Mapping):
-        return Classification(Outcome.ERROR, None, _exception_text(exc))
-    error = response.get("Error")
-    metadata = response.get("ResponseMetadata")
-    status = _status(metadata.get("HTTPStatusCode")) if isinstance(metadata, Mapping) else None
-    headers = metadata.get("HTTPHeaders") if isinstance(metadata, Mapping) else None
-    if isinstance(error, Mapping):
-        body: Any = {"__type": error.get("Code"), "message": error.get("Message")}
-    else:
-        body = None
-    return classify_http(status, headers, body, profile="bedrock")
+    """Classify an exception of ``botocore`` (``boto3``'s Bedrock runtime;
+    governor/profiles/bedrock.py reads it)."""
+    return classify_exception(exc, "bedrock")
 
 
 def default_classifier(exc: BaseException) -> Classification:
@@ -222,7 +208,7 @@ def default_classifier(exc: BaseException) -> Classification:
 
     Dispatches on the exception's module (``openai``, ``anthropic``,
     ``google`` (google-genai), ``botocore``, ``litellm``, ``httpx``,
-    ``httpx2``) to its provider profile (governor/profiles.py); any other exception that carries an HTTP status
+    ``httpx2``) to its provider profile (governor/profiles/); any other exception that carries an HTTP status
     (``status_code`` or ``status``, on itself or its ``response``) goes
     through :func:`classify_http`. An exception without one is ``ERROR``,
     unless it was raised ``from`` a classifiable one (a wrapper's
@@ -246,68 +232,15 @@ def default_classifier(exc: BaseException) -> Classification:
 def _classify_one(exc: BaseException) -> Classification | None:
     """A verdict when ``exc`` is an HTTP failure of some known shape, else None."""
     root = type(exc).__module__.partition(".")[0]
-    if root == "openai":
-        return classify_openai(exc)
-    if root == "anthropic":
-        return classify_anthropic(exc)
-    if root == "google":
-        return classify_google(exc)
-    if root == "botocore":
-        return classify_botocore(exc)
-    if root == "litellm":
-        return _classify_sdk(exc, "litellm")
+    found = BY_MODULE.get(root)
+    if found is not None:
+        return classify_exception(exc, found)
     if root in ("httpx", "httpx2"):
         return classify_httpx(exc)
-    status, headers, body = _http_parts(exc)
+    status, headers, body = http_parts(exc)
     if status is None and body is None:
         return None
     return classify_http(status, headers, body)
-
-
-def _classify_sdk(exc: BaseException, profile: str = "openai") -> Classification:
-    status, headers, body = _http_parts(exc)
-    if body is None and profile == "litellm":
-        body = getattr(exc, "message", None)  # the provider's own message, its "try again in" included
-    if status is None and body is None:  # APIConnectionError, APITimeoutError, client-side errors
-        return Classification(Outcome.ERROR, None, _exception_text(exc))
-    if profile == "litellm":
-        return classify_http(status, headers, body)  # the body's shape names the provider behind LiteLLM
-    return classify_http(status, headers, body, profile=profile)
-
-
-def _http_parts(exc: BaseException) -> tuple[int | None, Any, Any]:
-    """(status, headers, body) of an exception, read by duck typing."""
-    try:
-        response = getattr(exc, "response", None)
-        status = _status(getattr(exc, "status_code", None))
-        if status is None and response is not None:
-            status = _status(getattr(response, "status_code", None)) or _status(getattr(response, "status", None))
-        if status is None:
-            status = _status(getattr(exc, "status", None))  # aiohttp.ClientResponseError
-        headers = getattr(response, "headers", None) if response is not None else None
-        if headers is None:
-            headers = getattr(exc, "headers", None)
-        body = getattr(exc, "body", None)
-        if body is None and response is not None:
-            body = _response_body(response)
-    except Exception:  # noqa: BLE001 - a property that raises makes the error unclassifiable, not fatal
-        return None, None, None
-    return status, headers, body
-
-
-def _status(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 999:
-        return value
-    return None
-
-
-def _response_body(response: Any) -> Any:
-    """The body of a response, if it was read; never reads a stream."""
-    try:
-        text = getattr(response, "text", None)  # httpx raises ResponseNotRead on an unread stream
-    except Exception:  # noqa: BLE001
-        return None
-    return text if isinstance(text, (str, bytes)) else None
 
 
 def _exception_text(exc: BaseException) -> str:

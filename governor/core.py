@@ -10,8 +10,11 @@ is given, else from Redis ``TIME`` inside the scripts.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import os
 import secrets
+import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -133,6 +136,42 @@ def _check_count(script: str, name: str, ids: Sequence[str], values: int, per: i
 NOTICE_HOLD = 0.5
 
 
+log = logging.getLogger("governor")
+
+#: the command that changes a stored config field ('': the rest)
+_CHANGED_BY = {
+    "max_capacity": "`governor -n {name} set-max {value}`",
+    **dict.fromkeys(
+        ("tenant_weights", "default_weight", "tenant_caps", "reserve", "aging"),
+        "`governor -n {name} set-shares` (--weight, --default-weight, --cap, --reserve, --aging)",
+    ),
+    "policy": "`governor -n {name} configure --policy ...` (the policy and its numbers)",
+    "": "`configure()` of a client with the config to store (it stores it whole and resets what the policy learnt)",
+}
+
+#: (process id, label) of the last default_holder(): a forked child makes its own
+_default_holder = (-1, "")
+
+
+def default_holder() -> str:
+    """The holder label when none is given: host name and process id (the
+    host name is asked for once per process, not on every acquire)."""
+    global _default_holder
+    pid = os.getpid()
+    if _default_holder[0] != pid:
+        _default_holder = (pid, f"{socket.gethostname()}/{pid}")
+    return _default_holder[1]
+
+
+def holder_label(holder: str | None) -> str:
+    """``holder`` checked (at most 200 bytes), or this host's and process's label for None."""
+    if holder is None:
+        return default_holder()
+    if not isinstance(holder, str) or len(holder.encode()) > 200:
+        raise ConfigError(f"holder must be a string of at most 200 bytes, got {holder!r}")
+    return holder
+
+
 class GovernorCore:
     """Arguments and replies of every operation, for one governor."""
 
@@ -233,7 +272,39 @@ class GovernorCore:
         self._saw_ttl(rest[1])
         pairs = [text(value) for value in rest[2:]]
         self.stored_config = dict(zip(pairs[::2], pairs[1::2], strict=True))
+        if kind == "exists" and (told := self.differing_from_stored()):
+            log.warning("%s", told)  # once: an object learns the stored config from its first call's init
         return kind
+
+    def differing_from_stored(self) -> str:
+        """What this client's config sets that the stored one (which the
+        fleet uses) does not, with the commands that change the stored one;
+        '' when nothing differs. A field this client leaves at its default
+        is not named (it asked for nothing), nor is a client's own setting."""
+        if self.stored_config is None:
+            return ""
+        try:
+            stored = GovernorConfig.from_stored(self.stored_config, base=self.config, name=self.name)
+        except StateError:
+            return ""  # learn_stored_config and the reader say what is wrong with it
+        default, mine = GovernorConfig(), self.config
+        names = [
+            field.name
+            for field in dataclasses.fields(GovernorConfig)
+            if getattr(mine, field.name) != getattr(default, field.name)
+            and getattr(mine, field.name) != getattr(stored, field.name)
+        ]
+        if not names:
+            return ""
+        shown = "; ".join(f"{n} {getattr(mine, n)!r} here, {getattr(stored, n)!r} stored" for n in names)
+        commands = sorted(
+            {_CHANGED_BY.get(n, _CHANGED_BY[""]).format(name=self.name, value=getattr(mine, n)) for n in names}
+        )
+        return (
+            f"governor {self.name!r}: this client's config differs from the one stored in Redis, which the "
+            f"fleet uses (the first client to create a governor stores its config): {shown}. "
+            f"To change the stored config: {'; '.join(commands)}"
+        )
 
     def learn_stored_config(self, stored: Any) -> None:
         """Take the config hash as read (HGETALL), after an operator changed
@@ -245,15 +316,36 @@ class GovernorCore:
             GovernorConfig.from_stored(pairs, name=self.name)  # StateError when it cannot be used
             self.stored_config = pairs
 
-    def place(self, priority: str | None = None, tenant: str | None = None) -> Place:
-        """Where a caller of class ``priority`` (None: the default class) and
-        ``tenant`` (None: the default tenant) waits, by the fleet's stored
-        config once this client learnt it (its own until then).
-        ConfigError for an unknown class or an invalid tenant name."""
+    def ask(
+        self,
+        holder: str | None = None,
+        tokens: Tokens | int | None = None,
+        priority: str | None = None,
+        tenant: str | None = None,
+    ) -> Ask:
+        """A caller's ask, checked once where a public call takes its
+        arguments: ``holder`` (None: this host and process), ``tokens`` (a
+        Tokens, or an int of input tokens), the class ``priority`` (None: the
+        default class) and ``tenant`` (None: the default tenant), placed by
+        the fleet's stored config once this client learnt it (its own until
+        then). ConfigError for a bad holder or cost, an unknown class or an
+        invalid tenant name."""
+        label = holder_label(holder)
+        return Ask(label, Tokens.of(tokens), priority, tenant, self._place(priority, tenant))
+
+    def placed(self, ask: Ask) -> Ask:
+        """``ask`` at its place under the classes and weights in force now
+        (an operator may change them at run time): itself when unchanged."""
+        place = self._place(ask.priority, ask.tenant)
+        return ask if place == ask.place else dataclasses.replace(ask, place=place)
+
+    def _place(self, priority: str | None, tenant: str | None) -> Place:
         config = self._fleet_shares()
         default = priority is None and tenant is None
         if default and self._default_place[0] is config:
             return self._default_place[1]
+        if priority is not None and not isinstance(priority, str):
+            raise ConfigError(f"priority must be a class name or None, got {priority!r}")
         rank = config.rank_of(priority)
         name = DEFAULT_TENANT if tenant is None else validate_tenant(tenant)
         place = Place(config.priorities[rank], rank, name, config.weight_of(name))
@@ -275,28 +367,18 @@ class GovernorCore:
                 return self.config  # init and learn_stored_config refuse an unusable stored config
         return self._shares[1]
 
-    def acquire(
-        self,
-        lease_id: str,
-        holder: str,
-        wait: bool,
-        fresh: bool = True,
-        tokens: Tokens | int | None = None,
-        place: Place | None = None,
-    ) -> Call[Granted | Queued | Denied]:
-        """Ask for a lease reserving ``tokens``; ``fresh`` when the id was
-        never sent before. A try (``wait=False``) takes a new id: the script
-        skips the lookups. A cost no budget can ever hold raises CostTooLarge
-        (the parse)."""
+    def acquire(self, lease_id: str, ask: Ask, wait: bool, fresh: bool = True) -> Call[Granted | Queued | Denied]:
+        """Ask for a lease (``ask``: its holder, the tokens it reserves and
+        its place); ``fresh`` when the id was never sent before. A try
+        (``wait=False``) takes a new id: the script skips the lookups. A cost
+        no budget can ever hold raises CostTooLarge (the parse)."""
         if not wait and not fresh:
             raise ConfigError("a try_acquire takes a new lease id (fresh=True)")
         mode = ("wait" if fresh else "again") if wait else "try"
-        reserve = Tokens.of(tokens)
-        reserve_arg = "" if reserve.total == 0 else reserve.arg()
-        where = place if place is not None else self.place()
+        reserve_arg = "" if ask.tokens.total == 0 else ask.tokens.arg()
         return self._call(
             "acquire",
-            (lease_id, holder, self._ttl_ms, self._queue_ttl_ms, mode, reserve_arg, *where.args()),
+            (lease_id, ask.holder, self._ttl_ms, self._queue_ttl_ms, mode, reserve_arg, *ask.place.args()),
             self._parse_acquire,
             confirm=True,
         )
@@ -340,15 +422,14 @@ class GovernorCore:
             raise self._unexpected("cancel", kind)
         return text(rest[0])
 
-    def renew(self, leases: Sequence[tuple[str, str, str] | tuple[str, str, str, Place, Tokens]]) -> Call[Renewed]:
-        """Renew leases in one call: (id, epoch, holder, place, tokens) each,
-        the place and tokens it was granted with, so a lease adopted by a new
-        state (after a loss) keeps its tenant, class and reservation; an
-        (id, epoch, holder) triple stands for the default place and no tokens."""
+    def renew(self, leases: Sequence[tuple[str, str, Ask]]) -> Call[Renewed]:
+        """Renew leases in one call: (id, epoch, ask) each, the ask it was
+        granted for, so a lease adopted by a new state (after a loss) keeps
+        its holder, tenant, class and reservation."""
         flat: list[str] = []
-        for lease in leases:
-            place, tokens = (lease[3], lease[4]) if len(lease) == 5 else (self.place(), Tokens())
-            flat += [lease[0], lease[1], lease[2], *place.args(), "" if tokens == Tokens() else tokens.arg()]
+        for lease_id, epoch, ask in leases:
+            tokens = "" if ask.tokens == Tokens() else ask.tokens.arg()
+            flat += [lease_id, epoch, ask.holder, *ask.place.args(), tokens]
         ids = [lease[0] for lease in leases]
         return self._call("renew", (self._ttl_ms, *flat), self._renew_parser(ids), confirm=True)
 

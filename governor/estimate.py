@@ -1,15 +1,13 @@
-"""What a model request will cost, and what it did cost.
+"""What a model request will cost.
 
 A lease reserves an estimate of its tokens before the call and its report
-settles the actual usage after it. This module makes both from what is on
-the wire, for the request and response shapes of OpenAI (chat completions,
-the Responses API, legacy completions, embeddings) and Anthropic (messages):
-
-- :func:`estimate_request`: the estimate, from the request body.
-- :func:`usage_of`: the actual usage of a JSON response, or of an SDK
-  object (``ChatCompletion``, ``Response``, ``Message``, or their ``usage``).
-- the usage of a streamed response is read as it passes by
-  :class:`governor.streams.StreamUsage`, with these functions.
+settles the actual usage after it. This module makes the estimate from the
+request body, for the request shapes of OpenAI (chat completions, the
+Responses API, legacy completions, embeddings) and Anthropic (messages):
+:func:`estimate_request`; and it holds the counting rule and helpers a
+provider of another shape estimates with (governor/profiles/: Gemini's and
+Bedrock's). The usage a response reports is read by
+:func:`governor.profiles.usage_of`.
 
 The estimate is deliberately simple and stated here so it can be checked:
 
@@ -103,62 +101,6 @@ def estimate_request(body: bytes | str | Mapping[str, Any] | None, path: str = "
         return Tokens(_bounded(math.ceil((size or 0) / CHARS_PER_TOKEN)), DEFAULT_OUTPUT_TOKENS)
     endpoint = _endpoint(path)
     return Tokens(_bounded(_input_tokens(request)), _bounded(_output_tokens(request, endpoint)))
-
-
-def estimate_gemini(body: bytes | str | Mapping[str, Any] | None) -> Tokens:
-    """A Gemini (or Vertex AI) ``generateContent`` request's tokens, by the
-    same rule as :func:`estimate_request`: the text of ``contents`` and
-    ``systemInstruction``, the JSON of ``tools`` and the response schema as
-    input; ``generationConfig.maxOutputTokens`` (else
-    ``DEFAULT_OUTPUT_TOKENS``) times ``candidateCount`` as output."""
-    request, size = _decoded(body)
-    if request is None:
-        return Tokens() if size == 0 else Tokens(_bounded(math.ceil(size / CHARS_PER_TOKEN)), DEFAULT_OUTPUT_TOKENS)
-    count = _Count()
-    for name in ("contents", "systemInstruction", "system_instruction"):
-        value = request.get(name)
-        if isinstance(value, list):
-            count.messages += sum(1 for item in value if isinstance(item, Mapping))
-        elif isinstance(value, Mapping):
-            count.messages += 1
-        if value is not None:
-            count.walk(value)
-    config = request.get("generationConfig") or request.get("generation_config") or {}
-    config = config if isinstance(config, Mapping) else {}
-    for value in (request.get("tools"), config.get("responseSchema"), config.get("responseJsonSchema")):
-        if value is not None:
-            count.chars += _json_size(value, count)
-    maximum = config.get("maxOutputTokens", config.get("max_output_tokens"))
-    output = maximum if _is_count(maximum) else DEFAULT_OUTPUT_TOKENS
-    choices = config.get("candidateCount", config.get("candidate_count"))
-    if _is_count(choices) and 1 <= choices <= MAX_CHOICES:
-        output *= choices
-    return Tokens(_bounded(_sum(count)), _bounded(output))
-
-
-def estimate_bedrock(body: bytes | str | Mapping[str, Any] | None) -> Tokens:
-    """A Bedrock ``Converse`` (or Anthropic-shaped ``InvokeModel``) request's
-    tokens: the text of ``messages`` and ``system``, the JSON of
-    ``toolConfig`` as input; ``inferenceConfig.maxTokens`` (InvokeModel:
-    ``max_tokens``; else ``DEFAULT_OUTPUT_TOKENS``) as output, which is what
-    Bedrock takes from the quota at the start."""
-    request, size = _decoded(body)
-    if request is None:
-        return Tokens() if size == 0 else Tokens(_bounded(math.ceil(size / CHARS_PER_TOKEN)), DEFAULT_OUTPUT_TOKENS)
-    if "inferenceConfig" not in request and "toolConfig" not in request:
-        return estimate_request(request)  # InvokeModel with the model's own body (Anthropic's messages)
-    count = _Count()
-    for name in ("messages", "system"):
-        value = request.get(name)
-        if isinstance(value, list) and name == "messages":
-            count.messages += sum(1 for item in value if isinstance(item, Mapping))
-        if value is not None:
-            count.walk(value)
-    if request.get("toolConfig") is not None:
-        count.chars += _json_size(request["toolConfig"], count)
-    config = request.get("inferenceConfig")
-    maximum = config.get("maxTokens") if isinstance(config, Mapping) else None
-    return Tokens(_bounded(_sum(count)), _bounded(maximum if _is_count(maximum) else DEFAULT_OUTPUT_TOKENS))
 
 
 def _decoded(body: bytes | str | Mapping[str, Any] | None) -> tuple[Mapping[str, Any] | None, int]:
@@ -284,87 +226,6 @@ def _bounded(value: int) -> int:
     return min(value, MAX_TOKENS)
 
 
-# -- usage ----------------------------------------------------------------------------
-
-
-def usage_of(obj: Any) -> Tokens | None:
-    """The tokens a response says it used; None when it does not say.
-
-    ``obj`` is a decoded JSON response (a dict), an SDK object (openai's
-    ``ChatCompletion``, ``Completion``, ``Response``,
-    ``CreateEmbeddingResponse``; anthropic's ``Message``), or the ``usage``
-    part of either. Figures that are not non-negative integers make the
-    usage unknown (None) rather than wrong.
-    """
-    if obj is None or isinstance(obj, (str, bytes, int, float)):
-        return None  # a plain value says nothing of tokens (and asking it field by field costs every call)
-    google = _field(obj, "usageMetadata")
-    if google is None:
-        google = _field(obj, "usage_metadata")
-    if google is None and _field(obj, "promptTokenCount") is not None:
-        google = obj
-    if google is not None:
-        return _google_usage(google)
-    usage = _field(obj, "usage")
-    if usage is None and any(
-        _field(obj, name) is not None for name in ("prompt_tokens", "input_tokens", "inputTokens")
-    ):
-        usage = obj  # the usage object itself
-    if usage is None or isinstance(usage, (str, bytes, int, float)):
-        return None
-    if _field(usage, "inputTokens") is not None:  # Bedrock's Converse
-        return _bedrock_usage(usage)
-    prompt = _field(usage, "prompt_tokens")
-    if prompt is not None:  # OpenAI chat completions, legacy completions, embeddings
-        completion = _field(usage, "completion_tokens")
-        if completion is None:
-            completion = 0  # embeddings have no completion
-        return _tokens(prompt, completion)
-    if _field(usage, "input_tokens") is None:
-        return None
-    # Anthropic counts cache reads and writes apart from input_tokens; the Responses API
-    # has none of these two (its cached tokens are inside input_tokens).
-    parts = [_field(usage, name) for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
-    if any(part is not None and not _is_count(part) for part in parts):
-        return None
-    output = _field(usage, "output_tokens")
-    return _tokens(sum(part for part in parts if part is not None), 0 if output is None else output)
-
-
-def _google_usage(usage: Any) -> Tokens | None:
-    """Gemini's usageMetadata: the prompt (cached content included) and tool-use
-    prompt as input; candidates and thoughts as output."""
-    prompt = _field(usage, "promptTokenCount")
-    if prompt is None:
-        prompt = _field(usage, "prompt_token_count")
-    if not _is_count(prompt):
-        return None
-    parts = []
-    for camel, snake in (
-        ("toolUsePromptTokenCount", "tool_use_prompt_token_count"),
-        ("candidatesTokenCount", "candidates_token_count"),
-        ("thoughtsTokenCount", "thoughts_token_count"),
-    ):
-        value = _field(usage, camel)
-        if value is None:
-            value = _field(usage, snake)
-        if value is not None and not _is_count(value):
-            return None
-        parts.append(value or 0)
-    tool, candidates, thoughts = parts
-    return _tokens(prompt + tool, candidates + thoughts)
-
-
-def _bedrock_usage(usage: Any) -> Tokens | None:
-    """Bedrock's Converse usage: input tokens and cache writes as input (cache
-    reads are given back to the quota when the request settles), output tokens."""
-    values = [_field(usage, name) for name in ("inputTokens", "cacheWriteInputTokens", "outputTokens")]
-    if any(value is not None and not _is_count(value) for value in values):
-        return None
-    inputs, writes, output = (value or 0 for value in values)
-    return _tokens(inputs + writes, output)
-
-
 def _field(obj: Any, name: str) -> Any:
     if isinstance(obj, Mapping):
         return obj.get(name)
@@ -388,8 +249,5 @@ __all__ = [
     "MEDIA_TOKENS",
     "MESSAGE_OVERHEAD",
     "REQUEST_OVERHEAD",
-    "estimate_bedrock",
-    "estimate_gemini",
     "estimate_request",
-    "usage_of",
 ]

@@ -60,7 +60,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import events
-from .backoff import RETRY_AFTER_HEADERS, read_retry_after
+from .backoff import RETRY_AFTER_HEADERS, _http_date, _number, read_retry_after
 from .errors import ConfigError
 
 #: the budget kinds a header can speak of, in the governor's order
@@ -223,6 +223,28 @@ def budget_limits(headers: Mapping[str, str], name: str) -> dict[str, tuple[int 
     if read.malformed:
         events.emit(events.MalformedHeaders(name, read.malformed))
     return {kind: (figures.limit, figures.remaining) for kind, figures in read.budgets.items()}
+
+
+def undated_retry_at(headers: Any) -> float | None:
+    """Unix seconds of a ``Retry-After`` given as an HTTP date in a response
+    with no usable ``Date`` header to measure it against (and no earlier
+    header of :data:`~governor.backoff.RETRY_AFTER_HEADERS` giving a figure):
+    only the fleet's clock (Redis ``TIME``) may turn it into a wait, never a
+    host's. None otherwise (a figure, a dated response, no such header)."""
+    if headers is None:
+        return None
+    try:
+        pairs = _pairs(headers)
+    except Exception:  # noqa: BLE001 - a container that cannot be read says nothing
+        return None
+    if _http_date(pairs.get("date")) is not None:
+        return None
+    for name, unit in RETRY_AFTER_HEADERS:
+        text = pairs.get(name)
+        if text is None or read_retry_after(text, unit, None, 0.0) is None:
+            continue  # absent or unreadable: the next one decides
+        return _http_date(text) if unit is None and _number(text) is None else None
+    return None
 
 
 def _anthropic_first(name: str) -> tuple[int, str]:

@@ -8,7 +8,7 @@ script call as the facades run it (:class:`Call`). Values only: the core
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from .budgets import Budget, Tokens
@@ -42,13 +42,22 @@ class Place:
 
 @dataclass(frozen=True)
 class Ask:
-    """Who asks for a lease and for what, carried from acquire() to the
-    lease: the holder's label, the tokens reserved from the budgets, and
-    the place it waits in (its priority class and tenant)."""
+    """Who asks for a lease and for what, built once where a public call
+    takes its arguments (:meth:`governor.core.GovernorCore.ask`, checked
+    there) and carried down to the lease: the holder's label, the tokens
+    reserved from the budgets, the class and tenant as the caller named them
+    (None: the defaults), and the place they give in the queue."""
 
     holder: str
     tokens: Tokens
+    priority: str | None
+    tenant: str | None
+    #: where it waits, by the fleet's config when it was built (GovernorCore.placed renews it)
     place: Place
+
+    def reserving(self, tokens: Tokens | int | None) -> Ask:
+        """The same ask for another estimate (``tokens`` as ``acquire(tokens=)`` takes them)."""
+        return replace(self, tokens=Tokens.of(tokens))
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 :class:`StreamUsage` is fed a response's server-sent events chunk by chunk
 as they pass (the governed transport does it), and reads the usage the
-stream reports (with :func:`governor.estimate.usage_of`) and the first
+stream reports (with :func:`governor.profiles.usage_of`, in any provider's shape) and the first
 error event (an overload that starts mid-stream), classified as
 :func:`governor.classify.classify_http` says.
 """
@@ -15,7 +15,8 @@ from typing import Any
 
 from .budgets import Tokens
 from .classify import Classification, classify_http
-from .estimate import _is_count, _tokens, usage_of
+from .estimate import _is_count, _tokens
+from .profiles import usage_of
 
 #: an event whose data grows beyond this is dropped (counted in StreamUsage.dropped)
 MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -172,12 +173,8 @@ class StreamUsage:
                 self._error({"error": response.get("error")})
         elif kind == "error" or isinstance(payload.get("error"), Mapping):
             self._error(payload)
-        elif isinstance(payload.get("usageMetadata"), Mapping):  # a Gemini chunk: the figures so far
+        else:  # a chunk with the figures so far (OpenAI's include_usage one; a provider's own shape, as Gemini's)
             found = usage_of(payload)
-            if found is not None:
-                self.usage = found
-        elif isinstance(payload.get("usage"), Mapping):  # an OpenAI chunk, the include_usage one
-            found = usage_of(payload["usage"])
             if found is not None:
                 self.usage = found
 

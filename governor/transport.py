@@ -22,7 +22,7 @@ loop of ``Governor.call`` (governor/_async/retry.py ``retry_call``):
    rate-limited, billing errors quota-exhausted, the rest errors) and
    reported with no usage spent (a refused request spends no tokens; the
    request itself counts against the requests budget); a success with the
-   usage of its JSON (:func:`governor.estimate.usage_of`). Every report
+   usage of its JSON (:func:`governor.profiles.usage_of`). Every report
    carries the response's headers, which calibrate the budgets;
 4. a rate-limited answer is retried after the provider's Retry-After or
    the backoff, by the same loop; when the attempts run out, the last

@@ -93,7 +93,7 @@ def calls_of(operation: str, client: redis.Redis, gov: Governor) -> Iterator[Cal
     keys, core = gov.keys.script_keys, gov._core
     while True:
         if operation == "acquire":
-            args = core.acquire(uuid.uuid4().hex, "stages", wait=False).args
+            args = core.acquire(uuid.uuid4().hex, core.ask("stages"), wait=False).args
         else:
             lease = gov.acquire()
             if operation == "report":
@@ -137,7 +137,7 @@ class QueuedGovernor:
 
         else:
             newcomer = f"w{uuid.uuid4().hex}"
-            args = core.acquire(newcomer, "stages", wait=True).args
+            args = core.acquire(newcomer, core.ask("stages"), wait=True).args
 
             def complete() -> None:
                 self._join(newcomer, fresh=False)
@@ -147,7 +147,7 @@ class QueuedGovernor:
         return lambda function: self.client.fcall(function, len(self.keys), *self.keys, *args), complete
 
     def _join(self, newcomer: str, fresh: bool = True) -> None:
-        self.whole(self.driver.core.acquire(newcomer, "stages", wait=True, fresh=fresh))
+        self.whole(self.driver.core.acquire(newcomer, self.driver.core.ask("stages"), wait=True, fresh=fresh))
         self.queue.append(newcomer)
 
 

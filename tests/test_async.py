@@ -4,7 +4,9 @@ of a waiting task at each point (before its grant, after it)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -214,3 +216,27 @@ async def test_a_cancellation_at_the_moment_of_the_wake_up_reaches_the_caller() 
             await taking
         assert await semaphore.acquire(0.1)  # the unit went back
         assert not await semaphore.acquire(0.01)
+
+
+def test_the_readme_api_table_names_what_both_facades_have() -> None:
+    """Every call the README's API table names exists on Governor, and on
+    AsyncGovernor under the same name but for the exceptions the README
+    states in words (``close()``, which it calls ``aclose()``)."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    table = readme.split("<!-- --8<-- [start:api] -->", 1)[1].split("<!-- --8<-- [end:api] -->", 1)[0]
+    renamed = dict(re.findall(r"but for\s+`(\w+)\(\)`, which it calls `(\w+)\(\)`", table))
+    assert renamed == {"close": "aclose"}
+    names = set()
+    for row in re.findall(r"^\| (.+?) \|", table, re.M):
+        for span in re.findall(r"`([^`]+)`", row):
+            named = re.match(r"@?(?:gov\.|Governor\.)?([a-z_]+)\(", span)
+            if named and not span.startswith("lease."):
+                names.add(named.group(1))
+    names -= set(renamed.values())  # the asyncio names, checked below
+    assert {"acquire", "try_acquire", "report", "call", "limit", "close", "from_url", "set_shares"} <= names
+    for name in sorted(names):
+        assert callable(getattr(Governor, name, None)), f"Governor has no {name}()"
+        assert callable(getattr(AsyncGovernor, renamed.get(name, name), None)), (
+            f"AsyncGovernor has no {renamed.get(name, name)}()"
+        )
+    assert not hasattr(AsyncGovernor, "close")  # one name for one thing: aclose()

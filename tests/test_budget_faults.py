@@ -271,8 +271,8 @@ def test_a_reset_with_a_dead_lease_not_yet_reclaimed_keeps_the_cap(
     gov = make_gov(
         GovernorConfig(max_capacity=8, lease_ttl=10, queue_ttl=60, tenant_caps={"a": 2}, **FIXED), clock=clock
     )
-    core, a = gov._core, gov._core.place(None, "a")
-    crashed = gov._execute(core.acquire(new_id(), "crashed", wait=False, place=a))  # nobody will renew it
+    core = gov._core
+    crashed = gov._execute(core.acquire(new_id(), core.ask("crashed", tenant="a"), wait=False))  # nobody will renew it
     assert isinstance(crashed, Granted)
     clock.advance(5)
     live = gov.try_acquire(tenant="a")
@@ -293,22 +293,18 @@ def test_caps_set_over_more_than_a_batch_of_expired_leases_are_exact(
     gov = make_gov(GovernorConfig(max_capacity=200, lease_ttl=10, queue_ttl=60, **FIXED), clock=clock)
     core = gov._core
     for _ in range(70):  # holders that will crash: nobody renews them
-        assert isinstance(
-            gov._execute(core.acquire(new_id(), "dead", wait=False, place=core.place(None, "a"))), Granted
-        )
+        assert isinstance(gov._execute(core.acquire(new_id(), core.ask("dead", tenant="a"), wait=False)), Granted)
     clock.advance(9)
     live = []
     for _ in range(80):
         lease_id = new_id()
-        assert isinstance(
-            gov._execute(core.acquire(lease_id, "live", wait=False, place=core.place(None, "a"))), Granted
-        )
+        assert isinstance(gov._execute(core.acquire(lease_id, core.ask("live", tenant="a"), wait=False)), Granted)
         live.append(lease_id)
     clock.advance(1.5)  # the 70 ran out
     gov.set_shares(tenant_caps={"a": 80})
     clock.advance(1.1)  # the next reclaim is due
     gov.probe()  # it reclaims the expired leases the change left
-    more = [gov._execute(core.acquire(new_id(), "more", wait=False, place=core.place(None, "a"))) for _ in range(10)]
+    more = [gov._execute(core.acquire(new_id(), core.ask("more", tenant="a"), wait=False)) for _ in range(10)]
     granted = sum(isinstance(reply, Granted) for reply in more)
     assert granted == 0, f"tenant a holds {80 + granted} live leases with a cap of 80"
 
@@ -384,7 +380,7 @@ def test_a_waiter_parked_at_its_cap_is_told_so_and_status_is_not_open(make_gov: 
     assert "tenant a at its cap: 1 in flight of 1" in str(raised.value)
     assert "0 ahead" not in str(raised.value)
     lease_id = new_id()
-    queued = gov._execute(gov._core.acquire(lease_id, "a", wait=True, place=gov._core.place(None, "a")))
+    queued = gov._execute(gov._core.acquire(lease_id, gov._core.ask("a", tenant="a"), wait=True))
     assert isinstance(queued, Queued) and "tenant a at its cap" in queued.reason
     st = gov.status()
     assert st.blocked == "" and st.held_back == "tenant a at its cap: 1 in flight of 1"
@@ -399,7 +395,7 @@ def test_a_waiter_held_by_a_budget_is_told_its_own_cost(make_gov: MakeGov, clock
     drained = gov.try_acquire(tokens=Tokens(6000, 0))
     assert drained is not None
     lease_id = new_id()
-    queued = gov._execute(gov._core.acquire(lease_id, "x", wait=True, tokens=Tokens(300, 0)))
+    queued = gov._execute(gov._core.acquire(lease_id, gov._core.ask("x", tokens=Tokens(300, 0)), wait=True))
     assert isinstance(queued, Queued) and queued.reason.startswith("tokens budget: 300 wanted, 0 left of 6000")
     refreshed = gov._execute(gov._core.refresh([lease_id]))
     assert refreshed.reason == ""  # a caller of no cost would go in

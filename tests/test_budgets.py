@@ -62,7 +62,7 @@ def test_a_ceiling_admits_while_its_bucket_holds_the_cost_then_the_wait_names_th
     assert gov.try_acquire(tokens=Tokens(1500, 0)) is None  # 1,000 left: concurrency has room, tokens do not
     assert gov.status().blocked == ""  # a caller of no cost would still go in
     lease_id = new_id()
-    queued = gov._execute(gov._core.acquire(lease_id, "big", wait=True, tokens=Tokens(1500, 0)))
+    queued = gov._execute(gov._core.acquire(lease_id, gov._core.ask("big", tokens=Tokens(1500, 0)), wait=True))
     assert isinstance(queued, Queued)
     assert queued.reason == "tokens budget: 1500 wanted, 1000 left of 6000"
     assert queued.hint == pytest.approx(5.0)  # 500 more tokens at 100 a second
@@ -195,7 +195,7 @@ def test_anthropic_input_and_output_budgets_are_apart(make_gov: MakeGov, clock: 
     assert gov.try_acquire(tokens=Tokens(9000, 1500)) is not None
     assert gov.try_acquire(tokens=Tokens(500, 1000)) is None  # input has room, output does not
     assert (budget(gov, "input_tokens").level, budget(gov, "output_tokens").level) == (1000, 500)
-    queued = gov._execute(gov._core.acquire(new_id(), "w", wait=True, tokens=Tokens(500, 1000)))
+    queued = gov._execute(gov._core.acquire(new_id(), gov._core.ask("w", tokens=Tokens(500, 1000)), wait=True))
     assert isinstance(queued, Queued) and queued.reason == "output_tokens budget: 1000 wanted, 500 left of 2000"
 
 
@@ -234,13 +234,15 @@ def test_a_waiter_whose_cost_a_lower_ceiling_makes_impossible_is_refused_on_its_
     holder = gov.try_acquire(tokens=100)
     assert holder is not None
     waiter = new_id()
-    assert isinstance(gov._execute(gov._core.acquire(waiter, "w", wait=True, tokens=Tokens(5000, 0))), Queued)
+    assert isinstance(
+        gov._execute(gov._core.acquire(waiter, gov._core.ask("w", tokens=Tokens(5000, 0)), wait=True)), Queued
+    )
     lower = make_gov(GovernorConfig(max_capacity=1, tokens_per_minute=4000, restart_hold=False), clock=clock)
     lower.configure()  # an operator stores a lower ceiling
     holder.release()
     assert gov.client.zcard(gov.keys.queue) == 0  # dropped from the queue by the grant that reached it
     with pytest.raises(CostTooLarge):
-        gov._execute(gov._core.acquire(waiter, "w", wait=True, fresh=False, tokens=Tokens(5000, 0)))
+        gov._execute(gov._core.acquire(waiter, gov._core.ask("w", tokens=Tokens(5000, 0)), wait=True, fresh=False))
 
 
 def test_a_large_head_is_not_overtaken_by_smaller_followers(make_gov: MakeGov, clock: FakeClock) -> None:
@@ -251,8 +253,8 @@ def test_a_large_head_is_not_overtaken_by_smaller_followers(make_gov: MakeGov, c
     first = gov.try_acquire(tokens=5000)
     assert first is not None
     big, small = new_id(), new_id()
-    assert isinstance(gov._execute(gov._core.acquire(big, "big", wait=True, tokens=3000)), Queued)
-    queued = gov._execute(gov._core.acquire(small, "small", wait=True, tokens=10))
+    assert isinstance(gov._execute(gov._core.acquire(big, gov._core.ask("big", tokens=3000), wait=True)), Queued)
+    queued = gov._execute(gov._core.acquire(small, gov._core.ask("small", tokens=10), wait=True))
     assert isinstance(queued, Queued) and queued.position == 1  # 1,000 left would fit it, but FIFO
     clock.advance(20)  # 1,000 + 2,000: the head fits
     refreshed = gov._execute(gov._core.refresh([big, small]))

@@ -36,8 +36,11 @@ class Fleet:
 
     def ask(self, tenant: str = "default", priority: str | None = None, wait: bool = True) -> tuple[str, Any]:
         lease = new_id()
-        place = self.gov._core.place(priority, tenant)
-        reply = self.gov._execute(self.gov._core.acquire(lease, f"{tenant}/{priority}", wait=wait, place=place))
+        reply = self.gov._execute(
+            self.gov._core.acquire(
+                lease, self.gov._core.ask(f"{tenant}/{priority}", priority=priority, tenant=tenant), wait=wait
+            )
+        )
         if isinstance(reply, Granted):
             self.holding[lease] = (tenant, priority)
         elif isinstance(reply, Queued):
@@ -96,7 +99,7 @@ def test_a_parked_waiter_keeps_its_place_refreshes_and_cancels_cleanly(
     reply = fleet.gov._execute(fleet.gov._core.refresh([first, second]))
     assert set(reply.queued) == {first, second} and not reply.unknown  # parked is queued, not unknown
     again = fleet.gov._execute(
-        fleet.gov._core.acquire(first, "a", wait=True, fresh=False, place=fleet.gov._core.place(None, "a"))
+        fleet.gov._core.acquire(first, fleet.gov._core.ask("a", tenant="a"), wait=True, fresh=False)
     )
     assert isinstance(again, Queued)  # asked again: still parked once, not queued twice
     assert sync_client.zcard(fleet.gov.keys.queue) == 0 and fleet.parked() == {first, second}

@@ -485,7 +485,8 @@ def test_real_sdk_http_date_retry_after(
 
 # -- provider profiles: body retry hints, Google and AWS shapes, per-day quotas -------------------
 
-from governor.profiles import REGISTRY, next_midnight, parse_google_duration, try_again_in  # noqa: E402
+from governor.profiles import REGISTRY, try_again_in  # noqa: E402
+from governor.profiles.google import next_midnight, parse_google_duration  # noqa: E402
 
 GOOGLE_429 = {
     "error": {

@@ -100,14 +100,18 @@ SLOW = {"lease_ttl": 600.0, "queue_ttl": 600.0, "poll": 1.0, "restart_hold": Fal
 
 def take(gov: Governor, label: str, priority: str | None = None, tenant: str | None = None) -> None:
     """A lease granted at once, of this class and tenant."""
-    place = gov._core.place(priority, tenant)
-    assert isinstance(gov._execute(gov._core.acquire(new_id(), label, wait=False, place=place)), Granted)
+    assert isinstance(
+        gov._execute(gov._core.acquire(new_id(), gov._core.ask(label, priority=priority, tenant=tenant), wait=False)),
+        Granted,
+    )
 
 
 def enqueue(gov: Governor, label: str, priority: str | None = None, tenant: str | None = None) -> None:
     """A waiter queued, of this class and tenant (nobody refreshes it: the TTLs are long)."""
-    place = gov._core.place(priority, tenant)
-    assert isinstance(gov._execute(gov._core.acquire(new_id(), label, wait=True, place=place)), Queued)
+    assert isinstance(
+        gov._execute(gov._core.acquire(new_id(), gov._core.ask(label, priority=priority, tenant=tenant), wait=True)),
+        Queued,
+    )
 
 
 def shares_state(make: Callable[..., Governor], clock: FakeClock) -> Governor:

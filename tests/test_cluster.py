@@ -210,7 +210,7 @@ def test_a_cluster_node_refuses_a_call_with_the_state_key_alone(
         gov.acquire(timeout=5).release()  # answered GOVERNOR_KEYS once, sent again with every key
         assert gov._connection.every_key
         before = {key: serving.dump(key) for key in keys.keys}
-        call = gov._core.acquire(new_id(), "alone", wait=False)
+        call = gov._core.acquire(new_id(), gov._core.ask("alone"), wait=False)
         with pytest.raises(redis.exceptions.ResponseError, match="GOVERNOR_KEYS this Redis is a cluster node"):
             serving.fcall(function_name(call.script), 1, keys.state, *call.args)
         assert {key: serving.dump(key) for key in keys.keys} == before
@@ -284,11 +284,11 @@ def test_classes_and_tenants_order_the_queue_on_a_cluster(client: redis.cluster.
     core = gov._core
     try:
         holder = new_id()
-        gov._execute(core.acquire(holder, "holder", wait=False))
+        gov._execute(core.acquire(holder, core.ask("holder"), wait=False))
         ids = {}
         for label, priority, tenant in [("old", "batch", None), ("d", None, "a"), ("i", "interactive", "b")]:
             ids[label] = new_id()
-            gov._execute(core.acquire(ids[label], label, wait=True, place=core.place(priority, tenant)))
+            gov._execute(core.acquire(ids[label], core.ask(label, priority=priority, tenant=tenant), wait=True))
             clock.advance(3)  # by the first hand-over the batch waiter has waited 9 s: aged; d 6 s: not yet
         order = []
         for _ in range(3):
@@ -297,7 +297,7 @@ def test_classes_and_tenants_order_the_queue_on_a_cluster(client: redis.cluster.
             order.append(holder)
         assert order == [ids["old"], ids["i"], ids["d"]]
         gov.set_shares(tenant_weights={"a": 5})
-        assert core.place(tenant="a").weight == 5
+        assert core.ask(tenant="a").place.weight == 5
     finally:
         client.delete(*gov.keys.keys)
         gov.close()

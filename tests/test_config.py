@@ -4,7 +4,9 @@ validation with clear errors, the stored fields each policy sends."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import re
 from typing import Any
 
 import pytest
@@ -273,3 +275,53 @@ def test_every_stored_value_is_of_its_protocol_kind_and_reads_back(name: str) ->
 def test_retry_policy_validation(field: str, value: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         RetryPolicy(**{field: value})  # type: ignore[arg-type]
+
+
+# -- a second client's config -----------------------------------------------------------------
+
+
+def test_a_config_that_differs_from_the_stored_one_is_said_once_with_the_command_that_changes_it(
+    redis_url: str, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first client stores its config; a later one with another
+    max_capacity gets the stored one, and a warning, once, naming the field
+    and the command that changes it; that command, run, makes the warning
+    go (and a client that asks for nothing in particular is told nothing)."""
+    from click.testing import CliRunner
+
+    from governor import Governor
+    from governor.cli import main
+
+    first = Governor.from_url(redis_url, name, GovernorConfig(max_capacity=8))
+    first.status()
+    caplog.set_level(logging.WARNING, logger="governor")
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "governor" and "differs from" in r.getMessage()]
+
+    second = Governor.from_url(redis_url, name, GovernorConfig(max_capacity=64, lease_ttl=20))
+    assert second.status().max_capacity == 8  # the stored config rules
+    with second.acquire(timeout=5):
+        pass
+    told = warnings()
+    assert len(told) == 1, told  # once, not at every call
+    assert "max_capacity 64 here, 8 stored" in told[0]
+    assert "lease_ttl" not in told[0]  # each client's own
+    command = re.search(r"`governor -n \S+ (set-max \d+)`", told[0])
+    assert command is not None, told[0]
+
+    for plain in (
+        Governor.from_url(redis_url, name),
+        Governor.from_url(redis_url, name, GovernorConfig(max_capacity=8)),
+    ):
+        plain.status()
+        plain.close()
+    assert len(warnings()) == 1  # no config, or the stored one: nothing to say
+
+    result = CliRunner().invoke(main, ["--url", redis_url, "--name", name, *command.group(1).split()])
+    assert result.exit_code == 0, result.output
+    third = Governor.from_url(redis_url, name, GovernorConfig(max_capacity=64))
+    assert third.status().max_capacity == 64
+    assert len(warnings()) == 1  # the command helped
+    for gov in (first, second, third):
+        gov.close()

@@ -109,7 +109,7 @@ def test_malformed_ids_are_refused_by_the_scripts(make_gov: MakeGov) -> None:
     gov = make_gov(GovernorConfig(max_capacity=2))
     for bad in ["", "has space", "x" * 129, "semi;colon", "new\nline"]:
         with pytest.raises(ConfigError, match="id must be"):
-            gov._execute(gov._core.acquire(bad, "h", wait=False))
+            gov._execute(gov._core.acquire(bad, gov._core.ask("h"), wait=False))
     assert gov.status().in_flight == 0
 
 

@@ -32,8 +32,8 @@ from governor.estimate import (
     MESSAGE_OVERHEAD,
     REQUEST_OVERHEAD,
     estimate_request,
-    usage_of,
 )
+from governor.profiles import usage_of
 from governor.streams import StreamUsage
 
 IMAGE = "data:image/png;base64," + "iVBORw0KGgo" * 2000  # 22k characters of base64: media, not text
@@ -692,7 +692,7 @@ def test_sdk_sse_decoder_agrees_on_events() -> None:
 
 
 def test_gemini_estimate_reads_contents_and_max_output_tokens() -> None:
-    from governor.estimate import estimate_gemini
+    from governor.profiles.google import estimate_gemini
 
     body = {
         "contents": [{"role": "user", "parts": [{"text": "x" * 400}]}],

@@ -365,3 +365,20 @@ def test_rate_limits_is_validated() -> None:
 def test_kinds_are_the_governors() -> None:
     budgets = pytest.importorskip("governor.budgets")
     assert tuple(budgets.KINDS) == KINDS
+
+
+def test_undated_retry_at_is_only_an_http_date_with_nothing_to_measure_it_against() -> None:
+    """The one case the fleet's clock must settle: Retry-After as an HTTP date,
+    no usable Date header, no figure in an earlier header."""
+    from governor.headers import undated_retry_at
+
+    when = "Wed, 21 Oct 2026 07:28:00 GMT"
+    at = 1_792_567_680.0
+    assert undated_retry_at({"Retry-After": when}) == at
+    assert undated_retry_at({"retry-after": when, "date": "garbage"}) == at
+    assert undated_retry_at({"retry-after": when, "date": "Wed, 21 Oct 2026 07:27:00 GMT"}) is None  # dated
+    assert undated_retry_at({"retry-after": "30"}) is None  # a figure
+    assert undated_retry_at({"retry-after-ms": "1500", "retry-after": when}) is None  # the earlier header decides
+    assert undated_retry_at({"retry-after-ms": "soon", "retry-after": when}) == at  # an unreadable one does not
+    assert undated_retry_at({"retry-after": "tomorrow"}) is None
+    assert undated_retry_at(None) is None and undated_retry_at({}) is None

@@ -9,8 +9,7 @@ import time
 from collections.abc import Callable
 
 from governor import Governor, GovernorConfig
-from governor._async.lease import default_holder as async_default_holder
-from governor._sync.lease import default_holder
+from governor.core import default_holder
 
 from .support.servers import wait_until
 
@@ -127,7 +126,7 @@ def test_a_lost_lease_reported_with_release_is_cleaned_up(make_gov: MakeGov, clo
 def test_the_default_holder_names_this_host_and_process_even_in_a_forked_child() -> None:
     """The label is made once per process: a child forked after the parent
     made it names itself, not its parent."""
-    for label in (default_holder, async_default_holder):
+    for label in (default_holder,):
         assert label() == f"{socket.gethostname()}/{os.getpid()}"
         read, write = os.pipe()
         child = os.fork()

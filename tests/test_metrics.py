@@ -214,8 +214,7 @@ SLOW = {"lease_ttl": 600.0, "queue_ttl": 600.0, "poll": 1.0, "restart_hold": Fal
 
 def join(gov: Governor, priority: str | None, tenant: str | None, wait: bool) -> None:
     """A caller of this class and tenant: granted at once (``wait`` False) or queued."""
-    place = gov._core.place(priority, tenant)
-    reply = gov._execute(gov._core.acquire(new_id(), "h/1", wait=wait, place=place))
+    reply = gov._execute(gov._core.acquire(new_id(), gov._core.ask("h/1", priority=priority, tenant=tenant), wait=wait))
     assert isinstance(reply, Queued if wait else Granted)
 
 

@@ -45,7 +45,7 @@ from hypothesis.stateful import (
 from governor import Governor, GovernorConfig, Outcome
 from governor.budgets import KINDS as BUDGET_KINDS
 from governor.budgets import MAX_USAGE, Tokens
-from governor.core import Call, Place
+from governor.core import Ask, Call, Place
 from governor.errors import CostTooLarge
 from governor.policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
 from governor.protocol import LOWER_HELD, QUEUE_BAND, SENTINEL, HolderRecord
@@ -320,20 +320,17 @@ class GovernorMachine(RuleBasedStateMachine):
     @rule(holder=st.sampled_from(["a", "host-2/agent-7", "x|y z"]), tokens=token_counts, where=places)
     def enqueue(self, holder: str, tokens: Tokens | None, where: tuple[str | None, str | None]) -> None:
         lease_id = self.new_id()
-        place = self.g._core.place(*where)
-        self.asked[lease_id] = (place, Tokens.of(tokens))
-        call = self.g._core.acquire(lease_id, holder, wait=True, tokens=tokens, place=place)
-        self.note_grant(lease_id, self.acquire(call))
-        OPERATIONS[f"rank{place.rank}"] += 1
+        ask = self.g._core.ask(holder, tokens, *where)
+        self.asked[lease_id] = (ask.place, ask.tokens)
+        self.note_grant(lease_id, self.acquire(self.g._core.acquire(lease_id, ask, wait=True)))
+        OPERATIONS[f"rank{ask.place.rank}"] += 1
 
     @rule(tokens=token_counts, where=places)
     def try_acquire(self, tokens: Tokens | None, where: tuple[str | None, str | None]) -> None:
         lease_id = self.new_id()
-        place = self.g._core.place(*where)
-        self.asked[lease_id] = (place, Tokens.of(tokens))
-        self.note_grant(
-            lease_id, self.acquire(self.g._core.acquire(lease_id, "try", wait=False, tokens=tokens, place=place))
-        )
+        ask = self.g._core.ask("try", tokens, *where)
+        self.asked[lease_id] = (ask.place, ask.tokens)
+        self.note_grant(lease_id, self.acquire(self.g._core.acquire(lease_id, ask, wait=False)))
 
     @rule(
         tokens=token_counts,
@@ -351,7 +348,7 @@ class GovernorMachine(RuleBasedStateMachine):
         or not) clamp them."""
         for _ in range(calls):
             lease_id = self.new_id()
-            reply = self.acquire(self.g._core.acquire(lease_id, "short", wait=False, tokens=tokens))
+            reply = self.acquire(self.g._core.acquire(lease_id, self.g._core.ask("short", tokens=tokens), wait=False))
             if reply[1] == "granted":
                 self._count_refusal(outcome, usage, refusals_count)
                 call = self.g._core.report(
@@ -381,7 +378,9 @@ class GovernorMachine(RuleBasedStateMachine):
         """The same id again (mode 'again'): idempotent when granted, a refreshed
         place when queued, queued anew when gone."""
         lease_id = data.draw(st.sampled_from(self.ids))
-        self.note_grant(lease_id, self.acquire(self.g._core.acquire(lease_id, "again", wait=True, fresh=False)))
+        self.note_grant(
+            lease_id, self.acquire(self.g._core.acquire(lease_id, self.g._core.ask("again"), wait=True, fresh=False))
+        )
 
     @precondition(lambda self: self.ids)
     @rule(data=st.data())
@@ -403,8 +402,12 @@ class GovernorMachine(RuleBasedStateMachine):
         if not ids:
             return
         epoch = self.model.S["epoch"]
-        default = (self.g._core.place(), Tokens())
-        renewals = [(i, self.epoch_of.get(i, epoch), "h", *self.asked.get(i, default)) for i in ids]
+        default = (self.g._core.ask().place, Tokens())
+        renewals = [
+            (i, self.epoch_of.get(i, epoch), Ask("h", tokens, None, None, place))
+            for i in ids
+            for place, tokens in [self.asked.get(i, default)]
+        ]
         reply = self.run(self.g._core.renew(renewals))
         for i, status in zip(ids, reply[3::2], strict=True):
             if status == "adopted":
@@ -631,9 +634,9 @@ def test_a_capacity_jump_admits_at_most_a_batch_per_call_like_the_model(redis_ur
 
     try:
         both(init_call(gov._core, holds_leases=False))
-        both(gov._core.acquire("holder", "h", wait=False))
+        both(gov._core.acquire("holder", gov._core.ask("h"), wait=False))
         for i in range(150):
-            both(gov._core.acquire(f"w{i:03d}", "h", wait=True))
+            both(gov._core.acquire(f"w{i:03d}", gov._core.ask("h"), wait=True))
         both(gov._core.set_max_capacity(200))
         assert len(model.grants) == 1 + 64  # one batch of grants in the call
         both(gov._core.refresh([]))
@@ -718,12 +721,12 @@ def test_budget_waits_refills_and_settlements_agree_with_the_model(replay_client
     model = replay(
         replay_client,
         [
-            lambda core: core.acquire("a", "h", wait=False, tokens=Tokens(300, 100)),
+            lambda core: core.acquire("a", core.ask("h", tokens=Tokens(300, 100)), wait=False),
             lambda core: core.report(Outcome.SUCCESS, None, "a", None, release=True, usage=usage),
-            lambda core: core.acquire("b", "h", wait=False, tokens=Tokens(200, 0)),
-            lambda core: core.acquire("c", "h", wait=False, tokens=10),
-            lambda core: core.acquire("d", "h", wait=False),  # the requests budget: 3 a minute
-            lambda core: core.acquire("e", "h", wait=True, tokens=Tokens(400, 0)),  # queued on both
+            lambda core: core.acquire("b", core.ask("h", tokens=Tokens(200, 0)), wait=False),
+            lambda core: core.acquire("c", core.ask("h", tokens=10), wait=False),
+            lambda core: core.acquire("d", core.ask("h"), wait=False),  # the requests budget: 3 a minute
+            lambda core: core.acquire("e", core.ask("h", tokens=Tokens(400, 0)), wait=True),  # queued on both
             20.0,  # one request and 200 tokens back
             lambda core: core.refresh(["e"]),
             lambda core: core.report(Outcome.SUCCESS, None, None, None, limits={"tokens": (600, 50)}),
@@ -746,9 +749,9 @@ def test_growth_without_reports_agrees_with_the_model(replay_client: Any) -> Non
     model = replay(
         replay_client,
         [
-            lambda core: core.acquire("a", "h", wait=False),
-            lambda core: core.acquire("b", "h", wait=False),  # capacity 2 of 8: full
-            *[lambda core, w=w: core.acquire(w, "h", wait=True) for w in waiters],
+            lambda core: core.acquire("a", core.ask("h"), wait=False),
+            lambda core: core.acquire("b", core.ask("h"), wait=False),  # capacity 2 of 8: full
+            *[lambda core, w=w: core.acquire(w, core.ask("h"), wait=True) for w in waiters],
             1.5,
             lambda core: core.refresh(waiters),  # the head waited 1.5 s < 2 s: nothing yet
             0.5,
@@ -764,9 +767,9 @@ def test_growth_without_reports_agrees_with_the_model(replay_client: Any) -> Non
     refused = replay(
         replay_client,
         [
-            lambda core: core.acquire("a", "h", wait=False),
-            lambda core: core.acquire("b", "h", wait=False),
-            lambda core: core.acquire("w", "h", wait=True),
+            lambda core: core.acquire("a", core.ask("h"), wait=False),
+            lambda core: core.acquire("b", core.ask("h"), wait=False),
+            lambda core: core.acquire("w", core.ask("h"), wait=True),
             lambda core: core.report(Outcome.RATE_LIMITED, 3.0, None),  # at 2 in flight: cut to 1, hold 3 s
             lambda core: core.release("b"),
             lambda core: core.refresh(["w"]),  # the hold: no growth
@@ -788,11 +791,11 @@ def test_a_dead_waiter_does_not_keep_a_try_out(replay_client: Any) -> None:
     replay(
         replay_client,
         [
-            lambda core: core.acquire("a", "h", wait=True),  # granted: 1 in flight of 1
-            lambda core: core.acquire("b", "h", wait=True),  # queued behind it
+            lambda core: core.acquire("a", core.ask("h"), wait=True),  # granted: 1 in flight of 1
+            lambda core: core.acquire("b", core.ask("h"), wait=True),  # queued behind it
             10.001,  # a's lease expired, b stopped refreshing 7 s ago
             lambda core: core.status(),  # blocked '': a new caller would be admitted
-            lambda core: core.acquire("c", "h", wait=False),  # ... and so it is
+            lambda core: core.acquire("c", core.ask("h"), wait=False),  # ... and so it is
         ],
     )
 
@@ -811,8 +814,8 @@ def test_releasing_a_waiters_id_leaves_its_place_alone(replay_client: Any, give_
     model = replay(
         replay_client,
         [
-            lambda core: core.acquire("a", "h", wait=True),
-            lambda core: core.acquire("b", "h", wait=True),
+            lambda core: core.acquire("a", core.ask("h"), wait=True),
+            lambda core: core.acquire("b", core.ask("h"), wait=True),
             release_b,  # no lease 'b': nothing to give back
             lambda core: core.release("a"),  # the slot goes to b
         ],
@@ -829,7 +832,7 @@ def test_classes_aging_and_tenant_shares_agree_with_the_model(replay_client: Any
     )
 
     def wait(lease_id: str, priority: str | None = None, tenant: str | None = None) -> Any:
-        return lambda core: core.acquire(lease_id, "h", wait=True, place=core.place(priority, tenant))
+        return lambda core: core.acquire(lease_id, core.ask("h", priority=priority, tenant=tenant), wait=True)
 
     model = replay(
         replay_client,
@@ -879,7 +882,8 @@ def test_refusals_debt_adoption_and_recounts_agree_with_the_model(replay_client:
         policy="fixed",
     )
     R, S = Outcome.RATE_LIMITED, Outcome.SUCCESS
-    a_batch = Place("batch", 2, "a", 1)
+    a_batch = Ask("h", Tokens(100, 0), "batch", "a", Place("batch", 2, "a", 1))
+    b_default = Ask("h", Tokens(), None, "b", Place("default", 1, "b", 1))
     tokens = Tokens(100, 0)
 
     def report(outcome: Outcome, lease: str, usage: Tokens, refusals_count: bool = True) -> Any:
@@ -893,42 +897,42 @@ def test_refusals_debt_adoption_and_recounts_agree_with_the_model(replay_client:
     model = replay(
         replay_client,
         [
-            lambda core: core.acquire("r1", "h", wait=False, tokens=tokens),
+            lambda core: core.acquire("r1", core.ask("h", tokens=tokens), wait=False),
             Check(lambda m: level(m) == 500),
             report(R, "r1", Tokens()),  # spent, then clamped to 0
             Check(lambda m: level(m) == 0),
             30.0,
-            lambda core: core.acquire("r2", "h", wait=False, tokens=tokens),
+            lambda core: core.acquire("r2", core.ask("h", tokens=tokens), wait=False),
             Check(lambda m: level(m) == 200),
             report(R, "r2", Tokens(), refusals_count=False),  # given back (300), then clamped to 0
             Check(lambda m: level(m) == 0),
             60.0,
-            lambda core: core.acquire("d1", "h", wait=False, tokens=tokens),
+            lambda core: core.acquire("d1", core.ask("h", tokens=tokens), wait=False),
             report(S, "d1", Tokens(10**8, 0)),  # charged down to the debt bound
             Check(lambda m: level(m) == -600),
             120.0,
-            lambda core: core.acquire("held", "h", wait=False, tokens=tokens, place=a_batch),
+            lambda core: core.acquire("held", a_batch, wait=False),
             Check(lambda m: m.held == {"a": 1, LOWER_HELD: 1}),
             LOSE,  # re-created: the bucket starts empty, held for the holders to re-register
             Check(lambda m: level(m) == 0 and m.held == {}),
-            lambda core: core.renew([("held", "lost-epoch", "h", a_batch, tokens)]),  # adopted: a, batch, 100 tokens
+            lambda core: core.renew([("held", "lost-epoch", a_batch)]),  # adopted: a, batch, 100 tokens
             Check(lambda m: m.held == {"a": 1, LOWER_HELD: 1} and level(m) == -100),
             6.0,
-            lambda core: core.renew([("held", "", "h", a_batch, tokens)]),
+            lambda core: core.renew([("held", "", a_batch)]),
             6.0,  # past the hold
-            lambda core: core.renew([("held", "", "h", a_batch, tokens)]),
+            lambda core: core.renew([("held", "", a_batch)]),
             lambda core: core.set_max_capacity(4),  # a re-created state starts at the resume level
-            lambda core: core.acquire("dead", "h", wait=False, place=Place("default", 1, "b", 1)),
+            lambda core: core.acquire("dead", b_default, wait=False),
             Check(lambda m: "dead" in m.leases),
             5.0,
-            lambda core: core.renew([("held", "", "h", a_batch, tokens)]),
+            lambda core: core.renew([("held", "", a_batch)]),
             5.5,  # dead's lease (10 s) ran out, not reclaimed
             Check(lambda m: "dead" in m.leases and m.held == {"a": 1, LOWER_HELD: 2}),
             lambda core: core.set_shares(tenant_caps={"a": 1, "b": 2}, reserve=1),  # reclaims, then recounts
             Check(lambda m: "dead" not in m.leases and m.held == {"a": 1, LOWER_HELD: 1}),
-            lambda core: core.acquire("dead2", "h", wait=False, place=Place("default", 1, "b", 1)),
+            lambda core: core.acquire("dead2", b_default, wait=False),
             5.0,
-            lambda core: core.renew([("held", "", "h", a_batch, tokens)]),
+            lambda core: core.renew([("held", "", a_batch)]),
             5.5,  # dead2 ran out, not reclaimed
             lambda core: core.reset(False),  # recounts (dead2 included), then reclaims it: counted once
             Check(lambda m: "dead2" not in m.leases and m.held == {"a": 1, LOWER_HELD: 1}),

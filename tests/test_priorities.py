@@ -33,12 +33,18 @@ class Slot:
         self.client = client
         self.holder = new_id()
         self.waiting: dict[str, str] = {}  # id -> label
-        assert isinstance(self.gov._execute(self.gov._core.acquire(self.holder, "holder", wait=False)), Granted)
+        assert isinstance(
+            self.gov._execute(self.gov._core.acquire(self.holder, self.gov._core.ask("holder"), wait=False)), Granted
+        )
 
     def enqueue(self, label: str, priority: str | None = None, tenant: str | None = None) -> str:
         waiter = new_id()
-        place = self.gov._core.place(priority, tenant)
-        assert isinstance(self.gov._execute(self.gov._core.acquire(waiter, label, wait=True, place=place)), Queued)
+        assert isinstance(
+            self.gov._execute(
+                self.gov._core.acquire(waiter, self.gov._core.ask(label, priority=priority, tenant=tenant), wait=True)
+            ),
+            Queued,
+        )
         self.waiting[waiter] = label
         return waiter
 
@@ -124,8 +130,7 @@ def test_a_newcomer_turned_away_at_capacity_ages_the_waiters_due_before_it_takes
     gov = slot.gov
     slot.enqueue("old-batch", "batch")
     clock.advance(5)
-    place = gov._core.place("interactive")
-    queued = gov._execute(gov._core.acquire(new_id(), "i-late", wait=True, place=place))
+    queued = gov._execute(gov._core.acquire(new_id(), gov._core.ask("i-late", priority="interactive"), wait=True))
     assert isinstance(queued, Queued) and queued.position == 1  # behind the aged waiter, not ahead of it
     assert sync_client.zcard(gov.keys.aging) == 0
     assert [e.fields["holder"] for e in read_events(sync_client, gov.keys) if e.kind == "age"] == ["old-batch"]
@@ -229,7 +234,7 @@ def test_the_shares_config_round_trips_through_the_stored_config() -> None:
 def test_the_script_refuses_a_tampered_place(make_gov: MakeGov, clock: FakeClock) -> None:
     gov = make_gov(GovernorConfig(max_capacity=1, **SLOW), clock=clock)
     core = gov._core
-    good = core.acquire(new_id(), "x", wait=True)
+    good = core.acquire(new_id(), core.ask("x"), wait=True)
     for bad, what in [(("7", "default", "1"), "rank"), (("0", "a|b", "1"), "tenant"), (("0", "a", "0"), "weight")]:
         call = type(good)(good.script, (*good.args[:-3], *bad), good.parse)
         with pytest.raises(GovernorError, match=what):
@@ -282,9 +287,9 @@ def test_weights_change_at_run_time_for_every_client(make_gov: MakeGov, clock: F
     other.status()
     status = other.set_shares(tenant_weights={"a": 3, "b": 2}, aging=None)
     assert status.max_capacity == 1
-    assert other._core.place(tenant="a").weight == 3
+    assert other._core.ask(tenant="a").place.weight == 3
     slot.gov._learn_config()  # as the config wake makes every client do
-    assert slot.gov._core.place(tenant="b").weight == 2 and slot.gov._core.place(tenant="c").weight == 1
+    assert slot.gov._core.ask(tenant="b").place.weight == 2 and slot.gov._core.ask(tenant="c").place.weight == 1
     (changed,) = [e for e in read_events(sync_client, slot.gov.keys) if e.kind == "set_shares"]
     assert (changed.fields["tenant_weights"], changed.fields["from_weights"]) == ("a=3,b=2", "a=1")
     assert GovernorConfig.from_stored(slot.gov._core.stored_config or {}).aging is None

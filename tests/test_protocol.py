@@ -216,7 +216,9 @@ def test_a_call_passes_the_state_key_and_the_library_derives_the_others(make_gov
     }
     for keys, message in refused.items():
         with pytest.raises(redis.exceptions.ResponseError, match=f"GOVERNOR_BADARG {message}"):
-            sync_client.fcall(function_name("acquire"), len(keys), *keys, *gov._core.acquire("x", "t", True).args)
+            sync_client.fcall(
+                function_name("acquire"), len(keys), *keys, *gov._core.acquire("x", gov._core.ask("t"), True).args
+            )
     assert {key: sync_client.dump(key) for key in gov.keys.keys} == before
 
 
@@ -261,7 +263,7 @@ def test_a_record_written_by_a_real_acquire_parses(make_gov: MakeGov, sync_clien
     label = "host-1/agent 7|with a pipe"
     lease_id, waiter_id = new_id(), new_id()
     granted = gov._execute(
-        core.acquire(lease_id, label, wait=False, tokens=Tokens(1200, 300), place=core.place("batch", "team-a"))
+        core.acquire(lease_id, core.ask(label, tokens=Tokens(1200, 300), priority="batch", tenant="team-a"), wait=False)
     )
     assert isinstance(granted, Granted)
     raw = text(sync_client.hget(gov.keys.holders, lease_id))
@@ -269,7 +271,7 @@ def test_a_record_written_by_a_real_acquire_parses(make_gov: MakeGov, sync_clien
     assert record == HolderRecord(granted.fence, 7500, ms(clock.now), 1200, 300, 1, 2, "team-a", label)
     assert record is not None and record.format() == raw
     clock.advance(1)
-    queued = gov._execute(core.acquire(waiter_id, "waiter", wait=True))
+    queued = gov._execute(core.acquire(waiter_id, core.ask("waiter"), wait=True))
     assert isinstance(queued, Queued)
     waiting = HolderRecord.parse(text(sync_client.hget(gov.keys.holders, waiter_id)))
     assert waiting == HolderRecord(0, 7500, ms(clock.now), 0, 0, 0, 1, "default", "waiter")  # fence 0: not granted yet
@@ -318,9 +320,9 @@ def test_real_wake_messages_parse(make_gov: MakeGov, sync_client: Any) -> None:
     gov = make_gov(GovernorConfig(max_capacity=1, restart_hold=False), clock=clock)
     core = gov._core
     holder, waiter = new_id(), new_id()
-    assert isinstance(gov._execute(core.acquire(holder, "h", wait=False)), Granted)
+    assert isinstance(gov._execute(core.acquire(holder, core.ask("h"), wait=False)), Granted)
     epoch = gov.status().epoch
-    assert isinstance(gov._execute(core.acquire(waiter, "w", wait=True)), Queued)
+    assert isinstance(gov._execute(core.acquire(waiter, core.ask("w"), wait=True)), Queued)
     pubsub = sync_client.pubsub()
     try:
         pubsub.subscribe(gov.keys.channel)

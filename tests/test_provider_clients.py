@@ -27,7 +27,7 @@ from bench.provider import MockProvider, ProviderConfig
 from governor import AsyncGovernor, Governor, GovernorConfig, Outcome
 from governor.config import RetryPolicy
 from governor.errors import AcquireTimeout, ConfigError, GovernorError, GovernorUnavailable, QuotaExhausted
-from governor.profiles import next_midnight
+from governor.profiles.google import next_midnight
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM reads its bundled price list, offline
 genai = pytest.importorskip("google.genai")

@@ -23,6 +23,7 @@ from governor import AsyncGovernor, ConfigError, Governor, GovernorConfig
 from governor.config import RetryPolicy
 from governor.providers import (
     _governed_http_client,
+    _governing,
     anthropic_client,
     async_anthropic_client,
     async_openai_client,
@@ -150,16 +151,18 @@ def test_an_sdk_on_httpx_gets_an_httpx_transport(gov: Governor, agov: AsyncGover
     sdk = types.SimpleNamespace(
         DefaultHttpxClient=httpx.Client, DefaultAsyncHttpxClient=httpx.AsyncClient, DEFAULT_CONNECTION_LIMITS=limits
     )
-    with _governed_http_client(sdk, gov, False, FAST, "h") as client:
+    with _governed_http_client(sdk, False, _governing(gov, FAST, "h", None, None), {}) as client:
         assert isinstance(client, httpx.Client)
         assert isinstance(client._transport, GovernedTransport)
         assert isinstance(client._transport._transport, httpx.HTTPTransport)
         assert client._transport._transport._pool._max_connections == 7
-    client = _governed_http_client(sdk, agov, True, None, None)
+    client = _governed_http_client(sdk, True, _governing(agov, None, None, None, None), {})
     assert isinstance(client._transport, AsyncGovernedTransport)
     assert isinstance(client._transport._transport, httpx.AsyncHTTPTransport)
     with pytest.raises(ConfigError, match="no httpx or httpx2 client"):
-        _governed_http_client(types.SimpleNamespace(DefaultHttpxClient=dict), gov, False, None, None)
+        _governed_http_client(
+            types.SimpleNamespace(DefaultHttpxClient=dict), False, _governing(gov, None, None, None, None), {}
+        )
 
 
 # -- round trips ------------------------------------------------------------------------------

@@ -87,11 +87,11 @@ def populate(client: redis.Redis, gov: Governor, now_ms: int, n: int, *, expired
 def scenarios(gov: Governor, lease: str, waiter: str, ids: list[str]) -> dict[str, Call[Any]]:
     core = gov._core
     return {
-        "acquire (queued behind N)": core.acquire("newcomer", "h", wait=True),
-        "try_acquire (denied)": core.acquire("trier", "h", wait=False),
-        "acquire again (idempotent)": core.acquire(waiter, "h", wait=True, fresh=False),
+        "acquire (queued behind N)": core.acquire("newcomer", core.ask("h"), wait=True),
+        "try_acquire (denied)": core.acquire("trier", core.ask("h"), wait=False),
+        "acquire again (idempotent)": core.acquire(waiter, core.ask("h"), wait=True, fresh=False),
         "refresh (500 ids)": core.refresh(ids[:500]),
-        "renew (500 leases)": core.renew([(i, "epoch", "h") for i in ids[:500]]),
+        "renew (500 leases)": core.renew([(i, "epoch", core.ask("h")) for i in ids[:500]]),
         "release (grants the head)": core.release(lease),
         "cancel (a waiter)": core.cancel(waiter),
         "report success": core.report(Outcome.SUCCESS, None, None),

@@ -25,6 +25,7 @@ channel.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -422,9 +423,9 @@ def _populated(
     )  # fmt: skip
     gov = Governor(real, name, config, clock=clock)
     lease_id = new_id()
-    gov._execute(gov._core.acquire(lease_id, "holder", wait=False))
-    gov._execute(gov._core.acquire(new_id(), "parked", wait=True))
-    gov._execute(gov._core.acquire(new_id(), "waiter", wait=True, place=gov._core.place(None, "b")))
+    gov._execute(gov._core.acquire(lease_id, gov._core.ask("holder"), wait=False))
+    gov._execute(gov._core.acquire(new_id(), gov._core.ask("parked"), wait=True))
+    gov._execute(gov._core.acquire(new_id(), gov._core.ask("waiter", tenant="b"), wait=True))
     gov.report(Outcome.SUCCESS)
     gov.report(Outcome.RATE_LIMITED)
     return gov, lease_id
@@ -434,12 +435,12 @@ def _operations(gov: Governor, lease_id: str) -> dict[str, Call[Any]]:
     core = gov._core
     return {
         "init": init_call(core, holds_leases=True),
-        "acquire": core.acquire(new_id(), "h", wait=True),
-        "try_acquire": core.acquire(new_id(), "h", wait=False),
-        "acquire-again": core.acquire(lease_id, "h", wait=True, fresh=False),
+        "acquire": core.acquire(new_id(), core.ask("h"), wait=True),
+        "try_acquire": core.acquire(new_id(), core.ask("h"), wait=False),
+        "acquire-again": core.acquire(lease_id, core.ask("h"), wait=True, fresh=False),
         "refresh": core.refresh([lease_id, new_id()]),
         "cancel": core.cancel(lease_id),
-        "renew": core.renew([(lease_id, "old-epoch", "h"), (new_id(), "old-epoch", "h")]),
+        "renew": core.renew([(lease_id, "old-epoch", core.ask("h")), (new_id(), "old-epoch", core.ask("h"))]),
         "release": core.release(lease_id),
         "report-s": core.report(Outcome.SUCCESS, None, lease_id, 1),
         "report-r": core.report(Outcome.RATE_LIMITED, 5.0, None),
@@ -605,13 +606,13 @@ def test_malformed_ids_and_numbers_are_refused_by_every_script(real: redis.Redis
         init = init_call(core, holds_leases=False)
         for bad in BAD_IDS:
             for call in (
-                core.acquire(bad, "h", wait=True),
-                core.acquire(bad, "h", wait=False),
-                core.acquire(bad, "h", wait=True, fresh=False),
+                core.acquire(bad, core.ask("h"), wait=True),
+                core.acquire(bad, core.ask("h"), wait=False),
+                core.acquire(bad, core.ask("h"), wait=True, fresh=False),
                 core.cancel(bad),
                 core.release(bad),
                 core.refresh([lease_id, bad]),
-                core.renew([(bad, "e", "h")]),
+                core.renew([(bad, "e", core.ask("h"))]),
                 *([core.report(Outcome.SUCCESS, None, bad, 1)] if bad else []),  # '': no lease, valid
                 Call("init", (*init.args[:2], bad, *init.args[3:]), init.parse),  # the epoch
             ):
@@ -625,7 +626,7 @@ def test_malformed_ids_and_numbers_are_refused_by_every_script(real: redis.Redis
                 args[index] = bad
                 with pytest.raises(ConfigError, match="must be an integer"):
                     gov._connection.run(Call(call.script, tuple(args), call.parse))
-        acquire = core.acquire(new_id(), "h", wait=True).args
+        acquire = core.acquire(new_id(), core.ask("h"), wait=True).args
         for mode in ("", "WAIT", "fresh", "wait "):
             with pytest.raises(ConfigError, match="mode must be wait, again or try"):
                 gov._connection.run(Call("acquire", (*acquire[:6], mode), core._parse_acquire))
@@ -634,12 +635,15 @@ def test_malformed_ids_and_numbers_are_refused_by_every_script(real: redis.Redis
         with pytest.raises(ConfigError, match="outcome must be"):
             report = core.report(Outcome.SUCCESS, None, None)
             gov._connection.run(Call("report", (*report.args[:2], "x", "", "", "", "0"), core._parse_reported))
+        too_long = dataclasses.replace(core.ask("h"), holder="x" * 201)  # the script's own check, past the client's
         with pytest.raises(ConfigError, match="holder"):
-            gov._connection.run(core.acquire(new_id(), "x" * 201, wait=True))
+            gov._connection.run(core.acquire(new_id(), too_long, wait=True))
         with pytest.raises(ConfigError, match="holder"):
-            gov._connection.run(core.renew([(lease_id, "e", "x" * 201)]))
+            gov._connection.run(core.renew([(lease_id, "e", too_long)]))
         with pytest.raises(ConfigError, match="sevens"):
-            gov._connection.run(Call("renew", (*core.renew([(lease_id, "e", "h")]).args, "extra"), lambda r: r))
+            gov._connection.run(
+                Call("renew", (*core.renew([(lease_id, "e", core.ask("h"))]).args, "extra"), lambda r: r)
+            )
         with pytest.raises(ConfigError, match="reason"):
             gov._connection.run(Call("pause", (*core.pause("x", 1.0).args[:2], "x" * 501, "0"), core._parse_status))
         assert snapshot(real, keys) == before
@@ -655,10 +659,10 @@ def _number_arguments(gov: Governor, lease_id: str) -> list[tuple[Call[Any], int
     core = gov._core
     init = init_call(core, holds_leases=False)
     calls = [
-        (core.acquire(new_id(), "h", wait=True), 4, False),  # ttl_ms
-        (core.acquire(new_id(), "h", wait=True), 5, False),  # queue_ttl_ms
-        (core.acquire(new_id(), "h", wait=False), 4, False),  # ttl_ms
-        (core.renew([(lease_id, "e", "h")]), 2, False),  # ttl_ms
+        (core.acquire(new_id(), core.ask("h"), wait=True), 4, False),  # ttl_ms
+        (core.acquire(new_id(), core.ask("h"), wait=True), 5, False),  # queue_ttl_ms
+        (core.acquire(new_id(), core.ask("h"), wait=False), 4, False),  # ttl_ms
+        (core.renew([(lease_id, "e", core.ask("h"))]), 2, False),  # ttl_ms
         (core.refresh([lease_id]), 2, False),  # queue_ttl_ms
         (core.report(Outcome.RATE_LIMITED, 1.0, None), 3, True),  # retry_after_ms
         (core.report(Outcome.SUCCESS, None, lease_id, 1), 5, True),  # fence
@@ -671,9 +675,9 @@ def _number_arguments(gov: Governor, lease_id: str) -> list[tuple[Call[Any], int
     # the clock (ARGV[1]) of every function that reads it; release without
     # waiters and cancel of an unknown id read no clock
     for call in (
-        core.acquire(new_id(), "h", wait=True),
+        core.acquire(new_id(), core.ask("h"), wait=True),
         core.refresh([lease_id]),
-        core.renew([(lease_id, "e", "h")]),
+        core.renew([(lease_id, "e", core.ask("h"))]),
         core.report(Outcome.SUCCESS, None, None),
         core.probe(),
         core.status(),

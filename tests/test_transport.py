@@ -1165,3 +1165,37 @@ def test_the_transport_queues_in_its_class_and_a_request_may_name_its_own(
         openai_client(governor=gov, base_url=base, api_key="test", priority="urgent")
     with pytest.raises(ConfigError, match="tenant"):
         GovernedTransport(gov, tenant="a b")
+
+
+# -- an HTTP-date Retry-After is measured by the fleet's clock -------------------------------
+
+
+@pytest.mark.parametrize("dated", [False, True])
+def test_an_http_date_retry_after_is_measured_by_the_fleets_clock_never_the_hosts(
+    make_gov: MakeGov, provider: Provider, monkeypatch: pytest.MonkeyPatch, dated: bool
+) -> None:
+    """A 429 whose Retry-After is an HTTP date 5 s ahead, from a host whose
+    clock is 10 minutes behind: without a usable ``Date`` header the wait is
+    measured by the fleet's clock (Redis TIME; here the injected one), with
+    one the provider's date against its own; either way the fleet holds 5 s,
+    not the 60 s cap the host's clock would make of it."""
+    import email.utils
+    import types
+
+    from governor import backoff
+
+    fleet = FakeClock(1_790_000_000.0)
+    gov = make_gov(GovernorConfig(), clock=fleet)
+    host = types.SimpleNamespace(time=lambda: fleet.now - 600.0, monotonic=time.monotonic)
+    monkeypatch.setattr(backoff, "time", host)  # this host's clock, 10 minutes behind
+    headers = {"retry-after": email.utils.formatdate(fleet.now + 5, usegmt=True)}
+    headers["date"] = email.utils.formatdate(fleet.now, usegmt=True) if dated else ""  # "": none to go by
+    provider.script(openai_429(headers))
+    once = RetryPolicy(max_attempts=1)
+    with openai_client(governor=gov, retry=once, base_url=f"{provider.url}/v1", api_key="test") as client:
+        with pytest.raises(openai.RateLimitError):
+            client.chat.completions.create(model="m", messages=MESSAGES)
+    assert provider.requests[-1].path.endswith("/chat/completions")
+    status = gov.status()
+    assert status.not_before is not None
+    assert status.not_before - status.now == pytest.approx(5.0, abs=0.01)

@@ -172,16 +172,20 @@ SLOW = {"lease_ttl": 600.0, "queue_ttl": 600.0, "poll": 1.0, "restart_hold": Fal
 def take(gov: Governor, label: str, priority: str | None = None, tenant: str | None = None) -> str:
     """A lease granted at once (the governor has room), of this class and tenant."""
     lease = new_id()
-    place = gov._core.place(priority, tenant)
-    assert isinstance(gov._execute(gov._core.acquire(lease, label, wait=False, place=place)), Granted)
+    assert isinstance(
+        gov._execute(gov._core.acquire(lease, gov._core.ask(label, priority=priority, tenant=tenant), wait=False)),
+        Granted,
+    )
     return lease
 
 
 def enqueue(gov: Governor, label: str, priority: str | None = None, tenant: str | None = None) -> str:
     """A waiter queued (the governor is full), of this class and tenant; nobody refreshes it."""
     waiter = new_id()
-    place = gov._core.place(priority, tenant)
-    assert isinstance(gov._execute(gov._core.acquire(waiter, label, wait=True, place=place)), Queued)
+    assert isinstance(
+        gov._execute(gov._core.acquire(waiter, gov._core.ask(label, priority=priority, tenant=tenant), wait=True)),
+        Queued,
+    )
     return waiter
 
 

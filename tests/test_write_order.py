@@ -76,10 +76,10 @@ def test_a_hand_over_reads_what_it_uses_before_its_first_write_whatever_is_due(
 
         run(core.init(holds_leases=False))
         holder = "h" + "0" * 31
-        granted = run(core.acquire(holder, "holder", wait=True))
+        granted = run(core.acquire(holder, core.ask("holder"), wait=True))
         assert isinstance(granted, Granted)
         for waiter in ("w1" + "0" * 30, "w2" + "0" * 30):
-            assert isinstance(run(core.acquire(waiter, "waiter", wait=True)), Queued)
+            assert isinstance(run(core.acquire(waiter, core.ask("waiter"), wait=True)), Queued)
         # nothing due but what the case says (a new governor reclaims at its first chance)
         client.hset(gov.keys.state, mapping={"reclaim_due": 0 if due == "reclaim" else 2**52, "touch_due": 2**52})
         if due == "aging":

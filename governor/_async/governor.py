@@ -60,7 +60,7 @@ from ..headers import budget_limits
 from ._compat import AcquireContext, Semaphore, shielded
 from .background import _Background, _Waiter
 from .connection import Connection, client_from_url
-from .lease import AsyncLease, _holder_label
+from .lease import AsyncLease
 from .retry import retry_call, retry_decorator
 
 log = logging.getLogger("governor")
@@ -175,21 +175,14 @@ class AsyncGovernor:
         share it counts in: at capacity, the waiting tenants are granted in
         proportion to their weights (GovernorConfig.tenant_weights).
         """
-        # sync: return self._acquire(timeout, holder, tokens, priority, tenant)
-        return AcquireContext(self._acquire(timeout, holder, tokens, priority, tenant))
+        # sync: return self._acquire(timeout, self.ask(holder, tokens=tokens, priority=priority, tenant=tenant))
+        return AcquireContext(self._acquire(timeout, self.ask(holder, tokens=tokens, priority=priority, tenant=tenant)))
 
-    async def _acquire(
-        self,
-        timeout: float | None,
-        holder: str | None,
-        tokens: Tokens | int | None,
-        priority: str | None = None,
-        tenant: str | None = None,
-    ) -> AsyncLease:
+    async def _acquire(self, timeout: float | None, ask: Ask) -> AsyncLease:
         self._check_open()
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
             raise ConfigError(f"timeout must be None or seconds >= 0, got {timeout!r}")
-        ask = self._ask(holder, tokens, priority, tenant)
+        ask = self._core.placed(ask)  # the classes and weights in force now
         with events.acquiring(self.name, ask) as started:  # AcquireStarted now, AcquireFailed if it raises
             deadline = None if timeout is None else started + timeout
             lease = None
@@ -208,9 +201,16 @@ class AsyncGovernor:
             raise
         return lease
 
-    def _ask(self, holder: str | None, tokens: Tokens | int | None, priority: str | None, tenant: str | None) -> Ask:
-        """The public arguments of an acquire, checked, as one value."""
-        return Ask(_holder_label(holder), Tokens.of(tokens), self._core.place(priority, tenant))
+    def ask(
+        self,
+        holder: str | None = None,
+        *,
+        tokens: Tokens | int | None = None,
+        priority: str | None = None,
+        tenant: str | None = None,
+    ) -> Ask:
+        """:meth:`acquire`'s arguments checked, as one value (ConfigError when one is wrong)."""
+        return self._core.ask(holder, tokens, priority, tenant)
 
     async def _acquire_shared(self, ask: Ask, deadline: float | None, timeout: float | None) -> AsyncLease:
         while True:
@@ -240,7 +240,7 @@ class AsyncGovernor:
         try:
             await self._background.start(wait_listening=True, timeout=timeout)
             sent_at = self._core.local_now()
-            call = self._core.acquire(lease_id, ask.holder, wait=True, tokens=ask.tokens, place=ask.place)
+            call = self._core.acquire(lease_id, ask, wait=True)
             result = await self._execute(call, sending=waiter)
             waiter.enqueued, waiter.confirmed_at = True, sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
@@ -270,7 +270,7 @@ class AsyncGovernor:
         if expires - self._core.local_now() > self.config.renew_interval and not (pushed and self.config.wait_replicas):
             return granted, expires
         sent_at = self._core.local_now()
-        renewed = await self._execute(self._core.renew([(lease_id, granted.epoch, ask.holder, ask.place, ask.tokens)]))
+        renewed = await self._execute(self._core.renew([(lease_id, granted.epoch, ask)]))
         expires = sent_at + self.config.lease_ttl
         if lease_id in renewed.ok:
             return granted, expires
@@ -325,10 +325,7 @@ class AsyncGovernor:
         if waiter.retry:
             waiter.retry = False
             sent_at = self._core.local_now()
-            call = self._core.acquire(
-                waiter.lease_id, ask.holder, wait=True, fresh=False, tokens=ask.tokens, place=ask.place
-            )
-            result = await self._execute(call)
+            result = await self._execute(self._core.acquire(waiter.lease_id, ask, wait=True, fresh=False))
             waiter.confirmed_at = sent_at
             expires = sent_at + (result.remaining or 0.0) if isinstance(result, Granted) else 0.0
             return result, expires
@@ -358,12 +355,11 @@ class AsyncGovernor:
         ``tokens``) and nobody is queued, else None (``priority`` and
         ``tenant`` as for :meth:`acquire`: the lease counts in them)."""
         self._check_open()
-        ask = self._ask(holder, tokens, priority, tenant)
+        ask = self.ask(holder, tokens=tokens, priority=priority, tenant=tenant)
         lease_id = new_id()
         sent_at = self._core.local_now()
         try:
-            call = self._core.acquire(lease_id, ask.holder, wait=False, tokens=ask.tokens, place=ask.place)
-            result = await self._execute(call)
+            result = await self._execute(self._core.acquire(lease_id, ask, wait=False))
         except GovernorUnavailable as error:
             if isinstance(error, NotReplicated):
                 await self._abandon(lease_id)  # Redis answers: give the grant back
@@ -430,19 +426,8 @@ class AsyncGovernor:
         carries), release, and retry throttled calls with the provider's
         Retry-After or the backoff. Quota exhaustion raises
         QuotaExhausted at once; other errors propagate."""
-        return await retry_call(
-            self,
-            fn,
-            args,
-            kwargs,
-            classify=classify,
-            retry=retry,
-            timeout=timeout,
-            holder=holder,
-            tokens=tokens,
-            priority=priority,
-            tenant=tenant,
-        )
+        ask = self.ask(holder, tokens=tokens, priority=priority, tenant=tenant)
+        return await retry_call(self, fn, args, kwargs, ask, classify=classify, retry=retry, timeout=timeout)
 
     def limit(
         self,
@@ -456,9 +441,8 @@ class AsyncGovernor:
         # sync: ) -> Callable[[Callable[..., T]], Callable[..., T]]:
     ) -> Callable[[Callable[..., Awaitable[T]]], Callable[..., Awaitable[T]]]:
         """Decorator form of :meth:`call`: every call of the function goes through it."""
-        return retry_decorator(
-            self, classify=classify, retry=retry, timeout=timeout, holder=holder, priority=priority, tenant=tenant
-        )
+        ask = self.ask(holder, priority=priority, tenant=tenant)
+        return retry_decorator(self, ask, classify=classify, retry=retry, timeout=timeout)
 
     # -- outcomes and policy ------------------------------------------------------------
 
@@ -676,6 +660,13 @@ class AsyncGovernor:
         own local and connection limits (the parent's threads may hold its semaphores)."""
         self._local = Semaphore(self._core.config.local_capacity)
         self._slots = Semaphore(self._core.config.redis_connections)
+
+    async def _fleet_time(self) -> float:
+        """The fleet's clock, Unix seconds: Redis ``TIME`` (the injected clock when one is given)."""
+        if self._core.clock is not None:
+            return self._core.clock()
+        seconds, micros = await self._connection.client.time()
+        return float(seconds) + float(micros) / 1e6
 
     def _check_open(self) -> None:
         if self._closed:

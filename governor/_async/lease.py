@@ -1,4 +1,4 @@
-"""A lease of the asyncio facade (AsyncLease) and the holder label it carries.
+"""A lease of the asyncio facade (AsyncLease).
 
 scripts/unasync.py generates governor/_sync/lease.py from this file.
 """
@@ -7,41 +7,16 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import socket
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ..budgets import Tokens
-from ..core import Ask, Place
-from ..errors import ConfigError, GovernorError
+from ..core import Ask
+from ..errors import GovernorError
 
 if TYPE_CHECKING:
     from .governor import AsyncGovernor
 
 log = logging.getLogger("governor")
-
-
-#: (process id, label) of the last default_holder(): a forked child makes its own
-_default_holder = (-1, "")
-
-
-def default_holder() -> str:
-    """The holder label when none is given: host name and process id (the
-    host name is asked for once per process, not on every acquire)."""
-    global _default_holder
-    pid = os.getpid()
-    if _default_holder[0] != pid:
-        _default_holder = (pid, f"{socket.gethostname()}/{pid}")
-    return _default_holder[1]
-
-
-def _holder_label(holder: str | None) -> str:
-    if holder is None:
-        return default_holder()
-    if not isinstance(holder, str) or len(holder.encode()) > 200:
-        raise ConfigError(f"holder must be a string of at most 200 bytes, got {holder!r}")
-    return holder
 
 
 class AsyncLease:
@@ -73,7 +48,7 @@ class AsyncLease:
         self.tokens = ask.tokens  #: what the lease reserved from the budgets (settled by its report)
         self.priority = ask.place.priority  #: the priority class it waited in
         self.tenant = ask.place.tenant  #: the tenant whose share it counts in
-        self._place = ask.place
+        self._ask = ask
         #: admitted by the local fallback limit while Redis was unreachable
         #: (``on_unavailable="local"``); registered in Redis once it answers again
         self.local = local
@@ -95,9 +70,9 @@ class AsyncLease:
         deadline (it had none)."""
         self._deadline = until if math.isinf(self._deadline) else max(self._deadline, until)
 
-    def _renewal(self) -> tuple[str, str, str, Place, Tokens]:
-        """What its renewal carries: a new state adopts it with its place and reservation."""
-        return (self.id, self.epoch, self.holder, self._place, self.tokens)
+    def _renewal(self) -> tuple[str, str, Ask]:
+        """What its renewal carries: a new state adopts it with its ask (holder, place, reservation)."""
+        return (self.id, self.epoch, self._ask)
 
     @property
     def lost(self) -> bool:

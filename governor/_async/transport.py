@@ -14,27 +14,28 @@ from typing import Any
 
 from .._exchange import (
     Estimator,
-    _check,
     _check_library,
     _error_base,
     _library,
     _module,
-    _place,
     _read_body,
     asks_for_stream,
+    check_options,
     is_model_request,
     is_stream,
     judge_response,
     log,
     report_in_loop,
     report_in_thread,  # noqa: F401 - the sync twin's
+    request_ask,
     sdk_twin,
     stream_class,
     stream_outcome,
 )
 from ..classify import Verdict
 from ..config import RetryPolicy
-from ..errors import GovernorError
+from ..core import Ask
+from ..errors import ConfigError, GovernorError
 from ..estimate import estimate_request
 from ..profiles import Profile
 from ..profiles import profile as find_profile
@@ -65,6 +66,8 @@ class AsyncGovernedTransport:
     ``errors``: the SDK's base error class, for an SDK that wraps every
     exception its transport raises (anthropic): governor errors are then
     raised as :func:`~governor.transport.sdk_twin` s, instances of both classes.
+    ``ask``: instead of ``holder``, ``priority`` and ``tenant``, the ask they
+    make (``governor.ask(...)``), built once for several transports.
     """
 
     def __init__(
@@ -80,19 +83,25 @@ class AsyncGovernedTransport:
         tenant: str | None = None,
         profile: str | Profile | None = None,
         errors: type[BaseException] | None = None,
+        ask: Ask | None = None,
     ) -> None:
         chosen = None if profile is None else find_profile(profile)
         if estimate is None:
             estimate = estimate_request if chosen is None else chosen.estimate
-        method = "handle_async_request"
-        _check(governor, AsyncGovernor, transport, method, retry, holder, timeout, estimate, priority, tenant)
+        if not isinstance(governor, AsyncGovernor):
+            raise ConfigError(f"{type(self).__name__} needs a {AsyncGovernor.__name__}, got {governor!r}")
+        check_options(
+            transport=transport, method="handle_async_request", retry=retry, timeout=timeout, estimate=estimate
+        )
         self.governor = governor
+        if ask is not None and (not isinstance(ask, Ask) or (holder, priority, tenant) != (None, None, None)):
+            raise ConfigError(f"give holder=, priority= and tenant=, or an Ask (governor.ask(...)), got ask={ask!r}")
+        #: what its requests ask for (each with its own estimate, and its headers' class and tenant)
+        self._ask = governor.ask(holder, priority=priority, tenant=tenant) if ask is None else ask
         self._transport = transport
         self._retry = retry
-        self._holder = holder
         self._timeout = timeout
         self._estimate = estimate
-        self._priority, self._tenant = priority, tenant
         self.profile = chosen
         self._errors = _error_base(errors)
         self._lock = threading.Lock()
@@ -109,9 +118,9 @@ class AsyncGovernedTransport:
         inner = self._inner(request)
         if not is_model_request(request.method, request.url.path, self.profile):
             return await inner.handle_async_request(request)
-        priority, tenant = _place(request, self._priority, self._tenant)
+        ask = request_ask(request, self._ask, self.governor)
         body = await request.aread()
-        tokens = self._estimate(body, request.url.path)
+        ask = ask.reserving(self._estimate(body, request.url.path))
         asked = asks_for_stream(body)
         read: dict[int, bytes | None] = {}  # id(response) -> its decoded body, for the responses read whole
         # sync: loop = None
@@ -140,17 +149,7 @@ class AsyncGovernedTransport:
 
         try:
             return await retry_call(
-                self.governor,
-                send_once,
-                (),
-                {},
-                retry=self._retry,
-                timeout=self._timeout,
-                holder=self._holder,
-                tokens=tokens,
-                judge=judge,
-                priority=priority,
-                tenant=tenant,
+                self.governor, send_once, (), {}, ask, retry=self._retry, timeout=self._timeout, judge=judge
             )
         except GovernorError as error:
             if self._errors is None:

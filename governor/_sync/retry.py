@@ -13,13 +13,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .. import events
-from ..backoff import retry_wait
+from ..backoff import RETRY_AFTER_LIMIT, retry_wait
 from ..budgets import Tokens
 from ..classify import Classification, Classifier, Verdict, default_classifier
 from ..config import RetryPolicy
-from ..core import Outcome
+from ..core import Ask, Outcome
 from ..errors import AcquireTimeout, ConfigError, GovernorError, LeaseLost, QuotaExhausted
-from ..estimate import usage_of
+from ..headers import undated_retry_at
+from ..profiles import http_parts, usage_of
 from ._compat import sleep
 
 if TYPE_CHECKING:
@@ -51,17 +52,15 @@ def retry_call(
     fn: Callable[..., T],
     args: Args,
     kwargs: Kwargs,
+    ask: Ask,
     *,
     classify: Classifier | None = None,
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
-    holder: str | None = None,
-    tokens: Tokens | int | None = None,
     judge: Judge | None = None,
-    priority: str | None = None,
-    tenant: str | None = None,
 ) -> T:
-    """``governor.call(fn, *args, **kwargs)``: see the module docstring."""
+    """``governor.call(fn, *args, **kwargs)``: see the module docstring. Every
+    attempt asks for a lease with ``ask`` (``governor.ask(...)``)."""
     if not callable(fn):
         raise ConfigError(f"call() needs a callable, got {fn!r}", name=governor.name)
     if classify is not None and not callable(classify):
@@ -70,7 +69,6 @@ def retry_call(
         raise ConfigError(f"judge must be a callable or None, got {judge!r}", name=governor.name)
     if retry is not None and not isinstance(retry, RetryPolicy):
         raise ConfigError(f"retry must be a RetryPolicy or None, got {retry!r}", name=governor.name)
-    reserve = Tokens.of(tokens)
     policy = retry if retry is not None else DEFAULT_RETRY
     classifier = classify if classify is not None else default_classifier
     judge_result = judge if judge is not None else default_judge
@@ -79,9 +77,7 @@ def retry_call(
     for attempt in range(1, policy.max_attempts + 1):
         wait_timeout, cut_by_deadline = _queue_timeout(timeout, deadline)
         try:
-            lease = governor.acquire(
-                timeout=wait_timeout, holder=holder, tokens=reserve, priority=priority, tenant=tenant
-            )
+            lease = governor._acquire(wait_timeout, ask)
         except AcquireTimeout:
             if last is None or not cut_by_deadline:
                 raise
@@ -107,7 +103,8 @@ def retry_call(
                 if verdict.kind is not Outcome.RATE_LIMITED:
                     _report(governor, lease, Outcome.ERROR)
                     raise
-                retry_after = _retry_after(verdict.retry_after, policy)
+                hint = _by_fleet_clock(governor, verdict.retry_after, http_parts(error)[1])
+                retry_after = _retry_after(hint, policy)
                 _report(governor, lease, Outcome.RATE_LIMITED, retry_after)
                 last, description = _Last(error=error), verdict.description
             else:
@@ -115,7 +112,10 @@ def retry_call(
                 if judged is None:  # the result took the lease over (a stream): it reports and releases
                     handed_over = True
                     return result
-                retry_after = _retry_after(judged.retry_after, policy)
+                hint = judged.retry_after
+                if judged.outcome is Outcome.RATE_LIMITED:
+                    hint = _by_fleet_clock(governor, hint, judged.headers)
+                retry_after = _retry_after(hint, policy)
                 if judged.outcome is Outcome.QUOTA_EXHAUSTED:  # a wait for the quota's reset, never capped
                     retry_after = None if judged.until is None else max(0.0, judged.until - time.time())
                 _report(
@@ -183,19 +183,17 @@ class _Last(Generic[T]):
 
 def default_judge(result: Any, lease: Any) -> Verdict:
     """call()'s judge: every result a success, with the usage an SDK result
-    (or its JSON) carries (governor/estimate.py usage_of)."""
+    (or its JSON) carries (governor/profiles/ usage_of)."""
     return Verdict(Outcome.SUCCESS, usage=usage_of(result))
 
 
 def retry_decorator(
     governor: Governor,
+    ask: Ask,
     *,
     classify: Classifier | None = None,
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
-    holder: str | None = None,
-    priority: str | None = None,
-    tenant: str | None = None,
     ) -> Callable[[Callable[..., T]], Callable[..., T]]:
     """``@governor.limit(...)``: every call of the decorated function goes
     through :func:`retry_call` with these options."""
@@ -210,18 +208,7 @@ def retry_decorator(
 
         @functools.wraps(fn)
         def limited(*args: Any, **kwargs: Any) -> T:
-            return retry_call(
-                governor,
-                fn,
-                args,
-                kwargs,
-                classify=classify,
-                retry=retry,
-                timeout=timeout,
-                holder=holder,
-                priority=priority,
-                tenant=tenant,
-            )
+            return retry_call(governor, fn, args, kwargs, ask, classify=classify, retry=retry, timeout=timeout)
 
         return limited
 
@@ -255,6 +242,23 @@ def _classify(governor: Governor, classifier: Classifier, error: Exception) -> C
             name=governor.name,
         ) from error
     return verdict
+
+
+def _by_fleet_clock(governor: Governor, hint: float | None, headers: Any) -> float | None:
+    """A Retry-After given as an HTTP date with no ``Date`` header to measure
+    it against: the seconds until then by the fleet's clock (Redis ``TIME``,
+    one round trip in that rare case), never this host's; any other hint as
+    it is. Redis unreachable: the hint as read (the report cannot hold the
+    fleet then either)."""
+    when = undated_retry_at(headers)
+    if when is None:
+        return hint
+    try:
+        now = governor._fleet_time()
+    except Exception as error:  # noqa: BLE001 - the wait of this caller alone, as read
+        log.warning("governor %r: no clock from Redis for an HTTP-date Retry-After (%s)", governor.name, error)
+        return hint
+    return min(RETRY_AFTER_LIMIT, max(0.0, when - now))
 
 
 def _retry_after(retry_after: float | None, policy: RetryPolicy) -> float | None:

@@ -142,7 +142,7 @@ class GovernorRateLimiter(BaseRateLimiter):  # type: ignore[misc]
         check_governors(governor, async_governor, "GovernorRateLimiter")
         for gov in (governor, async_governor):
             if gov is not None:
-                gov._core.place(priority, tenant)  # ConfigError now: an unknown class, a bad tenant
+                gov.ask(holder, priority=priority, tenant=tenant)  # ConfigError now: an unknown class, a bad tenant
         self.governor, self.async_governor = governor, async_governor
         self.timeout, self.priority, self.tenant, self.holder = timeout, priority, tenant, holder
 

@@ -120,7 +120,7 @@ class GovernorConcurrencyLimiter(AbstractConcurrencyLimiter):  # type: ignore[mi
         tenant: str | None = None,
     ) -> None:
         check_governors(None, governor, "GovernorConcurrencyLimiter")
-        governor._core.place(priority, tenant)  # ConfigError now: an unknown class, a bad tenant
+        governor.ask(priority=priority, tenant=tenant)  # ConfigError now: an unknown class, a bad tenant
         self.governor = governor
         self.timeout, self.priority, self.tenant = timeout, priority, tenant
         self._held: collections.deque[tuple[AsyncLease, asyncio.AbstractEventLoop]] = collections.deque()

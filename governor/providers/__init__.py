@@ -42,7 +42,7 @@ The same by hand: ``OpenAI(max_retries=0)``, ``Anthropic(max_retries=0)``
 (and their Async twins), or ``client.with_options(max_retries=0)`` for a
 client made elsewhere, which is what :func:`without_retries` does.
 
-The other providers, each under its profile (governor/profiles.py):
+The other providers, each under its profile (governor/profiles/):
 
 - :func:`azure_openai_client` / :func:`async_azure_openai_client`: Azure
   OpenAI (``x-ms-retry-after-ms``; its ``-1``/``0`` headers are no figure).
@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigError
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
     from .._async.governor import AsyncGovernor
     from .._sync.governor import Governor
     from ..config import RetryPolicy
+    from ..replies import Ask
 
 C = TypeVar("C")
 
@@ -116,7 +118,7 @@ def openai_client(
 ) -> OpenAI:
     """``openai.OpenAI(**options)`` with ``max_retries=0``; with ``governor=``,
     every model request governed (see the module docstring)."""
-    return _build("openai", "OpenAI", options, governor, False, retry, holder, priority, tenant)  # type: ignore[no-any-return]
+    return _build("openai", "OpenAI", options, False, _governing(governor, retry, holder, priority, tenant))  # type: ignore[no-any-return]
 
 
 def async_openai_client(
@@ -130,7 +132,7 @@ def async_openai_client(
 ) -> AsyncOpenAI:
     """``openai.AsyncOpenAI(**options)`` with ``max_retries=0``; with an
     AsyncGovernor as ``governor=``, every model request governed."""
-    return _build("openai", "AsyncOpenAI", options, governor, True, retry, holder, priority, tenant)  # type: ignore[no-any-return]
+    return _build("openai", "AsyncOpenAI", options, True, _governing(governor, retry, holder, priority, tenant))  # type: ignore[no-any-return]
 
 
 def anthropic_client(
@@ -144,7 +146,7 @@ def anthropic_client(
 ) -> Anthropic:
     """``anthropic.Anthropic(**options)`` with ``max_retries=0``; with
     ``governor=``, every model request governed."""
-    return _build("anthropic", "Anthropic", options, governor, False, retry, holder, priority, tenant)  # type: ignore[no-any-return]
+    return _build("anthropic", "Anthropic", options, False, _governing(governor, retry, holder, priority, tenant))  # type: ignore[no-any-return]
 
 
 def azure_openai_client(
@@ -159,7 +161,7 @@ def azure_openai_client(
     """``openai.AzureOpenAI(**options)`` with ``max_retries=0``; with
     ``governor=``, every model request governed under Azure's profile
     (``x-ms-retry-after-ms``, its ``-1``/``0`` headers read as no figure)."""
-    return _build("openai", "AzureOpenAI", options, governor, False, retry, holder, priority, tenant)  # type: ignore[no-any-return]
+    return _build("openai", "AzureOpenAI", options, False, _governing(governor, retry, holder, priority, tenant))  # type: ignore[no-any-return]
 
 
 def async_azure_openai_client(
@@ -173,7 +175,7 @@ def async_azure_openai_client(
 ) -> AsyncAzureOpenAI:
     """``openai.AsyncAzureOpenAI(**options)`` with ``max_retries=0``; with an
     AsyncGovernor as ``governor=``, every model request governed."""
-    return _build("openai", "AsyncAzureOpenAI", options, governor, True, retry, holder, priority, tenant)  # type: ignore[no-any-return]
+    return _build("openai", "AsyncAzureOpenAI", options, True, _governing(governor, retry, holder, priority, tenant))  # type: ignore[no-any-return]
 
 
 def gemini_client(
@@ -197,10 +199,7 @@ def gemini_client(
     ``max_retries`` is for the other SDKs."""
     genai = _import("google.genai", "gemini")
     types = importlib.import_module("google.genai.types")
-    if governor is None and any(v is not None for v in (retry, holder, priority, tenant)):
-        raise ConfigError(
-            "retry=, holder=, priority= and tenant= are options of the governed transport: pass governor= too"
-        )
+    governing = _governing(governor, retry, holder, priority, tenant)
     settings = (
         dict(http_options or {})
         if not isinstance(http_options, types.HttpOptions)
@@ -211,7 +210,7 @@ def gemini_client(
             "http_options.retry_options: the governor does the retrying; SDK retries on top would be "
             "attempts the governor never sees. Build the client yourself if you really want them."
         )
-    if governor is not None:
+    if governing is not None:
         for name in ("httpx_client", "httpx_async_client", "aiohttp_client", "client_args", "async_client_args"):
             if settings.get(name) is not None:
                 raise ConfigError(
@@ -219,25 +218,11 @@ def gemini_client(
                     f"http_options.{name} cannot be given with it"
                 )
         vertex = bool(options.get("vertexai") or options.get("enterprise"))
-        profile = "vertex" if vertex else "gemini"
-        from .._async.governor import AsyncGovernor
-        from ..transport import AsyncGovernedTransport, GovernedTransport
-
-        _is_async(governor)  # a ConfigError for anything else
         # The SDK builds (and closes) its clients over the governed transport; the transport
         # makes its inner one of the library the SDK picked.
-        if isinstance(governor, AsyncGovernor):
-            settings["async_client_args"] = {
-                "transport": AsyncGovernedTransport(
-                    governor, retry=retry, holder=holder, profile=profile, priority=priority, tenant=tenant
-                )
-            }
-        else:
-            settings["client_args"] = {
-                "transport": GovernedTransport(
-                    governor, retry=retry, holder=holder, profile=profile, priority=priority, tenant=tenant
-                )
-            }
+        asynchronous = _is_async(governing.governor)
+        transport = governing.transport(asynchronous, profile="vertex" if vertex else "gemini")
+        settings["async_client_args" if asynchronous else "client_args"] = {"transport": transport}
     return genai.Client(http_options=types.HttpOptions(**settings), **options)  # type: ignore[no-any-return]
 
 
@@ -270,19 +255,41 @@ def async_anthropic_client(
 ) -> AsyncAnthropic:
     """``anthropic.AsyncAnthropic(**options)`` with ``max_retries=0``; with
     an AsyncGovernor as ``governor=``, every model request governed."""
-    return _build("anthropic", "AsyncAnthropic", options, governor, True, retry, holder, priority, tenant)  # type: ignore[no-any-return]
+    return _build("anthropic", "AsyncAnthropic", options, True, _governing(governor, retry, holder, priority, tenant))  # type: ignore[no-any-return]
+
+
+def _governing(
+    governor: Any, retry: RetryPolicy | None, holder: str | None, priority: str | None, tenant: str | None
+) -> _Governing | None:
+    """A client's governing (None without ``governor=``): its ask built and checked once, here."""
+    if governor is None:
+        if any(v is not None for v in (retry, holder, priority, tenant)):
+            raise ConfigError(
+                "retry=, holder=, priority= and tenant= are options of the governed transport: pass governor= too"
+            )
+        return None
+    _is_async(governor)  # a ConfigError for anything else
+    return _Governing(governor, retry, governor.ask(holder, priority=priority, tenant=tenant))
+
+
+@dataclass(frozen=True)
+class _Governing:
+    """What governs a client's transport: the governor, its retry policy and what every request asks for."""
+
+    governor: Any
+    retry: RetryPolicy | None
+    ask: Ask
+
+    def transport(self, asynchronous: bool, inner: Any = None, **options: Any) -> Any:
+        """A governed transport over ``inner`` (for an asyncio client or a sync one)."""
+        from ..transport import AsyncGovernedTransport, GovernedTransport
+
+        kind = AsyncGovernedTransport if asynchronous else GovernedTransport
+        return kind(self.governor, inner, retry=self.retry, ask=self.ask, **options)
 
 
 def _build(
-    module_name: str,
-    class_name: str,
-    options: dict[str, Any],
-    governor: Any,
-    asynchronous: bool,
-    retry: RetryPolicy | None,
-    holder: str | None,
-    priority: str | None = None,
-    tenant: str | None = None,
+    module_name: str, class_name: str, options: dict[str, Any], asynchronous: bool, governing: _Governing | None
 ) -> Any:
     retries = options.pop("max_retries", 0)
     if retries != 0:
@@ -290,48 +297,29 @@ def _build(
             f"max_retries={retries!r}: the governor does the retrying; SDK retries on top would be "
             "attempts the governor never sees. Build the client yourself if you really want them."
         )
-    if governor is None and any(v is not None for v in (retry, holder, priority, tenant)):
-        raise ConfigError(
-            "retry=, holder=, priority= and tenant= are options of the governed transport: pass governor= too"
-        )
-    if governor is not None and options.get("http_client") is not None:
+    if governing is not None and options.get("http_client") is not None:
         raise ConfigError(
             f"{class_name.lower()}_client(governor=...) builds its own http_client over the governed transport; "
             "to govern an http_client of your own, give it transport=GovernedTransport(governor, <its transport>)"
         )
     module = _import(module_name, "providers")
-    if governor is not None:
-        place: dict[str, Any] = {"priority": priority, "tenant": tenant}
-        place["profile"] = "azure" if "Azure" in class_name else module_name
+    if governing is not None:
+        extra: dict[str, Any] = {"profile": "azure" if "Azure" in class_name else module_name}
         if module_name == "anthropic":  # it wraps every other exception of its transport as APIConnectionError
-            place["errors"] = module.AnthropicError
-        options["http_client"] = _governed_http_client(module, governor, asynchronous, retry, holder, place)
+            extra["errors"] = module.AnthropicError
+        options["http_client"] = _governed_http_client(module, asynchronous, governing, extra)
     return getattr(module, class_name)(max_retries=0, **options)
 
 
-def _governed_http_client(
-    sdk: Any,
-    governor: Any,
-    asynchronous: bool,
-    retry: RetryPolicy | None,
-    holder: str | None,
-    place: dict[str, Any] | None = None,
-) -> Any:
+def _governed_http_client(sdk: Any, asynchronous: bool, governing: _Governing, extra: dict[str, Any]) -> Any:
     """The SDK's own default HTTP client (its timeout, limits, redirects) over
     a governed transport of the HTTP library the SDK is built on."""
-    from ..transport import AsyncGovernedTransport, GovernedTransport
-
     client_class = sdk.DefaultAsyncHttpxClient if asynchronous else sdk.DefaultHttpxClient
     library = importlib.import_module(_library_of(client_class))
     limits = getattr(sdk, "DEFAULT_CONNECTION_LIMITS", None)
     transport_options = {} if limits is None else {"limits": limits}
-    if asynchronous:
-        inner = library.AsyncHTTPTransport(**transport_options)
-        governed: Any = AsyncGovernedTransport(governor, inner, retry=retry, holder=holder, **(place or {}))
-    else:
-        inner = library.HTTPTransport(**transport_options)
-        governed = GovernedTransport(governor, inner, retry=retry, holder=holder, **(place or {}))
-    return client_class(transport=governed)
+    inner = (library.AsyncHTTPTransport if asynchronous else library.HTTPTransport)(**transport_options)
+    return client_class(transport=governing.transport(asynchronous, inner, **extra))
 
 
 def _library_of(client_class: type) -> str:

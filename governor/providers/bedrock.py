@@ -9,7 +9,7 @@ registers :class:`GovernedSend` there for the model operations
 client's own HTTP session inside the one retry loop of ``Governor.call``
 (governor/_sync/retry.py): a lease with the request's estimate (input
 tokens plus ``maxTokens``, times the model's burndown for the output,
-governor/profiles.py), a ``ThrottlingException`` or
+governor/profiles/), a ``ThrottlingException`` or
 ``ServiceUnavailableException`` reported and retried, a success reported
 with its usage. A ``converse_stream`` answer is handed over at once and
 reported when its ``metadata`` event has passed, or when it is closed or
@@ -115,12 +115,12 @@ class GovernedSend:
 
         if not isinstance(governor, Governor):
             raise ConfigError(f"the Bedrock runtime client is synchronous: it needs a Governor, got {governor!r}")
-        governor._core.place(priority, tenant)  # ConfigError: an unknown class, a bad tenant
         self.governor = governor
+        #: what its calls ask for (each with its own estimate)
+        self._ask = governor.ask(holder, priority=priority, tenant=tenant)
         self.profile = REGISTRY["bedrock"]
         self._client = client
-        self._retry, self._holder, self._timeout = retry, holder, timeout
-        self._priority, self._tenant = priority, tenant
+        self._retry, self._timeout = retry, timeout
 
     def register(self) -> None:
         events = self._client.meta.events
@@ -135,7 +135,7 @@ class GovernedSend:
             body = body.read()
             request.body = body
         raw = body if isinstance(body, bytes) else (body or "").encode()
-        tokens = self.profile.estimate(raw, path)
+        ask = self._ask.reserving(self.profile.estimate(raw, path))
         streamed = bool(getattr(request, "stream_output", False))
         read: dict[int, bytes] = {}
         session = self._client._endpoint.http_session
@@ -153,19 +153,7 @@ class GovernedSend:
                 return None
             return judge_response(response.status_code, response.headers, read.pop(id(response)), self.profile, path)
 
-        return retry_call(
-            self.governor,
-            send_once,
-            (),
-            {},
-            retry=self._retry,
-            timeout=self._timeout,
-            holder=self._holder,
-            tokens=tokens,
-            judge=judge,
-            priority=self._priority,
-            tenant=self._tenant,
-        )
+        return retry_call(self.governor, send_once, (), {}, ask, retry=self._retry, timeout=self._timeout, judge=judge)
 
 
 def _path(url: str) -> str:

@@ -40,7 +40,8 @@ from ..budgets import Tokens
 from ..classify import Verdict, default_classifier
 from ..core import Outcome
 from ..errors import ConfigError, GovernorError
-from ..estimate import estimate_request, usage_of
+from ..estimate import estimate_request
+from ..profiles import usage_of
 
 if TYPE_CHECKING:
     from .._async.governor import AsyncGovernor
@@ -113,9 +114,10 @@ class GovernedLiteLLM:
 
         if not isinstance(governor, (Governor, AsyncGovernor)):
             raise ConfigError(f"governor must be a Governor or an AsyncGovernor, got {governor!r}")
-        governor._core.place(priority, tenant)  # ConfigError: an unknown class, a bad tenant
         self.governor = governor
-        self._options: dict[str, Any] = {"retry": retry, "holder": holder, "priority": priority, "tenant": tenant}
+        self._retry = retry
+        #: what its calls ask for (each with its own estimate)
+        self._ask = governor.ask(holder, priority=priority, tenant=tenant)
         litellm = _litellm()
         if router is not None and not isinstance(router, litellm.Router):
             raise ConfigError(f"router must be a litellm.Router or None, got {router!r}")
@@ -148,15 +150,9 @@ class GovernedLiteLLM:
             result = self._litellm.completion(**arguments)
             return _SyncStream(result, self.governor) if streamed else result
 
+        ask = self._ask.reserving(estimate(arguments))
         return retry_call(
-            self.governor,
-            call,
-            (),
-            {},
-            classify=default_classifier,
-            tokens=estimate(arguments),
-            judge=_judge,
-            **self._options,
+            self.governor, call, (), {}, ask, classify=default_classifier, retry=self._retry, judge=_judge
         )
 
     async def acompletion(self, **kwargs: Any) -> Any:
@@ -173,15 +169,9 @@ class GovernedLiteLLM:
             result = await self._litellm.acompletion(**arguments)
             return _AsyncStream(result, self.governor) if streamed else result
 
+        ask = self._ask.reserving(estimate(arguments))
         return await retry_call(
-            self.governor,
-            call,
-            (),
-            {},
-            classify=default_classifier,
-            tokens=estimate(arguments),
-            judge=_judge,
-            **self._options,
+            self.governor, call, (), {}, ask, classify=default_classifier, retry=self._retry, judge=_judge
         )
 
 

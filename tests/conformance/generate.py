@@ -180,8 +180,7 @@ def acquire(lease_id: str, wait: bool = True, fresh: bool = True, **kw: Any) -> 
     priority, tenant, tokens = kw.pop("priority", None), kw.pop("tenant", None), kw.pop("tokens", None)
 
     def step(core: GovernorCore) -> Call[Any]:
-        where = core.place(priority, tenant)
-        return core.acquire(lease_id, "host-1/1", wait=wait, fresh=fresh, place=where, tokens=tokens)
+        return core.acquire(lease_id, core.ask("host-1/1", tokens, priority, tenant), wait=wait, fresh=fresh)
 
     mode = ("wait" if fresh else "again") if wait else "try"
     step.call = {  # type: ignore[attr-defined]
@@ -235,6 +234,8 @@ def describe(name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, 
 
 def op(name: str, *args: Any, **kw: Any) -> Callable[[GovernorCore], Call[Any]]:
     def step(core: GovernorCore) -> Call[Any]:
+        if name == "renew":  # (id, epoch, holder) each: the lease of that holder's default ask
+            return core.renew([(lease_id, epoch, core.ask(holder)) for lease_id, epoch, holder in args[0]])
         return getattr(core, name)(*args, **kw)  # type: ignore[no-any-return]
 
     step.call = describe(name, args, kw)  # type: ignore[attr-defined]

@@ -1,12 +1,14 @@
 """Provider profiles: what the governor knows of each provider, one unit each.
 
 A profile says, for one provider's API, everything the governed clients,
-``call()``, the classifiers and the budgets need to know of it:
+``call()``, the classifiers, the streams and the budgets need to know of it:
 
 - which requests are model calls (:meth:`Profile.is_model_request`);
 - how its errors are classified (:meth:`Profile.classify`): throttled
   (retried, capacity learnt), quota exhausted (never retried; a per-day
-  quota with the moment it resets), or an error;
+  quota with the moment it resets), or an error; how its SDK's exceptions
+  are read (:meth:`Profile.exception_parts`), and the error body's details
+  in its own shape (:meth:`Profile.error_details`, :meth:`Profile.claims`);
 - where its retry hint is (:meth:`Profile.retry_hint`): a header in any
   unit, or the body (Google's ``RetryInfo.retryDelay``, OpenAI's "Please
   try again in 424ms");
@@ -14,29 +16,35 @@ A profile says, for one provider's API, everything the governed clients,
   (:attr:`Profile.headers`);
 - how a request's cost is estimated before the call (:meth:`Profile.estimate`)
   and what its usage says after it (:meth:`Profile.usage`), in the units
-  the provider's quota counts;
-- how a stream ends (:attr:`Profile.stream_end`) and how its usage is read;
+  the provider's quota counts; a usage in a shape of its own, in a response
+  or in a stream's chunk (:meth:`Profile.usage_part`, :meth:`Profile.usage_from`),
+  which :func:`usage_of` reads whatever the provider;
+- how a stream ends (:attr:`Profile.stream_end`);
 - whether refused requests count against its limits (:attr:`Profile.refusals_count`).
 
-:data:`REGISTRY` holds one instance per provider; adding a provider is one
-subclass here and its tests. Nothing here imports a provider SDK.
+Each provider is one module of this package (``openai``, ``anthropic``,
+``google``, ``bedrock``), whose profiles register themselves
+(:func:`register`); every module of the package is imported with it, so
+adding a provider is one module here (and its client in
+governor/providers/) and its tests. Nothing here imports a provider SDK.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
-import math
+import pkgutil
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
-from .backoff import parse_retry_after
-from .budgets import MAX_TOKENS, Tokens
-from .core import Outcome
-from .errors import ConfigError
-from .headers import EMPTY, RateLimits, parse, parse_duration
+from ..backoff import parse_retry_after
+from ..budgets import Tokens
+from ..core import Outcome
+from ..errors import ConfigError
+from ..estimate import _field, _is_count, _tokens, estimate_request
+from ..headers import EMPTY, RateLimits, parse, parse_duration
 
 #: a body larger than this is not parsed: error bodies are small
 MAX_BODY = 65536
@@ -97,7 +105,7 @@ def read_error(body: Any, headers: Any = None) -> ErrorBody:
         return ErrorBody(type=aws_type)
     details = error.get("details")
     detail = details.get("error_code") if isinstance(details, Mapping) else None
-    retry_delay, quotas = _google_details(details) if isinstance(details, list) else (None, ())
+    retry_delay, quotas = _error_details(details) if isinstance(details, list) else (None, ())
     message = _text(error.get("message"))
     if message is None:
         message = _text(body.get("message")) or _text(body.get("Message"))
@@ -124,37 +132,13 @@ def _aws_type(headers: Any) -> str | None:
     return value.partition(":")[0].strip() or None if isinstance(value, str) else None
 
 
-def _google_details(details: list[Any]) -> tuple[float | None, tuple[str, ...]]:
-    delay: float | None = None
-    quotas: list[str] = []
-    for item in details[:16]:
-        if not isinstance(item, Mapping):
-            continue
-        kind = str(item.get("@type", ""))
-        if kind.endswith("google.rpc.RetryInfo"):
-            delay = parse_google_duration(item.get("retryDelay"))
-        elif kind.endswith("google.rpc.QuotaFailure"):
-            for violation in item.get("violations") or ():
-                if isinstance(violation, Mapping):
-                    quota = violation.get("quotaId") or violation.get("quotaMetric")
-                    if isinstance(quota, str):
-                        quotas.append(quota)
-        elif kind.endswith("google.rpc.ErrorInfo"):
-            metadata = item.get("metadata")
-            if isinstance(metadata, Mapping) and isinstance(metadata.get("quota_limit"), str):
-                quotas.append(metadata["quota_limit"])
-    return delay, tuple(quotas)
-
-
-def parse_google_duration(value: Any) -> float | None:
-    """Seconds of a protobuf Duration in its JSON form (``"37s"``, ``"0.5s"``); None if it is not one."""
-    if not isinstance(value, str) or not value.endswith("s") or len(value) > 32:
-        return None
-    try:
-        seconds = float(value[:-1])
-    except ValueError:
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+def _error_details(details: list[Any]) -> tuple[float | None, tuple[str, ...]]:
+    """The retry delay and quotas of an error's ``details`` list, as the provider whose shape it is reads them."""
+    for shape in REGISTRY.values():
+        found = shape.error_details(details)
+        if found is not None:
+            return found
+    return None, ()
 
 
 def _text(value: Any) -> str | None:
@@ -238,6 +222,34 @@ class Profile:
     #: service tiers, for the docs: how a fleet that mixes them governs each
     tiers: ClassVar[str] = ""
 
+    #: its SDK is a gateway to many providers: an exception's body is read in whichever shape it is in
+    by_shape: ClassVar[bool] = False
+
+    def claims(self, fields: ErrorBody) -> bool:
+        """Whether an error body of unknown origin is in this provider's own shape (:func:`detect`)."""
+        return False
+
+    def error_details(self, details: list[Any]) -> tuple[float | None, tuple[str, ...]] | None:
+        """The retry delay (seconds) and the quotas an error body's ``details``
+        list names, when it is in this provider's shape (None: it is not)."""
+        return None
+
+    def exception_parts(self, exc: BaseException) -> tuple[int | None, Any, Any]:
+        """(HTTP status, headers, body) of an exception of its SDK (:attr:`modules`):
+        read by duck typing (``status_code``, ``response``, ``body``), as the
+        OpenAI-shaped SDKs carry them."""
+        return http_parts(exc)
+
+    def usage_part(self, obj: Any) -> Any:
+        """The part of a response (or of a stream's chunk) that holds its usage in
+        a shape of this provider's own; None when it is not in one (the
+        OpenAI and Anthropic shapes are every profile's, :func:`usage_of`)."""
+        return None
+
+    def usage_from(self, part: Any) -> Tokens | None:
+        """The tokens of a :meth:`usage_part`; None when its figures are not counts."""
+        return None
+
     def is_model_request(self, method: str, path: str) -> bool:
         """Whether a request is governed: a POST to one of :attr:`model_paths`."""
         if method.upper() != "POST":
@@ -290,210 +302,35 @@ class Profile:
 
     def estimate(self, body: bytes | str | Mapping[str, Any] | None, path: str = "") -> Tokens:
         """The tokens a request will take, in the units the provider's quota counts."""
-        from .estimate import estimate_request
-
         return estimate_request(body, path)
 
     def usage(self, obj: Any, path: str = "") -> Tokens | None:
         """The tokens a response says it used, in the provider quota's units."""
-        from .estimate import usage_of
-
         return usage_of(obj)
 
     def __repr__(self) -> str:
         return f"<profile {self.name}>"
 
 
-class OpenAI(Profile):
-    """OpenAI: ``x-ratelimit-*`` headers, ``retry-after-ms``, "Please try
-    again in 424ms" in a 429's message; refused requests count against the
-    requests limit; ``insufficient_quota`` is billing."""
+# -- the registry -----------------------------------------------------------------------
 
-    name = "openai"
-    modules = ("openai",)
-    model_paths = ("chat/completions", "completions", "responses", "embeddings")
-    stream_end = "data: [DONE] (Responses API: response.completed)"
-    refusals_count = True
-    tiers = "service_tier flex / priority: one governor (or budget) per tier"
+#: every profile, by name (each provider's module registers its own)
+REGISTRY: dict[str, Profile] = {}
+#: the profile of an exception's top-level module (the first registered for it)
+BY_MODULE: dict[str, Profile] = {}
+
+P = TypeVar("P", bound=type[Profile])
 
 
-class Azure(OpenAI):
-    """Azure OpenAI: OpenAI's shapes on deployment paths; some APIs send
-    ``-1`` or ``0`` in the rate-limit headers (read as no figure, never as a
-    limit of zero); ``x-ms-retry-after-ms``; requests per minute enforced
-    over 1-10 s windows, so a fleet's burst is refused below the minute's
-    figure (the adaptive concurrency limit and a requests budget with a
-    small burst absorb it)."""
-
-    name = "azure"
-    tiers = "deployment types (standard, provisioned, batch): one governor per deployment"
-
-    def rate_limits(self, headers: Any, *, now: float | None = None) -> RateLimits:
-        limits = parse(headers, now=now)
-        budgets = {kind: figures for kind, figures in limits.budgets.items() if figures.limit != 0}
-        if len(budgets) == len(limits.budgets):
-            return limits
-        return RateLimits(budgets, limits.retry_after, limits.malformed)
-
-
-class Anthropic(Profile):
-    """Anthropic: ``anthropic-ratelimit-*`` headers, 529 ``overloaded_error``
-    (an overload, retried, but no limit of the account), cache reads apart
-    from ``input_tokens`` in the usage."""
-
-    name = "anthropic"
-    modules = ("anthropic",)
-    model_paths = ("messages",)
-    stream_end = "event: message_stop"
-    tiers = "service_tier priority / standard_only: one governor per tier"
-
-    def usage(self, obj: Any, path: str = "") -> Tokens | None:
-        """Input counts what the input-tokens-per-minute limit counts: on
-        current models cache reads do not count toward it, so they are left
-        out; cache writes count."""
-        from .estimate import _field, usage_of
-
-        found = usage_of(obj)
-        usage = _field(obj, "usage") or obj
-        read = _field(usage, "cache_read_input_tokens")
-        if found is None or not isinstance(read, int) or isinstance(read, bool) or read <= 0:
-            return found
-        return Tokens(max(0, found.input - read), found.output)
-
-
-#: the time zone of Google's daily quota resets (midnight Pacific time)
-try:
-    from zoneinfo import ZoneInfo
-
-    PACIFIC: Any = ZoneInfo("America/Los_Angeles")
-except Exception:  # noqa: BLE001 - no tz database: Pacific standard time, an hour late in summer at worst
-    PACIFIC = timezone(timedelta(hours=-8), "PST")
-
-
-def next_midnight(now: float, zone: Any = None) -> float:
-    """Unix seconds of the next midnight in ``zone`` (default Pacific time) after ``now``."""
-    local = datetime.fromtimestamp(now, zone or PACIFIC)
-    tomorrow = (local + timedelta(days=1)).date()
-    midnight = datetime(tomorrow.year, tomorrow.month, tomorrow.day, tzinfo=zone or PACIFIC)
-    return midnight.timestamp()
-
-
-class Gemini(Profile):
-    """The Gemini API (``google-genai``): no rate-limit headers; a 429
-    ``RESOURCE_EXHAUSTED`` carries ``google.rpc.QuotaFailure`` (which quota:
-    per minute or per day, per project and model) and
-    ``google.rpc.RetryInfo.retryDelay`` in the body; per-day quotas reset at
-    midnight Pacific time; tokens per minute count input tokens."""
-
-    name = "gemini"
-    modules = ("google",)
-    model_paths = ("generateContent", "streamGenerateContent", "countTokens", "embedContent", "batchEmbedContents")
-    headers = False
-    throttle_names = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE"})
-    quota_names = frozenset()
-    quota_phrases = ()
-    stream_end = "the connection closes after the last chunk (alt=sse; the last carries usageMetadata)"
-    tiers = "priority / flex: one governor (or budget) per tier"
-
-    def is_model_request(self, method: str, path: str) -> bool:
-        if method.upper() != "POST":
-            return False
-        _, colon, verb = path.rstrip("/").rpartition(":")
-        return bool(colon) and verb in self.model_paths and verb != "countTokens"
-
-    def quota_reset(self, fields: ErrorBody, now: float | None) -> float | None:
-        if not any("perday" in quota.lower() for quota in fields.quotas):
-            return None
-        import time
-
-        return next_midnight(time.time() if now is None else now)
-
-    def estimate(self, body: bytes | str | Mapping[str, Any] | None, path: str = "") -> Tokens:
-        from .estimate import estimate_gemini
-
-        return estimate_gemini(body)
-
-
-class Vertex(Gemini):
-    """Vertex AI (``google-genai`` with ``vertexai=True``): the Gemini
-    shapes under ``/projects/.../publishers/google/models/...``; a 429
-    "Resource exhausted" with no headers (shared capacity, Provisioned
-    Throughput has its own)."""
-
-    name = "vertex"
-    tiers = "Provisioned Throughput vs pay-as-you-go (X-Vertex-AI-LLM-Request-Type): one governor per kind"
-
-
-#: Bedrock models whose output tokens count several times against the tokens quota (the burndown rate)
-BURNDOWN = (
-    ("anthropic.claude-3-7", 5),
-    ("anthropic.claude-sonnet-4", 5),
-    ("anthropic.claude-opus-4", 5),
-    ("anthropic.claude-haiku-4", 5),
-)
-
-
-def burndown(path: str) -> int:
-    """The burndown rate of the model a Bedrock path names (1 for most models)."""
-    for prefix, rate in BURNDOWN:
-        if prefix in path:
-            return rate
-    return 1
-
-
-class Bedrock(Profile):
-    """Amazon Bedrock (``boto3`` ``bedrock-runtime``): ``ThrottlingException``
-    (429) and ``ServiceUnavailableException`` (503), no rate-limit headers;
-    the tokens quota is taken at request start as input tokens plus
-    ``maxTokens``, and output tokens of some models count several times
-    (:data:`BURNDOWN`)."""
-
-    name = "bedrock"
-    modules = ("botocore", "boto3")
-    model_paths = ("converse", "converse-stream", "invoke", "invoke-with-response-stream")
-    headers = False
-    throttle_names = frozenset({"ThrottlingException", "ServiceUnavailableException", "ModelNotReadyException"})
-    quota_names = frozenset()
-    quota_phrases = ()
-    stream_end = "the metadata event (usage), after messageStop"
-    tiers = "service tiers (default / priority / flex): one governor per tier"
-
-    def estimate(self, body: bytes | str | Mapping[str, Any] | None, path: str = "") -> Tokens:
-        from .estimate import estimate_bedrock
-
-        found = estimate_bedrock(body)
-        return Tokens(found.input, min(MAX_TOKENS, found.output * burndown(path)))
-
-    def usage(self, obj: Any, path: str = "") -> Tokens | None:
-        from .estimate import usage_of
-
-        found = usage_of(obj)
-        if found is None:
-            return None
-        return Tokens(found.input, min(MAX_TOKENS, found.output * burndown(path)))
-
-
-class LiteLLM(Profile):
-    """LiteLLM: every provider's errors mapped onto OpenAI's exception
-    classes (``litellm.RateLimitError`` is a 429), usage in OpenAI's shape."""
-
-    name = "litellm"
-    modules = ("litellm",)
-    model_paths = ("chat/completions", "completions", "responses", "embeddings", "messages")
-    stream_end = "the wrapper's last chunk (usage with stream_options include_usage)"
-    tiers = "as the provider behind it"
-
-
-#: every profile, by name
-REGISTRY: Mapping[str, Profile] = {
-    profile.name: profile for profile in (OpenAI(), Azure(), Anthropic(), Gemini(), Vertex(), Bedrock(), LiteLLM())
-}
-#: the profile of an exception's top-level module
-BY_MODULE: Mapping[str, Profile] = {
-    module: REGISTRY[name]
-    for name in ("openai", "anthropic", "gemini", "bedrock", "litellm")
-    for module in REGISTRY[name].modules
-}
+def register(cls: P) -> P:
+    """Class decorator: one instance of the profile in :data:`REGISTRY` (and
+    :data:`BY_MODULE` for the modules no profile claimed before)."""
+    if cls.name in REGISTRY:
+        raise ConfigError(f"a provider profile named {cls.name!r} is registered twice")
+    REGISTRY[cls.name] = instance = cls()
+    for module in cls.modules:
+        BY_MODULE.setdefault(module, instance)
+    return cls
 
 
 def profile(name: str | Profile) -> Profile:
@@ -508,24 +345,110 @@ def profile(name: str | Profile) -> Profile:
 
 def detect(fields: ErrorBody, headers: Any = None) -> Profile:
     """The profile whose error shape a body is in (OpenAI's when it names none)."""
-    if fields.status is not None or fields.retry_delay is not None or fields.quotas:
-        return REGISTRY["gemini"]
-    if fields.type is not None and fields.type.endswith("Exception"):
-        return REGISTRY["bedrock"]
-    return REGISTRY["openai"]
+    return next((found for found in REGISTRY.values() if found.claims(fields)), REGISTRY["openai"])
+
+
+# -- exceptions ---------------------------------------------------------------------------
+
+
+def http_parts(exc: BaseException) -> tuple[int | None, Any, Any]:
+    """(status, headers, body) of an exception, read by duck typing."""
+    try:
+        response = getattr(exc, "response", None)
+        status = http_status(getattr(exc, "status_code", None))
+        if status is None and response is not None:
+            status = http_status(getattr(response, "status_code", None)) or http_status(
+                getattr(response, "status", None)
+            )
+        if status is None:
+            status = http_status(getattr(exc, "status", None))  # aiohttp.ClientResponseError
+        headers = getattr(response, "headers", None) if response is not None else None
+        if headers is None:
+            headers = getattr(exc, "headers", None)
+        body = getattr(exc, "body", None)
+        if body is None and response is not None:
+            body = response_body(response)
+    except Exception:  # noqa: BLE001 - a property that raises makes the error unclassifiable, not fatal
+        return None, None, None
+    return status, headers, body
+
+
+def http_status(value: Any) -> int | None:
+    """``value`` when it is an HTTP status code, else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 999:
+        return value
+    return None
+
+
+def response_body(response: Any) -> Any:
+    """The body of a response, if it was read; never reads a stream."""
+    try:
+        text = getattr(response, "text", None)  # httpx raises ResponseNotRead on an unread stream
+    except Exception:  # noqa: BLE001
+        return None
+    return text if isinstance(text, (str, bytes)) else None
+
+
+# -- usage ----------------------------------------------------------------------------
+
+
+def usage_of(obj: Any) -> Tokens | None:
+    """The tokens a response says it used; None when it does not say.
+
+    ``obj`` is a decoded JSON response (a dict), an SDK object (openai's
+    ``ChatCompletion``, ``Completion``, ``Response``,
+    ``CreateEmbeddingResponse``; anthropic's ``Message``), a stream's chunk,
+    or the ``usage`` part of either; a provider with a usage of its own
+    shape (Gemini's ``usageMetadata``, Bedrock's ``inputTokens``) reads it
+    (:meth:`Profile.usage_part`). Figures that are not non-negative integers
+    make the usage unknown (None) rather than wrong.
+    """
+    if obj is None or isinstance(obj, (str, bytes, int, float)):
+        return None  # a plain value says nothing of tokens (and asking it field by field costs every call)
+    for shape in REGISTRY.values():
+        part = shape.usage_part(obj)
+        if part is not None:
+            return shape.usage_from(part)
+    usage = _field(obj, "usage")
+    if usage is None and any(_field(obj, name) is not None for name in ("prompt_tokens", "input_tokens")):
+        usage = obj  # the usage object itself
+    if usage is None or isinstance(usage, (str, bytes, int, float)):
+        return None
+    prompt = _field(usage, "prompt_tokens")
+    if prompt is not None:  # OpenAI chat completions, legacy completions, embeddings
+        completion = _field(usage, "completion_tokens")
+        if completion is None:
+            completion = 0  # embeddings have no completion
+        return _tokens(prompt, completion)
+    if _field(usage, "input_tokens") is None:
+        return None
+    # Anthropic counts cache reads and writes apart from input_tokens; the Responses API
+    # has none of these two (its cached tokens are inside input_tokens).
+    parts = [_field(usage, name) for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
+    if any(part is not None and not _is_count(part) for part in parts):
+        return None
+    output = _field(usage, "output_tokens")
+    return _tokens(sum(part for part in parts if part is not None), 0 if output is None else output)
 
 
 __all__ = [
-    "BURNDOWN",
+    "BY_MODULE",
     "REGISTRY",
     "ErrorBody",
     "Profile",
     "Reading",
-    "burndown",
+    "describe",
     "detect",
-    "next_midnight",
-    "parse_google_duration",
+    "http_parts",
+    "http_status",
     "profile",
     "read_error",
+    "register",
+    "response_body",
     "try_again_in",
+    "usage_of",
 ]
+
+# Every provider's module registers its profiles (alphabetical order; OpenAI's shape is the default).
+for _found in sorted(pkgutil.iter_modules(__path__), key=lambda found: found.name):
+    importlib.import_module(f"{__name__}.{_found.name}")

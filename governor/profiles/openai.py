@@ -1,0 +1,62 @@
+"""OpenAI, Azure OpenAI and LiteLLM: the OpenAI-shaped providers (their
+errors, usage and streams are the base profile's shapes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..headers import RateLimits, parse
+from . import Profile, http_parts, register
+
+
+@register
+class OpenAI(Profile):
+    """OpenAI: ``x-ratelimit-*`` headers, ``retry-after-ms``, "Please try
+    again in 424ms" in a 429's message; refused requests count against the
+    requests limit; ``insufficient_quota`` is billing."""
+
+    name = "openai"
+    modules = ("openai",)
+    model_paths = ("chat/completions", "completions", "responses", "embeddings")
+    stream_end = "data: [DONE] (Responses API: response.completed)"
+    refusals_count = True
+    tiers = "service_tier flex / priority: one governor (or budget) per tier"
+
+
+@register
+class Azure(OpenAI):
+    """Azure OpenAI: OpenAI's shapes on deployment paths; some APIs send
+    ``-1`` or ``0`` in the rate-limit headers (read as no figure, never as a
+    limit of zero); ``x-ms-retry-after-ms``; requests per minute enforced
+    over 1-10 s windows, so a fleet's burst is refused below the minute's
+    figure (the adaptive concurrency limit and a requests budget with a
+    small burst absorb it)."""
+
+    name = "azure"
+    tiers = "deployment types (standard, provisioned, batch): one governor per deployment"
+
+    def rate_limits(self, headers: Any, *, now: float | None = None) -> RateLimits:
+        limits = parse(headers, now=now)
+        budgets = {kind: figures for kind, figures in limits.budgets.items() if figures.limit != 0}
+        if len(budgets) == len(limits.budgets):
+            return limits
+        return RateLimits(budgets, limits.retry_after, limits.malformed)
+
+
+@register
+class LiteLLM(Profile):
+    """LiteLLM: every provider's errors mapped onto OpenAI's exception
+    classes (``litellm.RateLimitError`` is a 429), usage in OpenAI's shape."""
+
+    name = "litellm"
+    modules = ("litellm",)
+    model_paths = ("chat/completions", "completions", "responses", "embeddings", "messages")
+    stream_end = "the wrapper's last chunk (usage with stream_options include_usage)"
+    tiers = "as the provider behind it"
+    by_shape = True  # the body's shape names the provider behind LiteLLM
+
+    def exception_parts(self, exc: BaseException) -> tuple[int | None, Any, Any]:
+        status, headers, body = http_parts(exc)
+        if body is None:
+            body = getattr(exc, "message", None)  # the provider's own message, its "try again in" included
+        return status, headers, body
