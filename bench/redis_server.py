@@ -77,7 +77,7 @@ class ServerBinary:
         return f"{self.program} {'.'.join(map(str, self.version))} ({self.source})"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def binary_version(path: str) -> tuple[int, ...]:
     """The version a server binary reports (``--version``), (0,) when it says none."""
     try:
