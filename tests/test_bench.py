@@ -173,7 +173,10 @@ def test_the_instructions_measurement_counts_every_phase(redis_url: str, tmp_pat
 
 def test_the_instructions_measurement_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     real = redis_server.shutil.which
-    monkeypatch.setattr(redis_server.shutil, "which", lambda name: None if name == "valgrind" else real(name))
+    # (a redis-server as found, also where there is none: only valgrind is missing here)
+    monkeypatch.setattr(
+        redis_server.shutil, "which", lambda name: None if name == "valgrind" else real(name) or f"/usr/bin/{name}"
+    )
     assert instructions.missing_tools() == "valgrind not found: apt-get install valgrind"
     result = CliRunner().invoke(bench_command, ["--instructions"])
     assert result.exit_code == 1

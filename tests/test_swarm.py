@@ -30,12 +30,12 @@ import redis
 import redis.asyncio
 from click.testing import CliRunner
 
-from bench import analysis, embedded, kit
+from bench import analysis, kit
 from bench import console as console_module
 from bench import host as host_module
 from bench.cli import swarm_command
 from bench.console import Console
-from bench.embedded import Backend, open_backend
+from bench.embedded import Backend
 from bench.host import HostJob, HostResult, config_from_json, config_to_json
 from bench.provider import LIMITED, OK, MockProvider, ProviderConfig, RunRecord
 from bench.report import draw_chart, legend, table, write_chart, write_json
@@ -148,24 +148,6 @@ async def test_hosts_are_threads_on_an_in_process_fakeredis() -> None:
     for run in result.runs.values():
         assert run.metrics.done == 1.0, run.metrics.error_samples
     assert "fleet" in table(result)
-
-
-def test_the_embedded_redis_is_a_private_server_else_fakeredis(monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
-    with open_backend(redis_url) as given:
-        assert given.kind == "url" and given.shared
-    with pytest.raises(ConnectionError, match="cannot reach Redis"):
-        open_backend("redis://127.0.0.1:1/0")
-    with open_backend(None) as private:
-        assert private.kind == "redis-server" and private.url is not None
-        client = private.sync_client()
-        assert client.ping()
-        client.close()
-    monkeypatch.setattr(embedded.shutil, "which", lambda name: None)
-    with open_backend(None) as fake:
-        assert fake.kind == "fakeredis" and not fake.shared
-        assert "threads" in fake.describe()
-    with pytest.raises(RuntimeError, match="redis-server"):
-        open_backend(None, allow_fake=False)
 
 
 def test_external_provider_and_workers(redis_url: str, tmp_path: Path) -> None:

@@ -7,12 +7,19 @@ one of the governor's own on the same settings (timeouts of
 one function of the library; a server that lost the library gets it again,
 a redirection to another cluster node switches to a cluster client, and
 Redis's errors become the governor's (:func:`governor.errors.map_errors`).
+
+The server is checked where the library is loaded and where the server
+refuses FCALL or FUNCTION LOAD outright (never on the hot path): a Redis
+below 7.0, a server without Functions or without its Lua engine, an
+evicting ``maxmemory-policy`` raise ConfigError naming the server, its
+version and what it needs (:mod:`governor.server`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import redis.asyncio as redis_client
@@ -36,6 +43,7 @@ from ..errors import (
 )
 from ..protocol import GovernorKeys, ms
 from ..scripts import EVERY_KEY, MISSING_FUNCTION, function_name, library, library_name, locate
+from ..server import is_missing_engine, is_unknown_command, no_functions, no_lua, refusal
 from ._compat import sleep
 
 log = logging.getLogger("governor")
@@ -229,6 +237,9 @@ class Connection:
             if EVERY_KEY in str(error) and len(keys) == 1:  # a cluster node: nothing ran
                 self.every_key = True
                 return await self._send(call, reload)
+            if is_unknown_command(str(error)):  # no Functions at all: say which server, never the raw reply
+                why = no_functions(await self._info())
+                raise ConfigError(f"governor {self._name!r}: {why}", name=self._name) from error
             if not reload or MISSING_FUNCTION not in str(error):
                 raise
             await self._load_library()
@@ -242,7 +253,13 @@ class Connection:
         node. A process whose Redis has it sends none (a load costs Redis a
         compile of the whole library). A user whose ACL refuses FUNCTION LOAD
         (a worker of a shared Redis, docs/operating.md: Security) fails naming the
-        operator's command that loads it."""
+        operator's command that loads it. The server is checked first, once
+        per load (:func:`governor.server.refusal`): one that cannot host the
+        library raises ConfigError instead."""
+        info = await self._info()
+        why = refusal(info) if info is not None else None
+        if why is not None:
+            raise ConfigError(f"governor {self._name!r}: {why}", name=self._name)
         try:
             await self.client.function_load(library(), replace=True)
         except redis.exceptions.NoPermissionError as error:
@@ -251,6 +268,19 @@ class Connection:
                 "and this user may not load it (ACL +function|load): an operator runs `governor library --load`",
                 name=self._name,
             ) from error
+        except redis.exceptions.ResponseError as error:
+            if not is_missing_engine(str(error)):
+                raise
+            raise ConfigError(f"governor {self._name!r}: {no_lua(info, str(error))}", name=self._name) from error
+
+    async def _info(self) -> Mapping[str, Any] | None:
+        """The server's INFO (its default sections; one mapping per node from
+        a cluster client), None when refused (an ACL without INFO)."""
+        try:
+            info = await self.client.info()
+        except redis.exceptions.ResponseError:  # NoPermissionError included
+            return None
+        return info if isinstance(info, Mapping) else None
 
     async def _switch_to_cluster(self, standalone: Any) -> None:
         """from_url was given a cluster node: use a cluster client instead of

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import redis as redis_client
@@ -30,6 +31,7 @@ from ..errors import (
 )
 from ..protocol import GovernorKeys, ms
 from ..scripts import EVERY_KEY, MISSING_FUNCTION, function_name, library, library_name, locate
+from ..server import is_missing_engine, is_unknown_command, no_functions, no_lua, refusal
 from ._compat import sleep
 
 log = logging.getLogger("governor")
@@ -223,6 +225,9 @@ class Connection:
             if EVERY_KEY in str(error) and len(keys) == 1:  # a cluster node: nothing ran
                 self.every_key = True
                 return self._send(call, reload)
+            if is_unknown_command(str(error)):  # no Functions at all: say which server, never the raw reply
+                why = no_functions(self._info())
+                raise ConfigError(f"governor {self._name!r}: {why}", name=self._name) from error
             if not reload or MISSING_FUNCTION not in str(error):
                 raise
             self._load_library()
@@ -236,7 +241,13 @@ class Connection:
         node. A process whose Redis has it sends none (a load costs Redis a
         compile of the whole library). A user whose ACL refuses FUNCTION LOAD
         (a worker of a shared Redis, docs/operating.md: Security) fails naming the
-        operator's command that loads it."""
+        operator's command that loads it. The server is checked first, once
+        per load (:func:`governor.server.refusal`): one that cannot host the
+        library raises ConfigError instead."""
+        info = self._info()
+        why = refusal(info) if info is not None else None
+        if why is not None:
+            raise ConfigError(f"governor {self._name!r}: {why}", name=self._name)
         try:
             self.client.function_load(library(), replace=True)
         except redis.exceptions.NoPermissionError as error:
@@ -245,6 +256,19 @@ class Connection:
                 "and this user may not load it (ACL +function|load): an operator runs `governor library --load`",
                 name=self._name,
             ) from error
+        except redis.exceptions.ResponseError as error:
+            if not is_missing_engine(str(error)):
+                raise
+            raise ConfigError(f"governor {self._name!r}: {no_lua(info, str(error))}", name=self._name) from error
+
+    def _info(self) -> Mapping[str, Any] | None:
+        """The server's INFO (its default sections; one mapping per node from
+        a cluster client), None when refused (an ACL without INFO)."""
+        try:
+            info = self.client.info()
+        except redis.exceptions.ResponseError:  # NoPermissionError included
+            return None
+        return info if isinstance(info, Mapping) else None
 
     def _switch_to_cluster(self, standalone: Any) -> None:
         """from_url was given a cluster node: use a cluster client instead of

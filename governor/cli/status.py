@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -10,6 +11,7 @@ from collections import deque
 from collections.abc import Sequence
 
 import click
+import redis
 
 from .. import views
 from ..core import Status
@@ -28,6 +30,32 @@ from .render import (
     when,
 )
 
+#: how lua/lib/origin.lua ends its claim, on a read-only call, that a state came from another server
+CAME_BACK = "the next writing call handles it as a loss and holds"
+
+
+def replica_note(app: App) -> str | None:
+    """What a replica's status is, when the URL is a read-only replica (None: a primary, or INFO refused)."""
+    try:
+        info = app.client().info("replication")
+    except redis.RedisError:
+        return None
+    if info.get("role") != "slave":
+        return None
+    primary = f"{info.get('master_host')}:{info.get('master_port')}"
+    return (
+        f"this Redis is a read-only replica of {primary} (link {info.get('master_link_status')}): it shows the "
+        "primary's state as replicated, nothing was restored; the governor's clients write to the primary"
+    )
+
+
+def read_on_replica(status: Status) -> Status:
+    """A status read on a replica: its state stamp names the primary, which the
+    library takes for a restore; on a replica that claim is dropped."""
+    if status.blocked.endswith(CAME_BACK):
+        return dataclasses.replace(status, blocked="(the primary says why: this is a replica)")
+    return status
+
 
 @command()
 @click.option(
@@ -44,11 +72,16 @@ def status(app: App, top: int, as_json: bool) -> None:
     """Capacity, pause, in-flight, queue, window and hold of one governor, and why callers wait;
     in flight and queued per priority class and per tenant."""
     gov, state = app.existing()
+    replica = replica_note(app)
+    if replica is not None:
+        state = read_on_replica(state)
     seen = views.read_overview(app.client(), gov.keys, state)
     if as_json:
         shares = {**seen.shares.as_dict(), **breakdown_dict(seen.breakdown, top)}
-        emit_json({**status_dict(state), **shares, "warnings": list(seen.warnings)})
+        emit_json({**status_dict(state), **shares, "warnings": [*([replica] if replica else []), *seen.warnings]})
     else:
+        if replica is not None:
+            click.echo(f"NOTE: {replica}\n")
         click.echo(render_status(state, seen.stored))
         click.echo("\n" + render_breakdown(seen.breakdown, seen.shares, top))
         for warning in seen.warnings:
@@ -78,9 +111,14 @@ def list_(app: App, as_json: bool) -> None:
             raise
         except GovernorError as error:
             broken[name] = str(error)
+    replica = replica_note(app)
+    if replica is not None:
+        found = [read_on_replica(s) for s in found]
     if as_json:
         emit_json({"governors": [status_dict(s) for s in found], "errors": broken})
         return
+    if replica is not None:
+        click.echo(f"NOTE: {replica}")
     if not found and not broken:
         click.echo(f"no governors at {safe_url(app.url)} (prefix {app.prefix!r})")
         return
