@@ -36,7 +36,10 @@ MOVING = ("now", "epoch", "created", "fence", "in_flight", "queued", "quota_exha
 #: what an operator command may change: the other fields of the status reply
 COMPARED = tuple(f for f in STATUS_FIELDS if f not in MOVING)
 #: the Status attribute of a status reply field where the two differ, and the reply's unit
-ATTRIBUTE: dict[str, tuple[str, Callable[[float], Any]]] = {"window_ms": ("window", ms)}
+ATTRIBUTE: dict[str, tuple[str, Callable[[float], Any]]] = {
+    "window_ms": ("window", ms),
+    "background_ppm": ("background", lambda share: round(share * 1_000_000)),
+}
 #: the status fields that are times (Status: Unix seconds or None)
 TIMES = ("paused_until", "not_before", "hold_until")
 
