@@ -472,7 +472,8 @@ def test_a_bad_state_field_stops_every_hot_script_before_it_writes(
 
 @pytest.fixture
 def full_redis() -> Iterator[RedisServer]:
-    server = RedisServer(None, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction").start()
+    # room for the library and a few states; the test lowers it to what is used + 1 MB before it fills
+    server = RedisServer(None, "--maxmemory", "8mb", "--maxmemory-policy", "noeviction").start()
     yield server
     server.cleanup()
 
