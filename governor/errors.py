@@ -148,7 +148,8 @@ def error_from_reply(message: str, name: str | None) -> GovernorError:
         return StateError(
             f"{_who(name)}stored state is unusable ({detail}); nothing was changed. If clients of another "
             "version share this governor, upgrade this one (docs/upgrade.md); else another program wrote "
-            "to its keys: `governor configure` stores a config again (holders and waiters kept)",
+            "to its keys: store a value the detail names in that field of the governor's state, config or "
+            "policy hash (`redis-cli HSET <key> <field> <value>`; holders and waiters kept)",
             name=name,
         )
     if code == "MISSING":
