@@ -57,6 +57,12 @@ class LeaseLost(GovernorError):
     past its TTL, or Redis was unreachable); its slot went to someone else."""
 
 
+class LeaseReported(LeaseLost):
+    """The lease already carried its outcome: a second report on it (after a
+    report, with ``release=True`` or not) counts nothing. A lease carries one
+    outcome; report once, then release (or report with ``release=True``)."""
+
+
 class QuotaExhausted(GovernorError):
     """The provider says the account's quota or spend limit is used up.
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import redis
 
-from governor import Governor, GovernorConfig, protocol
-from governor.errors import ConfigError, StateError
+from governor import Governor, GovernorConfig, LeaseLost, Outcome, protocol
+from governor.errors import ConfigError, LeaseReported, StateError
 from governor.scripts import function_name
 
 from .conftest import FakeClock, load_library
@@ -109,3 +109,33 @@ def test_the_command_a_state_error_advises_helps(sync_client: Any, make_gov: Any
     sync_client.hset(gov.keys.state, field, low.group(2))  # what the advice says, with the value it names
     st = make_gov(GovernorConfig(max_capacity=4, policy="fixed")).status()
     assert st.max_capacity == 4
+
+
+# -- finding 10: a lease carries one outcome -----------------------------------
+
+
+def test_a_lease_carries_one_outcome(make_gov: Any, clock: FakeClock) -> None:
+    """Three report(RATE_LIMITED, lease=lease, release=True) on one lease
+    gave a window of 3/3: the second and third now raise LeaseReported (a
+    LeaseLost) and count nothing, with or without release."""
+    gov = make_gov(GovernorConfig(max_capacity=4, policy="fixed"), clock=clock)
+    lease = gov.acquire(timeout=5)
+    gov.report(Outcome.RATE_LIMITED, lease=lease, release=True)
+    for release in (True, False):
+        with pytest.raises(LeaseReported, match="already carried its outcome"):
+            gov.report(Outcome.RATE_LIMITED, lease=lease, release=release)
+    st = gov.status()
+    assert (st.window_rate_limited, st.window_attempts, st.in_flight) == (1, 1, 0)
+    other = gov.acquire(timeout=5)
+    gov.report(Outcome.SUCCESS, lease=other)  # reported, still held
+    with pytest.raises(LeaseLost):  # the family an existing `except LeaseLost` catches
+        gov.report(Outcome.SUCCESS, lease=other)
+    other.release()
+    assert gov.status().window_attempts == 2
+    third = gov.acquire(timeout=5)
+    third.release()
+    gov.report(Outcome.SUCCESS, lease=third)  # released first, then its one outcome: counted (docs/usage.md)
+    with pytest.raises(LeaseReported):
+        gov.report(Outcome.SUCCESS, lease=third)
+    assert gov.status().window_attempts == 3
+

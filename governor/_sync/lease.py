@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..budgets import Tokens
 from ..core import Ask, Place
-from ..errors import ConfigError, GovernorError
+from ..errors import ConfigError, GovernorError, LeaseReported
 
 if TYPE_CHECKING:
     from .governor import Governor
@@ -34,6 +34,20 @@ def default_holder() -> str:
     if _default_holder[0] != pid:
         _default_holder = (pid, f"{socket.gethostname()}/{pid}")
     return _default_holder[1]
+
+
+def _check_report(governor: Governor, lease: Lease | None, release: bool) -> None:
+    """report()'s checks of its lease: this governor's, given when it releases,
+    and not reported yet (a lease carries one outcome)."""
+    if lease is not None and lease._governor is not governor:
+        raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
+    if release and lease is None:
+        raise ConfigError("report(release=True) needs the lease to release")
+    if lease is not None and lease._reported:
+        raise LeaseReported(
+            f"governor {governor.name!r}: lease {lease.id} already carried its outcome; nothing counted",
+            name=governor.name,
+        )
 
 
 def _holder_label(holder: str | None) -> str:
@@ -82,6 +96,7 @@ class Lease:
         self._deadline = math.inf if local else deadline
         self._lost = False
         self._released = False
+        self._reported = False  #: it carried its outcome (report): a second report raises
 
     @property
     def governor(self) -> Governor:
