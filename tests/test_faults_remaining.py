@@ -18,6 +18,7 @@ from governor.errors import ConfigError, LeaseReported, StateError
 from governor.scripts import function_name
 
 from .conftest import FakeClock, load_library
+from .support.holders import Holders
 
 
 def _text(value: Any) -> str:
@@ -139,3 +140,43 @@ def test_a_lease_carries_one_outcome(make_gov: Any, clock: FakeClock) -> None:
         gov.report(Outcome.SUCCESS, lease=third)
     assert gov.status().window_attempts == 3
 
+
+# -- finding 3: a lost `held` key is found and counted again ---------------------
+
+
+@pytest.mark.parametrize("backend", [("redis", False)], ids=["redis"], indirect=True)
+def test_a_lost_held_key_is_counted_again_from_the_live_leases(
+    make_gov: Any, clock: FakeClock, sync_client: Any
+) -> None:
+    """A tenant capped at 2 holds 2; `held` is lost (evicted, a mistaken
+    DEL). Before: held read 0 and the tenant was admitted up to 4 (the
+    witness saw 4). Now an admission that finds neither the tenant's count
+    nor held's sentinel counts the tenant's live leases, and the next
+    reclaim counts held again and logs it: the witness never sees the
+    tenant above its cap, and the others are not held up (no hold)."""
+    config = GovernorConfig(
+        max_capacity=6, policy="fixed", lease_ttl=30.0, poll=0.2, queue_ttl=1.0, tenant_caps={"capped": 2}
+    )
+    capped = Holders(now=clock)
+    try:
+        gov = make_gov(config, clock=clock)
+        for _ in range(2):
+            lease = gov.try_acquire(tenant="capped")
+            assert lease is not None
+            capped.entered(lease, "capped")
+        sync_client.delete(gov.keys.held)
+        clock.advance(1.1)  # reclaim looks at most once a second
+        for _ in range(3):
+            lease = gov.try_acquire(tenant="capped")
+            if lease is not None:
+                capped.entered(lease, "capped")
+        clock.advance(0.5)  # the holds last a while: the witness measures overlaps over time
+        seen = capped.witness(2)
+        assert seen.peak <= 2, str(seen)
+        assert gov.try_acquire(tenant="other") is not None  # no hold: nothing a holder believes was lost
+        gov.probe()  # a writing call that reclaims: held counted again, with the log entry
+        assert _text(sync_client.hget(gov.keys.held, "capped")) == "2"
+        repairs = [e for e in _events(sync_client, gov) if e["kind"] == "repair"]
+        assert any("held" in e["why"] for e in repairs), repairs
+    finally:
+        capped.close()
