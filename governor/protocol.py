@@ -390,7 +390,8 @@ def required() -> dict[str, tuple[str, ...]]:
 
 #: the entry ``leases`` (score 0: never live) and ``holders`` (value '') each
 #: keep, so neither key is deleted when the last lease goes and both keep
-#: the expiry the scripts gave them; never a valid id
+#: the expiry the scripts gave them, and ``held`` (value '') while caps or a
+#: reserve are set: a key without it was lost (lua/lib/origin.lua); never a valid id
 SENTINEL = "~"
 
 # -- the holder record ---------------------------------------------------------------------
