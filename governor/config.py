@@ -26,6 +26,7 @@ from .budgets import MAX_TOKENS, config_field
 from .errors import ConfigError, StateError
 from .policies import REGISTRY, Policy, policy_from
 from .protocol import (
+    CONFIG_RANGES,
     DEFAULT_LEASE_TTL,
     DEFAULT_PREFIX,
     MAX_CAP,
@@ -166,6 +167,13 @@ class GovernorConfig:
             raise ConfigError("window and retry_after_cap must be at most a day")
         if self.lease_ttl < 0.003:
             raise ConfigError(f"lease_ttl must be >= 0.003 s (it is renewed every third), got {self.lease_ttl!r}")
+        for name, (allowed, scale) in CONFIG_RANGES.items():  # the ranges the scripts and the state's reader take
+            if not allowed.low <= round(getattr(self, name) * scale) <= allowed.high:
+                unit = " seconds" if scale == 1000 else ""
+                raise ConfigError(
+                    f"{name} must be between {allowed.low / scale:g} and {allowed.high / scale:g}{unit}, "
+                    f"got {getattr(self, name)!r}"
+                )
         if self.queue_ttl < 2 * self.poll:
             raise ConfigError(
                 f"queue_ttl ({self.queue_ttl}) must be at least twice poll ({self.poll}): "

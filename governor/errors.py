@@ -57,6 +57,12 @@ class LeaseLost(GovernorError):
     past its TTL, or Redis was unreachable); its slot went to someone else."""
 
 
+class LeaseReported(LeaseLost):
+    """The lease already carried its outcome: a second report on it (after a
+    report, with ``release=True`` or not) counts nothing. A lease carries one
+    outcome; report once, then release (or report with ``release=True``)."""
+
+
 class QuotaExhausted(GovernorError):
     """The provider says the account's quota or spend limit is used up.
 
@@ -148,7 +154,8 @@ def error_from_reply(message: str, name: str | None) -> GovernorError:
         return StateError(
             f"{_who(name)}stored state is unusable ({detail}); nothing was changed. If clients of another "
             "version share this governor, upgrade this one (docs/upgrade.md); else another program wrote "
-            "to its keys: `governor configure` stores a config again (holders and waiters kept)",
+            "to its keys: store a value the detail names in that field of the governor's state, config or "
+            "policy hash (`redis-cli HSET <key> <field> <value>`; holders and waiters kept)",
             name=name,
         )
     if code == "MISSING":

@@ -198,10 +198,22 @@ POSITIVE = Kind("POSITIVE", "int", 1, MAX_CAPACITY)  #: a count that must be >= 
 FLAG = Kind("FLAG", "int", 0, 1)
 SHARE = Kind("SHARE", "num", 0, 1)
 TEXT = Kind("TEXT", "str")
-DURATION = Kind("DURATION", "int", 0, 86_400_000)  #: ms, at most a day
+DAY_MS = 86_400_000
+DURATION = Kind("DURATION", "int", 0, DAY_MS)  #: ms, at most a day
+#: a lease's TTL in ms (GovernorConfig.lease_ttl, renewed every third): what
+#: a client announces (init, acquire, renew) and the state keeps (ttl_max)
+LEASE_TTL = Kind("LEASE_TTL", "int", 3, DAY_MS)
+#: how long a waiter's place is kept unrefreshed, in ms (GovernorConfig.queue_ttl)
+QUEUE_TTL = Kind("QUEUE_TTL", "int", 1, 2_592_000_000)
+WINDOW = Kind("WINDOW", "int", 1, DAY_MS)  #: the outcome window, in ms
+IDLE = Kind("IDLE", "int", 1000, 2_592_000_000)  #: ms idle before every key expires: 1 s to 30 days
+LOG_LENGTH = Kind("LOG_LENGTH", "int", 1, 10_000_000)  #: the decision log's entries
 STEP = Kind("STEP", "int", 1, MAX_INT)  #: a probe step
 SEQUENCE = Kind("SEQUENCE", "int", 0, MAX_INT, recurs=False)  #: moves on at every write (HINCRBY)
-KINDS: tuple[Kind, ...] = (COUNT, LEVEL, CEILING, POSITIVE, FLAG, SHARE, TEXT, DURATION, STEP, SEQUENCE)
+KINDS: tuple[Kind, ...] = (
+    COUNT, LEVEL, CEILING, POSITIVE, FLAG, SHARE, TEXT, DURATION, LEASE_TTL, QUEUE_TTL, WINDOW, IDLE, LOG_LENGTH, STEP,
+    SEQUENCE,
+)  # fmt: skip
 
 
 #: the queue's order (lua/lib/queue.lua): a waiter's score is ``band *
@@ -303,7 +315,7 @@ STATE_ORIGIN: dict[str, Kind] = {
     "origin": TEXT,
     "hold_until": COUNT,  #: ms: the recovery hold's end (0: none); not_before covers it too
     "hold_reason": TEXT,  #: why the recovery hold runs ('' none)
-    "ttl_max": DURATION,  #: ms: the longest lease TTL any client of this governor announced
+    "ttl_max": LEASE_TTL,  #: ms: the longest lease TTL any client of this governor announced
     #: ms: when the last exhausted quota comes back, as the provider said (0: unknown, or none reported)
     "quota_until": COUNT,
 }
@@ -314,11 +326,11 @@ STATE_ORIGIN: dict[str, Kind] = {
 CONFIG: dict[str, Kind] = {
     "policy": Kind("POLICY", "str"),  #: a name of governor.policies.REGISTRY
     "max_capacity": CEILING,
-    "window_ms": Kind("WINDOW", "int", 1, 86_400_000),
+    "window_ms": WINDOW,
     "resume_fraction": SHARE,  #: a pause lifts at max(1, floor(max_capacity * resume_fraction))
     "retry_after_cap_ms": DURATION,
-    "idle_ms": Kind("IDLE", "int", 1000, 2_592_000_000),
-    "log_length": Kind("LOG_LENGTH", "int", 1, 10_000_000),
+    "idle_ms": IDLE,
+    "log_length": LOG_LENGTH,
     "priorities": TEXT,  #: the priority classes, highest first, comma-separated
     "default_priority": TEXT,  #: the class of a caller that names none
     "aging_ms": DURATION,  #: a waiter of a lower class goes ahead of every class after this (0: never)
@@ -328,6 +340,29 @@ CONFIG: dict[str, Kind] = {
     "reserve": LEVEL,  #: slots of capacity that only the highest class takes (see PARK_SLOT)
     #: each budget kind's configured ceiling per minute (0: none; governor/budgets.py)
     **{config_field(k): COUNT for k in BUDGET_KINDS},
+}
+
+
+#: Every range a value is checked against, in one place. The scripts' ranged
+#: arguments (lua/lib/args.lua arg_in: the blueprint's ARGS) and
+#: GovernorConfig's fields (governor/config.py: ``name -> (kind, scale)``, the
+#: field times scale is what a script receives and a hash may store) take the
+#: kinds of the fields they end up in, so a value a client may send is one
+#: the state's reader accepts: nothing stored is ever out of range
+#: (a field found out of range all the same is repaired, lua/lib/fields.lua).
+ARGUMENTS: dict[str, Kind] = {
+    "ttl_ms": LEASE_TTL,  #: init, acquire, renew: becomes the state's ttl_max
+    "queue_ttl_ms": QUEUE_TTL,  #: acquire, refresh
+    "notice_ms": DURATION,  #: init
+}
+CONFIG_RANGES: dict[str, tuple[Kind, int]] = {
+    "lease_ttl": (LEASE_TTL, 1000),
+    "queue_ttl": (QUEUE_TTL, 1000),
+    "window": (WINDOW, 1000),
+    "retry_after_cap": (DURATION, 1000),
+    "idle_expiry": (IDLE, 1000),
+    "log_length": (LOG_LENGTH, 1),
+    "max_capacity": (CEILING, 1),
 }
 
 
@@ -355,7 +390,8 @@ def required() -> dict[str, tuple[str, ...]]:
 
 #: the entry ``leases`` (score 0: never live) and ``holders`` (value '') each
 #: keep, so neither key is deleted when the last lease goes and both keep
-#: the expiry the scripts gave them; never a valid id
+#: the expiry the scripts gave them, and ``held`` (value '') while caps or a
+#: reserve are set: a key without it was lost (lua/lib/origin.lua); never a valid id
 SENTINEL = "~"
 
 # -- the holder record ---------------------------------------------------------------------

@@ -9,8 +9,8 @@ ARGV
   ARGV[2] channel       string        where grants to waiters are announced
   ARGV[3] id            string        lease id chosen by the caller (random)
   ARGV[4] holder        string        label shown to operators, <= 200 bytes
-  ARGV[5] ttl_ms        int ms >= 1   time to live of the lease
-  ARGV[6] queue_ttl_ms  int ms >= 1   a waiter not refreshed within this is dropped
+  ARGV[5] ttl_ms        LEASE_TTL ms  time to live of the lease
+  ARGV[6] queue_ttl_ms  QUEUE_TTL ms  a waiter not refreshed within this is dropped
   ARGV[7] mode          'wait' | 'again' | 'try'
                         wait: join the queue if it must (the id was never
                         sent before); again: the same, for an id sent before
@@ -37,8 +37,8 @@ is its class's band and its fair-queueing tag (lib/queue.lua enqueue).
 
 local id = arg_id(3, 'id')
 local holder = arg_label(4)
-local ttl = arg_int(5, 'ttl_ms', 1)
-local queue_ttl = arg_int(6, 'queue_ttl_ms', 1)
+local ttl = arg_in(5, 'ttl_ms')
+local queue_ttl = arg_in(6, 'queue_ttl_ms')
 local mode = ARGV[7]
 if mode ~= 'wait' and mode ~= 'again' and mode ~= 'try' then
   fail('BADARG', 'mode must be wait, again or try, got ' .. tostring(mode))

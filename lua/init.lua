@@ -10,12 +10,12 @@ ARGV
   ARGV[3] epoch        string        random id of the new state
   ARGV[4] recovered    '1' | '0'     '1' if the client saw this governor before
   ARGV[5] fence_floor  int >= 0      highest fence the client has seen
-  ARGV[6] ttl_ms       int ms >= 0   the longest lease TTL the client knows of (its
+  ARGV[6] ttl_ms       LEASE_TTL ms  the longest lease TTL the client knows of (its
                                      own, or a longer one the state recorded):
                                      how long a holder may go on believing in a
                                      lease unrenewed
   ARGV[7] listening    '1' | '0'     '1' if the calling client itself listens
-  ARGV[8] notice_ms    int ms >= 0   hold when others listen (a loss unknown to the caller)
+  ARGV[8] notice_ms    DURATION ms   hold when others listen (a loss unknown to the caller)
   ARGV[9] strict       '1' | '0'     '1': hold on a server younger than ttl_ms (the
                                      strict mode, GovernorConfig.restart_hold)
   ARGV[10..] config    name, value pairs (lib/config.lua): the config the
@@ -55,9 +55,9 @@ promoted replica) is found by its origin stamp (lib/origin.lua).
 local epoch = arg_id(3, 'epoch')
 local recovered = ARGV[4] == '1'
 local fence_floor = arg_int(5, 'fence_floor')
-local ttl = arg_int(6, 'ttl_ms')
+local ttl = arg_in(6, 'ttl_ms')
 local listening = ARGV[7] == '1'
-local notice = arg_int(8, 'notice_ms')
+local notice = arg_in(8, 'notice_ms')
 local strict = ARGV[9] == '1'
 local cfg, raw = parse_config(10)
 clock()

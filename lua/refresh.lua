@@ -14,7 +14,7 @@ KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now           int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel       string        where grants to waiters are announced
-  ARGV[3] queue_ttl_ms  int ms >= 1   new deadline of each waiter's place
+  ARGV[3] queue_ttl_ms  QUEUE_TTL ms  new deadline of each waiter's place
   ARGV[4..] ids         string        the waiters of one process
 Reply
   {SCHEMA, 'refreshed', epoch, reason, hint_ms, status1, value1, ms1, why1, ...}
@@ -28,7 +28,7 @@ Reply
   {SCHEMA, 'missing'}    no such governor: run init.lua, then call again
 ]]
 
-local queue_ttl = arg_int(3, 'queue_ttl_ms', 1)
+local queue_ttl = arg_in(3, 'queue_ttl_ms')
 for i = 4, #ARGV do arg_id(i, 'id') end
 clock()
 if not load(WRITE) then return missing_reply() end

@@ -13,7 +13,7 @@ KEYS    the governor's keys, see lib/common.lua
 ARGV
   ARGV[1] now        int ms or ''  injected clock, '' for Redis TIME
   ARGV[2] channel    string        where grants to waiters are announced
-  ARGV[3] ttl_ms     int ms >= 1   new time to live of every lease
+  ARGV[3] ttl_ms     LEASE_TTL ms  new time to live of every lease
   ARGV[4..] sevens   id, epoch the lease was granted in, holder label,
                      class rank, tenant, weight (as acquire.lua's ARGV[9..11]),
                      tokens reserved ("input,output" or '')
@@ -24,7 +24,7 @@ Reply
   {SCHEMA, 'missing'}     no such governor: run init.lua, then call again
 ]]
 
-local ttl = arg_int(3, 'ttl_ms', 1)
+local ttl = arg_in(3, 'ttl_ms')
 local WIDTH = 7
 if (#ARGV - 3) % WIDTH ~= 0 then
   fail('BADARG', 'renew takes (id, epoch, holder, rank, tenant, weight, tokens) sevens')

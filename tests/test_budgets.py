@@ -149,7 +149,7 @@ def test_headers_govern_budgets_nobody_configured_and_clamp_the_fleet_to_the_pro
     gov.report(S, lease=lease, headers=openai_headers(tokens=(9000, 2500)))
     assert budget(gov).level == 2500
     # more left at the provider than here: the fleet keeps its own, lower level
-    gov.report(S, lease=lease, headers=openai_headers(tokens=(9000, 8000)))
+    gov.report(S, headers=openai_headers(tokens=(9000, 8000)))  # (the lease carried its one outcome)
     assert (budget(gov).level, budget(gov).burst) == (2500, 8000)
     assert budget(gov).reserved == 1000
     logged = [(f["budget"], f["why"]) for f in decision_log(gov) if f["kind"] == "budget"]

@@ -243,3 +243,55 @@ def test_threads_never_hold_more_than_a_tenants_cap_or_the_reserve_allows(make_g
         thread.join(timeout=120)
     assert not errors and not any(thread.is_alive() for thread in threads)
     assert worst["a"] == 3 and worst["low"] <= 6 and worst["all"] <= 8, worst
+
+
+def test_a_cap_lowered_below_what_a_tenant_holds_keeps_its_waiters_in_order(
+    make_gov: MakeGov, clock: FakeClock, sync_client: Any
+) -> None:
+    """a holds 3 under a cap of 3 with 3 parked waiters; the cap drops to 1.
+    Each release that leaves a at or above its new cap unparks nobody (no
+    room: a waiter let back would be parked again, behind a's later ones);
+    the first release that makes room grants a's first waiter, then its
+    second: FIFO within the tenant."""
+    fleet = Fleet(make_gov, clock, sync_client, max_capacity=8, tenant_caps={"a": 3})
+    held = [fleet.ask("a")[0] for _ in range(3)]
+    assert set(fleet.held_by("a")) == set(held)
+    parked = [fleet.ask("a")[0] for _ in range(3)]
+    assert fleet.parked() == set(parked)
+    fleet.gov.set_shares(tenant_caps={"a": 1})
+    fleet.sync()
+    assert fleet.parked() == set(parked) and len(fleet.held_by("a")) == 3
+    order = lambda: [text(m) for m in sync_client.zrange(fleet.gov.keys.parked, 0, -1)]  # noqa: E731
+    assert order() == parked
+    fleet.release(held[0])  # a holds 2, its cap 1
+    assert order() == parked and sync_client.zcard(fleet.gov.keys.queue) == 0
+    fleet.release(held[1])  # a holds 1: exactly at its cap, still no room
+    assert order() == parked, "a waiter let back at the cap is parked again behind the tenant's later ones"
+    assert sync_client.zcard(fleet.gov.keys.queue) == 0
+    fleet.release(held[2])  # room: the first waiter, then (as each ends) the next, in order
+    granted = []
+    for expected in parked:
+        assert fleet.held_by("a") == [expected], (fleet.held_by("a"), parked)
+        granted.append(expected)
+        fleet.release(expected)
+    assert granted == parked and not fleet.parked()
+
+
+def test_reclaim_removes_an_expired_leases_record_and_count(
+    make_gov: MakeGov, clock: FakeClock, sync_client: Any
+) -> None:
+    """A holder that stops renewing: reclaim (the next writing call after
+    the lease expired) removes the lease, its holder record and its count in
+    its tenant's cap, and the tenant's parked waiter takes the slot."""
+    fleet = Fleet(make_gov, clock, sync_client, max_capacity=4, tenant_caps={"a": 1}, lease_ttl=5.0, queue_ttl=60.0)
+    crashed, _ = fleet.ask("a")
+    waiter, _ = fleet.ask("a")
+    assert fleet.parked() == {waiter}
+    assert sync_client.hget(fleet.gov.keys.holders, crashed) is not None
+    assert text(sync_client.hget(fleet.gov.keys.held, "a")) == "1"
+    clock.advance(6.0)  # past the lease's TTL, never renewed
+    fleet.gov._execute(fleet.gov._core.refresh([waiter]))  # the waiter's poll: a writing call, reclaim runs
+    assert sync_client.zscore(fleet.gov.keys.leases, crashed) is None
+    assert sync_client.hget(fleet.gov.keys.holders, crashed) is None  # the record goes with the lease
+    assert sync_client.zscore(fleet.gov.keys.leases, waiter) is not None  # the count went down: room for the waiter
+    assert text(sync_client.hget(fleet.gov.keys.held, "a")) == "1"

@@ -134,7 +134,7 @@ def test_a_stored_value_that_never_recurs_is_checked_at_every_read(
     though a good one was read the call before; mended, reports go on."""
     gov = make_gov(GovernorConfig(max_capacity=4, lease_ttl=60.0))
     lease = gov.acquire()
-    gov.report(outcome, lease=lease)  # the field read, good
+    gov.report(outcome)  # the field read, good (the lease keeps its one outcome for the mended report)
     good = sync_client.hget(gov.keys.state, field)
     sync_client.hset(gov.keys.state, field, bad)
     before = snapshot(sync_client, gov)

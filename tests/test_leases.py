@@ -95,7 +95,9 @@ def test_closed_governor_stops_renewing_and_the_slot_returns(make_gov: MakeGov) 
 
 
 def test_report_can_release_in_the_same_call(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
-    from governor import Outcome
+    import pytest
+
+    from governor import LeaseReported, Outcome
 
     gov = make_gov(GovernorConfig(max_capacity=2), clock=clock)
     lease = gov.acquire(timeout=5)
@@ -104,8 +106,9 @@ def test_report_can_release_in_the_same_call(make_gov: MakeGov, clock) -> None: 
     st = gov.status()
     assert (st.in_flight, st.window_attempts) == (0, 1)
     lease.release()  # idempotent
-    gov.report(Outcome.SUCCESS, lease=lease)  # after its release: counted, not checked
-    assert gov.status().window_attempts == 2
+    with pytest.raises(LeaseReported):  # a lease carries one outcome
+        gov.report(Outcome.SUCCESS, lease=lease)
+    assert gov.status().window_attempts == 1
 
 
 def test_a_lost_lease_reported_with_release_is_cleaned_up(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]

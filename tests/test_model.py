@@ -570,7 +570,9 @@ class GovernorMachine(RuleBasedStateMachine):
         assert as_zset(c.zrange(keys.aging, 0, -1, withscores=True)) == self.model.aging
         OPERATIONS["aged"] += sum(1 for score in self.model.queue.values() if score < QUEUE_BAND)
         assert as_zset(c.zrange(keys.shares, 0, -1, withscores=True)) == self.model.shares
-        assert {norm(k): int(v) for k, v in c.hgetall(keys.held).items()} == self.model.held
+        held = {norm(k): v for k, v in c.hgetall(keys.held).items()}
+        assert (SENTINEL in held) == (self.model.S["capped"] == 1)  # held's sentinel while capped
+        assert {k: int(v) for k, v in held.items() if k != SENTINEL} == self.model.held
         assert as_zset(c.zrange(keys.parked, 0, -1, withscores=True)) == self.model.parked
         OPERATIONS["parked"] += len(self.model.parked)
         OPERATIONS["checks"] += 1

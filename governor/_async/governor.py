@@ -60,7 +60,7 @@ from ..headers import budget_limits
 from ._compat import AcquireContext, Semaphore, shielded
 from .background import _Background, _Waiter
 from .connection import Connection, client_from_url
-from .lease import AsyncLease
+from .lease import AsyncLease, _check_report
 from .retry import retry_call, retry_decorator
 
 log = logging.getLogger("governor")
@@ -465,7 +465,7 @@ class AsyncGovernor:
         decision log records and ``status()`` shows (``quota_until``). Pass the ``lease``
         the call ran under: the adaptive policy then knows which admission
         wave the outcome belongs to. A lease that has been lost is fenced off:
-        nothing is recorded and LeaseLost is raised. ``release=True`` also
+        nothing is recorded and LeaseLost is raised; a second report LeaseReported. ``release=True`` also
         releases the lease, in the same round trip. ``usage`` (the tokens the
         call used) settles the lease's reservation; ``headers`` (the
         response's) calibrate the budgets from the provider's rate-limit
@@ -482,10 +482,7 @@ class AsyncGovernor:
         if usage is not None:
             usage.as_usage()  # before the lease is given up: a refused report changes nothing
         limits = None if headers is None else budget_limits(headers, self.name)
-        if lease is not None and lease._governor is not self:
-            raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
-        if release and lease is None:
-            raise ConfigError("report(release=True) needs the lease to release")
+        _check_report(self, lease, release)
         lease_id, fence = None, None
         if lease is not None and lease.epoch != LOCAL_EPOCH:  # a local lease is not in Redis yet
             fence = lease.fence
@@ -510,6 +507,8 @@ class AsyncGovernor:
                 raise
             log.info("governor %r: outcome not recorded, Redis unreachable: %s", self.name, error)
             return
+        if lease is not None:
+            lease._reported = True  # its one outcome (lost or counted)
         if not recorded and lease is not None:
             lease._lost = True
             raise LeaseLost(

@@ -11,12 +11,26 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ..core import Ask
-from ..errors import GovernorError
+from ..errors import ConfigError, GovernorError, LeaseReported
 
 if TYPE_CHECKING:
     from .governor import Governor
 
 log = logging.getLogger("governor")
+
+
+def _check_report(governor: Governor, lease: Lease | None, release: bool) -> None:
+    """report()'s checks of its lease: this governor's, given when it releases,
+    and not reported yet (a lease carries one outcome)."""
+    if lease is not None and lease._governor is not governor:
+        raise ConfigError(f"lease {lease.id} belongs to governor {lease._governor.name!r}, not this object")
+    if release and lease is None:
+        raise ConfigError("report(release=True) needs the lease to release")
+    if lease is not None and lease._reported:
+        raise LeaseReported(
+            f"governor {governor.name!r}: lease {lease.id} already carried its outcome; nothing counted",
+            name=governor.name,
+        )
 
 
 class Lease:
@@ -57,6 +71,7 @@ class Lease:
         self._deadline = math.inf if local else deadline
         self._lost = False
         self._released = False
+        self._reported = False  #: it carried its outcome (report): a second report raises
 
     @property
     def governor(self) -> Governor:

@@ -1,7 +1,7 @@
 --[[ lib/args.lua: the operations' arguments, each checked before anything.
 
 Uses lib/common.lua, lib/numbers.lua.
-Defines: NO_TOKENS, arg_int, arg_id, arg_label, arg_tokens, arg_place.
+Defines: NO_TOKENS, arg_int, arg_in, arg_id, arg_label, arg_tokens, arg_place.
 
 Every argument is checked when it is read, before the call's first write:
 a malformed one fails the call (GOVERNOR_BADARG, what it must be and what
@@ -17,6 +17,18 @@ local function arg_int(i, what, min, unique)
   if unique then v = tonumber(ARGV[i]) else v = num(ARGV[i]) end
   if v == nil or v ~= v or v % 1 ~= 0 or v < (min or 0) or v > MAX_INT then
     fail('BADARG', what .. ' must be an integer in [' .. (min or 0) .. ', 2^53], got ' .. tostring(ARGV[i]))
+  end
+  return v
+end
+
+-- ARGV[i], the ranged argument `name`, as an integer within its kind
+-- (ARGS, generated from governor.protocol.ARGUMENTS: the kind of the field
+-- it ends up in, so that no call stores what the state's reader refuses).
+local function arg_in(i, name)
+  local kind = ARGS[name]
+  local v = num(ARGV[i])
+  if v == nil or v ~= v or v % 1 ~= 0 or v < kind[2] or v > kind[3] then
+    fail('BADARG', name .. ' must be an integer in [' .. kind[2] .. ', ' .. kind[3] .. '], got ' .. tostring(ARGV[i]))
   end
   return v
 end

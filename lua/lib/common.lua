@@ -121,11 +121,12 @@ local TYPE_OF = {}      -- key -> its Redis type
 local OPS = {}
 -- What the fragments learnt during this call, cleared by begin() (one
 -- table kept across calls: a table made per call costs Redis more than
--- clearing four fields):
+-- clearing five fields):
 --   active  the active budget kinds, their fields read (lib/budgets.lua)
 --   caps    tenant -> {cap, slot} or false, as this call found them (lib/shares.lua)
 --   held    field of held -> leases in flight, as this call read and changed them (lib/shares.lua)
 --   live    the leases in flight, once counted (lib/admission.lua)
+--   repairs field, stored string, value read: each stored field found out of range (lib/fields.lua)
 --   foreign why a read-only call found the state written by another server (lib/origin.lua)
 local CALL = {}
 local NOW, NOW_S, LIVE, CHANNEL

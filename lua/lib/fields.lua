@@ -1,8 +1,8 @@
 --[[ lib/fields.lua: the stored fields: read, checked, changed, written back.
 
-Uses lib/common.lua, lib/numbers.lua.
-Defines: fields_of, check_type, guard, check_types, value_of, CHECKED, checked,
-read, read_all, hash_missing, read_more_list, read_more, set, stored, save, check_all,
+Uses lib/common.lua, lib/numbers.lua, lib/call.lua.
+Defines: fields_of, check_type, guard, check_types, kind_value, value_of, CHECKED, checked,
+read, read_all, hash_missing, read_more_list, read_more, set, stored, repair, save, check_all,
 touch_all, keep_alive, created, missing_reply, finish.
 
 A call reads the fields a path needs of the state, config and policy
@@ -70,8 +70,15 @@ local function check_types()
 end
 
 -- A stored value as its field's kind (FIELDS, generated from
--- governor/protocol.py), or a GOVERNOR_BADSTATE error.
-local function value_of(field, raw)
+-- governor/protocol.py), or a GOVERNOR_BADSTATE error. A number out of its
+-- field's range (stored by an older library, or by hand) is no reason to
+-- stop a fleet: it is read as the nearest value in range (an int's
+-- fraction dropped), and the second value returned is true; the next
+-- writing call stores that value and logs the repair (save()). What is
+-- not a number at all is GOVERNOR_BADSTATE, and so is a `fresh` field out
+-- of range (the fence, the window's sequence number: HINCRBY moves them on
+-- within the call, and a fence moved by a repair could repeat one handed out).
+local function kind_value(field, raw)
   local kind = FIELDS[field]
   if not raw then fail('BADSTATE', 'field ' .. field .. ' is missing') end
   if kind[1] == 'str' then
@@ -80,8 +87,13 @@ local function value_of(field, raw)
   end
   local v
   if kind.fresh then v = tonumber(raw) else v = num(raw) end
-  if v == nil or v ~= v or v < kind[2] or v > kind[3] or (kind[1] == 'int' and v % 1 ~= 0) then
-    fail('BADSTATE', 'field ' .. field .. ' holds ' .. string.format('%q', raw))
+  if v == nil or v ~= v or (kind.fresh and (v < kind[2] or v > kind[3] or v % 1 ~= 0)) then
+    fail('BADSTATE', 'field ' .. field .. ' holds ' .. string.format('%q', raw) .. ', not '
+      .. (kind[1] == 'int' and 'an integer' or 'a number') .. ' in [' .. kind[2] .. ', ' .. kind[3] .. ']')
+  end
+  if v < kind[2] or v > kind[3] or (kind[1] == 'int' and v % 1 ~= 0) then
+    if kind[1] == 'int' then v = math.floor(v) end
+    return math.min(math.max(v, kind[2]), kind[3]), true
   end
   return v
 end
@@ -93,10 +105,24 @@ end
 -- kept. A field whose every write stores a new value (its kind's `fresh`:
 -- the fence, the window's sequence number) is checked without either
 -- memo: remembered, it would only fill them and start them again sooner.
+-- value_of(field, raw): kind_value's value; one out of range (a repair)
+-- is noted in CALL.repairs (field, the stored string, the value read) and
+-- never remembered (checked): every call that reads it notes it until a
+-- writing call stores the repaired value.
+local function value_of(field, raw)
+  local v, repaired = kind_value(field, raw)
+  if repaired then
+    local found = CALL.repairs or {}
+    CALL.repairs = found
+    found[#found + 1], found[#found + 2], found[#found + 3] = field, raw, v
+  end
+  return v, repaired
+end
+
 local CHECKED, remember_checked = memo(4096)
 local function checked(field, raw)
-  local v = value_of(field, raw)
-  if FIELDS[field].fresh then return v end
+  local v, repaired = value_of(field, raw)
+  if repaired or FIELDS[field].fresh then return v end
   return remember_checked(v, field, raw)
 end
 
@@ -186,11 +212,34 @@ local function stored(f, v)
   return v
 end
 
+-- The fields the call read out of range (CALL.repairs), stored as read,
+-- each with a 'repair' entry in the decision log (lib/decisions.lua's
+-- fields, written here: save() runs before any of its callers could).
+local function repair()
+  local found = CALL.repairs
+  CALL.repairs = nil
+  for i = 1, #found, 3 do
+    local field, raw, v = found[i], found[i + 1], found[i + 2]
+    local hash = (STATE and STATE[field] ~= nil and 'state') or (CONFIG and CONFIG[field] ~= nil and 'config') or 'policy'
+    if not DIRTY then DIRTY = {} end
+    if not DIRTY[hash] then DIRTY[hash] = {} end
+    DIRTY[hash][field] = true
+    local capacity = STATE and STATE.capacity or num(redis.call('HGET', KEY.state, 'capacity')) or 0
+    local length = CONFIG and CONFIG.log_length or num(redis.call('HGET', KEY.config, 'log_length')) or 1000
+    local kind = FIELDS[field]
+    redis.call('XADD', KEY.events, 'MAXLEN', '~', length, '*', 'kind', 'repair', 'at', NOW or clock(),
+      'capacity', capacity, 'paused', capacity == 0 and 1 or 0,
+      'why', 'field ' .. field .. ' held ' .. raw .. ', outside its range [' .. kind[2] .. ', ' .. kind[3]
+        .. ']: stored as ' .. stored(field, v))
+  end
+end
+
 -- A config or policy hash the call created (init, a config stored afresh)
 -- stores the hot paths' fields first (HOT): a small hash is a listpack,
 -- which a lookup scans from its start (the state turns into a hash table
 -- when its origin stamp is written: its order changes nothing).
 local function save()
+  if CALL.repairs and not READ_ONLY then repair() end
   if not DIRTY then return end
   for hash, dirty in pairs(DIRTY) do
     local args, into, hot = {}, fields_of(hash), HOT[hash]

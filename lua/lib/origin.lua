@@ -209,8 +209,15 @@ local function load(fields)
 end
 
 -- A key of the state gone while the state stayed (evicted, deleted): its
--- sentinel tells. For reclaim() (prepare() done, every key's type checked).
+-- sentinel tells (held's only while caps or a reserve are set: recount()
+-- writes it). For reclaim() (prepare() done, every key's type checked).
 local function keys_lost()
+  if STATE.capped == 1 and redis.call('HEXISTS', KEY.held, SENTINEL) == 0 then
+    -- held (the caps' counts) gone: counted again from the live leases'
+    -- records, exactly (nobody holds what leases does not show): no hold
+    recount(false)
+    log('repair', 'why', 'key held lost (evicted or deleted): the caps\' counts counted again from the live leases')
+  end
   local gone = {}
   if not redis.call('ZSCORE', KEY.leases, SENTINEL) then gone[#gone + 1] = 'leases' end
   if redis.call('HEXISTS', KEY.holders, SENTINEL) == 0 then gone[#gone + 1] = 'holders' end

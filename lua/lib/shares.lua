@@ -60,13 +60,36 @@ end
 -- this call read and changed them; held_change() moves one and writes it (a
 -- field goes at 0).
 -- A call that reads held after its first write has guarded it (KEY.held).
+-- A count the hash lacks while held's sentinel is gone too (held lost:
+-- keys_lost() of lib/origin.lua counts it again at the next reclaim) is
+-- counted from the records of the leases in leases, as recount() would.
+local function counted_from_leases(field)
+  local n = 0
+  local ids = redis.call('ZRANGEBYSCORE', KEY.leases, '(0', '+inf')
+  for i = 1, #ids, 1000 do
+    local chunk = {unpack(ids, i, math.min(i + 999, #ids))}
+    local records = redis.call('HMGET', KEY.holders, unpack(chunk))
+    for j = 1, #chunk do
+      local r = record_parse(records[j])
+      if r and (r.tenant == field or (field == LOWER_HELD and r.rank > 0)) then n = n + 1 end
+    end
+  end
+  return n
+end
+
 local function held_of(field)
   local counts = CALL.held
   if not counts then
     counts = {}
     CALL.held = counts
   end
-  if counts[field] == nil then counts[field] = tonumber(redis.call('HGET', KEY.held, field)) or 0 end
+  if counts[field] == nil then
+    local n = tonumber(redis.call('HGET', KEY.held, field))
+    if not n and STATE and STATE.capped == 1 and redis.call('HEXISTS', KEY.held, SENTINEL) == 0 then
+      n = counted_from_leases(field)
+    end
+    counts[field] = n or 0
+  end
   return counts[field]
 end
 
@@ -149,6 +172,8 @@ local function recount(fresh)
   local shaped = CONFIG.tenant_caps ~= '' or CONFIG.reserve > 0
   set('state', 'capped', shaped and 1 or 0)
   if shaped then
+    redis.call('HSET', KEY.held, SENTINEL, '')  -- its loss is told (keys_lost() of lib/origin.lua)
+    created(KEY.held)
     local ids = redis.call('ZRANGEBYSCORE', KEY.leases, '(0', '+inf')  -- every lease but the sentinel
     for i = 1, #ids, 1000 do
       local chunk = {unpack(ids, i, math.min(i + 999, #ids))}

@@ -53,7 +53,7 @@ from governor import scripts  # noqa: E402
 from governor.budgets import Tokens  # noqa: E402
 from governor.config import GovernorConfig  # noqa: E402
 from governor.core import Call, GovernorCore, Outcome  # noqa: E402
-from governor.protocol import SCHEMA_VERSION  # noqa: E402
+from governor.protocol import SCHEMA_VERSION, SENTINEL  # noqa: E402
 
 try:  # the test helpers' home moves to tests/support/
     from tests.support.model import STRING_FIELDS, Model  # type: ignore[import-not-found,unused-ignore]
@@ -143,7 +143,8 @@ class Recorder:
             "waiters": dict(m.waiters),
             "aging": dict(m.aging),
             "shares": dict(m.shares),
-            "held": {k: str(v) for k, v in m.held.items()},
+            # (held keeps its sentinel while caps or a reserve are set: lib/shares.lua recount)
+            "held": {**({SENTINEL: ""} if m.S.get("capped") == 1 else {}), **{k: str(v) for k, v in m.held.items()}},
             "parked": dict(m.parked),
         }
 

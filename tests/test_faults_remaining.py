@@ -1,0 +1,182 @@
+"""The faults a fault-injection run left: one valid config, one stored field
+out of range, a cap lowered under a busy tenant, a lease reported twice.
+
+Each test runs the Lua on a real Redis (and on fakeredis, the second
+backend, where the parametrised client allows it).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import redis
+
+from governor import Governor, GovernorConfig, LeaseLost, Outcome, protocol
+from governor.errors import ConfigError, LeaseReported, StateError
+from governor.scripts import function_name
+
+from .conftest import FakeClock, load_library
+from .support.holders import Holders
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _events(client: Any, gov: Governor) -> list[dict[str, str]]:
+    return [{_text(k): _text(v) for k, v in e.items()} for _, e in client.xrange(gov.keys.events)]
+
+
+def _init_args(ttl_ms: int, config: GovernorConfig) -> list[str]:
+    return ["1000000", "chan", "epoch1", "0", "0", str(ttl_ms), "0", "0", "0", *config.script_fields()]
+
+
+# -- finding 1: every range checked once, the same everywhere -----------------
+
+
+def test_a_lease_ttl_the_state_cannot_hold_is_refused_by_the_config() -> None:
+    high = protocol.LEASE_TTL.high / 1000
+    with pytest.raises(ConfigError, match=r"lease_ttl must be between 0\.003 and 86400(\.0)? seconds"):
+        GovernorConfig(lease_ttl=172800)  # two days: the state's ttl_max holds at most a day
+    with pytest.raises(ConfigError, match="lease_ttl"):
+        GovernorConfig(lease_ttl=high + 0.001)
+    GovernorConfig(lease_ttl=high, idle_expiry=2 * high)  # the bound itself is accepted ...
+
+
+def test_the_longest_accepted_lease_ttl_is_stored_and_read_back(make_gov: Any, clock: FakeClock) -> None:
+    high = protocol.LEASE_TTL.high / 1000
+    gov = make_gov(GovernorConfig(lease_ttl=high, idle_expiry=2 * high), clock=clock)
+    assert gov.status().ttl_max == high  # ... and usable: stored by init, read by every call
+    lease = gov.try_acquire()
+    assert lease is not None
+    lease.release()
+    assert make_gov(GovernorConfig(), clock=clock).status().ttl_max == high
+
+
+@pytest.mark.parametrize("ttl_ms", [2**53 + 1, protocol.LEASE_TTL.high + 1])
+def test_init_refuses_a_ttl_the_reader_would_refuse(sync_client: Any, make_gov: Any, ttl_ms: int) -> None:
+    gov = make_gov(GovernorConfig())
+    keys = gov.keys.script_keys
+    load_library(sync_client)
+    with pytest.raises(redis.ResponseError, match="GOVERNOR_BADARG ttl_ms must be an integer in"):
+        sync_client.fcall(function_name("init"), len(keys), *keys, *_init_args(ttl_ms, GovernorConfig()))
+    assert not sync_client.exists(gov.keys.state)  # nothing stored
+    assert gov.status().ttl_max == GovernorConfig().lease_ttl
+
+
+@pytest.mark.parametrize(
+    ("field", "stored", "repaired"),
+    [
+        ("ttl_max", "172800000", protocol.LEASE_TTL.high),  # what an older init stored from lease_ttl=172800
+        ("ttl_max", str(2**53), protocol.LEASE_TTL.high),  # a raw init's 2^53 + 1
+        ("capacity", "2000000", protocol.MAX_CAPACITY),
+    ],
+)
+def test_a_stored_field_out_of_range_is_repaired_on_the_next_write(
+    sync_client: Any, make_gov: Any, clock: FakeClock, field: str, stored: str, repaired: int
+) -> None:
+    gov = make_gov(GovernorConfig(max_capacity=4, policy="fixed"), clock=clock)
+    gov.status()
+    sync_client.hset(gov.keys.state, field, stored)
+    st = gov.status()  # read-only: read as the nearest bound, never "unusable"
+    assert st.max_capacity == 4
+    assert _text(sync_client.hget(gov.keys.state, field)) == stored  # a read-only call writes nothing
+    assert not [e for e in _events(sync_client, gov) if e["kind"] == "repair"]
+    lease = make_gov(GovernorConfig(max_capacity=4, policy="fixed"), clock=clock).try_acquire()  # a write
+    assert lease is not None
+    assert _text(sync_client.hget(gov.keys.state, field)) == str(repaired)
+    repairs = [e for e in _events(sync_client, gov) if e["kind"] == "repair"]
+    assert len(repairs) == 1 and field in repairs[0]["why"] and stored in repairs[0]["why"], repairs
+    lease.release()
+    gov.status()
+    assert len([e for e in _events(sync_client, gov) if e["kind"] == "repair"]) == 1  # repaired once
+
+
+@pytest.mark.parametrize("field", ["ttl_max", "capacity"])
+def test_the_command_a_state_error_advises_helps(sync_client: Any, make_gov: Any, field: str) -> None:
+    """A field no range can repair (not a number): the StateError names the
+    field, its range and the command; running it makes the governor usable."""
+    gov = make_gov(GovernorConfig(max_capacity=4, policy="fixed"))
+    gov.status()
+    sync_client.hset(gov.keys.state, field, "two days")
+    with pytest.raises(StateError, match="unusable") as raised:
+        make_gov(GovernorConfig(max_capacity=4, policy="fixed")).status()
+    advice = str(raised.value)
+    assert "`redis-cli HSET <key> <field> <value>`" in advice, advice
+    low = re.search(rf"field {field} holds \"two days\", not an integer in \[(\d+), (\d+)\]", advice)
+    assert low is not None, advice
+    sync_client.hset(gov.keys.state, field, low.group(2))  # what the advice says, with the value it names
+    st = make_gov(GovernorConfig(max_capacity=4, policy="fixed")).status()
+    assert st.max_capacity == 4
+
+
+# -- finding 10: a lease carries one outcome -----------------------------------
+
+
+def test_a_lease_carries_one_outcome(make_gov: Any, clock: FakeClock) -> None:
+    """Three report(RATE_LIMITED, lease=lease, release=True) on one lease
+    gave a window of 3/3: the second and third now raise LeaseReported (a
+    LeaseLost) and count nothing, with or without release."""
+    gov = make_gov(GovernorConfig(max_capacity=4, policy="fixed"), clock=clock)
+    lease = gov.acquire(timeout=5)
+    gov.report(Outcome.RATE_LIMITED, lease=lease, release=True)
+    for release in (True, False):
+        with pytest.raises(LeaseReported, match="already carried its outcome"):
+            gov.report(Outcome.RATE_LIMITED, lease=lease, release=release)
+    st = gov.status()
+    assert (st.window_rate_limited, st.window_attempts, st.in_flight) == (1, 1, 0)
+    other = gov.acquire(timeout=5)
+    gov.report(Outcome.SUCCESS, lease=other)  # reported, still held
+    with pytest.raises(LeaseLost):  # the family an existing `except LeaseLost` catches
+        gov.report(Outcome.SUCCESS, lease=other)
+    other.release()
+    assert gov.status().window_attempts == 2
+    third = gov.acquire(timeout=5)
+    third.release()
+    gov.report(Outcome.SUCCESS, lease=third)  # released first, then its one outcome: counted (docs/usage.md)
+    with pytest.raises(LeaseReported):
+        gov.report(Outcome.SUCCESS, lease=third)
+    assert gov.status().window_attempts == 3
+
+
+# -- finding 3: a lost `held` key is found and counted again ---------------------
+
+
+@pytest.mark.parametrize("backend", [("redis", False)], ids=["redis"], indirect=True)
+def test_a_lost_held_key_is_counted_again_from_the_live_leases(
+    make_gov: Any, clock: FakeClock, sync_client: Any
+) -> None:
+    """A tenant capped at 2 holds 2; `held` is lost (evicted, a mistaken
+    DEL). Before: held read 0 and the tenant was admitted up to 4 (the
+    witness saw 4). Now an admission that finds neither the tenant's count
+    nor held's sentinel counts the tenant's live leases, and the next
+    reclaim counts held again and logs it: the witness never sees the
+    tenant above its cap, and the others are not held up (no hold)."""
+    config = GovernorConfig(
+        max_capacity=6, policy="fixed", lease_ttl=30.0, poll=0.2, queue_ttl=1.0, tenant_caps={"capped": 2}
+    )
+    capped = Holders(now=clock)
+    try:
+        gov = make_gov(config, clock=clock)
+        for _ in range(2):
+            lease = gov.try_acquire(tenant="capped")
+            assert lease is not None
+            capped.entered(lease, "capped")
+        sync_client.delete(gov.keys.held)
+        clock.advance(1.1)  # reclaim looks at most once a second
+        for _ in range(3):
+            lease = gov.try_acquire(tenant="capped")
+            if lease is not None:
+                capped.entered(lease, "capped")
+        clock.advance(0.5)  # the holds last a while: the witness measures overlaps over time
+        seen = capped.witness(2)
+        assert seen.peak <= 2, str(seen)
+        assert gov.try_acquire(tenant="other") is not None  # no hold: nothing a holder believes was lost
+        gov.probe()  # a writing call that reclaims: held counted again, with the log entry
+        assert _text(sync_client.hget(gov.keys.held, "capped")) == "2"
+        repairs = [e for e in _events(sync_client, gov) if e["kind"] == "repair"]
+        assert any("held" in e["why"] for e in repairs), repairs
+    finally:
+        capped.close()
