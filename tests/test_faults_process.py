@@ -347,7 +347,9 @@ def _names_field(message: str, field: str) -> bool:
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-@pytest.mark.parametrize("bad", ["abc", "-5"])
+# a number out of its range is no longer unusable: it is read as the nearest
+# bound and repaired by the next write (tests/test_faults_remaining.py)
+@pytest.mark.parametrize("bad", ["abc"])
 @pytest.mark.parametrize("field", list(FIELDS))
 def test_a_bad_state_field_stops_every_hot_script_before_it_writes(
     redis_url: str, name: str, field: str, bad: str, script: str, caplog: pytest.LogCaptureFixture
@@ -498,7 +500,7 @@ def test_a_full_redis_raises_redis_full_writes_nothing_and_recovers(full_redis: 
     local = Governor.from_url(full_redis.url, name, GovernorConfig(max_capacity=4, on_unavailable="local", **FRESH))
     try:
         lease = gov.acquire(timeout=5)
-        gov.report(Outcome.SUCCESS, lease=lease)
+        gov.report(Outcome.SUCCESS)  # the report function loaded; the lease keeps its one outcome for below
         gov.renew()
         local.status()
         # the scripts and state take room too: leave 1 MB above what is used now, for the filler
