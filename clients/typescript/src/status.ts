@@ -54,6 +54,8 @@ export interface StatusFields {
   readonly policy: string;
   /** adaptive: the in-flight level of the last pushback (0 unknown) */
   readonly ceiling: number;
+  /** adaptive: the estimated share of the provider's refusals that no load of this fleet explains (0 to 1) */
+  readonly background: number;
   /** successes in a row since the last change */
   readonly streak: number;
   /** the last fence handed out */
@@ -105,6 +107,7 @@ export class Status implements StatusFields {
   declare readonly window: number;
   declare readonly policy: string;
   declare readonly ceiling: number;
+  declare readonly background: number;
   declare readonly streak: number;
   declare readonly fence: number;
   declare readonly quotaExhausted: number;
@@ -149,7 +152,7 @@ export class Status implements StatusFields {
 }
 
 type Field = Exclude<(typeof STATUS_FIELDS)[number], "budgets">;
-type Read = "count" | "text" | "flag" | "duration" | "time" | "timeOrNull";
+type Read = "count" | "text" | "flag" | "duration" | "time" | "timeOrNull" | "perMillion";
 
 /**
  * How each field of a status reply is read: its name here and its unit
@@ -177,6 +180,7 @@ export const STATUS_READ = {
   streak: ["streak", "count"],
   fence: ["fence", "count"],
   ceiling: ["ceiling", "count"],
+  background_ppm: ["background", "perMillion"],
   quota_exhausted: ["quotaExhausted", "count"],
   quota_at: ["quotaAt", "timeOrNull"],
   quota_until: ["quotaUntil", "timeOrNull"],
@@ -197,6 +201,7 @@ function reading(field: string, raw: string, how: Read): string | number | boole
   const value = Number(raw);
   if (raw.trim() === "" || !Number.isFinite(value)) throw new Error(`${field} is ${JSON.stringify(raw)}, not a number`);
   if (how === "count") return value;
+  if (how === "perMillion") return value / 1_000_000;
   if (how === "timeOrNull") return value > 0 ? value / 1000 : null;
   return value / 1000;
 }
