@@ -43,8 +43,9 @@ from ..backoff import parse_retry_after
 from ..budgets import Tokens
 from ..core import Outcome
 from ..errors import ConfigError
-from ..estimate import _field, _is_count, _tokens, estimate_request
+from ..estimate import _decoded, _field, _is_count, _tokens, estimate_request
 from ..headers import EMPTY, RateLimits, parse, parse_duration
+from ..prices import TIERS
 
 #: a body larger than this is not parsed: error bodies are small
 MAX_BODY = 65536
@@ -308,8 +309,54 @@ class Profile:
         """The tokens a response says it used, in the provider quota's units."""
         return usage_of(obj)
 
+    # -- service tiers and what a call is billed (the spend budgets' prices: governor.prices) --
+
+    #: how a refused call (a 429, a 529, an error answer) is billed, for the docs and the spend budgets
+    refusals_billed: ClassVar[str] = "nothing: a refused or failed request is not billed"
+    #: the request body's field that names the tier asked for (OpenAI's shape)
+    tier_field: ClassVar[str] = "service_tier"
+
+    def requested_tier(self, body: Any) -> str:
+        """The service tier a request asks for (one of governor.prices.TIERS),
+        read from its body (decoded JSON, a mapping); ``standard`` when it
+        names none or one the prices do not know (``auto``, ``default``)."""
+        request = request_body(body)
+        return tier_name(_field(request, self.tier_field) if request is not None else None) or "standard"
+
+    def served_tier(self, obj: Any, headers: Any = None) -> str | None:
+        """The service tier a response says served it (one of
+        governor.prices.TIERS); None when it does not say, and the tier
+        asked for is charged. OpenAI's shape: the body's ``service_tier``."""
+        return tier_name(_field(obj, "service_tier")) if obj is not None else None
+
     def __repr__(self) -> str:
         return f"<profile {self.name}>"
+
+
+#: a provider's names of the standard tier
+_STANDARD_NAMES = frozenset({"auto", "default", "standard", "standard_only", "on_demand"})
+
+
+def request_body(body: Any) -> Any:
+    """A request's body as fields can be read from: JSON text or bytes decoded
+    (None when it is not a JSON object), anything else as it is."""
+    if isinstance(body, (str, bytes, bytearray)):
+        return _decoded(bytes(body) if isinstance(body, bytearray) else body)[0]
+    return body
+
+
+def tier_name(value: Any) -> str | None:
+    """A provider's name of a service tier as governor.prices.TIERS names it
+    (``default`` and ``auto`` are ``standard``; Gemini's ``SERVICE_TIER_FLEX``
+    is ``flex``); None for no name, or one the prices do not know."""
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    if not isinstance(value, str):
+        return None
+    name = value.strip().lower().removeprefix("service_tier_")
+    if name in _STANDARD_NAMES:
+        return "standard"
+    return name if name in TIERS else None
 
 
 # -- the registry -----------------------------------------------------------------------
@@ -444,7 +491,9 @@ __all__ = [
     "profile",
     "read_error",
     "register",
+    "request_body",
     "response_body",
+    "tier_name",
     "try_again_in",
     "usage_of",
 ]

@@ -27,7 +27,7 @@ from ..estimate import (
     _sum,
     _tokens,
 )
-from . import ErrorBody, Profile, http_status, register
+from . import ErrorBody, Profile, http_status, register, request_body, tier_name
 
 #: the time zone of Google's daily quota resets (midnight Pacific time)
 try:
@@ -107,6 +107,32 @@ class Gemini(Profile):
 
     def usage_from(self, part: Any) -> Tokens | None:
         return _google_usage(part)
+
+    # -- service tiers and billing (governor.prices) --
+
+    refusals_billed = "nothing: a 429 RESOURCE_EXHAUSTED or an error answer is not billed"
+
+    def requested_tier(self, body: Any) -> str:
+        """``service_tier`` (or the REST ``serviceTier``) of the body or of its
+        ``generationConfig``: ``flex``, ``priority``, ``SERVICE_TIER_FLEX``."""
+        request = request_body(body)
+        for part in (request, _field(request, "generationConfig") if request is not None else None):
+            for name in ("service_tier", "serviceTier"):
+                found = tier_name(_field(part, name)) if part is not None else None
+                if found is not None:
+                    return found
+        return "standard"
+
+    def served_tier(self, obj: Any, headers: Any = None) -> str | None:
+        """The ``x-gemini-service-tier`` response header (a priority request
+        past its limit is served, and billed, at the standard tier)."""
+        if headers is None:
+            return None
+        try:
+            value = headers.get("x-gemini-service-tier") or headers.get("X-Gemini-Service-Tier")
+        except Exception:  # noqa: BLE001 - headers that cannot be read say nothing
+            return None
+        return tier_name(value)
 
 
 @register
