@@ -296,3 +296,14 @@ def test_usage_input_counts_the_cached_tokens() -> None:
 def test_cost_wants_a_usage() -> None:
     with pytest.raises(ConfigError, match=r"cost needs a prices\.Usage"):
         book(Price("openai", "m", 1, 1)).cost("openai", "m", 5)  # type: ignore[arg-type]
+
+
+def test_the_price_vectors_are_what_the_book_charges() -> None:
+    """tests/conformance/prices.json, which the TypeScript client's tests
+    charge against, is in step with governor.prices."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "conformance" / "generate_prices.py"
+    done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
