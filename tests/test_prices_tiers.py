@@ -263,3 +263,120 @@ def test_tier_figures_are_validated() -> None:
         RateLimits(tiers={"fast": {}})
     with pytest.raises(ConfigError, match=r"RateLimits\.tiers must be a mapping"):
         RateLimits(tiers=[("fast", {})])  # type: ignore[arg-type]
+
+
+# -- the usage a price is computed from -----------------------------------------------------
+
+#: responses in each provider's shape, with cached tokens, as (the table's provider id, its api flavor)
+PRICED_SHAPES = [
+    (
+        "openai",
+        ("openai", "chat"),
+        {
+            "model": "gpt-4o",
+            "usage": {
+                "prompt_tokens": 1000,
+                "completion_tokens": 50,
+                "total_tokens": 1050,
+                "prompt_tokens_details": {"cached_tokens": 400},
+            },
+        },
+    ),
+    (
+        "openai",
+        ("openai", "responses"),
+        {
+            "model": "gpt-5",
+            "usage": {
+                "input_tokens": 1000,
+                "output_tokens": 50,
+                "total_tokens": 1050,
+                "input_tokens_details": {"cached_tokens": 400},
+                "output_tokens_details": {"reasoning_tokens": 10},
+            },
+        },
+    ),
+    (
+        "anthropic",
+        ("anthropic", "default"),
+        {
+            "model": "claude-opus-4-6",
+            "usage": {
+                "input_tokens": 100,
+                "output_tokens": 50,
+                "cache_read_input_tokens": 400,
+                "cache_creation_input_tokens": 30,
+            },
+        },
+    ),
+    (
+        "anthropic",
+        ("anthropic", "default"),
+        {"model": "claude-opus-4-6", "usage": {"input_tokens": 100, "output_tokens": 50}},
+    ),
+    (
+        "gemini",
+        ("google", "default"),
+        {
+            "modelVersion": "gemini-2.5-pro",
+            "usageMetadata": {
+                "promptTokenCount": 1000,
+                "candidatesTokenCount": 40,
+                "thoughtsTokenCount": 60,
+                "cachedContentTokenCount": 300,
+                "totalTokenCount": 1100,
+            },
+        },
+    ),
+    (
+        "bedrock",
+        ("aws", "default"),
+        {
+            "output": {"message": {"role": "assistant", "content": [{"text": "ok"}]}},
+            "usage": {"inputTokens": 100, "outputTokens": 50, "cacheReadInputTokens": 400, "cacheWriteInputTokens": 30},
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "table", "body"), PRICED_SHAPES, ids=[f"{s[0]}-{s[1][1]}" for s in PRICED_SHAPES])
+def test_the_priced_usage_is_what_the_price_table_reads_from_the_same_response(
+    name: str, table: tuple[str, str], body: dict[str, Any]
+) -> None:
+    genai_prices = pytest.importorskip("genai_prices")
+    ours = profile(name).priced_usage(body)
+    assert ours is not None
+    theirs = genai_prices.extract_usage(body, provider_id=table[0], api_flavor=table[1]).usage
+    for field in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+        assert getattr(ours, field) == theirs.reported_value(field), field
+
+
+def test_the_priced_usage_of_sdk_responses() -> None:
+    openai = pytest.importorskip("openai")
+    anthropic = pytest.importorskip("anthropic")
+    completion = openai.types.chat.ChatCompletion.model_validate(
+        {**openai_completion("flex"), "usage": PRICED_SHAPES[0][2]["usage"]}
+    )
+    assert profile("openai").priced_usage(completion) == Usage(1000, 50, cache_read_tokens=400)
+    message = anthropic.types.Message.model_validate({**anthropic_message(), "usage": PRICED_SHAPES[2][2]["usage"]})
+    assert profile("anthropic").priced_usage(message) == Usage(530, 50, cache_read_tokens=400, cache_write_tokens=30)
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        ("openai", {"id": "x"}),
+        ("openai", {"usage": {"prompt_tokens": -1, "completion_tokens": 1}}),
+        (
+            "openai",
+            {"usage": {"prompt_tokens": 10, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 11}}},
+        ),
+        ("anthropic", {"usage": {"input_tokens": "10", "output_tokens": 1, "cache_read_input_tokens": 1}}),
+        ("gemini", {"candidates": []}),
+        ("gemini", {"usageMetadata": {"promptTokenCount": 1.5}}),
+        ("bedrock", {"usage": {"inputTokens": 1, "outputTokens": 1, "cacheReadInputTokens": True}}),
+        ("openai", None),
+    ],
+)
+def test_a_usage_that_says_nothing_readable_is_none(name: str, body: Any) -> None:
+    assert profile(name).priced_usage(body) is None

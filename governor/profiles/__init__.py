@@ -40,12 +40,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from ..backoff import parse_retry_after
-from ..budgets import Tokens
+from ..budgets import MAX_TOKENS, Tokens
 from ..core import Outcome
 from ..errors import ConfigError
 from ..estimate import _decoded, _field, _is_count, _tokens, estimate_request
 from ..headers import EMPTY, RateLimits, parse, parse_duration
 from ..prices import TIERS
+from ..prices import Usage as PricedUsage
 
 #: a body larger than this is not parsed: error bodies are small
 MAX_BODY = 65536
@@ -329,12 +330,48 @@ class Profile:
         asked for is charged. OpenAI's shape: the body's ``service_tier``."""
         return tier_name(_field(obj, "service_tier")) if obj is not None else None
 
+    def priced_usage(self, obj: Any) -> PricedUsage | None:
+        """The usage a response's price is computed from (its cached tokens
+        apart, input counting them); None when it does not say. OpenAI's chat
+        (``prompt_tokens_details.cached_tokens``) and Responses
+        (``input_tokens_details.cached_tokens``) shapes, and Anthropic's (cache
+        reads and writes apart from ``input_tokens``)."""
+        usage = _field(obj, "usage") if obj is not None else None
+        if usage is None and any(_field(obj, name) is not None for name in ("prompt_tokens", "input_tokens")):
+            usage = obj
+        if usage is None or isinstance(usage, (str, bytes, int, float)):
+            return None
+        prompt = _field(usage, "prompt_tokens")
+        if prompt is not None:  # chat completions, embeddings
+            cached = _field(_field(usage, "prompt_tokens_details"), "cached_tokens")
+            return priced(prompt, _field(usage, "completion_tokens"), cached)
+        given = _field(usage, "input_tokens")
+        output = _field(usage, "output_tokens")
+        read, write = _field(usage, "cache_read_input_tokens"), _field(usage, "cache_creation_input_tokens")
+        if read is not None or write is not None:  # Anthropic: the cached tokens are apart from input_tokens
+            if not all(_is_count(part) for part in (given, read or 0, write or 0)):
+                return None
+            return priced(given + (read or 0) + (write or 0), output, read, write)
+        return priced(given, output, _field(_field(usage, "input_tokens_details"), "cached_tokens"))
+
     def __repr__(self) -> str:
         return f"<profile {self.name}>"
 
 
 #: a provider's names of the standard tier
 _STANDARD_NAMES = frozenset({"auto", "default", "standard", "standard_only", "on_demand"})
+
+
+def priced(total: Any, output: Any, read: Any = None, write: Any = None) -> PricedUsage | None:
+    """A governor.prices.Usage of a response's figures (None counts as 0); None
+    when one is no count, or the cached tokens are more than the input."""
+    figures = [0 if value is None else value for value in (total, output, read, write)]
+    if not all(_is_count(value) and value <= MAX_TOKENS for value in figures):
+        return None
+    total, output, read, write = figures
+    if read + write > total:
+        return None
+    return PricedUsage(input_tokens=total, output_tokens=output, cache_read_tokens=read, cache_write_tokens=write)
 
 
 def request_body(body: Any) -> Any:
@@ -488,6 +525,7 @@ __all__ = [
     "detect",
     "http_parts",
     "http_status",
+    "priced",
     "profile",
     "read_error",
     "register",

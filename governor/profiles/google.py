@@ -27,7 +27,8 @@ from ..estimate import (
     _sum,
     _tokens,
 )
-from . import ErrorBody, Profile, http_status, register, request_body, tier_name
+from ..prices import Usage as PricedUsage
+from . import ErrorBody, Profile, http_status, priced, register, request_body, tier_name
 
 #: the time zone of Google's daily quota resets (midnight Pacific time)
 try:
@@ -133,6 +134,28 @@ class Gemini(Profile):
         except Exception:  # noqa: BLE001 - headers that cannot be read say nothing
             return None
         return tier_name(value)
+
+    def priced_usage(self, obj: Any) -> PricedUsage | None:
+        """``usageMetadata``: the prompt (cached content and tool-use prompt
+        included) as input, ``cachedContentTokenCount`` as cache reads,
+        candidates and thoughts as output."""
+        part = self.usage_part(obj) if obj is not None else None
+        if part is None:
+            return None
+        figures = []
+        for camel, snake in (
+            ("promptTokenCount", "prompt_token_count"),
+            ("toolUsePromptTokenCount", "tool_use_prompt_token_count"),
+            ("candidatesTokenCount", "candidates_token_count"),
+            ("thoughtsTokenCount", "thoughts_token_count"),
+            ("cachedContentTokenCount", "cached_content_token_count"),
+        ):
+            value = _field(part, camel)
+            figures.append(_field(part, snake) if value is None else value)
+        prompt, tool, candidates, thoughts, cached = (0 if value is None else value for value in figures)
+        if not all(_is_count(value) for value in (prompt, tool, candidates, thoughts)):
+            return None
+        return priced(prompt + tool, candidates + thoughts, cached)
 
 
 @register
