@@ -380,3 +380,43 @@ def test_the_priced_usage_of_sdk_responses() -> None:
 )
 def test_a_usage_that_says_nothing_readable_is_none(name: str, body: Any) -> None:
     assert profile(name).priced_usage(body) is None
+
+
+# -- over HTTP: a fast-mode request refused when its own limit is spent -------------------------
+
+
+def test_a_fast_request_past_its_limit_through_the_sdk() -> None:
+    """The real Anthropic SDK asks a real HTTP server for fast mode and is
+    refused with a 429 carrying fast mode's own limits: the request's body
+    says the tier asked for, the response's headers the tier's figures, and
+    the profile says the refusal is throttling, billed nothing."""
+    anthropic = pytest.importorskip("anthropic")
+    from governor.core import Outcome
+
+    from .support import scripted_provider as sp
+
+    server = sp.ScriptedProvider().start()
+    try:
+        exhausted = {**FAST, "anthropic-fast-output-tokens-remaining": "0", "retry-after": "2"}
+        server.script(sp.anthropic_rate_limited(**exhausted))
+        client = anthropic.Anthropic(base_url=server.url, api_key="test", max_retries=0)
+        with pytest.raises(anthropic.RateLimitError) as refused:
+            client.messages.create(
+                model="claude-opus-4-6",
+                max_tokens=64,
+                messages=[{"role": "user", "content": "hi"}],
+                extra_body={"speed": "fast"},
+            )
+        client.close()
+    finally:
+        server.stop()
+    found = profile("anthropic")
+    assert found.requested_tier(server.requests[-1].body) == "fast"
+    read = found.rate_limits(refused.value.response.headers, now=NEW_YEAR)
+    assert read.tiers["fast"]["output_tokens"].remaining == 0
+    assert read.tiers["fast"]["input_tokens"] == BudgetHeader(limit=30000, remaining=29000, reset_ms=2000)
+    assert read.retry_after == 2
+    assert dict(read.budgets) == {}  # the standard speed's limits were not announced, so none is learnt
+    verdict = found.classify(429, refused.value.response.headers, refused.value.body)
+    assert verdict.kind == Outcome.RATE_LIMITED
+    assert found.refusals_billed.startswith("nothing")
