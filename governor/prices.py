@@ -7,7 +7,9 @@ A :class:`PriceBook` answers two questions for the spend budgets:
   there (:class:`UnknownPrice`, naming the model and how to give its price),
   never found out after the money is spent;
 - :meth:`PriceBook.cost`: what a call's :class:`Usage` costs at a tier, in
-  integer micro-dollars (1e-6 USD), rounded up.
+  integer micro-dollars (1e-6 USD), rounded up;
+- :meth:`PriceBook.most`: the most a call of so many tokens in and out can
+  cost at a tier, what an admission reserves.
 
 Prices come from pydantic's ``genai-prices`` package (the ``prices`` extra:
 ``pip install 'fleet-governor[prices]'``), a table kept up to date by its
@@ -284,6 +286,16 @@ class PriceBook:
         with decimal.localcontext(_EXACT):
             micros = calculation.total_price * MICROS
         return int(micros.to_integral_value(rounding=decimal.ROUND_CEILING))
+
+    def most(self, provider: str, model: str, input_tokens: int, output_tokens: int, tier: str = "standard") -> int:
+        """The most a call of ``input_tokens`` in and ``output_tokens`` out can
+        cost at ``tier``, in micro-dollars: what a reservation takes. Its input
+        is priced uncached or all written to the cache, whichever costs more
+        (a cache write costs more than an input token at some providers; a
+        cache read never does)."""
+        plain = Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+        written = Usage(input_tokens=input_tokens, output_tokens=output_tokens, cache_write_tokens=input_tokens)
+        return max(self.cost(provider, model, plain, tier), self.cost(provider, model, written, tier))
 
     def _source(self, provider: str, model: str, tier: str) -> Price | tuple[Any, dict[str, str] | None]:
         """The user's Price, or (the table's module, the price context of ``tier``)."""

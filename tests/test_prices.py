@@ -282,6 +282,19 @@ def test_prices_are_frozen() -> None:
         price.input = Decimal(3)  # type: ignore[misc]
 
 
+def test_the_most_a_call_can_cost_is_at_least_any_split_of_its_input() -> None:
+    mine = book(Price("anthropic", "m", input=3, output=15, cache_read="0.3", cache_write="3.75"), table=False)
+    assert mine.most("anthropic", "m", 1000, 100) == 1000 * 3.75 + 100 * 15  # all written to the cache costs most
+    cheap_writes = book(Price("openai", "m", input=2, output=8, cache_write=1), table=False)
+    assert cheap_writes.most("openai", "m", 1000, 100) == 1000 * 2 + 100 * 8
+    table = book()
+    opus = next(m for m in table_models("anthropic") if "opus" in m)
+    for split in ((0, 0), (700, 0), (0, 700), (300, 700), (1000, 0), (0, 1000)):
+        usage = Usage(1000, 100, cache_read_tokens=split[0], cache_write_tokens=split[1])
+        assert table.most("anthropic", opus, 1000, 100) >= table.cost("anthropic", opus, usage)
+        assert table.most("openai", "gpt-4o", 1000, 100) >= table.cost("openai", "gpt-4o", usage)
+
+
 # -- the usage ---------------------------------------------------------------------------
 
 
