@@ -290,12 +290,14 @@ class PriceBook:
     def most(self, provider: str, model: str, input_tokens: int, output_tokens: int, tier: str = "standard") -> int:
         """The most a call of ``input_tokens`` in and ``output_tokens`` out can
         cost at ``tier``, in micro-dollars: what a reservation takes. Its input
-        is priced uncached or all written to the cache, whichever costs more
-        (a cache write costs more than an input token at some providers; a
-        cache read never does)."""
-        plain = Usage(input_tokens=input_tokens, output_tokens=output_tokens)
-        written = Usage(input_tokens=input_tokens, output_tokens=output_tokens, cache_write_tokens=input_tokens)
-        return max(self.cost(provider, model, plain, tier), self.cost(provider, model, written, tier))
+        is priced uncached, all read from the cache or all written to it,
+        whichever costs most (a cache write costs more than an input token at
+        some providers; a price is linear in the split, so an extreme is the most)."""
+        splits = ({}, {"cache_read_tokens": input_tokens}, {"cache_write_tokens": input_tokens})
+        return max(
+            self.cost(provider, model, Usage(input_tokens=input_tokens, output_tokens=output_tokens, **split), tier)
+            for split in splits
+        )
 
     def _source(self, provider: str, model: str, tier: str) -> Price | tuple[Any, dict[str, str] | None]:
         """The user's Price, or (the table's module, the price context of ``tier``)."""
