@@ -293,7 +293,11 @@ class PriceBook:
         is priced uncached, all read from the cache or all written to it,
         whichever costs most (a cache write costs more than an input token at
         some providers; a price is linear in the split, so an extreme is the most)."""
-        splits = ({}, {"cache_read_tokens": input_tokens}, {"cache_write_tokens": input_tokens})
+        splits: tuple[dict[str, int], ...] = (
+            {},
+            {"cache_read_tokens": input_tokens},
+            {"cache_write_tokens": input_tokens},
+        )
         return max(
             self.cost(provider, model, Usage(input_tokens=input_tokens, output_tokens=output_tokens, **split), tier)
             for split in splits
