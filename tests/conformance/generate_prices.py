@@ -13,6 +13,8 @@ exact decimal arithmetic, one rounding up). The vectors are:
   ``governor.prices.Price`` takes it;
 - ``charges``: a usage, a model and a tier, and the micro-dollars charged
   (seeded random usages up to 2^40 tokens, and hand-picked edges);
+- ``most``: the most a call of so many tokens in and out can cost (what a
+  reservation takes);
 - ``unknown``: lookups the book refuses (UnknownPrice): a model or tier it
   has no price for;
 - ``invalid_prices`` and ``invalid_usages``: what both refuse as a config error;
@@ -155,12 +157,26 @@ def vectors() -> dict[str, Any]:
         except ConfigError:
             continue
         raise AssertionError(f"{fields} was taken")
+    rng = random.Random(42)
+    most = [
+        {
+            "provider": figures["provider"],
+            "model": figures["model"],
+            "tier": figures.get("tier", "standard"),
+            "input_tokens": tokens[0],
+            "output_tokens": tokens[1],
+            "micros": book.most(figures["provider"], figures["model"], *tokens, figures.get("tier", "standard")),
+        }
+        for figures in PRICES
+        for tokens in ((0, 0), (1, 0), (rng.randint(0, 10**6), rng.randint(0, 10**5)))
+    ]
     return {
         "about": "governor.prices: micro-dollars charged for a usage at a price (tests/conformance/generate_prices.py)",
         "tiers": list(TIERS),
         "tier_names": [[name, tier_name(name)] for name in TIER_NAMES],
         "prices": PRICES,
         "charges": charges(book),
+        "most": most,
         "unknown": UNKNOWN,
         "invalid_prices": INVALID_PRICES,
         "invalid_usages": INVALID_USAGES,

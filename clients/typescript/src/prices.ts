@@ -188,6 +188,16 @@ export class PriceBook {
     return this.find(provider, model, tier).micros(usage);
   }
 
+  /**
+   * The most a call of `inputTokens` in and `outputTokens` out can cost at `tier`, in micro-dollars (what a
+   * reservation takes): its input uncached, all read from the cache or all written to it, whichever costs most.
+   */
+  most(provider: string, model: string, inputTokens: number, outputTokens: number, tier: Tier | string = "standard"): number {
+    const price = this.find(provider, model, tier);
+    const splits: Usage[] = [{}, { cacheReadTokens: inputTokens }, { cacheWriteTokens: inputTokens }];
+    return Math.max(...splits.map((split) => price.micros({ inputTokens, outputTokens, ...split })));
+  }
+
   private find(provider: string, model: string, tier: Tier | string): Price {
     const checked = checkTier(tier);
     const found = this.prices.get(bookKey(provider, model, checked));

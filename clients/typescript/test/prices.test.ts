@@ -20,6 +20,7 @@ interface Vectors {
   tier_names: [unknown, string | null][];
   prices: Figures[];
   charges: { provider: string; model: string; tier: string; usage: Tokens; micros: number }[];
+  most: { provider: string; model: string; tier: string; input_tokens: number; output_tokens: number; micros: number }[];
   unknown: { provider: string; model: string; tier: string }[];
   invalid_prices: Figures[];
   invalid_usages: Tokens[];
@@ -55,6 +56,13 @@ test("every charge is the Python client's, to the micro-dollar", () => {
   assert.ok(data.charges.length > 100);
   for (const charge of data.charges) {
     assert.equal(book.cost(charge.provider, charge.model, usage(charge.usage), charge.tier), charge.micros, JSON.stringify(charge));
+  }
+});
+
+test("the most a call can cost is the Python client's", () => {
+  assert.ok(data.most.length > 10);
+  for (const most of data.most) {
+    assert.equal(book.most(most.provider, most.model, most.input_tokens, most.output_tokens, most.tier), most.micros, JSON.stringify(most));
   }
 });
 
