@@ -13,13 +13,19 @@ from __future__ import annotations
 import sys
 from datetime import datetime, timezone
 from decimal import ROUND_CEILING, Decimal
+from typing import Any
 
 import pytest
 
 from governor.errors import ConfigError
 from governor.prices import TIERS, Price, PriceBook, UnknownPrice, Usage, provider_id, tiers_of
 
-genai_prices = pytest.importorskip("genai_prices")
+
+@pytest.fixture
+def genai_prices() -> Any:
+    """The price table's package (the tests that need it are skipped without it)."""
+    return pytest.importorskip("genai_prices")
+
 
 #: the moment whose prices apply (the table dates its prices; a fixed one keeps the tests still)
 WHEN = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -53,6 +59,8 @@ def book(*prices: Price, table: bool = True) -> PriceBook:
 
 def table_micros(usage: Usage, model: str, provider: str, context: dict[str, str] | None, when: datetime = WHEN) -> int:
     """The table's own price of ``usage``, in micro-dollars rounded up."""
+    import genai_prices
+
     price = genai_prices.calc_price(
         genai_prices.Usage(
             input_tokens=usage.input_tokens,
@@ -84,7 +92,9 @@ EARLY = datetime(2025, 6, 1, tzinfo=timezone.utc)
 
 @pytest.mark.parametrize("when", [WHEN, EARLY], ids=["now", "early"])
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_every_tier_the_table_prices_is_charged_as_the_table_calculates(provider: str, when: datetime) -> None:
+def test_every_tier_the_table_prices_is_charged_as_the_table_calculates(
+    provider: str, when: datetime, genai_prices: Any
+) -> None:
     prices = PriceBook(now=lambda: when)
     charged: dict[str, int] = {}  # tier -> how many (model, usage) pairs were compared
     apart: set[str] = set()  # the tiers whose price differs from the standard one somewhere
@@ -112,7 +122,7 @@ def test_every_tier_the_table_prices_is_charged_as_the_table_calculates(provider
     assert apart == set(charged) - {"standard"}, (charged, apart)  # each tier's own price is the one applied
 
 
-def test_the_tiers_the_table_prices_for_the_supported_providers() -> None:
+def test_the_tiers_the_table_prices_for_the_supported_providers(genai_prices: Any) -> None:
     """Every request context the table prices by, for the supported providers,
     is one of the book's tiers: a tier the table learns is a failing test here,
     never a call charged at the standard rate."""
@@ -134,7 +144,7 @@ def test_the_tiers_the_table_prices_for_the_supported_providers() -> None:
     }
 
 
-def test_profile_names_map_to_the_tables_providers() -> None:
+def test_profile_names_map_to_the_tables_providers(genai_prices: Any) -> None:
     assert provider_id("gemini") == "google"
     assert provider_id("vertex") == "google"
     assert provider_id("bedrock") == "aws"
@@ -147,7 +157,7 @@ def test_profile_names_map_to_the_tables_providers() -> None:
 # -- tiers the table does not price are refused at configuration ------------------------
 
 
-def test_a_tier_the_table_does_not_price_is_refused_naming_it() -> None:
+def test_a_tier_the_table_does_not_price_is_refused_naming_it(genai_prices: Any) -> None:
     prices = book()
     opus = next(m for m in table_models("anthropic") if "opus" in m)
     with pytest.raises(UnknownPrice) as caught:
@@ -160,7 +170,7 @@ def test_a_tier_the_table_does_not_price_is_refused_naming_it() -> None:
         prices.cost("anthropic", opus, USAGES[0], "priority")
 
 
-def test_an_unknown_model_is_refused_naming_it_and_how_to_price_it() -> None:
+def test_an_unknown_model_is_refused_naming_it_and_how_to_price_it(genai_prices: Any) -> None:
     with pytest.raises(UnknownPrice) as caught:
         book().check("openai", "ft:gpt-4o:acme:support:abc123")
     message = str(caught.value)
@@ -212,7 +222,7 @@ def test_own_cache_prices_apply_to_cached_tokens_only() -> None:
     assert prices.cost("anthropic", "m", Usage(0, 10)) == 150
 
 
-def test_own_prices_take_precedence_over_the_table_tier_by_tier() -> None:
+def test_own_prices_take_precedence_over_the_table_tier_by_tier(genai_prices: Any) -> None:
     mine = Price("openai", "gpt-4o", input=1, output=1)
     prices = book(mine)
     usage = USAGES[1]
@@ -224,7 +234,7 @@ def test_own_prices_take_precedence_over_the_table_tier_by_tier() -> None:
     )
 
 
-def test_own_prices_price_a_tier_the_table_does_not() -> None:
+def test_own_prices_price_a_tier_the_table_does_not(genai_prices: Any) -> None:
     opus = next(m for m in table_models("anthropic") if "opus" in m)
     prices = book(Price("anthropic", opus, input=10, output=50, tier="priority"))
     prices.check("anthropic", opus, "priority")
@@ -282,7 +292,7 @@ def test_prices_are_frozen() -> None:
         price.input = Decimal(3)  # type: ignore[misc]
 
 
-def test_the_most_a_call_can_cost_is_at_least_any_split_of_its_input() -> None:
+def test_the_most_a_call_can_cost_is_at_least_any_split_of_its_input(genai_prices: Any) -> None:
     mine = book(Price("anthropic", "m", input=3, output=15, cache_read="0.3", cache_write="3.75"), table=False)
     assert mine.most("anthropic", "m", 1000, 100) == 1000 * 3.75 + 100 * 15  # all written to the cache costs most
     cheap_writes = book(Price("openai", "m", input=2, output=8, cache_write=1), table=False)
