@@ -23,6 +23,9 @@ header                                                  budget kind         valu
                                                                             tokens are announced too (see below)
 ``anthropic-ratelimit-input-tokens-*``                  ``input_tokens``    as above
 ``anthropic-ratelimit-output-tokens-*``                 ``output_tokens``   as above
+``anthropic-fast-{input,output}-tokens-*``              tier ``fast``:      as above (Anthropic's fast mode: limits
+                                                        ``input_tokens``,   of its own, read into
+                                                        ``output_tokens``   :attr:`RateLimits.tiers`)
 ``retry-after-ms``, ``x-ms-retry-after-ms`` (Azure)     retry_after         milliseconds
 ``retry-after``                                         retry_after         seconds, or an HTTP date (both read by
                                                                             governor.backoff.read_retry_after)
@@ -92,6 +95,15 @@ FIGURES: Mapping[str, tuple[str, str, str]] = MappingProxyType(
         },
     }
 )
+#: a service tier's own limits, header name -> (tier, budget kind, field, reset format): Anthropic's
+#: fast mode is limited apart from the standard speed, in input and output tokens per minute
+TIER_FIGURES: Mapping[str, tuple[str, str, str, str]] = MappingProxyType(
+    {
+        f"anthropic-fast-{suffix}-{what}": ("fast", kind, what, "rfc3339")
+        for suffix, kind in (("input-tokens", "input_tokens"), ("output-tokens", "output_tokens"))
+        for what in ("limit", "remaining", "reset")
+    }
+)
 #: the Retry-After family, in order of preference: (name, unit in seconds); None: seconds or HTTP date
 
 _INTEGER = re.compile(r"\d+")
@@ -137,6 +149,9 @@ class RateLimits:
     retry_after: float | None = None
     #: names (lower case) of the headers present whose value could not be read
     malformed: tuple[str, ...] = ()
+    #: service tier -> budget kind -> its figures, for the tiers limited apart from the
+    #: standard one (Anthropic's fast mode: ``{"fast": {"input_tokens": ..., "output_tokens": ...}}``)
+    tiers: Mapping[str, Mapping[str, BudgetHeader]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.budgets, Mapping):
@@ -156,10 +171,23 @@ class RateLimits:
             raise ConfigError(f"RateLimits.retry_after must be None or finite seconds >= 0, got {ra!r}")
         if not isinstance(self.malformed, tuple) or not all(isinstance(name, str) for name in self.malformed):
             raise ConfigError(f"RateLimits.malformed must be a tuple of header names, got {self.malformed!r}")
+        if not isinstance(self.tiers, Mapping):
+            raise ConfigError(
+                f"RateLimits.tiers must be a mapping of tier -> budget kind -> figures, got {self.tiers!r}"
+            )
+        tiers = {}
+        for tier, kinds in self.tiers.items():
+            if not isinstance(tier, str) or not isinstance(kinds, Mapping) or not kinds:
+                raise ConfigError(f"RateLimits.tiers[{tier!r}] must be a non-empty mapping of budget kind -> figures")
+            for kind, figures in kinds.items():
+                if kind not in KINDS or not isinstance(figures, BudgetHeader):
+                    raise ConfigError(f"RateLimits.tiers[{tier!r}][{kind!r}] must be a BudgetHeader of one of {KINDS}")
+            tiers[tier] = MappingProxyType({kind: kinds[kind] for kind in KINDS if kind in kinds})
+        object.__setattr__(self, "tiers", MappingProxyType(tiers))
 
     def __bool__(self) -> bool:
         """True when the headers said anything at all (figures, a wait, or something unreadable)."""
-        return bool(self.budgets) or self.retry_after is not None or bool(self.malformed)
+        return bool(self.budgets) or self.retry_after is not None or bool(self.malformed) or bool(self.tiers)
 
 
 #: what parse() answers for no headers
@@ -186,7 +214,17 @@ def parse(headers: Mapping[str, str] | Iterable[tuple[Any, Any]] | None, *, now:
     malformed: list[str] = []
     found: dict[str, dict[str, int]] = {}
     named: dict[str, set[str]] = {}  # kind -> the headers it was read from
+    tiers: dict[str, dict[str, dict[str, int]]] = {}
     for name in sorted(pairs, key=_anthropic_first):
+        tier_spec = TIER_FIGURES.get(name)
+        if tier_spec is not None:
+            tier, kind, what, reset_format = tier_spec
+            value = _read_figure(pairs[name], what, reset_format, clock)
+            if value is None:
+                malformed.append(name)
+            else:
+                tiers.setdefault(tier, {}).setdefault(kind, {})["reset_ms" if what == "reset" else what] = value
+            continue
         spec = FIGURES.get(name)
         if spec is None:
             continue
@@ -212,7 +250,10 @@ def parse(headers: Mapping[str, str] | Iterable[tuple[Any, Any]] | None, *, now:
         elif retry_after is None:
             retry_after = seconds
     budgets = {kind: BudgetHeader(**figures) for kind, figures in found.items()}
-    return RateLimits(budgets, retry_after, tuple(malformed))
+    tier_budgets = {
+        tier: {kind: BudgetHeader(**figures) for kind, figures in kinds.items()} for tier, kinds in tiers.items()
+    }
+    return RateLimits(budgets, retry_after, tuple(malformed), tier_budgets)
 
 
 def budget_limits(headers: Mapping[str, str], name: str) -> dict[str, tuple[int | None, int | None]]:
@@ -263,7 +304,12 @@ def _pairs(headers: Any) -> dict[str, str]:
         if not isinstance(key, str):
             continue
         name = key.strip().lower()
-        if name in FIGURES or name == "date" or any(name == known for known, _ in RETRY_AFTER_HEADERS):
+        if (
+            name in FIGURES
+            or name in TIER_FIGURES
+            or name == "date"
+            or any(name == known for known, _ in RETRY_AFTER_HEADERS)
+        ):
             # A value that is no str (a number put into a dict by hand) is read from its text.
             text = value if isinstance(value, str) else str(value)
             if name in pairs:  # the same header twice: both must agree, as one comma-joined value would not

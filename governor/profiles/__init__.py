@@ -40,11 +40,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from ..backoff import parse_retry_after
-from ..budgets import Tokens
+from ..budgets import MAX_TOKENS, Tokens
 from ..core import Outcome
 from ..errors import ConfigError
-from ..estimate import _field, _is_count, _tokens, estimate_request
+from ..estimate import _decoded, _field, _is_count, _tokens, estimate_request
 from ..headers import EMPTY, RateLimits, parse, parse_duration
+from ..prices import TIERS
+from ..prices import Usage as PricedUsage
 
 #: a body larger than this is not parsed: error bodies are small
 MAX_BODY = 65536
@@ -308,8 +310,90 @@ class Profile:
         """The tokens a response says it used, in the provider quota's units."""
         return usage_of(obj)
 
+    # -- service tiers and what a call is billed (the spend budgets' prices: governor.prices) --
+
+    #: how a refused call (a 429, a 529, an error answer) is billed, for the docs and the spend budgets
+    refusals_billed: ClassVar[str] = "nothing: a refused or failed request is not billed"
+    #: the request body's field that names the tier asked for (OpenAI's shape)
+    tier_field: ClassVar[str] = "service_tier"
+
+    def requested_tier(self, body: Any) -> str:
+        """The service tier a request asks for (one of governor.prices.TIERS),
+        read from its body (decoded JSON, a mapping); ``standard`` when it
+        names none or one the prices do not know (``auto``, ``default``)."""
+        request = request_body(body)
+        return tier_name(_field(request, self.tier_field) if request is not None else None) or "standard"
+
+    def served_tier(self, obj: Any, headers: Any = None) -> str | None:
+        """The service tier a response says served it (one of
+        governor.prices.TIERS); None when it does not say, and the tier
+        asked for is charged. OpenAI's shape: the body's ``service_tier``."""
+        return tier_name(_field(obj, "service_tier")) if obj is not None else None
+
+    def priced_usage(self, obj: Any) -> PricedUsage | None:
+        """The usage a response's price is computed from (its cached tokens
+        apart, input counting them); None when it does not say. OpenAI's chat
+        (``prompt_tokens_details.cached_tokens``) and Responses
+        (``input_tokens_details.cached_tokens``) shapes, and Anthropic's (cache
+        reads and writes apart from ``input_tokens``)."""
+        usage = _field(obj, "usage") if obj is not None else None
+        if usage is None and any(_field(obj, name) is not None for name in ("prompt_tokens", "input_tokens")):
+            usage = obj
+        if usage is None or isinstance(usage, (str, bytes, int, float)):
+            return None
+        prompt = _field(usage, "prompt_tokens")
+        if prompt is not None:  # chat completions, embeddings
+            cached = _field(_field(usage, "prompt_tokens_details"), "cached_tokens")
+            return priced(prompt, _field(usage, "completion_tokens"), cached)
+        given = _field(usage, "input_tokens")
+        output = _field(usage, "output_tokens")
+        read, write = _field(usage, "cache_read_input_tokens"), _field(usage, "cache_creation_input_tokens")
+        if read is not None or write is not None:  # Anthropic: the cached tokens are apart from input_tokens
+            if not all(_is_count(part) for part in (given, read or 0, write or 0)):
+                return None
+            return priced(given + (read or 0) + (write or 0), output, read, write)
+        return priced(given, output, _field(_field(usage, "input_tokens_details"), "cached_tokens"))
+
     def __repr__(self) -> str:
         return f"<profile {self.name}>"
+
+
+#: a provider's names of the standard tier
+_STANDARD_NAMES = frozenset({"auto", "default", "standard", "standard_only", "on_demand"})
+
+
+def priced(total: Any, output: Any, read: Any = None, write: Any = None) -> PricedUsage | None:
+    """A governor.prices.Usage of a response's figures (None counts as 0); None
+    when one is no count, or the cached tokens are more than the input."""
+    figures = [0 if value is None else value for value in (total, output, read, write)]
+    if not all(_is_count(value) and value <= MAX_TOKENS for value in figures):
+        return None
+    total, output, read, write = figures
+    if read + write > total:
+        return None
+    return PricedUsage(input_tokens=total, output_tokens=output, cache_read_tokens=read, cache_write_tokens=write)
+
+
+def request_body(body: Any) -> Any:
+    """A request's body as fields can be read from: JSON text or bytes decoded
+    (None when it is not a JSON object), anything else as it is."""
+    if isinstance(body, (str, bytes, bytearray)):
+        return _decoded(bytes(body) if isinstance(body, bytearray) else body)[0]
+    return body
+
+
+def tier_name(value: Any) -> str | None:
+    """A provider's name of a service tier as governor.prices.TIERS names it
+    (``default`` and ``auto`` are ``standard``; Gemini's ``SERVICE_TIER_FLEX``
+    is ``flex``); None for no name, or one the prices do not know."""
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    if not isinstance(value, str):
+        return None
+    name = value.strip().lower().removeprefix("service_tier_")
+    if name in _STANDARD_NAMES:
+        return "standard"
+    return name if name in TIERS else None
 
 
 # -- the registry -----------------------------------------------------------------------
@@ -441,10 +525,13 @@ __all__ = [
     "detect",
     "http_parts",
     "http_status",
+    "priced",
     "profile",
     "read_error",
     "register",
+    "request_body",
     "response_body",
+    "tier_name",
     "try_again_in",
     "usage_of",
 ]

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..budgets import Tokens
 from ..estimate import _field
-from . import Profile, register, usage_of
+from . import Profile, register, request_body, tier_name, usage_of
 
 
 @register
@@ -31,3 +31,26 @@ class Anthropic(Profile):
         if found is None or not isinstance(read, int) or isinstance(read, bool) or read <= 0:
             return found
         return Tokens(max(0, found.input - read), found.output)
+
+    # -- service tiers and billing (governor.prices) --
+
+    refusals_billed = "nothing: a 429, a 529 overload or an error answer is not billed"
+
+    def requested_tier(self, body: Any) -> str:
+        """``speed: "fast"`` asks for fast mode; ``service_tier`` (``auto``,
+        ``standard_only``) asks for no tier priced apart."""
+        request = request_body(body)
+        if request is not None and tier_name(_field(request, "speed")) == "fast":
+            return "fast"
+        return "standard"
+
+    def served_tier(self, obj: Any, headers: Any = None) -> str | None:
+        """The usage says it: ``usage.speed`` (``fast`` or ``standard``), then
+        ``usage.service_tier`` (``standard``, ``priority``, ``batch``)."""
+        usage = _field(obj, "usage") if obj is not None else None
+        if usage is None:
+            return None
+        speed = tier_name(_field(usage, "speed"))
+        if speed == "fast":
+            return "fast"
+        return tier_name(_field(usage, "service_tier")) or speed

@@ -23,7 +23,8 @@ from ..estimate import (
     _tokens,
     estimate_request,
 )
-from . import ErrorBody, Profile, http_status, register, usage_of
+from ..prices import Usage as PricedUsage
+from . import ErrorBody, Profile, http_status, priced, register, request_body, tier_name, usage_of
 
 #: Bedrock models whose output tokens count several times against the tokens quota (the burndown rate)
 BURNDOWN = (
@@ -100,6 +101,37 @@ class Bedrock(Profile):
         if found is None:
             return None
         return Tokens(found.input, min(MAX_TOKENS, found.output * burndown(path)))
+
+    # -- service tiers and billing (governor.prices) --
+
+    refusals_billed = "nothing: a ThrottlingException or an error answer is not billed"
+
+    def requested_tier(self, body: Any) -> str:
+        """Converse's ``serviceTier: {"type": "priority" | "default" | "flex"}``."""
+        return _service_tier(request_body(body)) or "standard"
+
+    def served_tier(self, obj: Any, headers: Any = None) -> str | None:
+        """The response's ``serviceTier.type``, when it says."""
+        return _service_tier(obj)
+
+    def priced_usage(self, obj: Any) -> PricedUsage | None:
+        """Converse's usage: ``inputTokens`` without the cache reads and writes
+        (``cacheReadInputTokens``, ``cacheWriteInputTokens``), which are added."""
+        part = self.usage_part(obj) if obj is not None else None
+        if part is None:
+            return None
+        given, read, write = (
+            _field(part, name) for name in ("inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens")
+        )
+        if not all(_is_count(value) for value in (given, read or 0, write or 0)):
+            return None
+        return priced(given + (read or 0) + (write or 0), _field(part, "outputTokens"), read, write)
+
+
+def _service_tier(obj: Any) -> str | None:
+    """The tier named by ``serviceTier.type`` (Converse's shape) of a request or response."""
+    found = _field(obj, "serviceTier") if obj is not None else None
+    return tier_name(_field(found, "type") if found is not None else None)
 
 
 def estimate_bedrock(body: bytes | str | Mapping[str, Any] | None) -> Tokens:

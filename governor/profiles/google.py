@@ -27,7 +27,8 @@ from ..estimate import (
     _sum,
     _tokens,
 )
-from . import ErrorBody, Profile, http_status, register
+from ..prices import Usage as PricedUsage
+from . import ErrorBody, Profile, http_status, priced, register, request_body, tier_name
 
 #: the time zone of Google's daily quota resets (midnight Pacific time)
 try:
@@ -107,6 +108,54 @@ class Gemini(Profile):
 
     def usage_from(self, part: Any) -> Tokens | None:
         return _google_usage(part)
+
+    # -- service tiers and billing (governor.prices) --
+
+    refusals_billed = "nothing: a 429 RESOURCE_EXHAUSTED or an error answer is not billed"
+
+    def requested_tier(self, body: Any) -> str:
+        """``service_tier`` (or the REST ``serviceTier``) of the body or of its
+        ``generationConfig``: ``flex``, ``priority``, ``SERVICE_TIER_FLEX``."""
+        request = request_body(body)
+        for part in (request, _field(request, "generationConfig") if request is not None else None):
+            for name in ("service_tier", "serviceTier"):
+                found = tier_name(_field(part, name)) if part is not None else None
+                if found is not None:
+                    return found
+        return "standard"
+
+    def served_tier(self, obj: Any, headers: Any = None) -> str | None:
+        """The ``x-gemini-service-tier`` response header (a priority request
+        past its limit is served, and billed, at the standard tier)."""
+        if headers is None:
+            return None
+        try:
+            value = headers.get("x-gemini-service-tier") or headers.get("X-Gemini-Service-Tier")
+        except Exception:  # noqa: BLE001 - headers that cannot be read say nothing
+            return None
+        return tier_name(value)
+
+    def priced_usage(self, obj: Any) -> PricedUsage | None:
+        """``usageMetadata``: the prompt (cached content and tool-use prompt
+        included) as input, ``cachedContentTokenCount`` as cache reads,
+        candidates and thoughts as output."""
+        part = self.usage_part(obj) if obj is not None else None
+        if part is None:
+            return None
+        figures = []
+        for camel, snake in (
+            ("promptTokenCount", "prompt_token_count"),
+            ("toolUsePromptTokenCount", "tool_use_prompt_token_count"),
+            ("candidatesTokenCount", "candidates_token_count"),
+            ("thoughtsTokenCount", "thoughts_token_count"),
+            ("cachedContentTokenCount", "cached_content_token_count"),
+        ):
+            value = _field(part, camel)
+            figures.append(_field(part, snake) if value is None else value)
+        prompt, tool, candidates, thoughts, cached = (0 if value is None else value for value in figures)
+        if not all(_is_count(value) for value in (prompt, tool, candidates, thoughts)):
+            return None
+        return priced(prompt + tool, candidates + thoughts, cached)
 
 
 @register

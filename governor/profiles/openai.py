@@ -21,6 +21,7 @@ class OpenAI(Profile):
     stream_end = "data: [DONE] (Responses API: response.completed)"
     refusals_count = True
     tiers = "service_tier flex / priority: one governor (or budget) per tier"
+    refusals_billed = "nothing: a 429 or an error answer is not billed (a 429 counts against the requests limit)"
 
 
 @register
@@ -53,6 +54,7 @@ class LiteLLM(Profile):
     model_paths = ("chat/completions", "completions", "responses", "embeddings", "messages")
     stream_end = "the wrapper's last chunk (usage with stream_options include_usage)"
     tiers = "as the provider behind it"
+    refusals_billed = "as the provider behind it"
     by_shape = True  # the body's shape names the provider behind LiteLLM
 
     def exception_parts(self, exc: BaseException) -> tuple[int | None, Any, Any]:

@@ -34,3 +34,34 @@ export class CostTooLarge extends GovernorError {}
 
 /** The AbortSignal fired: what the caller waited for was given back. */
 export class AbortError extends GovernorError {}
+
+/**
+ * A spend (usd) budget cannot afford the call before its timeout: it fails at
+ * once rather than queue. Keyed on the reply code `spend_exhausted`; the
+ * figures are micro-dollars (1e-6 USD), `resetsAt` Unix seconds (null: a
+ * budget that never resets by itself).
+ */
+export class SpendExhausted extends GovernorError {
+  static readonly code = "spend_exhausted";
+  /** the budget used up (the fleet's, or a tenant's) */
+  readonly budget: string;
+  /** micro-dollars spent (and reserved) in its window */
+  readonly spent: number;
+  /** its limit, micro-dollars per window */
+  readonly limit: number;
+  /** Unix seconds when its window resets */
+  readonly resetsAt: number | null;
+
+  constructor(
+    message: string,
+    figures: { budget: string; spent: number; limit: number; resetsAt: number | null },
+    governor?: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, governor, options);
+    this.budget = figures.budget;
+    this.spent = figures.spent;
+    this.limit = figures.limit;
+    this.resetsAt = figures.resetsAt;
+  }
+}

@@ -11,4 +11,6 @@ export type { CallOptions, Classification, RetryPolicy, Verdict } from "./retry.
 export { governedFetch, estimateRequest } from "./fetch.js";
 export type { GovernedFetchOptions } from "./fetch.js";
 export * from "./errors.js";
+export { Price, PriceBook, TIERS, UnknownPrice, providerId, tierName } from "./prices.js";
+export type { PriceInit, Tier, Usage } from "./prices.js";
 export { LIBRARY_NAME, SCHEMA_VERSION } from "./generated.js";
