@@ -47,6 +47,16 @@ def kill(process: BaseProcess, sig: signal.Signals = signal.SIGKILL) -> None:
     os.kill(process.pid, sig)
 
 
+def stopped(process: BaseProcess) -> bool:
+    """Whether every thread of ``process`` is stopped (by SIGSTOP)."""
+    tasks = f"/proc/{process.pid}/task"
+    states = []
+    for task in os.listdir(tasks):
+        with open(f"{tasks}/{task}/stat") as stat:
+            states.append(stat.read().rsplit(")", 1)[1].split()[0])
+    return all(state in ("T", "t") for state in states)
+
+
 # -- a holder killed with SIGKILL -------------------------------------------------------
 
 
@@ -623,6 +633,11 @@ def test_chaos_kills_and_stalls_leave_every_slot_home(
         if rng.random() < 0.5:  # killed outright, or stalled past its TTL and then killed
             if rng.random() < 0.5:
                 kill(victim, signal.SIGSTOP)
+                # Its leases expire while it is stopped and their slots go to
+                # others, as they should; it never runs again, so once every
+                # thread has stopped, its count no longer stands for a holder.
+                wait_until(lambda: stopped(victim), 5, what="the victim stopped")
+                control.sadd(f"{counter}:stopped", str(victim.pid))
                 time.sleep(config.lease_ttl * 1.2)
             kill(victim)
             victim.join(5)

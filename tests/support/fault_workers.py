@@ -181,9 +181,13 @@ def chaos_worker(
     pid = str(os.getpid())
     over = f"{counter}:over"
     count_script = control.register_script(
-        # join, then the number of holders of the workers still counted
+        # join, then the number of holders of the workers still counted: a
+        # worker listed in KEYS[2] is stopped for good (its leases expire)
         "redis.call('HINCRBY', KEYS[1], ARGV[1], 1) "
-        "local n = 0 for _, v in ipairs(redis.call('HVALS', KEYS[1])) do n = n + tonumber(v) end return n"
+        "local n, all = 0, redis.call('HGETALL', KEYS[1]) "
+        "for i = 1, #all, 2 do "
+        "if redis.call('SISMEMBER', KEYS[2], all[i]) == 0 then n = n + tonumber(all[i + 1]) end end "
+        "return n"
     )
 
     def agent(agent_seed: int) -> None:
@@ -197,7 +201,7 @@ def chaos_worker(
                 time.sleep(0.05)
                 continue
             try:
-                holding = int(count_script(keys=[counter], args=[pid]))
+                holding = int(count_script(keys=[counter, f"{counter}:stopped"], args=[pid]))
                 if holding > config.max_capacity:
                     control.rpush(over, json.dumps({"pid": pid, "holding": holding, "fence": lease.fence}))
                 time.sleep(rng.uniform(0.0, 0.05))
