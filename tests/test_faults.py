@@ -13,6 +13,7 @@ simultaneous holders across processes can be checked against capacity.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import signal
@@ -636,7 +637,7 @@ def test_chaos_kills_and_stalls_leave_every_slot_home(
                 # Its leases expire while it is stopped and their slots go to
                 # others, as they should; it never runs again, so once every
                 # thread has stopped, its count no longer stands for a holder.
-                wait_until(lambda: stopped(victim), 5, what="the victim stopped")
+                wait_until(functools.partial(stopped, victim), 5, what="the victim stopped")
                 control.sadd(f"{counter}:stopped", str(victim.pid))
                 time.sleep(config.lease_ttl * 1.2)
             kill(victim)
