@@ -99,9 +99,9 @@ if retry_after then
   read_more('state', 'not_before')
 end
 for i = 1, #limits do
-  local figures = limits[i]
-  read_more('state', budget_fields(figures[1]))
-  read_more('config', figures[1] .. '_per_minute')
+  local kind = limits[i][1]
+  read_more('state', budget_fields(kind))
+  read_more('config', kind .. '_per_minute')
 end
 keep_alive()
 -- With callers queued and nothing due that could change the queue before
@@ -162,13 +162,6 @@ elseif outcome ~= 'q' then
   rate_limited, total = window()  -- reads tell the window keys' types
   fresh = total == 0
 end
-if first_back then
-  -- A live lease's record is its own (a queued id has none in leases):
-  -- HDEL, the call's first write, tells holders' type.
-  redis.call('HDEL', KEY.holders, lease)
-  known = false
-  give_back()
-end
 if not quiet then guard(KEY.events) end  -- the policy may log after the first write
 if not lease then guard(KEY.leases) end  -- the policy and grant() count it after the first write
 if head then
@@ -178,6 +171,14 @@ elseif waiting then
   if not release then guard(KEY.holders) end  -- grant() reads the head's record (else HEXISTS told)
 end
 -- step: the writes
+if first_back then
+  -- A live lease's record is its own (a queued id has none in leases):
+  -- HDEL, the call's first write, tells holders' type. (A quiet success
+  -- with nobody waiting: none of the guards above ran.)
+  redis.call('HDEL', KEY.holders, lease)
+  known = false
+  give_back()
+end
 reclaim()
 if outcome == 'q' then
   set('state', 'quota_exhausted', STATE.quota_exhausted + 1)

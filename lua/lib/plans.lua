@@ -2,7 +2,7 @@
 
 Uses lib/common.lua, lib/fields.lua, lib/budgets.lua, lib/shares.lua.
 Defines: PAUSE_FIELDS, ADMIT, WRITE, REPORT, PREPARE_CONFIG, IDLE,
-PREPARE_READS, queue_settled, prepare.
+PREPARE_READS, PLANS, queue_settled, prepare.
 
 A call reads every field its later steps may use before its first write
 (a read after a write could fail it half-way: a stored value out of range,
@@ -91,3 +91,47 @@ local function prepare(queued, rank, hand_over)
     read_more('config', 'resume_fraction')
   end
 end
+
+-- The plan of each hot operation, its steps in the order they run, each
+-- named as the operation's "-- step:" line names it (the first, before
+-- any such line, is 'the arguments'):
+--   reads   the stored fields it reads: 'hash.field', or 'hash:<list>'
+--           for a list above (or the expression that picks one)
+--   checks  the library's calls that may fail it besides (an argument, a
+--           stored value, a key's type), each reading what it needs
+--   writes  true: it writes, and no step after it reads or checks;
+--           'ends': it writes only on a path that returns in that step;
+--           'branches': its checks and writes are on branches of their
+--           own (the last step: the write-order witness,
+--           tests/support/write_order.py, runs them)
+--   again   (with writes = true) what it and the steps after it may check
+--           or read after its first write: checks it made before that write
+--           too (guard and guard_grant: check_types() checked every key),
+--           reading nothing new
+-- tests/test_read_plans.py holds each operation's code to its plan.
+local PLANS = {
+  report = {
+    {'the arguments', checks = {'fail', 'arg_int', 'arg_id', 'arg_tokens'}},
+    {'the clock and the state', reads = {'state:REPORT'}},
+    {'the read plan', checks = {'the_policy', 'prepare', 'keep_alive'},
+      reads = {'state.quota_exhausted', 'state.fence', 'config.retry_after_cap_ms', 'state.not_before',
+        'state:budget_fields(kind)', "config:kind .. '_per_minute'"}},
+    {'the lease', checks = {'active_budgets', 'guard', 'guard_grant'}, writes = 'ends'},  -- a lease no longer live
+    {'the window', checks = {'check_type', 'window', 'guard', 'guard_grant'}, reads = {'config:IDLE'}},
+    {'the writes', writes = true},
+  },
+  release = {
+    {'the arguments', checks = {'arg_id'}},
+    {'the queue', checks = {'prepare', 'keep_alive', 'guard_grant'}, reads = {'state:WRITE'}},
+    {'the lease', checks = {'guard'}, writes = true},
+  },
+  acquire = {
+    {'the arguments', checks = {'arg_id', 'arg_label', 'arg_in', 'fail', 'arg_tokens', 'arg_place'}},
+    {'the clock and the state', checks = {'caps_config', 'keep_alive', 'prepare', 'check_types'},
+      reads = {'state:waiting > 0 and PREPARE_READS.admit[place.rank + 1] or ADMIT'},
+      writes = true, again = {'prepare', 'check_types', 'guard', 'guard_grant', 'config.log_length'}},
+    {'the admission rule', checks = {'prepare', 'guard'}, writes = 'ends'},  -- a caller whose lease never fits
+    {'a new lease, or a place in the queue', checks = {'prepare', 'guard_grant', 'guard'},
+      reads = {'config.log_length'}, writes = 'branches'},
+  },
+}
