@@ -92,46 +92,106 @@ local function prepare(queued, rank, hand_over)
   end
 end
 
--- The plan of each hot operation, its steps in the order they run, each
+-- The plan of each operation: its steps in the order they run, each
 -- named as the operation's "-- step:" line names it (the first, before
 -- any such line, is 'the arguments'):
 --   reads   the stored fields it reads: 'hash.field', or 'hash:<list>'
 --           for a list above (or the expression that picks one)
 --   checks  the library's calls that may fail it besides (an argument, a
 --           stored value, a key's type), each reading what it needs
---   writes  true: it writes, and no step after it reads or checks;
---           'ends': it writes only on a path that returns in that step;
---           'branches': its checks and writes are on branches of their
---           own (the last step: the write-order witness,
---           tests/support/write_order.py, runs them)
+--   writes  true: it writes, and no step after it reads or checks (but
+--           what `again` names); 'ends': it writes only on a path that
+--           returns in that step; 'witnessed': checks and writes on
+--           branches of their own, or checks repeated after a write:
+--           its order, and that of every later step that checks, is the
+--           write-order witness's (tests/support/write_order.py runs every
+--           call of the model's random runs through it)
 --   again   (with writes = true) what it and the steps after it may check
 --           or read after its first write: checks it made before that write
 --           too (guard and guard_grant: check_types() checked every key),
---           reading nothing new
+--           and fields such a check read, reading nothing new
+-- (keyed by strings: an operation's name may be a fragment's function's)
 -- tests/test_read_plans.py holds each operation's code to its plan.
 local PLANS = {
-  report = {
-    {'the arguments', checks = {'fail', 'arg_int', 'arg_id', 'arg_tokens'}},
-    {'the clock and the state', reads = {'state:REPORT'}},
-    {'the read plan', checks = {'the_policy', 'prepare', 'keep_alive'},
-      reads = {'state.quota_exhausted', 'state.fence', 'config.retry_after_cap_ms', 'state.not_before',
-        'state:budget_fields(kind)', "config:kind .. '_per_minute'"}},
-    {'the lease', checks = {'active_budgets', 'guard', 'guard_grant'}, writes = 'ends'},  -- a lease no longer live
-    {'the window', checks = {'check_type', 'window', 'guard', 'guard_grant'}, reads = {'config:IDLE'}},
-    {'the writes', writes = true},
-  },
-  release = {
-    {'the arguments', checks = {'arg_id'}},
-    {'the queue', checks = {'prepare', 'keep_alive', 'guard_grant'}, reads = {'state:WRITE'}},
-    {'the lease', checks = {'guard'}, writes = true},
-  },
-  acquire = {
+  ['acquire'] = {
     {'the arguments', checks = {'arg_id', 'arg_label', 'arg_in', 'fail', 'arg_tokens', 'arg_place'}},
     {'the clock and the state', checks = {'caps_config', 'keep_alive', 'prepare', 'check_types'},
       reads = {'state:waiting > 0 and PREPARE_READS.admit[place.rank + 1] or ADMIT'},
       writes = true, again = {'prepare', 'check_types', 'guard', 'guard_grant', 'config.log_length'}},
     {'the admission rule', checks = {'prepare', 'guard'}, writes = 'ends'},  -- a caller whose lease never fits
     {'a new lease, or a place in the queue', checks = {'prepare', 'guard_grant', 'guard'},
-      reads = {'config.log_length'}, writes = 'branches'},
+      reads = {'config.log_length'}, writes = 'witnessed'},  -- a lease, a denial, or a place in the queue
+  },
+  ['cancel'] = {
+    {'the arguments', checks = {'arg_id'}},
+    {'the state', checks = {'prepare', 'keep_alive', 'guard_grant'}, reads = {'state:WRITE'}},
+    {'the writes', writes = true},
+  },
+  ['init'] = {
+    {'the arguments', checks = {'arg_id', 'arg_int', 'arg_in', 'parse_config'}},
+    {'the keys', checks = {'check_types'}},
+    -- the state read, the config stored again, then every field read again
+    {'a config or policy hash lost, stored again', checks = {'read_all'}, writes = 'witnessed'},
+    {'a governor already there', checks = {'load_all'}, writes = 'witnessed'},
+    {'a new state', checks = {'touch_all'}, writes = 'witnessed'},  -- every key and field checked after it is written
+  },
+  ['pause'] = {
+    {'the arguments', checks = {'fail', 'arg_int'}},
+    {'the state', checks = {'check_types', 'load_all', 'keep_alive'}},
+    {'the writes', writes = true},
+  },
+  ['probe'] = {
+    {'the arguments'},
+    {'the state', checks = {'check_types', 'load_all', 'no_news', 'keep_alive'}},
+    {'the writes', writes = true},
+  },
+  ['refresh'] = {
+    {'the arguments', checks = {'arg_in', 'arg_id'}},
+    {'the state', checks = {'prepare', 'check_types', 'no_news', 'keep_alive'}, reads = {'state:WRITE'}},
+    {'the writes', writes = true},
+  },
+  ['release'] = {
+    {'the arguments', checks = {'arg_id'}},
+    {'the queue', checks = {'prepare', 'keep_alive', 'guard_grant'}, reads = {'state:WRITE'}},
+    {'the lease', checks = {'guard'}, writes = true},
+  },
+  ['renew'] = {
+    {'the arguments', checks = {'arg_in', 'fail', 'arg_id', 'arg_label', 'arg_place', 'arg_tokens'}},
+    {'the state', checks = {'keep_alive', 'prepare', 'check_types'}, reads = {'state:WRITE'}},
+    {'the writes', writes = true},
+  },
+  ['report'] = {
+    {'the arguments', checks = {'fail', 'arg_int', 'arg_id', 'arg_tokens'}},
+    {'the clock and the state', reads = {'state:REPORT'}},
+    {'the read plan', checks = {'the_policy', 'prepare', 'keep_alive'},
+      reads = {'state.quota_exhausted', 'state.fence', 'config.retry_after_cap_ms', 'state.not_before',
+        'state:budget_fields(kind)', 'config:kind .. _per_minute'}},
+    {'the lease', checks = {'active_budgets', 'guard', 'guard_grant'}, writes = 'ends'},  -- a lease no longer live
+    {'the window', checks = {'check_type', 'window', 'guard', 'guard_grant'}, reads = {'config:IDLE'}},
+    {'the writes', writes = true},
+  },
+  ['reset'] = {
+    {'the arguments', checks = {'parse_config'}},
+    {'the state', checks = {'check_types', 'load_all', 'keep_alive', 'window'}},
+    {'the writes', writes = true},
+  },
+  ['resume'] = {
+    {'the arguments', checks = {'fail'}},
+    {'the state', checks = {'check_types', 'load_all', 'keep_alive'}},
+    {'the writes', writes = true},
+  },
+  ['set_max'] = {
+    {'the arguments', checks = {'arg_int', 'fail'}},
+    {'the state', checks = {'check_types', 'load_all', 'keep_alive'}},
+    {'the writes', writes = true},
+  },
+  ['set_shares'] = {
+    {'the arguments', checks = {'arg_pairs', 'arg_int', 'fail'}},
+    {'the state', checks = {'check_types', 'load_all', 'fail', 'keep_alive'}},  -- the reserve below the ceiling
+    {'the writes', writes = true},
+  },
+  ['status'] = {
+    {'the arguments'},
+    {'the state', checks = {'load_all'}},  -- (registered no-writes)
   },
 }

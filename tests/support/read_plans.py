@@ -10,8 +10,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from governor import scripts
-
 LUA = Path(__file__).resolve().parent.parent.parent / "lua"
 #: a step's marker: a top-level line of the operation (scripts/report_stages.py cuts there too)
 MARKER = re.compile(r"^-- step: (.+)$", re.M)
@@ -23,14 +21,14 @@ READERS = ("load", "read_more", "read_more_list")
 CHECKS = frozenset({
     "fail", "arg_int", "arg_in", "arg_id", "arg_label", "arg_tokens", "arg_place", "parse_config",
     "load_all", "prepare", "the_policy", "check_all", "check_types", "check_type", "guard", "guard_grant",
-    "keep_alive", "window", "caps_config", "active_budgets", "no_news",
+    "keep_alive", "window", "caps_config", "active_budgets", "no_news", "read_all", "touch_all",
 })  # fmt: skip
 #: the Redis commands that write
 WRITING = frozenset({"HSET", "HSETNX", "HDEL", "HINCRBY", "ZADD", "ZREM", "ZREMRANGEBYSCORE", "XADD", "DEL",
                      "PUBLISH", "PEXPIRE"})  # fmt: skip
 #: the library's calls that write (set() changes the call's copy, written by finish())
 WRITES = frozenset({
-    "reclaim", "grant", "give_back", "enqueue", "add_lease", "record", "settle", "calibrate", "refused", "log",
+    "reclaim", "grant", "save", "enqueue", "add_lease", "record", "settle", "calibrate", "refused", "log",
     "finish", "held_remove", "held_add", "recover", "pause", "resume", "apply_config", "clear_learnt", "recount",
     "set", "created",
 })  # fmt: skip
@@ -58,12 +56,14 @@ class Step:
         return any(kind == "write" for kind, _ in self.events)
 
 
+#: a top-level local function of an operation: run where it is called, not where it is defined
+LOCAL_FUNCTION = re.compile(r"^local function (\w+)\([^)]*\)\n(.*?)^end\n", re.S | re.M)
+
+
 def _code(text: str) -> str:
-    """Lua without its comments; the bodies of top-level local functions
-    (run where they are called, not where they are defined) dropped."""
+    """Lua without its comments."""
     text = re.sub(r"--\[\[.*?\]\]", "", text, flags=re.S)
-    text = re.sub(r"--[^\n]*", "", text)
-    return re.sub(r"^local function \w+\([^)]*\)\n.*?^end\n", "", text, flags=re.S | re.M)
+    return re.sub(r"--[^\n]*", "", text)
 
 
 def _arguments(text: str, start: int) -> tuple[list[str], int]:
@@ -100,11 +100,15 @@ def _field(hash_name: str, argument: str) -> str:
     literal = re.fullmatch(r"'(\w+)'", argument)
     if literal:
         return f"{hash_name}.{literal.group(1)}"
-    return f"{hash_name}:{' '.join(argument.split())}"
+    expression = " ".join(argument.replace("'", "").split())  # (quotes dropped: the plan's is a Lua string)
+    return f"{hash_name}:{expression}"
 
 
-def events(code: str) -> list[tuple[str, str]]:
-    """What ``code`` (an operation's step, comments dropped) does, in order."""
+def events(code: str, local: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """What ``code`` (an operation's step, comments dropped) does, in order;
+    a call of one of ``local`` (the operation's own functions, by what each
+    does: "write" or "check") as what it does."""
+    local = local or {}
     out: list[tuple[str, str]] = []
     for match in re.finditer(r"redis\.p?call\(\s*'(\w+)'|(?<![.\w])(\w+)\s*\(|(?<![.\w])(return)\b", code):
         command, name = match.group(1), match.group(2)
@@ -121,6 +125,8 @@ def events(code: str) -> list[tuple[str, str]]:
                 out.append(("read", _field(arguments[0].strip("'"), arguments[1])))
             else:
                 out += [("read", _field(arguments[0].strip("'"), a)) for a in arguments[1:]]
+        elif name in local:
+            out.append((local[name], name))
         elif name in CHECKS:
             out.append(("check", name))
         elif name in WRITES:
@@ -133,10 +139,18 @@ def steps(operation: str, text: str | None = None) -> list[Step]:
     if text is None:
         text = (LUA / f"{operation}.lua").read_text(encoding="utf-8")
     body = re.sub(r"\A--\[\[.*?\]\]", "", text, flags=re.S)
+    local: dict[str, str] = {}
+    for name, inner in LOCAL_FUNCTION.findall(_code(body)):
+        kinds = {kind for kind, _ in events(inner, local)}
+        local[name] = "write" if "write" in kinds else "check" if kinds & {"check", "read"} else "none"
+    body = LOCAL_FUNCTION.sub("", body)
     marks = list(MARKER.finditer(body))
     names = [FIRST] + [m.group(1) for m in marks]
     cuts = [0] + [m.start() for m in marks] + [len(body)]
-    return [Step(names[i], events(_code(body[cuts[i] : cuts[i + 1]]))) for i in range(len(names))]
+    found = [Step(names[i], events(_code(body[cuts[i] : cuts[i + 1]]), local)) for i in range(len(names))]
+    for step in found:
+        step.events = [(kind, what) for kind, what in step.events if kind != "none"]
+    return found
 
 
 @dataclass
@@ -146,7 +160,7 @@ class Plan:
     name: str
     reads: set[str]
     checks: set[str]
-    writes: str  # "", "true", "ends" or "branches"
+    writes: str  # "", "true", "ends" or "witnessed"
     again: set[str]
 
 
@@ -177,12 +191,12 @@ def plans(text: str | None = None) -> dict[str, list[Plan]]:
     if body is None:
         raise ValueError("lua/lib/plans.lua declares no PLANS table")
     out: dict[str, list[Plan]] = {}
-    for operation, steps_text in re.findall(r"^  (\w+) = \{\n(.*?)^  \},?$", body.group(1), re.S | re.M):
+    for operation, steps_text in re.findall(r"^  \['(\w+)'\] = \{\n(.*?)^  \},?$", body.group(1), re.S | re.M):
         declared = []
         for entry in _entries(steps_text):
             code = re.sub(r"--[^\n]*", "", entry)
             lists = {key: _items(value) for key, value in re.findall(r"(\w+) = \{([^{}]*)\}", code)}
-            writes = re.search(r"writes = (true|'ends'|'branches')", code)
+            writes = re.search(r"writes = (true|'ends'|'witnessed')", code)
             declared.append(
                 Plan(
                     name=_items(code)[0],
