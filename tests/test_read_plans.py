@@ -1,4 +1,4 @@
-"""Each hot operation's read plan is declared (PLANS of lua/lib/plans.lua)
+"""Each operation's read plan is declared (PLANS of lua/lib/plans.lua)
 and its code is held to it: every stored field a step reads and every
 check that may fail it is the plan's, and nothing is read or checked after
 the first write (Redis keeps what a function wrote when it then fails).

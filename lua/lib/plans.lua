@@ -9,7 +9,8 @@ A call reads every field its later steps may use before its first write
 a key of another type), and no more than its path needs (each field read
 costs the call). The lists below are what the operations load first
 (load() of lib/origin.lua) and what prepare() reads after, by path: made
-once, at load, never changed.
+once, at load, never changed. PLANS, at the end, is each operation's
+plan, step by step: what it reads and checks, and where it writes.
 ]]
 
 local PAUSE_FIELDS = {'paused', 'pause_kind', 'pause_reason', 'paused_until', 'saved_capacity'}
