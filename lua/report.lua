@@ -147,8 +147,14 @@ if release then
 end
 
 -- The lease given back (once): out of leases, its record out of holders,
--- its counts out of held.
+-- its counts out of held. Given back first, a live lease's record goes
+-- first: its own (a queued id has none in leases), and HDEL, the call's
+-- first write, tells holders' type.
 local function give_back()
+  if back == 'first' then
+    redis.call('HDEL', KEY.holders, lease)
+    back = 'bare'
+  end
   if back and redis.call('ZREM', KEY.leases, lease) == 1 then
     if back == 'record' then redis.call('HDEL', KEY.holders, lease) end
     if counted then held_remove(lease_record, waiting) end
@@ -160,6 +166,7 @@ if lease then
   local expiry = tonumber(redis.call('ZSCORE', KEY.leases, lease))
   if not expiry or expiry <= NOW then
     if waiting then guard_grant(false, KEY.waiters, KEY.holders) end  -- (and what grant() adds)
+    -- (not live: HEXISTS says whether it has a record; a queued id keeps its place)
     if back == 'first' then back = redis.call('HEXISTS', KEY.holders, lease) == 1 and 'record' or 'bare' end
     give_back()
     if waiting then grant() end  -- its tenant's first parked waiter may be back in the queue
@@ -187,14 +194,7 @@ elseif waiting then
   if not release then guard(KEY.holders) end  -- grant() reads the head's record (else HEXISTS told)
 end
 -- step: the writes
-if back == 'first' then
-  -- A live lease's record is its own (a queued id has none in leases):
-  -- HDEL, the call's first write, tells holders' type. (A quiet success
-  -- with nobody waiting: none of the guards above ran.)
-  redis.call('HDEL', KEY.holders, lease)
-  back = 'bare'
-  give_back()
-end
+if back == 'first' then give_back() end  -- (a quiet success, nobody waiting: none of the guards above ran)
 reclaim()
 if outcome == 'q' then
   set('state', 'quota_exhausted', STATE.quota_exhausted + 1)
