@@ -8,6 +8,8 @@ path, where a reader sees it."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from governor.scripts import OPERATIONS
@@ -16,8 +18,11 @@ from .support import read_plans
 from .support.read_plans import Plan, Step
 
 PLANS = read_plans.plans()
-#: what check_types() checks covers
-COVERED = {"check_types": {"guard", "guard_grant", "check_type"}}
+#: checks a check covers: check_types() checks every key; prepare() reads what these read
+COVERED = {
+    "check_types": {"guard", "guard_grant", "check_type"},
+    "prepare": {"caps_config", "active_budgets", "oversize"},
+}
 
 
 def violations(plan: list[Plan], steps: list[Step]) -> list[str]:
@@ -66,6 +71,17 @@ def violations(plan: list[Plan], steps: list[Step]) -> list[str]:
 @pytest.mark.parametrize("operation", sorted(PLANS))
 def test_each_step_reads_and_checks_what_its_plan_declares_and_nothing_after_a_write(operation: str) -> None:
     assert violations(PLANS[operation], read_plans.steps(operation)) == []
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_every_call_that_may_fail_an_operation_is_one_the_plans_know(operation: str) -> None:
+    """A function of lua/lib that may fail a call (it calls fail(), or one
+    that does) is, where an operation calls it, a check, a read or a write
+    of tests/support/read_plans.py: a new one is not missed by the plans."""
+    known = read_plans.CHECKS | read_plans.WRITES | set(read_plans.READERS) | read_plans.NOTHING_NEW
+    code = read_plans._code((read_plans.LUA / f"{operation}.lua").read_text(encoding="utf-8"))
+    called = set(re.findall(r"(?<![.\w])(\w+)\s*\(", code))
+    assert sorted(called & read_plans.may_fail() - known) == []
 
 
 def test_every_operation_has_a_plan() -> None:

@@ -109,28 +109,29 @@ end
 --           call of the model's random runs through it)
 --   again   (with writes = true) what it and the steps after it may check
 --           or read after its first write: checks it made before that write
---           too (guard and guard_grant: check_types() checked every key),
---           and fields such a check read, reading nothing new
+--           too (guard and guard_grant: check_types() checked every key;
+--           oversize: prepare() read its fields), and fields such a check
+--           read: reading nothing new
 -- (keyed by strings: an operation's name may be a fragment's function's)
 -- tests/test_read_plans.py holds each operation's code to its plan.
 local PLANS = {
   ['acquire'] = {
     {'the arguments', checks = {'arg_id', 'arg_label', 'arg_in', 'fail', 'arg_tokens', 'arg_place'}},
-    {'the clock and the state', checks = {'caps_config', 'keep_alive', 'prepare', 'check_types'},
+    {'the clock and the state', checks = {'clock', 'caps_config', 'keep_alive', 'prepare', 'check_types'},
       reads = {'state:waiting > 0 and PREPARE_READS.admit[place.rank + 1] or ADMIT'},
-      writes = true, again = {'prepare', 'check_types', 'guard', 'guard_grant', 'config.log_length'}},
+      writes = true, again = {'prepare', 'check_types', 'guard', 'guard_grant', 'oversize', 'config.log_length'}},
     {'the admission rule', checks = {'prepare', 'guard'}, writes = 'ends'},  -- a caller whose lease never fits
-    {'a new lease, or a place in the queue', checks = {'prepare', 'guard_grant', 'guard'},
+    {'a new lease, or a place in the queue', checks = {'prepare', 'guard_grant', 'oversize', 'guard'},
       reads = {'config.log_length'}, writes = 'witnessed'},  -- a lease, a denial, or a place in the queue
   },
   ['cancel'] = {
     {'the arguments', checks = {'arg_id'}},
-    {'the state', checks = {'prepare', 'keep_alive', 'guard_grant'}, reads = {'state:WRITE'}},
+    {'the state', checks = {'clock', 'prepare', 'keep_alive', 'guard_grant'}, reads = {'state:WRITE'}},
     {'the writes', writes = true},
   },
   ['init'] = {
     {'the arguments', checks = {'arg_id', 'arg_int', 'arg_in', 'parse_config'}},
-    {'the keys', checks = {'check_types'}},
+    {'the keys', checks = {'clock', 'check_types'}},
     -- the state read, the config stored again, then every field read again
     {'a config or policy hash lost, stored again', checks = {'read_all'}, writes = 'witnessed'},
     {'a governor already there', checks = {'load_all'}, writes = 'witnessed'},
@@ -138,32 +139,32 @@ local PLANS = {
   },
   ['pause'] = {
     {'the arguments', checks = {'fail', 'arg_int'}},
-    {'the state', checks = {'check_types', 'load_all', 'keep_alive'}},
+    {'the state', checks = {'clock', 'check_types', 'load_all', 'keep_alive'}},
     {'the writes', writes = true},
   },
   ['probe'] = {
     {'the arguments'},
-    {'the state', checks = {'check_types', 'load_all', 'no_news', 'keep_alive'}},
+    {'the state', checks = {'clock', 'check_types', 'load_all', 'no_news', 'keep_alive'}},
     {'the writes', writes = true},
   },
   ['refresh'] = {
     {'the arguments', checks = {'arg_in', 'arg_id'}},
-    {'the state', checks = {'prepare', 'check_types', 'no_news', 'keep_alive'}, reads = {'state:WRITE'}},
+    {'the state', checks = {'clock', 'prepare', 'check_types', 'no_news', 'keep_alive'}, reads = {'state:WRITE'}},
     {'the writes', writes = true},
   },
   ['release'] = {
     {'the arguments', checks = {'arg_id'}},
-    {'the queue', checks = {'prepare', 'keep_alive', 'guard_grant'}, reads = {'state:WRITE'}},
+    {'the queue', checks = {'clock', 'prepare', 'keep_alive', 'guard_grant'}, reads = {'state:WRITE'}},
     {'the lease', checks = {'guard'}, writes = true},
   },
   ['renew'] = {
     {'the arguments', checks = {'arg_in', 'fail', 'arg_id', 'arg_label', 'arg_place', 'arg_tokens'}},
-    {'the state', checks = {'keep_alive', 'prepare', 'check_types'}, reads = {'state:WRITE'}},
+    {'the state', checks = {'clock', 'keep_alive', 'prepare', 'check_types'}, reads = {'state:WRITE'}},
     {'the writes', writes = true},
   },
   ['report'] = {
     {'the arguments', checks = {'fail', 'arg_int', 'arg_id', 'arg_tokens'}},
-    {'the clock and the state', reads = {'state:REPORT'}},
+    {'the clock and the state', checks = {'clock'}, reads = {'state:REPORT'}},
     {'the read plan', checks = {'the_policy', 'prepare', 'keep_alive'},
       reads = {'state.quota_exhausted', 'state.fence', 'config.retry_after_cap_ms', 'state.not_before',
         'state:budget_fields(kind)', 'config:kind .. _per_minute'}},
@@ -173,26 +174,27 @@ local PLANS = {
   },
   ['reset'] = {
     {'the arguments', checks = {'parse_config'}},
-    {'the state', checks = {'check_types', 'load_all', 'keep_alive', 'window'}},
+    {'the state', checks = {'clock', 'check_types', 'load_all', 'keep_alive', 'window'}},
     {'the writes', writes = true},
   },
   ['resume'] = {
     {'the arguments', checks = {'fail'}},
-    {'the state', checks = {'check_types', 'load_all', 'keep_alive'}},
+    {'the state', checks = {'clock', 'check_types', 'load_all', 'keep_alive'}},
     {'the writes', writes = true},
   },
   ['set_max'] = {
     {'the arguments', checks = {'arg_int', 'fail'}},
-    {'the state', checks = {'check_types', 'load_all', 'keep_alive'}},
+    {'the state', checks = {'clock', 'check_types', 'load_all', 'keep_alive'}},
     {'the writes', writes = true},
   },
   ['set_shares'] = {
     {'the arguments', checks = {'arg_pairs', 'arg_int', 'fail'}},
-    {'the state', checks = {'check_types', 'load_all', 'fail', 'keep_alive'}},  -- the reserve below the ceiling
+    -- (fail: the reserve below the ceiling)
+    {'the state', checks = {'clock', 'check_types', 'load_all', 'fail', 'keep_alive'}},
     {'the writes', writes = true},
   },
   ['status'] = {
     {'the arguments'},
-    {'the state', checks = {'load_all'}},  -- (registered no-writes)
+    {'the state', checks = {'clock', 'load_all'}},  -- (registered no-writes)
   },
 }

@@ -21,7 +21,8 @@ READERS = ("load", "read_more", "read_more_list")
 CHECKS = frozenset({
     "fail", "arg_int", "arg_in", "arg_id", "arg_label", "arg_tokens", "arg_place", "parse_config",
     "load_all", "prepare", "the_policy", "check_all", "check_types", "check_type", "guard", "guard_grant",
-    "keep_alive", "window", "caps_config", "active_budgets", "no_news", "read_all", "touch_all",
+    "keep_alive", "window", "caps_config", "active_budgets", "no_news", "read_all", "touch_all", "clock",
+    "oversize",
 })  # fmt: skip
 #: the Redis commands that write
 WRITING = frozenset({"HSET", "HSETNX", "HDEL", "HINCRBY", "ZADD", "ZREM", "ZREMRANGEBYSCORE", "XADD", "DEL",
@@ -30,8 +31,10 @@ WRITING = frozenset({"HSET", "HSETNX", "HDEL", "HINCRBY", "ZADD", "ZREM", "ZREMR
 WRITES = frozenset({
     "reclaim", "grant", "save", "enqueue", "add_lease", "record", "settle", "calibrate", "refused", "log",
     "finish", "held_remove", "held_add", "recover", "pause", "resume", "apply_config", "clear_learnt", "recount",
-    "set", "created",
+    "set", "created", "lost", "reborn",
 })  # fmt: skip
+#: calls that may fail only on what an earlier check checked (status_reply: a status field load_all read)
+NOTHING_NEW = frozenset({"status_reply"})
 
 
 @dataclass
@@ -208,3 +211,21 @@ def plans(text: str | None = None) -> dict[str, list[Plan]]:
             )
         out[operation] = declared
     return out
+
+
+def may_fail() -> set[str]:
+    """The library's functions (lua/lib) that may fail a call: those that
+    call fail(), and those that call one of them."""
+    bodies: dict[str, str] = {}
+    for path in sorted((LUA / "lib").glob("*.lua")):
+        code = _code(path.read_text(encoding="utf-8"))
+        for pattern in (r"^local function (\w+)\([^)]*\)\n(.*?)^end\b", r"^  (\w+) = function\([^)]*\)\n(.*?)^  end\b"):
+            bodies.update(re.findall(pattern, code, re.S | re.M))
+    failing, grown = {"fail"}, True
+    while grown:
+        grown = False
+        for name, body in bodies.items():
+            if name not in failing and set(re.findall(r"(?<![.\w])(\w+)\s*\(", body)) & failing:
+                failing.add(name)
+                grown = True
+    return failing
