@@ -210,6 +210,25 @@ def uses_line(text: str) -> tuple[str, ...]:
     return tuple(re.findall(r"lib/(\w+)\.lua", lines[0]))
 
 
+def defines_line(text: str) -> tuple[str, ...]:
+    """The names a fragment's header says it defines for other files (its
+    "Defines:" line: names separated by commas, ended by a full stop; a line
+    that ends with a comma goes on on the next; "Defines: nothing." for none)."""
+    lines = re.findall(r"^Defines: ((?:[^\n]*,\n)*[^\n]*?)\.(?:\s|$)", text, re.M)
+    if len(lines) != 1:
+        raise ValueError(
+            'a fragment\'s header names what it defines on one "Defines:" line (names separated by commas, '
+            "ended by a full stop; a line that ends with a comma goes on on the next)"
+        )
+    names = tuple(name.strip() for name in lines[0].split(","))
+    if names == ("nothing",):
+        return ()
+    bad = [name for name in names if not re.fullmatch(r"[A-Za-z_]\w*", name)]
+    if bad:
+        raise ValueError(f'a "Defines:" line names Lua names only, separated by commas: not {bad}')
+    return names
+
+
 @functools.cache
 def scopes() -> dict[str, tuple[str, ...]]:
     """Each fragment's names (its scope's table), by fragment."""

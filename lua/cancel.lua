@@ -17,12 +17,14 @@ Reply
 ]]
 
 local id = arg_id(3, 'id')
+-- step: the state
 clock()
 if not load(WRITE) then return missing_reply() end
 prepare()
 keep_alive()
 -- touched after the first write (and what grant() adds)
 guard_grant(false, KEY.waiters, KEY.holders, KEY.leases, KEY.parked, KEY.held)
+-- step: the writes
 local was = 'none'
 if redis.call('ZREM', KEY.queue, id) + redis.call('ZREM', KEY.parked, id) > 0 then
   was = 'queued'

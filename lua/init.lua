@@ -60,8 +60,10 @@ local listening = ARGV[7] == '1'
 local notice = arg_in(8, 'notice_ms')
 local strict = ARGV[9] == '1'
 local cfg, raw = parse_config(10)
+-- step: the keys
 clock()
 check_types()
+-- step: a config or policy hash lost, stored again
 if redis.call('EXISTS', KEY.state) == 1
   and (redis.call('EXISTS', KEY.config) == 0 or redis.call('EXISTS', KEY.policy) == 0) then
   -- The config or the policy hash lost while the state stayed: stored again
@@ -74,11 +76,13 @@ if redis.call('EXISTS', KEY.state) == 1
   log('repair', 'why', 'the ' .. lost .. ' hash was lost (evicted or deleted): the config stored again from a client')
   save()
 end
+-- step: a governor already there
 if load_all() then
   note_ttl(ttl)
   return finish({SCHEMA, 'exists', STATE.epoch, STATE.ttl_max, unpack(config_pairs())})
 end
 
+-- step: a new state
 -- How long ago the server started, in ms (nil: not known, or an injected clock).
 local function server_age()
   if ARGV[1] ~= '' or not strict then return nil end

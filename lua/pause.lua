@@ -21,11 +21,13 @@ if reason == nil or reason == '' or #reason > 500 then
   fail('BADARG', 'reason must be 1-500 bytes')
 end
 local duration = arg_int(4, 'duration_ms')
+-- step: the state
 clock()
 check_types()
 if not load_all() then return missing_reply() end
 keep_alive()
 
+-- step: the writes
 local until_ms = 0
 if duration > 0 then until_ms = NOW + duration end
 local before = STATE.capacity

@@ -13,11 +13,13 @@ Reply
   {SCHEMA, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
+-- step: the state
 clock()
 check_types()
 if not load_all() then return missing_reply() end
 local grow = no_news()
 keep_alive()
+-- step: the writes
 reclaim(true)
 recover()
 if grow then grow() end

@@ -30,6 +30,7 @@ Reply
 
 local queue_ttl = arg_in(3, 'queue_ttl_ms')
 for i = 4, #ARGV do arg_id(i, 'id') end
+-- step: the state
 clock()
 if not load(WRITE) then return missing_reply() end
 prepare()
@@ -37,6 +38,7 @@ check_types()  -- one call per process per poll: cheap enough to check all
 local grow = no_news()
 keep_alive()
 
+-- step: the writes
 reclaim()
 recover()
 if grow then grow() end

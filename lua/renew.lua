@@ -36,6 +36,7 @@ for i = 4, #ARGV, WIDTH do
   places[i] = arg_place(i + 3)
   reserved[i] = arg_tokens(i + 6, 'tokens')
 end
+-- step: the state
 clock()
 if not load(WRITE) then return missing_reply() end
 keep_alive()
@@ -53,6 +54,7 @@ if writes_more or NOW >= STATE.reclaim_due then
   check_types()
 end
 
+-- step: the writes
 reclaim()
 local reply = {SCHEMA, 'renewed', STATE.epoch}
 for i = 4, #ARGV, WIDTH do

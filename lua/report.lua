@@ -99,9 +99,9 @@ if retry_after then
   read_more('state', 'not_before')
 end
 for i = 1, #limits do
-  local figures = limits[i]
-  read_more('state', budget_fields(figures[1]))
-  read_more('config', figures[1] .. '_per_minute')
+  local kind = limits[i][1]
+  read_more('state', budget_fields(kind))
+  read_more('config', kind .. '_per_minute')
 end
 keep_alive()
 -- With callers queued and nothing due that could change the queue before
@@ -126,25 +126,48 @@ local counted = release and STATE.capped == 1 and redis.call('EXISTS', KEY.held)
 if counted then guard(KEY.held) end
 local lease_record = nil
 if settles or counted then lease_record = record_parse(redis.call('HGET', KEY.holders, lease)) end
--- A quiet success changes nothing a lease given back first could change:
--- a live one goes before the window is written (first_back).
-local first_back = quiet and release and lease_record == nil and not waiting  -- (grant() guards after its reads)
-local known = release and not first_back
-  and (lease_record ~= nil or head ~= nil or redis.call('HEXISTS', KEY.holders, lease) == 1)  -- (HDEL of none: no change)
+-- How the lease goes back, when a release is asked (back; nil: not
+-- asked, or given back already):
+--   'first'   a quiet success with nobody waiting, its record unread: it
+--             goes first, its HDEL the call's first write (telling
+--             holders' type): a quiet success changes nothing a lease given
+--             back first could change
+--   'record'  with its holder record (read, or a head read: holders' type
+--             told; or HEXISTS found one)
+--   'bare'    without (HEXISTS found none: a queued id keeps its place)
+local back = nil
+if release then
+  if quiet and lease_record == nil and not waiting then
+    back = 'first'
+  elseif lease_record ~= nil or head ~= nil or redis.call('HEXISTS', KEY.holders, lease) == 1 then
+    back = 'record'
+  else
+    back = 'bare'
+  end
+end
 
+-- The lease given back (once): out of leases, its record out of holders,
+-- its counts out of held. Given back first, a live lease's record goes
+-- first: its own (a queued id has none in leases), and HDEL, the call's
+-- first write, tells holders' type.
 local function give_back()
-  if release and redis.call('ZREM', KEY.leases, lease) == 1 then
-    if known then redis.call('HDEL', KEY.holders, lease) end  -- a queued id keeps its place
+  if back == 'first' then
+    redis.call('HDEL', KEY.holders, lease)
+    back = 'bare'
+  end
+  if back and redis.call('ZREM', KEY.leases, lease) == 1 then
+    if back == 'record' then redis.call('HDEL', KEY.holders, lease) end
     if counted then held_remove(lease_record, waiting) end
   end
-  release = false  -- (given back once)
+  back = nil
 end
 
 if lease then
   local expiry = tonumber(redis.call('ZSCORE', KEY.leases, lease))
   if not expiry or expiry <= NOW then
     if waiting then guard_grant(false, KEY.waiters, KEY.holders) end  -- (and what grant() adds)
-    if first_back then known = redis.call('HEXISTS', KEY.holders, lease) == 1 end  -- a queued id keeps its place
+    -- (not live: HEXISTS says whether it has a record; a queued id keeps its place)
+    if back == 'first' then back = redis.call('HEXISTS', KEY.holders, lease) == 1 and 'record' or 'bare' end
     give_back()
     if waiting then grant() end  -- its tenant's first parked waiter may be back in the queue
     return finish({SCHEMA, 'lost'})
@@ -162,13 +185,6 @@ elseif outcome ~= 'q' then
   rate_limited, total = window()  -- reads tell the window keys' types
   fresh = total == 0
 end
-if first_back then
-  -- A live lease's record is its own (a queued id has none in leases):
-  -- HDEL, the call's first write, tells holders' type.
-  redis.call('HDEL', KEY.holders, lease)
-  known = false
-  give_back()
-end
 if not quiet then guard(KEY.events) end  -- the policy may log after the first write
 if not lease then guard(KEY.leases) end  -- the policy and grant() count it after the first write
 if head then
@@ -178,6 +194,7 @@ elseif waiting then
   if not release then guard(KEY.holders) end  -- grant() reads the head's record (else HEXISTS told)
 end
 -- step: the writes
+if back == 'first' then give_back() end  -- (a quiet success, nobody waiting: none of the guards above ran)
 reclaim()
 if outcome == 'q' then
   set('state', 'quota_exhausted', STATE.quota_exhausted + 1)

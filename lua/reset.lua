@@ -21,11 +21,13 @@ Reply
 
 local cfg, raw = nil, nil
 if #ARGV >= 3 then cfg, raw = parse_config(3) end
+-- step: the state
 clock()
 check_types()
 if not load_all() then return missing_reply() end
 keep_alive()
 local rate_limited, total = window()
+-- step: the writes
 local before = {'from', STATE.capacity, 'was_paused', STATE.paused, 'window_rate_limited', rate_limited,
   'window_attempts', total}
 redis.call('DEL', KEY.attempts, KEY.limited)

@@ -22,10 +22,12 @@ Reply
 
 local lift = ARGV[3] or ''
 if lift ~= '' and lift ~= 'lift-hold' then fail('BADARG', 'lift must be lift-hold or empty, got ' .. lift) end
+-- step: the state
 clock()
 check_types()
 if not load_all() then return missing_reply() end
 keep_alive()
+-- step: the writes
 local was_paused = STATE.paused == 1
 local held_until = STATE.not_before
 local was_holding = held_until > NOW

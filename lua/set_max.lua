@@ -21,11 +21,13 @@ Reply
 
 local n = arg_int(3, 'max_capacity', 1)
 if n > MAX_CAPACITY then fail('BADARG', 'max_capacity must be <= ' .. MAX_CAPACITY) end
+-- step: the state
 clock()
 check_types()
 if not load_all() then return missing_reply() end
 keep_alive()
 
+-- step: the writes
 local before, capacity_before = CONFIG.max_capacity, STATE.capacity
 set('config', 'max_capacity', n)
 local reserve = CONFIG.reserve

@@ -49,6 +49,7 @@ local aging = arg_int(5, 'aging_ms')
 if aging > 86400000 then fail('BADARG', 'aging_ms must be at most a day') end
 local caps = arg_pairs(6, 'tenant_caps', MAX_CAP, MAX_CAPPED)
 local reserve = arg_int(7, 'reserve')
+-- step: the state
 clock()
 check_types()
 if not load_all() then return missing_reply() end
@@ -57,6 +58,7 @@ if reserve >= CONFIG.max_capacity then
 end
 keep_alive()
 
+-- step: the writes
 log('set_shares', 'tenant_weights', weights, 'default_weight', default_weight, 'aging_ms', aging,
   'tenant_caps', caps, 'reserve', reserve, 'from_weights', CONFIG.tenant_weights, 'from_aging_ms', CONFIG.aging_ms,
   'from_caps', CONFIG.tenant_caps, 'from_reserve', CONFIG.reserve, 'why', 'operator')

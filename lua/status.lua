@@ -20,6 +20,7 @@ Reply
 ]]
 
 READ_ONLY = true  -- registered no-writes: a state that came back is reported, not handled
+-- step: the state
 clock()
 if not load_all() then return missing_reply() end
 return status_reply()

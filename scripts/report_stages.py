@@ -3,9 +3,10 @@
 
     python scripts/report_stages.py [--operation report] [--calls 200] [--queued]
 
-The hot operations mark their steps in their own Lua: a top-level line
-``-- step: <what the step does>`` (lua/report.lua, lua/acquire.lua,
-lua/release.lua). This tool loads a copy of the library under another name
+Every operation marks its steps in its own Lua: a top-level line
+``-- step: <what the step does>`` (PLANS of lua/lib/plans.lua declares
+them); this tool counts those of the hot ones (lua/report.lua,
+lua/acquire.lua, lua/release.lua). It loads a copy of the library under another name
 in which the operation is cut short before each step (``do return 0 end``
 there), runs each cut ``calls`` times on a private ``redis-server`` under
 callgrind, and prints what each step adds, from the floor of the call (an

@@ -34,7 +34,17 @@ from governor.protocol import (
     ms,
 )
 from governor.scripts import COMMON as COMMON_NAME
-from governor.scripts import FRAGMENTS, OPERATIONS, defined, field_table, function_name, parts, uses_line
+from governor.scripts import (
+    FRAGMENTS,
+    OPERATIONS,
+    defined,
+    defines_line,
+    field_table,
+    function_name,
+    parts,
+    used,
+    uses_line,
+)
 
 from .conftest import FakeClock
 
@@ -143,6 +153,35 @@ def test_no_two_library_files_define_one_name() -> None:
 def test_each_operations_uses_line_names_what_it_uses(operation: str) -> None:
     path = LUA / f"{operation}.lua"
     assert _uses_line(path) == _needed(code(path), (COMMON_NAME, *FRAGMENTS))
+
+
+@pytest.mark.parametrize("fragment", FRAGMENTS)
+def test_each_fragments_defines_line_names_what_it_defines_for_the_others(fragment: str) -> None:
+    """A fragment's "Defines:" line names names of its own scope only (what
+    the fragment's table returns), and every one of them another file uses
+    (a name it keeps to itself may be left off)."""
+    path = LUA / "lib" / f"{fragment}.lua"
+    text = path.read_text(encoding="utf-8")
+    declared, own = defines_line(text), defined(text)
+    assert len(set(declared)) == len(declared), f"lib/{fragment}.lua's Defines line names a name twice"
+    assert not [n for n in declared if n not in own], (
+        f"lib/{fragment}.lua's Defines line names what it does not define: drop them, or define them"
+    )
+    files = [LUA / "lib" / f"{name}.lua" for name in FRAGMENTS] + [LUA / f"{name}.lua" for name in OPERATIONS]
+    users = [other for other in files if other != path and fragment in uses_line(other.read_text(encoding="utf-8"))]
+    wanted = {name for other in users for name in used(other.read_text(encoding="utf-8")) if name in own}
+    assert not sorted(wanted - set(declared)), (
+        f"other files use these names of lib/{fragment}.lua, which its Defines line does not name: add them"
+    )
+
+
+def test_a_defines_line_is_names_and_a_full_stop() -> None:
+    assert defines_line("--[[ x\nDefines: a, b,\nc.\nProse. ]]") == ("a", "b", "c")
+    assert defines_line("Defines: nothing.\n") == ()
+    with pytest.raises(ValueError, match="Lua names only"):
+        defines_line("Defines: load (every call's read).\n")
+    with pytest.raises(ValueError, match="Defines"):
+        defines_line("Uses lib/common.lua.\n")
 
 
 def test_the_sentinel_is_the_protocols() -> None:

@@ -1,7 +1,8 @@
 --[[ lib/adaptive.lua: the adaptive policy, POLICIES.adaptive.
 
 Uses lib/common.lua, lib/fields.lua, lib/decisions.lua, lib/records.lua, lib/capacity.lua, lib/policy.lua.
-Defines: nothing of its own; it adds its entry to POLICIES (lib/policy.lua
+Defines: nothing.
+It adds its entry to POLICIES (lib/policy.lua
 says what an entry holds). It tells the provider's background refusals from
 the fleet's load: a refusal the background share explains cuts nothing, a
 cut is checked a window later (a share that did not fall was background:

@@ -2,6 +2,7 @@
 
 Uses lib/common.lua, lib/args.lua, lib/fields.lua, lib/records.lua, lib/budgets.lua, lib/origin.lua,
 lib/admission.lua.
+Defines: load_all, status_reply.
 load_all() reads and checks every field of the three hashes (HGETALL each);
 status_reply() is the reply of status, probe and the operator scripts (which
 also call check_types() of lib/common.lua before they write).

@@ -1,7 +1,8 @@
 --[[ lib/capacity.lua: the policy's capacity changes: pause, resume, recover.
 
 Uses lib/common.lua, lib/fields.lua, lib/decisions.lua, lib/records.lua.
-Defines: resume_level, pause, resume, recover. Capacity is 0 only while
+Defines: resume_level, pause, resume, recover.
+Capacity is 0 only while
 paused; a pause saves the capacity it resumes at (an operator's) or resumes
 at the resume level (the policy's).
 ]]

@@ -68,9 +68,10 @@ one HMGET per hash, decide what they read before their first write (a
 report's read plan: the_policy() of lib/policy.lua tells a quiet
 success, which reads the policy's streak alone, no config beyond
 max_capacity and the idle time and no window count) and let reads of a
-key tell its type. The hot operations mark their steps ("-- step: ..."
-lines at their top level): scripts/report_stages.py counts each step
-under callgrind.
+key tell its type. Every operation marks its steps ("-- step: ..."
+lines at its top level), as PLANS of lib/plans.lua declares them (what
+each reads and checks, which write); scripts/report_stages.py counts the
+hot operations' steps under callgrind.
 Every count is derived with ZCOUNT over the live range, so expired
 leases, dead waiters and old window events never count even before they
 are removed; removal (reclaim) runs at most once per RECLAIM_MS and
@@ -92,7 +93,10 @@ fails, so everything that could stop a script is checked before its first
 write: every argument (arg_int, arg_id, ...), every stored value it reads
 (load: GOVERNOR_BADSTATE), and the type of every key it touches: a read of
 the key tells it (a command on a key of another type fails before
-anything is written), else guard() or check_types() checks it. Each
+anything is written), else guard() or check_types() checks it. PLANS of
+lib/plans.lua declares, step by step, what each operation reads and
+checks and where it starts writing (tests/test_read_plans.py holds the
+code to it). Each
 function is registered with its flags (status: no-writes), so a Redis out
 of memory refuses a writing one before it runs.
 ]]

@@ -1,6 +1,7 @@
 --[[ lib/config.lua: a client's config, as init.lua and reset.lua store it.
 
 Uses lib/common.lua, lib/fields.lua, lib/budgets.lua, lib/shares.lua, lib/policy.lua.
+Defines: parse_config, config_pairs, apply_config, clear_learnt.
 The config arrives as name, value pairs (governor/config.py
 GovernorConfig.script_fields): the base fields of the config hash, then the
 fields of its policy (POLICIES[policy].config). Each is checked for kind and

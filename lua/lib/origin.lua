@@ -2,10 +2,13 @@
 recovery hold, and a key of the state lost.
 
 Uses lib/common.lua, lib/fields.lua, lib/decisions.lua, lib/shares.lua, lib/capacity.lua.
-Defines: load (every call's read of the state, its stamp checked),
-hold_admissions and why_held (init.lua, blocked() of lib/admission.lua),
-note_ttl (init.lua), keys_lost (reclaim() of lib/upkeep.lua), lost and
-seconds (init.lua), status_why (status_reply of lib/admin.lua).
+Defines: load, hold_admissions, why_held, note_ttl, keys_lost, lost, seconds,
+server_stamp, status_why.
+load() is every call's read of the state, its stamp checked;
+hold_admissions() and why_held() serve init.lua and blocked() of
+lib/admission.lua, note_ttl(), lost(), seconds() and server_stamp() init.lua,
+keys_lost() reclaim() of lib/upkeep.lua, status_why() status_reply() of
+lib/admin.lua.
 
 The origin stamp. Every writing call that finds the state stamps it (field
 origin) "layout:min_layout:run_id:replid": the layout this library writes

@@ -1,6 +1,7 @@
 --[[ lib/policy.lua: the policies, one entry each in POLICIES.
 
 Uses lib/common.lua, lib/numbers.lua, lib/fields.lua, lib/decisions.lua, lib/records.lua, lib/capacity.lua.
+Defines: POLICIES, the_policy, record, no_news, set_capacity, policy_pause, probe_cap.
 A policy is a unit: its entry here (its state fields, its reaction to a
 rate-limited attempt and to a success, its reset), its config class in
 governor/policies.py (its stored numbers, read here from C) and its entry in

@@ -2,7 +2,8 @@
 
 Uses lib/common.lua, lib/fields.lua, lib/decisions.lua, lib/records.lua, lib/shares.lua,
 lib/origin.lua.
-Defines: reclaim. reclaim() removes expired leases, dead waiters and old
+Defines: reclaim.
+reclaim() removes expired leases, dead waiters and old
 window events (the fields it uses are read first: lib/plans.lua).
 ]]
 
