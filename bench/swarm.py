@@ -301,8 +301,7 @@ async def _run_strategy(
         )  # fmt: skip
     finally:
         for _, process in proxies:
-            process.terminate()
-            await asyncio.to_thread(process.wait, 10)
+            await asyncio.to_thread(_stop_proxy, process)
 
 
 def _start_proxies(redis_url: str, name: str, upstream: str, count: int) -> list[tuple[str, Any]]:
@@ -321,10 +320,16 @@ def _start_proxies(redis_url: str, name: str, upstream: str, count: int) -> list
             started.append((f"http://127.0.0.1:{port}/openai", process))
     except BaseException:
         for _, process in started:
-            process.terminate()
-            process.wait(10)
+            _stop_proxy(process)
         raise
     return started
+
+
+def _stop_proxy(process: Any) -> None:
+    process.terminate()
+    process.wait(10)
+    if process.stderr is not None:
+        process.stderr.close()
 
 
 async def _run_jobs(
