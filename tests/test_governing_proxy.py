@@ -287,6 +287,27 @@ def test_redis_unreachable_is_a_503(name: str, mock: ServedMock) -> None:
     assert mock.attempts() == 0
 
 
+def test_an_unreachable_upstream_is_a_502_in_the_providers_shape(name: str, gov: Governor, redis_url: str) -> None:
+    """Nothing listens upstream: the attempt is reported as an error (not a
+    throttle: the fleet is not held), its lease given back, and the caller
+    gets a 502 in the provider's shape."""
+    from tests.support.servers import free_port
+
+    closed = f"http://127.0.0.1:{free_port()}"
+    served = ServedProxy(ProxyConfig((Route("openai", name, closed),), port=0, governor=CONFIG), redis_url)
+    try:
+        with oai(served) as client, pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(model="gpt-4o-mini", messages=HI)
+    finally:
+        served.stop()
+    assert caught.value.status_code == 502
+    assert caught.value.code == "upstream_unreachable"
+    assert closed in caught.value.message
+    status = gov.status()
+    assert (status.window_attempts, status.window_rate_limited, status.in_flight) == (1, 0, 0)
+    assert status.not_before is None
+
+
 def test_error_bodies_are_the_providers_shapes() -> None:
     assert error_body("openai", "quota", "m") == (
         429,
