@@ -241,6 +241,31 @@ async def test_a_429_on_the_limiters_lease_holds_the_fleet(
     assert limiter.held == 0
 
 
+async def test_a_release_leaves_a_carried_lease_to_its_call(
+    gov: Governor, agov: AsyncGovernor, mock: ServedMock
+) -> None:
+    """The call took the limiter's lease: the limiter's release gives back
+    nothing while the call's stream still runs; the stream's end does."""
+    mock.reset(per_token_latency=0.05, stream_chunk_tokens=1)
+    limiter = GovernorConcurrencyLimiter(agov)
+    client = async_openai_client(agov, base_url=f"{mock.url}/v1", api_key="sk-test")
+    try:
+        await limiter.acquire("model:gpt-4o-mini")
+        stream = await client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        assert await stream.__anext__() is not None
+        limiter.release()
+        await limiter.drain()
+        assert gov.status().in_flight == 1  # still the call's
+        rest = [chunk async for chunk in stream]
+    finally:
+        await client.close()
+    assert rest
+    await until(lambda: gov.status().in_flight == 0, 5, what="the stream's lease released")
+    assert gov.status().window_attempts == 1
+
+
 async def _in_flight(gov: AsyncGovernor) -> bool:
     return (await gov.status()).in_flight == 0
 
