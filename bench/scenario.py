@@ -32,6 +32,13 @@ The strategies, run one after another against the same provider settings:
     Python's. It needs Node 20+ and the built Node package
     (``npm ci && npm run build`` in ``clients/typescript``), and a Redis
     URL the Node processes can reach.
+``fleet-proxy``
+    The fleet governor in ``governor proxy`` processes (:data:`PROXIES` of
+    them, host ``h`` calling proxy ``h % PROXIES``, as one proxy per
+    machine serves its agents): the agents call the proxy's ``/openai``
+    as if it were the provider, ungoverned and with SDK-style retries, and
+    the proxies govern each request. It needs a Redis URL the proxies can
+    reach.
 
 The agents of ``per-host``, ``fleet-seed`` and ``fleet`` make each call
 with ``AsyncGovernor.call`` (acquire, call, classify, report with the
@@ -59,7 +66,9 @@ from governor.policies import AdaptivePolicy, FixedPolicy, Policy, SeedPolicy
 STRATEGIES: tuple[str, ...] = ("none", "fixed", "per-host", "fleet-seed", "fleet")
 #: every strategy (on request: ``fleet-lease``, the governor of ``fleet`` with the README's pattern,
 #: and ``fleet-mixed``, the same with half of the hosts on Node)
-ALL_STRATEGIES: tuple[str, ...] = (*STRATEGIES, "fleet-lease", "fleet-mixed")
+ALL_STRATEGIES: tuple[str, ...] = (*STRATEGIES, "fleet-lease", "fleet-mixed", "fleet-proxy")
+#: the governing proxies of ``fleet-proxy``, shared by the hosts
+PROXIES = 2
 
 
 @dataclass(frozen=True)
@@ -263,7 +272,14 @@ def strategy_pattern(strategy: str) -> str:
     """How a strategy's agents use the governor: "call" (``AsyncGovernor.call``),
     "lease" (acquire, call, report with the lease, release: the README's
     pattern), "semaphore" (acquire and release, no report) or "none"."""
-    return {"none": "none", "fixed": "semaphore", "fleet-lease": "lease", "fleet-mixed": "lease"}.get(strategy, "call")
+    patterns = {
+        "none": "none",
+        "fixed": "semaphore",
+        "fleet-lease": "lease",
+        "fleet-mixed": "lease",
+        "fleet-proxy": "none",
+    }
+    return patterns.get(strategy, "call")
 
 
 def strategy_runtime(strategy: str, host: int) -> str:
@@ -272,8 +288,9 @@ def strategy_runtime(strategy: str, host: int) -> str:
 
 
 def strategy_reports(strategy: str) -> bool:
-    """Whether agents report outcomes: the fixed semaphore knows nothing of them."""
-    return strategy not in ("none", "fixed")
+    """Whether agents report outcomes: the fixed semaphore knows nothing of
+    them; behind the proxy, the proxy reports."""
+    return strategy not in ("none", "fixed", "fleet-proxy")
 
 
 def parse_option(text: str) -> tuple[str, Any]:

@@ -34,6 +34,7 @@ from .embedded import Backend
 from .host import HostJob, HostResult, config_to_json, node_host_missing
 from .provider import MockProvider, ProviderConfig, RunRecord
 from .scenario import (
+    PROXIES,
     Scenario,
     governor_config,
     governor_names,
@@ -227,6 +228,10 @@ async def run_swarm(
         missing = node_host_missing()
         if missing is not None:
             raise ValueError(f"fleet-mixed cannot run: {missing}")
+    if "fleet-proxy" in scenario.strategies and not backend.shared:
+        raise ValueError(
+            "fleet-proxy runs `governor proxy` processes, which need a Redis they can reach: pass a Redis URL"
+        )
     run_id = uuid.uuid4().hex[:8]
     provider = _Provider(provider_config, provider_url)
     url = await provider.start()
@@ -285,6 +290,66 @@ async def _run_strategy(
     config = governor_config(scenario, strategy)
     names = governor_names(f"sim-{run_id}", strategy, scenario.hosts)
     watched = await _configure(client, sorted(set(names)), config)
+    proxies: list[Any] = []
+    if strategy == "fleet-proxy":  # the hosts call the proxies, which govern
+        assert backend.url is not None and names
+        proxies = await asyncio.to_thread(_start_proxies, backend.url, names[0], provider_url, PROXIES)
+    try:
+        return await _run_jobs(
+            scenario, strategy, position, run_id, provider, provider_url, hosts, backend, client, progress,
+            config, names, watched, [url for url, _ in proxies],
+        )  # fmt: skip
+    finally:
+        for _, process in proxies:
+            await asyncio.to_thread(_stop_proxy, process)
+
+
+def _start_proxies(redis_url: str, name: str, upstream: str, count: int) -> list[tuple[str, Any]]:
+    """``count`` ``governor proxy`` processes governing ``upstream`` by the
+    governor ``name``: (the base URL its agents call, the process)."""
+    from .proxy_bench import _serve
+    from .redis_server import free_port
+
+    cli = os.path.join(os.path.dirname(sys.executable), "governor")
+    started: list[tuple[str, Any]] = []
+    try:
+        for _ in range(count):
+            port = free_port()
+            args = [cli, "--url", redis_url, "proxy", "--openai", name, "--openai-upstream", upstream]
+            process = _serve([*args, "--port", str(port)], f"http://127.0.0.1:{port}/healthz")
+            started.append((f"http://127.0.0.1:{port}/openai", process))
+    except BaseException:
+        for _, process in started:
+            _stop_proxy(process)
+        raise
+    return started
+
+
+def _stop_proxy(process: Any) -> None:
+    process.terminate()
+    process.wait(10)
+    if process.stderr is not None:
+        process.stderr.close()
+
+
+async def _run_jobs(
+    scenario: Scenario,
+    strategy: str,
+    position: tuple[int, int],
+    run_id: str,
+    provider: _Provider,
+    provider_url: str,
+    hosts: Hosts,
+    backend: Backend,
+    client: Any,
+    progress: Callable[[Progress], None] | None,
+    config: GovernorConfig | None,
+    names: list[str],
+    watched: list[AsyncGovernor],
+    proxies: list[str],
+) -> StrategyRun:
+    """One strategy's run on its governors (``watched``); with ``proxies``,
+    host ``h`` calls ``proxies[h % len(proxies)]`` instead of the provider."""
     await hosts.ready()
     load_before = os.getloadavg()[0]
     start_at = time.time() + scenario.lead
@@ -298,9 +363,9 @@ async def _run_strategy(
             calls=scenario.calls,
             start_at=start_at,
             deadline=start_at + scenario.max_time,
-            provider_url=provider_url,
-            governor=names[h] if names else None,
-            config=config_to_json(config) if config else None,
+            provider_url=proxies[h % len(proxies)] if proxies else provider_url,
+            governor=names[h] if names and not proxies else None,
+            config=config_to_json(config) if config and not proxies else None,
             report=strategy_reports(strategy),
             pattern="lease" if strategy_pattern(strategy) == "lease" else "call",
             report_retry_after=scenario.report_retry_after,

@@ -8,6 +8,7 @@ scripts/unasync.py); governor/transport.py is their public face.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import importlib
 import json
@@ -179,6 +180,48 @@ def sdk_twin(error: GovernorError, base: Any) -> GovernorError:
 #: request headers that name a request's own priority class and tenant (taken off before sending)
 PRIORITY_HEADER = "x-governor-priority"
 TENANT_HEADER = "x-governor-tenant"
+
+
+class Carried:
+    """A lease taken ahead of a model call (by a framework's limiter:
+    governor/frameworks/pydantic_ai.py), carried into it through
+    :data:`CARRIED`: the call's first attempt runs on it when the call's
+    transport has the same governor, so one lease carries both the limit
+    and the call's outcome. Taken at most once; closed by its limiter when
+    the operation ends, after which nothing takes it."""
+
+    __slots__ = ("_lock", "governor", "lease", "taken")
+
+    def __init__(self, governor: Any, lease: Any) -> None:
+        self.governor, self.lease = governor, lease
+        self.taken = False  #: a call took the lease: it reports and releases it
+        self._lock = threading.Lock()
+
+    def take(self, governor: Any) -> Any | None:
+        """The lease, for a call of ``governor``'s; None when it is another
+        governor's, already taken, closed or released."""
+        with self._lock:
+            if self.taken or self.governor is not governor or self.lease.released:
+                return None
+            self.taken = True
+            return self.lease
+
+    def close(self) -> bool:
+        """No call may take the lease from now on; True when none did (its
+        limiter gives it back), False when a call took it."""
+        with self._lock:
+            taken, self.taken = self.taken, True
+            return not taken
+
+
+#: the lease carried into the model calls of this context (an asyncio task, a thread)
+CARRIED: contextvars.ContextVar[Carried | None] = contextvars.ContextVar("fleet_governor_carried", default=None)
+
+
+def carried_lease(governor: Any) -> Any | None:
+    """The lease carried into this context for a call of ``governor``'s (see :class:`Carried`), taken."""
+    carrier = CARRIED.get()
+    return None if carrier is None else carrier.take(governor)
 
 
 def request_ask(request: Any, ask: Ask, governor: Any) -> Ask:

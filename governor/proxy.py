@@ -38,8 +38,12 @@ Served on loopback by default. Bound to any other address, the proxy needs a
 shared ``token``: every request then carries it in ``x-governor-token`` (taken
 off before it goes upstream), or is refused with a 401.
 
-The HTTP server is aiohttp's, the upstream client httpx's, both from the
-``proxy`` extra (``pip install 'fleet-governor[proxy]'``).
+The HTTP server is aiohttp's; upstream, each request goes straight to the
+governed transport as an httpx request (no client layer: no cookies, no
+redirects), sent by aiohttp's client behind httpx's transport interface
+(httpx-aiohttp). All from the ``proxy`` extra (``pip install
+'fleet-governor[proxy]'``), with uvloop as the event loop where it installs
+(``governor proxy`` runs on it when it is there).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 from ._async.governor import AsyncGovernor
@@ -242,6 +246,22 @@ def _refusal(error: GovernorError, queue_timeout: float | None) -> tuple[str, st
     return "unavailable", f"fleet-governor: {error}", BUSY_RETRY_AFTER
 
 
+def _upstream_transport() -> Any:
+    """The transport that sends upstream: aiohttp's client (its C HTTP parser,
+    one pool of kept-alive connections, no cap on how many: the governor is
+    the limit) behind httpx's transport interface (httpx-aiohttp), the bytes
+    passed on as they come (no decompression)."""
+    import aiohttp
+    from httpx_aiohttp import AiohttpTransport
+
+    def session() -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), auto_decompress=False, skip_auto_headers=("Accept-Encoding",)
+        )
+
+    return AiohttpTransport(client=session)
+
+
 # -- the server -----------------------------------------------------------------------------------
 
 
@@ -259,11 +279,13 @@ class GoverningProxy:
         self._routes: dict[str, tuple[Route, AsyncGovernor, Any]] = {}
         self._runner: Any = None
         self._token = config.token.encode() if config.token is not None else None
+        wait, connect = config.upstream_timeout, min(30.0, config.upstream_timeout)
+        #: the upstream's timeouts, where an httpx transport reads them (a request's extensions)
+        self._timeouts = {"timeout": {"connect": connect, "read": wait, "write": wait, "pool": wait}}
         self.url: str | None = None
 
     async def start(self) -> str:
         """Serve; returns the base URL (``http://host:port``)."""
-        import httpx
         from aiohttp import web
 
         config = self.config
@@ -272,18 +294,14 @@ class GoverningProxy:
                 gov = AsyncGovernor.from_url(self._redis_url, route.governor, config.governor)
                 transport = AsyncGovernedTransport(
                     gov,
-                    httpx.AsyncHTTPTransport(limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)),
+                    _upstream_transport(),
                     retry=config.retry,
                     holder=self._holder,
                     timeout=config.queue_timeout,
                     priority=config.priority,
                     tenant=config.tenant,
                 )
-                timeout = httpx.Timeout(config.upstream_timeout, connect=min(30.0, config.upstream_timeout))
-                client = httpx.AsyncClient(
-                    transport=cast(httpx.AsyncBaseTransport, transport), timeout=timeout, follow_redirects=False
-                )
-                self._routes[route.shape] = (route, gov, client)
+                self._routes[route.shape] = (route, gov, transport)
             app = web.Application(client_max_size=64 * 1024 * 1024)
             app.router.add_get("/healthz", self._health)
             app.router.add_route("*", "/{shape}/{tail:.*}", self._forward)
@@ -304,8 +322,8 @@ class GoverningProxy:
             await self._runner.cleanup()
             self._runner = None
         routes, self._routes = self._routes, {}
-        for _route, gov, client in routes.values():
-            await client.aclose()
+        for _route, gov, transport in routes.values():
+            await transport.aclose()
             await gov.aclose()
 
     async def __aenter__(self) -> GoverningProxy:
@@ -342,7 +360,7 @@ class GoverningProxy:
         if entry is None:
             served = ", ".join(f"/{s}/" for s in sorted(self._routes))
             return self._error(shape, "not_found", f"fleet-governor: this proxy serves {served}, not /{shape}/")
-        route, _gov, client = entry
+        route, _gov, transport = entry
         url = f"{route.upstream}/{request.match_info['tail']}"
         if request.query_string:
             url += "?" + request.query_string
@@ -350,9 +368,9 @@ class GoverningProxy:
             (k, v) for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP and k.lower() != TOKEN_HEADER
         ]
         body = await request.read()
-        upstream = client.build_request(request.method, url, headers=headers, content=body)
+        upstream = httpx.Request(request.method, url, headers=headers, content=body, extensions=self._timeouts)
         try:
-            response = await client.send(upstream, stream=True)
+            response = await transport.handle_async_request(upstream)
         except GovernorError as error:
             kind, message, retry_after = _refusal(error, self.config.queue_timeout)
             return self._error(shape, kind, message, retry_after)

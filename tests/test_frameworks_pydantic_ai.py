@@ -177,6 +177,95 @@ async def test_the_limiter_caps_a_model_across_the_fleet(redis_url: str, mock: S
     assert 1 <= record["peak_served"] <= 2
 
 
+async def test_a_limited_governed_model_takes_one_lease_per_call(
+    gov: Governor, agov: AsyncGovernor, mock: ServedMock
+) -> None:
+    """The limiter and the model on one governor: the model call runs on the
+    limiter's lease and reports on it. Were it to take a lease of its own,
+    the limiter's CAPACITY leases would leave it none: every run would wait
+    for ever."""
+    mock.reset(latency_mean=0.05)
+    limiter = GovernorConcurrencyLimiter(agov)
+    async with limiter:
+        agent = Agent(ConcurrencyLimitedModel(model(agov, mock), limiter))
+        results = await asyncio.wait_for(asyncio.gather(*(agent.run("hello there") for _ in range(8))), 60)
+    assert all(r.output for r in results)
+    assert limiter.held == 0
+    status = gov.status()
+    assert (status.window_attempts, status.window_rate_limited, status.in_flight) == (8, 0, 0)  # 8 outcomes
+    record = mock.record()
+    assert record["accepted"] == 8
+    assert 2 <= record["peak_served"] <= CAPACITY
+
+
+async def test_a_limited_stream_holds_one_lease_to_its_end(
+    gov: Governor, agov: AsyncGovernor, mock: ServedMock
+) -> None:
+    mock.reset(per_token_latency=0.05, stream_chunk_tokens=1)
+    limiter = GovernorConcurrencyLimiter(agov)
+    async with limiter:
+        agent = Agent(ConcurrencyLimitedModel(model(agov, mock), limiter))
+        async with agent.run_stream("hello there") as result:
+            pieces = result.stream_text(delta=True)
+            assert await pieces.__anext__()
+            assert gov.status().in_flight == 1  # the limiter's lease is the call's
+            rest = [piece async for piece in pieces]
+    assert rest
+    await until(lambda: gov.status().in_flight == 0, 5, what="the stream's lease released")
+    assert gov.status().window_attempts == 1
+    assert limiter.held == 0
+
+
+async def test_a_429_on_the_limiters_lease_holds_the_fleet(
+    redis_url: str, name: str, gov: Governor, agov: AsyncGovernor, mock: ServedMock
+) -> None:
+    mock.reset(limit=0, retry_after=20.0)
+    limiter = GovernorConcurrencyLimiter(agov)
+    limited = ConcurrencyLimitedModel(
+        model(agov, mock, retry=RetryPolicy(max_attempts=1, max_retry_after=30.0)), limiter
+    )
+    async with limiter:
+        with pytest.raises(ModelHTTPError) as caught:
+            await Agent(limited).run("hello there")
+    assert caught.value.status_code == 429
+    status = gov.status()
+    assert (status.window_attempts, status.window_rate_limited, status.in_flight) == (1, 1, 0)
+    assert status.not_before is not None  # held: every agent of the fleet waits
+    other = AsyncGovernor.from_url(redis_url, name, CONFIG)
+    try:
+        with pytest.raises(AcquireTimeout):
+            await GovernorConcurrencyLimiter(other, timeout=0.2).acquire("model:gpt-4o-mini")
+    finally:
+        await other.aclose()
+    assert mock.attempts() == 1
+    assert limiter.held == 0
+
+
+async def test_a_release_leaves_a_carried_lease_to_its_call(
+    gov: Governor, agov: AsyncGovernor, mock: ServedMock
+) -> None:
+    """The call took the limiter's lease: the limiter's release gives back
+    nothing while the call's stream still runs; the stream's end does."""
+    mock.reset(per_token_latency=0.05, stream_chunk_tokens=1)
+    limiter = GovernorConcurrencyLimiter(agov)
+    client = async_openai_client(agov, base_url=f"{mock.url}/v1", api_key="sk-test")
+    try:
+        await limiter.acquire("model:gpt-4o-mini")
+        stream = await client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        assert await stream.__anext__() is not None
+        limiter.release()
+        await limiter.drain()
+        assert gov.status().in_flight == 1  # still the call's
+        rest = [chunk async for chunk in stream]
+    finally:
+        await client.close()
+    assert rest
+    await until(lambda: gov.status().in_flight == 0, 5, what="the stream's lease released")
+    assert gov.status().window_attempts == 1
+
+
 async def _in_flight(gov: AsyncGovernor) -> bool:
     return (await gov.status()).in_flight == 0
 

@@ -24,6 +24,7 @@ from governor.cli import main
 from governor.config import RetryPolicy
 from governor.errors import AcquireTimeout, ConfigError
 from governor.proxy import TOKEN_HEADER, ProxyConfig, Route, error_body
+from governor.views import read_events
 from tests.support.governing import ServedMock, ServedProxy
 from tests.support.servers import wait_until
 
@@ -198,6 +199,43 @@ def test_a_throttle_is_retried_by_the_governor_once_per_attempt(
     assert counts(gov)[:2] == (3, 3)
 
 
+# -- a used-up quota: billing, not a throttle ------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", ["openai", "anthropic"])
+def test_a_used_up_quota_passes_the_providers_error_and_tells_the_fleet(
+    redis_url: str, name: str, gov: Governor, mock: ServedMock, shape: str
+) -> None:
+    """The provider refuses for its quota (OpenAI's 429 insufficient_quota,
+    Anthropic's 400 billing error): the caller's SDK gets the provider's own
+    answer, the governor records a quota exhaustion (status and the
+    decision log, for every process and host to see), retries nothing, holds
+    nothing and leaves the capacity alone, as it does for a governed client."""
+    mock.reset(quota=0)
+    before = gov.status()
+    served = serve(redis_url, name, mock, retry=RetryPolicy(max_attempts=3, base=0.001, cap=0.002))
+    try:
+        if shape == "openai":
+            with oai(served) as client, pytest.raises(openai.RateLimitError) as caught:
+                client.chat.completions.create(model="gpt-4o-mini", messages=HI)
+            assert caught.value.code == "insufficient_quota"
+        else:
+            with claude(served) as client, pytest.raises(anthropic.BadRequestError) as caught:
+                client.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=HI)
+            assert "credit balance" in caught.value.message
+    finally:
+        served.stop()
+    assert "fleet-governor" not in caught.value.message  # the provider's error, not the proxy's
+    assert mock.attempts() == 1  # not retried: waiting does not bring a quota back
+    status = gov.status()
+    assert (status.quota_exhausted, status.window_rate_limited, status.in_flight) == (1, 0, 0)
+    assert status.quota_at is not None
+    assert status.not_before is None and not status.paused  # no hold: the fleet is told, not stopped
+    assert status.capacity == before.capacity
+    (event,) = read_events(gov.client, gov.keys, 1, kinds={"quota"})
+    assert "quota exhausted" in event.get("why")
+
+
 # -- the governor's own errors in the provider's shape ---------------------------------------------
 
 
@@ -247,6 +285,27 @@ def test_redis_unreachable_is_a_503(name: str, mock: ServedMock) -> None:
     assert caught.value.status_code == 503
     assert caught.value.body["error"]["type"] == "api_error"
     assert mock.attempts() == 0
+
+
+def test_an_unreachable_upstream_is_a_502_in_the_providers_shape(name: str, gov: Governor, redis_url: str) -> None:
+    """Nothing listens upstream: the attempt is reported as an error (not a
+    throttle: the fleet is not held), its lease given back, and the caller
+    gets a 502 in the provider's shape."""
+    from tests.support.servers import free_port
+
+    closed = f"http://127.0.0.1:{free_port()}"
+    served = ServedProxy(ProxyConfig((Route("openai", name, closed),), port=0, governor=CONFIG), redis_url)
+    try:
+        with oai(served) as client, pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(model="gpt-4o-mini", messages=HI)
+    finally:
+        served.stop()
+    assert caught.value.status_code == 502
+    assert caught.value.code == "upstream_unreachable"
+    assert closed in caught.value.message
+    status = gov.status()
+    assert (status.window_attempts, status.window_rate_limited, status.in_flight) == (1, 0, 0)
+    assert status.not_before is None
 
 
 def test_error_bodies_are_the_providers_shapes() -> None:

@@ -183,6 +183,36 @@ def test_external_provider_and_workers(redis_url: str, tmp_path: Path) -> None:
             worker.wait(10)
 
 
+@pytest.mark.timeout(300)  # two proxy processes and two hosts start: slow on a busy machine
+def test_fleet_proxy_governs_the_hosts_through_two_proxies(redis_url: str, tmp_path: Path) -> None:
+    """The hosts call the governing proxies, not the provider: the fleet's
+    limit holds (the provider never serves above its own), the workload is
+    done, and the proxies' governor leaves no key behind."""
+    result = CliRunner().invoke(
+        swarm_command, ["--redis-url", redis_url, "--strategies", "fleet-proxy", "--out", str(tmp_path), *SMALL]
+    )
+    assert result.exit_code == 0, result.output
+    run = json.loads((tmp_path / "swarm.json").read_text())["strategies"]["fleet-proxy"]
+    m = run["metrics"]
+    assert m["done"] == 1.0 and m["ok"] == 2 * 5 * 6, m["error_samples"]
+    assert m["errors"] == 0, m["error_samples"]
+    assert m["wait_p50"] is None  # the agents wait in the proxies, not in a governor of their own
+    in_flight = [row[2] for row in run["trace"]["governor"]["rows"]]
+    assert 0 < max(in_flight) <= 6  # the proxies held the fleet governor's leases, never above max_capacity
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert [k for k in client.scan_iter("*") if b"fleet-proxy" in k] == []
+    finally:
+        client.close()
+
+
+async def test_fleet_proxy_needs_a_shared_redis() -> None:
+    backend = Backend("fakeredis", None, fake_server=fakeredis.FakeServer())
+    scenario = Scenario(hosts=1, agents=1, calls=1, strategies=("fleet-proxy",))
+    with pytest.raises(ValueError, match="Redis they can reach"):
+        await run_swarm(scenario, ProviderConfig(), backend)
+
+
 def test_external_workers_need_a_shared_redis() -> None:
     result = CliRunner().invoke(swarm_command, ["--workers", "external", "--quiet"])
     assert result.exit_code == 2

@@ -20,6 +20,7 @@ from .._exchange import (
     _module,
     _read_body,
     asks_for_stream,
+    carried_lease,
     check_options,
     is_model_request,
     is_stream,
@@ -147,9 +148,18 @@ class AsyncGovernedTransport:
                 response.status_code, response.headers, read.pop(id(response)), self.profile, request.url.path
             )
 
+        ahead = carried_lease(self.governor)  # a limiter's lease, for the first attempt
         try:
             return await retry_call(
-                self.governor, send_once, (), {}, ask, retry=self._retry, timeout=self._timeout, judge=judge
+                self.governor,
+                send_once,
+                (),
+                {},
+                ask,
+                retry=self._retry,
+                timeout=self._timeout,
+                judge=judge,
+                lease=ahead,
             )
         except GovernorError as error:
             if self._errors is None:

@@ -58,9 +58,13 @@ def retry_call(
     retry: RetryPolicy | None = None,
     timeout: float | None = None,
     judge: Judge | None = None,
+    lease: Lease | None = None,
 ) -> T:
     """``governor.call(fn, *args, **kwargs)``: see the module docstring. Every
-    attempt asks for a lease with ``ask`` (``governor.ask(...)``)."""
+    attempt asks for a lease with ``ask`` (``governor.ask(...)``), but the
+    first one when ``lease`` is given: one taken ahead (a lease carried into
+    the call, governor/_exchange.py ``Carried``), reported and released as
+    that attempt's own."""
     if not callable(fn):
         raise ConfigError(f"call() needs a callable, got {fn!r}", name=governor.name)
     if classify is not None and not callable(classify):
@@ -74,10 +78,14 @@ def retry_call(
     judge_result = judge if judge is not None else default_judge
     deadline = None if policy.deadline is None else time.monotonic() + policy.deadline
     last: _Last[T] | None = None
+    ahead = lease
     for attempt in range(1, policy.max_attempts + 1):
         wait_timeout, cut_by_deadline = _queue_timeout(timeout, deadline)
         try:
-            lease = governor._acquire(wait_timeout, ask)
+            if ahead is not None:
+                lease, ahead = ahead, None
+            else:
+                lease = governor._acquire(wait_timeout, ask)
         except AcquireTimeout:
             if last is None or not cut_by_deadline:
                 raise

@@ -27,21 +27,25 @@ ends::
 ``ConcurrencyLimitedModel(model, limiter)`` and ``Agent(max_concurrency=)``:
 ``acquire`` waits in the fleet's queue for a lease and ``release`` gives one
 back, so at most the governor's capacity of these operations run at once
-across every process and host. The limiter is told no outcome (PydanticAI
-reports none to it): the governed models are what report. Give it a
-governor of its own (say, agent runs per fleet) rather than the one its
-governed model uses, or each call would take two leases of one limit.
+across every process and host. PydanticAI tells a limiter no outcome, so a
+model operation's lease is carried into the model call (a context
+variable, governor/_exchange.py ``Carried``): a governed model of the same
+governor reports the call on it, one lease per call. An agent run's lease
+(``Agent(max_concurrency=)``) spans several model calls and reports
+nothing: give that limiter a governor of its own (agent runs per fleet).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .._async.governor import AsyncGovernor
 from .._async.lease import AsyncLease
+from .._exchange import CARRIED, Carried
 from ..config import RetryPolicy
 from ..errors import ConfigError
 from ..providers import async_anthropic_client, async_openai_client
@@ -51,6 +55,19 @@ import_framework("pydantic_ai", "pydantic-ai")
 from pydantic_ai.concurrency import AbstractConcurrencyLimiter  # noqa: E402
 
 __all__ = ["GovernorConcurrencyLimiter", "anthropic_model", "openai_model"]
+
+#: the source PydanticAI names a model operation's acquire with (``model:<model name>``)
+MODEL_SOURCE = "model:"
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A lease the limiter holds: the loop it was acquired on, and its carrier
+    into the model call (None: an agent run's, never carried)."""
+
+    lease: AsyncLease
+    loop: asyncio.AbstractEventLoop
+    carrier: Carried | None
 
 
 def openai_model(
@@ -106,10 +123,24 @@ class GovernorConcurrencyLimiter(AbstractConcurrencyLimiter):  # type: ignore[mi
 
     ``timeout``: seconds an operation may wait for its lease before
     AcquireTimeout (None: as long as it takes). ``priority``/``tenant``:
-    where the operations wait. ``release()`` may run on another task than
-    its ``acquire()`` (a stream is closed where it is consumed): the leases
-    are interchangeable, so it gives back the oldest one held, from a task
-    of the event loop it was acquired on."""
+    where the operations wait.
+
+    A model operation's lease (``ConcurrencyLimitedModel``, whose source is
+    ``model:<name>``) is carried into the model call: a governed model of
+    the same governor (:func:`openai_model`, :func:`anthropic_model`) makes
+    its first attempt on it, reports the call's outcome, usage and headers
+    on it and releases it (a stream's when the stream ends), so a limited
+    governed model takes one lease of the limit per call, as the model
+    alone does. A retried attempt waits for a lease of its own, as every
+    governed call's does. An operation that makes no governed call (another
+    governor's model, an ungoverned one, a token count) and an agent run
+    (``Agent(max_concurrency=)``, source ``agent:<name>``, several model
+    calls) keep the lease to the end and give it back with no outcome.
+
+    ``release()`` may run on another task than its ``acquire()`` (a stream
+    is closed where it is consumed): it gives back the operation's own
+    lease when it runs in the operation's task, else one whose call is over,
+    else one no call took; from a task of the event loop it was acquired on."""
 
     def __init__(
         self,
@@ -123,20 +154,27 @@ class GovernorConcurrencyLimiter(AbstractConcurrencyLimiter):  # type: ignore[mi
         governor.ask(priority=priority, tenant=tenant)  # ConfigError now: an unknown class, a bad tenant
         self.governor = governor
         self.timeout, self.priority, self.tenant = timeout, priority, tenant
-        self._held: collections.deque[tuple[AsyncLease, asyncio.AbstractEventLoop]] = collections.deque()
+        self._held: list[_Held] = []
         self._lock = threading.Lock()
         self._releasing: set[asyncio.Task[None]] = set()
 
     async def acquire(self, source: str) -> None:
         lease = await self.governor.acquire(self.timeout, source or None, priority=self.priority, tenant=self.tenant)
+        carrier = None
+        if source.startswith(MODEL_SOURCE):  # one model call: its lease goes into the call (this task's context)
+            carrier = Carried(self.governor, lease)
+            CARRIED.set(carrier)
         with self._lock:
-            self._held.append((lease, asyncio.get_running_loop()))
+            self._held.append(_Held(lease, asyncio.get_running_loop(), carrier))
 
     def release(self) -> None:
         with self._lock:
             if not self._held:
                 raise ConfigError("GovernorConcurrencyLimiter.release() without a lease held (one release per acquire)")
-            lease, loop = self._held.popleft()
+            held = self._held.pop(self._pick())
+        if held.carrier is not None and not held.carrier.close():
+            return  # the model call took the lease: it reports and releases it
+        lease, loop = held.lease, held.loop
 
         def spawn() -> None:
             task = loop.create_task(lease.release())
@@ -152,6 +190,21 @@ class GovernorConcurrencyLimiter(AbstractConcurrencyLimiter):  # type: ignore[mi
         elif not loop.is_closed():
             loop.call_soon_threadsafe(spawn)
         # else: the loop is gone; the lease's TTL frees the slot
+
+    def _pick(self) -> int:
+        """Which held lease a release gives back: this task's operation's,
+        else one whose call is over, else one no call took, else the oldest."""
+        held, current = self._held, CARRIED.get()
+        tests: tuple[Callable[[_Held], bool], ...] = (
+            lambda h: current is not None and h.carrier is current,
+            lambda h: h.carrier is not None and h.carrier.taken and h.lease.released,
+            lambda h: h.carrier is None or not h.carrier.taken,
+        )
+        for test in tests:
+            for index, entry in enumerate(held):
+                if test(entry):
+                    return index
+        return 0
 
     async def drain(self) -> None:
         """Wait until every lease given back by :meth:`release` has reached Redis."""

@@ -62,9 +62,9 @@ class ServedMock(_Loop):
         return self.run(snapshot())
 
     def attempts(self) -> int:
-        """Every request that reached the mock: accepted and refused."""
+        """Every request that reached the mock: accepted, refused, and turned away for the quota."""
         record = self.record()
-        return int(record["accepted"]) + sum(record["refused"].values())
+        return int(record["accepted"]) + sum(record["refused"].values()) + int(record["counts"].get("quota", 0))
 
     def stop(self) -> None:
         self.run(self.provider.stop())
