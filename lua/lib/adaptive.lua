@@ -238,6 +238,16 @@ POLICIES.adaptive = {
     return cut(math.floor(level * CONFIG.cut_factor), level, 'rate-limited at ' .. level .. ' in flight: cut',
       level, rl, total, fence)
   end,
+  -- A refusal the provider says is no load signal (an overload, a 529,
+  -- headers showing requests and tokens remaining): not one of the
+  -- window's refusals, so the fleet's own are judged without it; it
+  -- cuts nothing and holds nobody but its caller.
+  background = function(rl, total)
+    local live = in_flight()
+    local level = live > 0 and math.max(1, math.min(live, STATE.capacity)) or STATE.capacity
+    no_cut('refused at ' .. level .. ' in flight, the provider says not for this fleet\'s load: background, no cut',
+      rl, total, level)
+  end,
   -- At the max a success changes nothing: the streak is 0 there (every
   -- capacity change clears it, and new_max() when it leaves capacity at the
   -- max), so a quiet success reads none of the policy's state.
