@@ -207,3 +207,17 @@ def test_a_long_windows_start_overshoot_does_not_make_a_later_refusal_read_as_lo
     assert st.capacity == 11, st  # judged gross (14 in 36), it cut to 9: "lower still"
     whys = [e.get("why") or "" for e in read_events_after(gov.client, gov.keys, "0") if e.kind == "refused"]
     assert any("a window to tell the background from a lower limit" in why for why in whys), whys
+
+
+@RAW_BACKENDS
+def test_a_slow_start_cut_by_the_background_resumes_the_slow_start(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    """Scenario A's shape with 5 % random refusals from the first call: a
+    random refusal in the slow start cuts, the window after it tells the
+    background, and the undone cut resumes the slow start (no ceiling at the
+    level the noise hit): the limit of 37 is reached by its round's landing,
+    not by a probe at a time, each pinned back by the next random refusal."""
+    gov = make_gov(GovernorConfig(max_capacity=96, window=2.0, policy=AdaptivePolicy()), clock=clock)
+    provider = Provider(limit=37, noise=0.05, seed=8)
+    trace = provider.run(gov, clock, 12)
+    late = trace[len(trace) // 2 :]  # from 6 s: three windows after the start
+    assert sum(late) / len(late) >= 33, trace  # a ceiling kept at the slow start's level: about 27

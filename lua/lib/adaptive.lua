@@ -229,8 +229,9 @@ POLICIES.adaptive = {
         -- this share); undo them.
         if POLICY.background_ppm > 0 then ppm = math.floor((POLICY.background_ppm + ppm) / 2) end
         set('policy', 'background_ppm', ppm)
-        -- (a cut of the slow start: its level, not a slow start again)
-        set('policy', 'ceiling', POLICY.cut_ceiling > 0 and POLICY.cut_ceiling or POLICY.cut_level)
+        -- (a cut of the slow start: the slow start again, with no ceiling;
+        -- a round it overshoots with lands on its accepted count)
+        set('policy', 'ceiling', POLICY.cut_ceiling)
         set('policy', 'cut_level', 0)
         set('policy', 'climbing', 0)
         set('policy', 'probe_at', NOW)

@@ -177,7 +177,7 @@ class Adaptive(Policy):
             else:  # refused as often a level lower: the background's share; undo the cuts
                 if P["background_ppm"] > 0:
                     ppm = math.floor((P["background_ppm"] + ppm) / 2)
-                P.update(background_ppm=ppm, ceiling=P["cut_ceiling"] or P["cut_level"], cut_level=0, climbing=0)
+                P.update(background_ppm=ppm, ceiling=P["cut_ceiling"], cut_level=0, climbing=0)
                 P.update(probe_at=m.now, probe_wait=C["probe_ms"])
                 m.set_capacity(max(S["capacity"], P["cut_from"]))
                 return False
