@@ -96,6 +96,7 @@ def judge_response(
             verdict.description,
             refusals_count=counts,
             until=verdict.until,
+            load=verdict.load,
         )
     if not 200 <= status < 300:
         return Verdict(Outcome.SUCCESS, usage=Tokens(), headers=headers, description=f"HTTP {status}")

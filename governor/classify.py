@@ -10,6 +10,11 @@ function raises and acts on the answer, an :class:`~governor.core.Outcome`
   governor, which shrinks the fleet's capacity and holds it for the
   provider's retry hint (a header, or the body's: Google's
   ``RetryInfo.retryDelay``, OpenAI's "Please try again in 424ms"), then retried.
+  A refusal the provider says is not about this fleet's load (an overload,
+  a 529, a 503, a 429 whose headers show requests and tokens remaining:
+  :attr:`Classification.load` False, its profile's ``load_signal``) is
+  retried the same way, but the adaptive policy weighs it as the
+  provider's background: no cut, and its retry hint holds only its caller.
 - ``QUOTA_EXHAUSTED``: billing (OpenAI ``insufficient_quota``, Anthropic
   credit balance too low or a spend limit reached, HTTP 402), or a per-day
   quota used up (Google's ``QuotaFailure`` naming a ``PerDay`` quota, with
@@ -59,6 +64,11 @@ class Classification:
     description: str = ""  #: short, for logs and error messages
     #: Unix seconds a used-up per-day quota comes back (QUOTA_EXHAUSTED only; None: unknown)
     until: float | None = None
+    #: (RATE_LIMITED only) whether the refusal is a load signal: this fleet's traffic over
+    #: a limit. False: the provider says it is about something else (an overload, a 529,
+    #: headers showing requests and tokens remaining; its profile's ``load_signal``), and
+    #: the adaptive policy weighs it as the provider's background
+    load: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in FAILURES:
@@ -76,6 +86,8 @@ class Classification:
             isinstance(until, bool) or not isinstance(until, (int, float)) or not math.isfinite(until)
         ):
             raise ConfigError(f"Classification.until must be None or Unix seconds, got {until!r}")
+        if not isinstance(self.load, bool):
+            raise ConfigError(f"Classification.load must be a bool, got {self.load!r}")
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,8 @@ class Verdict:
     refusals_count: bool = True
     #: Unix seconds a used-up per-day quota comes back (QUOTA_EXHAUSTED only; None: unknown)
     until: float | None = None
+    #: (RATE_LIMITED only) whether the refusal is a load signal (:attr:`Classification.load`)
+    load: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.outcome, Outcome):
@@ -114,6 +128,8 @@ class Verdict:
             isinstance(ra, bool) or not isinstance(ra, (int, float)) or not math.isfinite(ra) or ra < 0
         ):
             raise ConfigError(f"Verdict.retry_after must be None or finite seconds >= 0, got {ra!r}")
+        if not isinstance(self.load, bool):
+            raise ConfigError(f"Verdict.load must be a bool, got {self.load!r}")
 
 
 Classifier = Callable[[BaseException], Classification]
@@ -135,7 +151,7 @@ def classify_http(
     fields = read_error(body, headers)
     chosen = detect(fields, headers) if profile is None else find_profile(profile)
     reading = chosen.classify(status, headers, fields)
-    return Classification(reading.kind, reading.retry_after, reading.description, reading.until)
+    return Classification(reading.kind, reading.retry_after, reading.description, reading.until, reading.load)
 
 
 def classify_response(response: Any) -> Classification:

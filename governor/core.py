@@ -24,6 +24,7 @@ from .budgets import Tokens, parse_budgets
 from .config import GovernorConfig
 from .errors import ConfigError, CostTooLarge, StateError
 from .protocol import (
+    BACKGROUND_REFUSAL,
     DEFAULT_TENANT,
     MAX_CAPACITY,
     SCHEMA_VERSION,
@@ -470,6 +471,7 @@ class GovernorCore:
         usage: Tokens | None = None,
         limits: Mapping[str, tuple[int | None, int | None]] | None = None,
         refusals_count: bool = True,
+        load: bool = True,
     ) -> Call[bool]:
         """True if recorded, False if the lease was no longer live (fenced off).
         ``lease_id`` is checked for liveness; ``fence`` alone (a lease already
@@ -480,7 +482,8 @@ class GovernorCore:
         the response's headers. ``refusals_count``: whether the provider counts
         a refused (rate-limited) call against its limits: its reservation is
         then spent, else given back (the fleet's level is clamped to 0 either
-        way, unless the headers say what remains)."""
+        way, unless the headers say what remains). ``load=False``: a refusal
+        that is no load signal (sent as BACKGROUND_REFUSAL, report.lua)."""
         if not isinstance(outcome, Outcome):
             raise ConfigError(f"outcome must be an Outcome, got {outcome!r}")
         ra = ""
@@ -506,10 +509,13 @@ class GovernorCore:
             if limit is not None or remaining is not None:
                 figures += [kind, f"{'' if limit is None else limit},{'' if remaining is None else remaining}"]
         refused = "0" if outcome is Outcome.RATE_LIMITED and not refusals_count else ""
+        if not isinstance(load, bool):
+            raise ConfigError(f"load must be a bool, got {load!r}")
+        code = BACKGROUND_REFUSAL if outcome is Outcome.RATE_LIMITED and not load else outcome.value
         budget_args = ("" if usage is None else usage.arg(), refused, *figures)
         if budget_args == ("", ""):
             budget_args = ()  # the common report: the script reads '' for what is not sent
-        return self._call("report", (outcome.value, ra, *lease_args, *budget_args), self._parse_reported)
+        return self._call("report", (code, ra, *lease_args, *budget_args), self._parse_reported)
 
     def _parse_reported(self, reply: Any) -> bool | Missing:
         kind, _ = _check_reply(reply, self.name)

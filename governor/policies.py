@@ -181,6 +181,7 @@ class AdaptivePolicy(Policy):
         "cut_share_ppm": COUNT,  #: the refusal share (per million) a window after it, at the level it left
         "round_fence": COUNT,  #: the fence at the last cut: leases up to it were in that round
         "round_refused": COUNT,  #: of that round, how many were refused
+        "round_at": COUNT,  #: (ms) when that round was counted: its refusals are judged net of for a window
     }
     #: state fields added after the policy hash was first stored: a refusal
     #: reads them, absent as 0 (a state an older client created has none yet)
@@ -193,6 +194,7 @@ class AdaptivePolicy(Policy):
         "cut_share_ppm",
         "round_fence",
         "round_refused",
+        "round_at",
     )
     follows_window: ClassVar[dict[str, float]] = {"probe_interval": 0.25}
 

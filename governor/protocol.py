@@ -449,6 +449,13 @@ class Outcome(enum.Enum):
     QUOTA_EXHAUSTED = "q"  #: billing limit: recorded for operators, never a policy input
 
 
+#: report.lua's outcome code of a RATE_LIMITED report that is no load signal
+#: (``report(..., load=False)``: an overload, a 529, headers showing requests and
+#: tokens remaining): the adaptive policy weighs it as the provider's background;
+#: a policy without a rule for it reads it as ``r``
+BACKGROUND_REFUSAL = "b"
+
+
 #: every script's reply kinds (the second element of each reply)
 REPLIES: dict[str, tuple[str, ...]] = {
     "init": ("created", "exists"),

@@ -9,7 +9,12 @@ ARGV
   ARGV[2] channel         string        where grants to waiters are announced
   ARGV[3] outcome         's' success | 'r' rate-limited | 'e' other error
                           | 'q' quota exhausted (recorded, never a policy input)
-                          (governor.protocol.Outcome)
+                          | 'b' rate-limited, no load signal (an overload, a 529,
+                          headers showing requests and tokens remaining): an
+                          attempt the adaptive policy weighs as the provider's
+                          background, never a fleet-wide hold nor a clamp of
+                          the buckets; 'r' for a policy with no rule for it
+                          (governor.protocol.Outcome, BACKGROUND_REFUSAL)
   ARGV[4] retry_after_ms  int ms or ''  'r': the provider's Retry-After; sets the
                           fleet-wide not_before, capped at retry_after_cap_ms;
                           'q': when a per-day quota comes back (logged,
@@ -24,12 +29,12 @@ ARGV
   ARGV[8] usage           "input,output" or ''  the tokens the call used
                           (governor.budgets.Tokens.arg): settles the live
                           lease's reservation in every budget
-  ARGV[9] refusals        '0' | '1' | ''  ('r' only) '0': the provider does not
+  ARGV[9] refusals        '0' | '1' | ''  ('r', 'b') '0': the provider does not
                           count a refused call against its limits, so its
                           reservation is given back by the usage; else it is
-                          spent (never given back). Either way every bucket
-                          whose remaining the figures do not announce is then
-                          clamped to 0 (refused() of lib/budgets.lua)
+                          spent (never given back). Either way ('r' only) every
+                          bucket whose remaining the figures do not announce
+                          is then clamped to 0 (refused() of lib/budgets.lua)
   ARGV[10..] limits       kind, "limit,remaining" pairs, one per budget kind
                           (BUDGET_KINDS) the response announced: its
                           rate-limit figures (either may be empty;
@@ -43,8 +48,8 @@ Reply
 ]]
 
 local outcome = ARGV[3]
-if outcome ~= 's' and outcome ~= 'r' and outcome ~= 'e' and outcome ~= 'q' then
-  fail('BADARG', 'outcome must be s, r, e or q, got ' .. tostring(outcome))
+if outcome ~= 's' and outcome ~= 'r' and outcome ~= 'e' and outcome ~= 'q' and outcome ~= 'b' then
+  fail('BADARG', 'outcome must be s, r, e, q or b, got ' .. tostring(outcome))
 end
 local retry_after = nil
 if ARGV[4] ~= '' then retry_after = arg_int(4, 'retry_after_ms') end
@@ -82,6 +87,7 @@ if not load(REPORT) then return missing_reply() end
 local waiting = redis.call('ZCARD', KEY.queue) > 0 or (STATE.capped == 1 and redis.call('ZCARD', KEY.parked) > 0)
 -- step: the read plan
 local policy, quiet = the_policy(outcome)  -- its config and state: nothing is read after the first write
+if outcome == 'b' and not policy.background then outcome = 'r' end  -- no rule for it: a refusal as any
 -- A quiet success (the policy's common case) with nothing due and no
 -- figures to calibrate writes no log and reads no more config (the keys'
 -- idle time only if the window's key is new); with callers queued, what
@@ -93,7 +99,7 @@ elseif not quiet then
   prepare(false)
 end
 if outcome == 'q' then read_more('state', 'quota_exhausted') end
-if outcome == 'r' then read_more('state', 'fence') end  -- a cut remembers the fence it was made at
+if outcome == 'r' or outcome == 'b' then read_more('state', 'fence') end  -- a cut remembers the fence it was made at
 if retry_after then
   read_more('config', 'retry_after_cap_ms')
   read_more('state', 'not_before')
@@ -220,7 +226,7 @@ else
     end
   end
 end
-if settles and lease_record then settle(lease_record.tokens, usage, outcome == 'r' and refusals ~= '0') end
+if settles and lease_record then settle(lease_record.tokens, usage, (outcome == 'r' or outcome == 'b') and refusals ~= '0') end
 local announced = outcome == 'r' and {} or nil  -- (a refusal's) the kinds whose remaining the provider told
 for i = 1, #limits do
   local figures = limits[i]

@@ -436,6 +436,7 @@ class GovernorMachine(RuleBasedStateMachine):
         usage=usages,
         limits=limit_sets,
         refusals_count=st.booleans(),
+        load=st.booleans(),
     )
     def report(
         self,
@@ -447,7 +448,9 @@ class GovernorMachine(RuleBasedStateMachine):
         usage: Tokens | None,
         limits: dict[str, tuple[int | None, int | None]] | None,
         refusals_count: bool,
+        load: bool,
     ) -> None:
+        """One report of any outcome; a refusal may be no load signal (load=False: outcome 'b')."""
         lease_id = data.draw(st.sampled_from(self.ids)) if with_lease and self.ids else None
         fence = None
         m = self.model
@@ -464,6 +467,7 @@ class GovernorMachine(RuleBasedStateMachine):
             usage=usage,
             limits=limits,
             refusals_count=refusals_count,
+            load=load,
         )
         self.run(call)
         self._count_debt()

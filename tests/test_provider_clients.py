@@ -385,6 +385,40 @@ def test_bedrock_converse_stream_reports_at_the_metadata_event(make_gov: MakeGov
     assert counts(gov) == (1, 0, 0, 0)
 
 
+def test_an_overload_inside_a_bedrock_stream_is_no_load_signal(make_gov: MakeGov, served: Served) -> None:
+    """A ``serviceUnavailableException`` frame cutting a ``converse_stream``:
+    the provider's capacity, not this fleet's load (the Bedrock profile's
+    ``load_signal``). Under the adaptive policy it is an attempt of the
+    window, not one of its refusals, and cuts nothing."""
+    gov = make_gov(GovernorConfig(max_capacity=32, window=2.0))
+    before = gov.status().capacity
+    client = bedrock(gov, mock(served, stream_error_rate=1.0))
+    reply = client.converse_stream(modelId="amazon.nova-lite-v1:0", messages=MESSAGES)
+    with pytest.raises(Exception, match=r"(?i)unavailable"):
+        list(reply["stream"])
+    reply["stream"].close()  # botocore raises at the frame; the stream reports when it is let go of
+    assert counts(gov) == (1, 0, 0, 0)
+    assert gov.status().capacity == before
+
+
+def test_an_overload_inside_an_anthropic_stream_is_no_load_signal(make_gov: MakeGov, served: Served) -> None:
+    """The governed Anthropic client's stream cut by an ``overloaded_error``
+    event (the governed transport reports it when the stream ends): no load
+    signal, an attempt of the window, no cut."""
+    import anthropic
+
+    gov = make_gov(GovernorConfig(max_capacity=32, window=2.0))
+    before = gov.status().capacity
+    client = made(anthropic_client(governor=gov, api_key="k", base_url=mock(served, stream_error_rate=1.0).url))
+    stream = client.messages.create(
+        model="claude", max_tokens=8, messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    with pytest.raises(anthropic.APIStatusError, match=r"(?i)overloaded"), stream:
+        list(stream)
+    assert counts(gov) == (1, 0, 0, 0)
+    assert gov.status().capacity == before
+
+
 def test_bedrock_refuses_boto3_retries() -> None:
     from botocore.config import Config
 

@@ -456,6 +456,7 @@ class AsyncGovernor:
         usage: Tokens | None = None,
         headers: Mapping[str, str] | None = None,
         refusals_count: bool = True,
+        load: bool = True,
     ) -> None:
         """Feed one provider outcome to the fleet's policy and budgets.
 
@@ -474,8 +475,13 @@ class AsyncGovernor:
         buckets to 0 (as a remaining of 0 would) unless its headers say what
         remains; ``refusals_count`` (the provider profile's) says whether the
         provider counted the refused call: its reservation is then spent,
-        else given back before the clamp. A usage beyond MAX_USAGE raises
-        UsageTooLarge.
+        else given back before the clamp. ``load=False`` (rate-limited
+        only; the classification's ``load``): the provider says the refusal
+        is not about this fleet's load (an overload, a 529, headers showing
+        requests and tokens remaining): the adaptive policy weighs it as the
+        provider's background (no cut, no fleet-wide hold, no clamp of the
+        buckets); other policies read it as any refusal. A usage beyond
+        MAX_USAGE raises UsageTooLarge.
         """
         if usage is not None and not isinstance(usage, Tokens):
             raise ConfigError(f"usage must be a Tokens (input and output tokens) or None, got {usage!r}")
@@ -498,6 +504,7 @@ class AsyncGovernor:
             usage=usage,
             limits=limits,
             refusals_count=refusals_count,
+            load=load,
         )
         try:
             # Shielded when it releases: a caller cancelled meanwhile must not leak the slot.

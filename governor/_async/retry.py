@@ -143,7 +143,7 @@ async def retry_call(
                     raise
                 hint = await _by_fleet_clock(governor, verdict.retry_after, http_parts(error)[1])
                 retry_after = _retry_after(hint, policy)
-                await _report(governor, lease, Outcome.RATE_LIMITED, retry_after)
+                await _report(governor, lease, Outcome.RATE_LIMITED, retry_after, load=verdict.load)
                 last, description = _Last(error=error), verdict.description
             else:
                 judged = _judge(governor, judge_result, result, lease)
@@ -157,7 +157,14 @@ async def retry_call(
                 if judged.outcome is Outcome.QUOTA_EXHAUSTED:  # a wait for the quota's reset, never capped
                     retry_after = None if judged.until is None else max(0.0, judged.until - time.time())
                 await _report(
-                    governor, lease, judged.outcome, retry_after, judged.usage, judged.headers, judged.refusals_count
+                    governor,
+                    lease,
+                    judged.outcome,
+                    retry_after,
+                    judged.usage,
+                    judged.headers,
+                    judged.refusals_count,
+                    load=judged.load,
                 )
                 if judged.outcome is not Outcome.RATE_LIMITED:
                     return result
@@ -349,6 +356,8 @@ async def _report(
     usage: Tokens | None = None,
     headers: Mapping[str, str] | None = None,
     refusals_count: bool = True,
+    *,
+    load: bool = True,
 ) -> None:
     """Report one attempt and release its lease in the same round trip; a
     failure to report is logged, never raised (the TTL frees the slot)."""
@@ -363,6 +372,7 @@ async def _report(
             usage=usage,
             headers=headers,
             refusals_count=refusals_count,
+            load=load,
         )
     except LeaseLost as error:
         log.warning("governor %r: %s outcome not counted: %s", governor.name, outcome.name.lower(), error)

@@ -205,7 +205,13 @@ class _Settlement:
         retry_after = usage.error.retry_after if usage.error is not None else None
         try:
             await self._governor.report(
-                outcome, retry_after, self._lease, release=True, usage=spent, headers=self._headers
+                outcome,
+                retry_after,
+                self._lease,
+                release=True,
+                usage=spent,
+                headers=self._headers,
+                load=usage.error is None or usage.error.load,
             )
         except GovernorError as error:  # never fails the caller's stream; the TTL frees the slot
             log.warning("governor %r: could not report a stream (%s): %s", self._governor.name, description, error)

@@ -20,7 +20,12 @@ A profile says, for one provider's API, everything the governed clients,
   or in a stream's chunk (:meth:`Profile.usage_part`, :meth:`Profile.usage_from`),
   which :func:`usage_of` reads whatever the provider;
 - how a stream ends (:attr:`Profile.stream_end`);
-- whether refused requests count against its limits (:attr:`Profile.refusals_count`).
+- whether refused requests count against its limits (:attr:`Profile.refusals_count`);
+- which of its refusals are load signals (:meth:`Profile.load_signal`): a
+  throttle of this fleet's own traffic, which the adaptive policy cuts
+  for, or a refusal the provider says is about something else (an
+  overload, a 529, a 503, a 429 whose headers show requests and tokens
+  remaining), which it weighs as the provider's background.
 
 Each provider is one module of this package (``openai``, ``anthropic``,
 ``google``, ``bedrock``), whose profiles register themselves
@@ -77,6 +82,8 @@ class Reading(NamedTuple):
     retry_after: float | None  #: seconds the provider asked to wait (RATE_LIMITED)
     description: str
     until: float | None = None  #: Unix seconds a used-up quota comes back (QUOTA_EXHAUSTED)
+    #: (RATE_LIMITED) whether the refusal is a load signal (:meth:`Profile.load_signal`)
+    load: bool = True
 
 
 def read_error(body: Any, headers: Any = None) -> ErrorBody:
@@ -197,6 +204,11 @@ class Profile:
     throttle_names: ClassVar[frozenset[str]] = frozenset(
         {"rate_limit_error", "overloaded_error", "rate_limit_exceeded", "overloaded"}
     )
+    #: error names (type, code, status, AWS error type) of a refusal that is no load signal:
+    #: the provider is overloaded or short of capacity, whatever this fleet sends
+    overload_names: ClassVar[frozenset[str]] = frozenset({"overloaded_error", "overloaded"})
+    #: HTTP statuses of a refusal that is no load signal (an overload: 529, 503)
+    overload_statuses: ClassVar[frozenset[int]] = frozenset({503, 529})
     #: error names that mean the account cannot pay (never retried)
     quota_names: ClassVar[frozenset[str]] = frozenset(
         {
@@ -272,8 +284,30 @@ class Profile:
         if until is not None:
             return Reading(Outcome.QUOTA_EXHAUSTED, None, description, until)
         if self.throttled(status, fields):
-            return Reading(Outcome.RATE_LIMITED, self.retry_hint(headers, fields, now=now), description)
+            hint = self.retry_hint(headers, fields, now=now)
+            return Reading(Outcome.RATE_LIMITED, hint, description, load=self.load_signal(status, headers, fields))
         return Reading(Outcome.ERROR, None, description)
+
+    def load_signal(self, status: int | None, headers: Any, fields: ErrorBody) -> bool:
+        """Whether a throttle is a load signal: this fleet's own traffic over a
+        limit, which the adaptive policy cuts for. Not one (the policy weighs
+        it as the provider's background: no cut, and its retry delay holds
+        only its caller): an overload or a capacity error (:attr:`overload_names`,
+        :attr:`overload_statuses`), and a refusal whose headers show requests
+        and tokens remaining (the account's limits were not what refused it)."""
+        if status in self.overload_statuses or fields.names() & self.overload_names:
+            return False
+        return not self.headroom(headers)
+
+    def headroom(self, headers: Any) -> bool:
+        """Whether a refusal's headers show requests and tokens (or input
+        tokens) remaining: both announced, both above zero."""
+        if headers is None or not self.headers:
+            return False
+        budgets = self.rate_limits(headers).budgets
+        requests = budgets.get("requests")
+        tokens = budgets.get("tokens") or budgets.get("input_tokens")
+        return all(found is not None and (found.remaining or 0) > 0 for found in (requests, tokens))
 
     def throttled(self, status: int | None, fields: ErrorBody) -> bool:
         names = fields.names()

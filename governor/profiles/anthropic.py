@@ -13,7 +13,13 @@ from . import Profile, register, request_body, tier_name, usage_of
 class Anthropic(Profile):
     """Anthropic: ``anthropic-ratelimit-*`` headers, 529 ``overloaded_error``
     (an overload, retried, but no limit of the account), cache reads apart
-    from ``input_tokens`` in the usage."""
+    from ``input_tokens`` in the usage.
+
+    Load signals: a 429 ``rate_limit_error`` whose headers do not show
+    requests and tokens remaining. Not load signals: a 529 (or a stream's
+    ``overloaded_error`` event), the API overloaded whatever this fleet
+    sends, and a 429 whose ``anthropic-ratelimit-*`` headers show requests
+    and input tokens remaining."""
 
     name = "anthropic"
     modules = ("anthropic",)

@@ -49,13 +49,18 @@ class Bedrock(Profile):
     (429) and ``ServiceUnavailableException`` (503), no rate-limit headers;
     the tokens quota is taken at request start as input tokens plus
     ``maxTokens``, and output tokens of some models count several times
-    (:data:`BURNDOWN`)."""
+    (:data:`BURNDOWN`).
+
+    Load signals: ``ThrottlingException`` (429, the account's quotas). Not
+    load signals: ``ServiceUnavailableException`` (503, the service short of
+    capacity) and ``ModelNotReadyException`` (the model is being loaded)."""
 
     name = "bedrock"
     modules = ("botocore", "boto3")
     model_paths = ("converse", "converse-stream", "invoke", "invoke-with-response-stream")
     headers = False
     throttle_names = frozenset({"ThrottlingException", "ServiceUnavailableException", "ModelNotReadyException"})
+    overload_names = frozenset({"ServiceUnavailableException", "ModelNotReadyException"})
     quota_names = frozenset()
     quota_phrases = ()
     stream_end = "the metadata event (usage), after messageStop"

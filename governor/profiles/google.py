@@ -53,13 +53,19 @@ class Gemini(Profile):
     ``RESOURCE_EXHAUSTED`` carries ``google.rpc.QuotaFailure`` (which quota:
     per minute or per day, per project and model) and
     ``google.rpc.RetryInfo.retryDelay`` in the body; per-day quotas reset at
-    midnight Pacific time; tokens per minute count input tokens."""
+    midnight Pacific time; tokens per minute count input tokens.
+
+    Load signals: a 429 ``RESOURCE_EXHAUSTED`` (a quota of the project, or
+    the dynamic shared quota the fleet takes part of). Not load signals: a
+    503 ``UNAVAILABLE`` ("The model is overloaded"), the model's capacity
+    whatever this fleet sends."""
 
     name = "gemini"
     modules = ("google",)
     model_paths = ("generateContent", "streamGenerateContent", "countTokens", "embedContent", "batchEmbedContents")
     headers = False
     throttle_names = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE"})
+    overload_names = frozenset({"UNAVAILABLE"})
     quota_names = frozenset()
     quota_phrases = ()
     stream_end = "the connection closes after the last chunk (alt=sse; the last carries usageMetadata)"

@@ -13,7 +13,13 @@ from . import Profile, http_parts, register
 class OpenAI(Profile):
     """OpenAI: ``x-ratelimit-*`` headers, ``retry-after-ms``, "Please try
     again in 424ms" in a 429's message; refused requests count against the
-    requests limit; ``insufficient_quota`` is billing."""
+    requests limit; ``insufficient_quota`` is billing.
+
+    Load signals: a 429 ``rate_limit_exceeded`` whose ``x-ratelimit-*``
+    headers do not show requests and tokens remaining. Not load signals: a
+    503 or an ``overloaded`` error (the engine short of capacity), and a 429
+    whose headers show requests and tokens remaining (a shared capacity
+    refusal, not the account's limits)."""
 
     name = "openai"
     modules = ("openai",)

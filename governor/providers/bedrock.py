@@ -177,9 +177,11 @@ class _Settlement:
             self.done = True
             return True
 
-    def report(self, outcome: Outcome, retry_after: float | None, usage: Tokens | None, description: str) -> None:
+    def report(
+        self, outcome: Outcome, retry_after: float | None, usage: Tokens | None, description: str, load: bool = True
+    ) -> None:
         try:
-            self._governor.report(outcome, retry_after, self._lease, release=True, usage=usage)
+            self._governor.report(outcome, retry_after, self._lease, release=True, usage=usage, load=load)
         except GovernorError as error:  # never fails the caller's stream; the TTL frees the slot
             log.warning("governor %r: could not report a stream (%s): %s", self._governor.name, description, error)
 
@@ -198,7 +200,8 @@ class GovernedEventStream:
         self._path = path
         self._buffer = EventStreamBuffer()
         self.usage: Tokens | None = None
-        self.error: tuple[Outcome, float | None, str] | None = None
+        #: the first exception event: (outcome, retry delay, description, whether it is a load signal)
+        self.error: tuple[Outcome, float | None, str, bool] | None = None
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[bytes]:
         try:
@@ -220,7 +223,7 @@ class GovernedEventStream:
             for message in self._buffer:
                 self._frame(message.headers, message.payload)
         except Exception:  # noqa: BLE001 - a frame botocore cannot read: botocore says so to the caller
-            self.error = (Outcome.ERROR, None, "an unreadable event-stream frame")
+            self.error = (Outcome.ERROR, None, "an unreadable event-stream frame", True)
 
     def _frame(self, headers: Any, payload: bytes) -> None:
         kind = headers.get(":message-type")
@@ -233,7 +236,7 @@ class GovernedEventStream:
             message = body.get("message") if isinstance(body, dict) else None
             exception = name[:1].upper() + name[1:]
             reading = REGISTRY["bedrock"].classify(None, None, {"__type": exception, "message": message})
-            self.error = (reading.kind, reading.retry_after, reading.description)
+            self.error = (reading.kind, reading.retry_after, reading.description, reading.load)
         elif headers.get(":event-type") == "metadata":
             try:
                 found = REGISTRY["bedrock"].usage(json.loads(payload), self._path)
@@ -246,9 +249,9 @@ class GovernedEventStream:
         if not self._settlement.claim():
             return
         if self.error is not None:
-            outcome, retry_after, description = self.error
+            outcome, retry_after, description, load = self.error
             spent = self.usage if self.usage is not None else (Tokens() if outcome is not Outcome.ERROR else None)
-            self._settlement.report(outcome, retry_after, spent, description)
+            self._settlement.report(outcome, retry_after, spent, description, load)
         elif failed:
             self._settlement.report(Outcome.ERROR, None, self.usage, "the stream broke off")
         else:

@@ -72,6 +72,7 @@ local function cut(capacity, ceiling, why, level, rl, total, fence)
   set('policy', 'cut_share_ppm', 0)
   set('policy', 'round_fence', STATE.fence)
   set('policy', 'round_refused', 1)
+  set('policy', 'round_at', NOW)
   set('policy', 'ceiling', ceiling)
   set('policy', 'cut_fence', STATE.fence)
   set('policy', 'probe_at', NOW)
@@ -94,7 +95,7 @@ POLICIES.adaptive = {
   config = {'pause_count', 'pause_ratio', 'increase_successes', 'cut_factor', 'probe_ms'},
   state = {'ceiling', 'cut_fence', 'probe_at', 'probe_step', 'probe_wait', 'climbing'},
   later = {'background_ppm', 'cut_from', 'cut_ceiling', 'cut_level', 'cut_at', 'cut_share_ppm', 'round_fence',
-    'round_refused'},
+    'round_refused', 'round_at'},
   reset = function()
     set('policy', 'ceiling', 0)
     set('policy', 'cut_fence', STATE.fence)
@@ -110,6 +111,7 @@ POLICIES.adaptive = {
     set('policy', 'cut_share_ppm', 0)
     set('policy', 'round_fence', 0)
     set('policy', 'round_refused', 0)
+    set('policy', 'round_at', 0)
     -- A new governor, a reset, a state re-created after a loss: no blind
     -- burst of max_capacity; discover the limit from the resume level. Each
     -- success adds one (success() below, nothing refused yet): a round of
@@ -154,7 +156,17 @@ POLICIES.adaptive = {
         .. ' attempts at one in flight', rl, total)
       return true
     end
-    local share = rl / total
+    -- The refusals of the round the last cut (or refused probe) acted on
+    -- stay in the window for a window after it: the news was taken, so a
+    -- refusal since is judged by the share net of them (else a start's
+    -- overshoot, still in a long window, reads every later refusal as a
+    -- lower limit still).
+    local counted = 0
+    if POLICY.round_at > 0 and NOW - POLICY.round_at < CONFIG.window_ms then
+      counted = math.min(POLICY.round_refused, rl - 1)
+    end
+    local net = rl - counted
+    local share = net / total
     if POLICY.ceiling > 0 and level >= POLICY.ceiling and POLICY.climbing == 0 then
       -- A probe refused: back just below the level it was refused at; at
       -- the level refused before, probe less often. It costs that call.
@@ -167,6 +179,7 @@ POLICIES.adaptive = {
         set('policy', 'cut_level', level)
         set('policy', 'round_fence', STATE.fence)
         set('policy', 'round_refused', 1)
+        set('policy', 'round_at', NOW)
       end
       set('policy', 'probe_at', NOW)
       set('policy', 'probe_step', 1)
@@ -175,7 +188,7 @@ POLICIES.adaptive = {
         rl, total, 'level', level, 'ceiling', level, 'lease_fence', fence or '', 'probe_wait', wait)
       return false
     end
-    if rl <= explained(POLICY.background_ppm / 1e6, total) then
+    if net <= explained(POLICY.background_ppm / 1e6, total) then
       -- No more refusals in the window than the background explains: no cut.
       return no_cut('refused at ' .. level .. ' in flight, background refusal share '
         .. percent(POLICY.background_ppm / 1e6) .. ': no cut', rl, total, level)
@@ -217,8 +230,9 @@ POLICIES.adaptive = {
         -- this share); undo them.
         if POLICY.background_ppm > 0 then ppm = math.floor((POLICY.background_ppm + ppm) / 2) end
         set('policy', 'background_ppm', ppm)
-        -- (a cut of the slow start: its level, not a slow start again)
-        set('policy', 'ceiling', POLICY.cut_ceiling > 0 and POLICY.cut_ceiling or POLICY.cut_level)
+        -- (a cut of the slow start: the slow start again, with no ceiling;
+        -- a round it overshoots with lands on its accepted count)
+        set('policy', 'ceiling', POLICY.cut_ceiling)
         set('policy', 'cut_level', 0)
         set('policy', 'climbing', 0)
         set('policy', 'probe_at', NOW)
@@ -238,6 +252,16 @@ POLICIES.adaptive = {
     -- Refused below the lowest level refused so far (or the first 429).
     return cut(math.floor(level * CONFIG.cut_factor), level, 'rate-limited at ' .. level .. ' in flight: cut',
       level, rl, total, fence)
+  end,
+  -- A refusal the provider says is no load signal (an overload, a 529,
+  -- headers showing requests and tokens remaining): not one of the
+  -- window's refusals, so the fleet's own are judged without it; it
+  -- cuts nothing and holds nobody but its caller.
+  background = function(rl, total)
+    local live = in_flight()
+    local level = live > 0 and math.max(1, math.min(live, STATE.capacity)) or STATE.capacity
+    no_cut('refused at ' .. level .. ' in flight, the provider says not for this fleet\'s load: background, no cut',
+      rl, total, level)
   end,
   -- At the max a success changes nothing: the streak is 0 there (every
   -- capacity change clears it, and new_max() when it leaves capacity at the

@@ -22,6 +22,10 @@ it). Each entry:
                      it says the fleet as a whole is over (its Retry-After
                      then holds the fleet), false when it costs only the
                      call (a refused probe, the provider's background)
+  background(rl, total)       (or none) a refusal the provider says is no
+                     load signal (outcome 'b'), not paused: counted as an
+                     attempt only; it never holds the fleet. A policy
+                     without it reads such a refusal as 'r'
   success(rl, total)          a success, not paused
   no_news(waited)    (or none) callers wait while every slot is taken, the
                      first in line for `waited` ms, nothing was refused in
@@ -136,12 +140,14 @@ local function the_policy(outcome)
   end
   read_more('config', unpack(policy.config))
   read_more('policy', 'streak', unpack(policy.state))
-  if outcome == 'r' and policy.later then read_later(policy.later) end
+  if (outcome == 'r' or outcome == 'b') and policy.later then read_later(policy.later) end
   return policy, false
 end
 
 -- Record one reported attempt and apply the policy. outcome is 's'
--- (success), 'r' (rate-limited) or 'e' (other error); rl and total are the
+-- (success), 'r' (rate-limited), 'b' (rate-limited, no load signal: an
+-- attempt of the window, not one of its refusals; only for a policy with
+-- a background() rule) or 'e' (other error); rl and total are the
 -- window's counts before it (window(); rl may be nil for a quiet success).
 -- Needs the state's capacity, fence and event_seq; `policy` is
 -- the_policy()'s, called before the first write. Returns, for a refusal,
@@ -162,6 +168,9 @@ local function record(policy, outcome, fence, rl, total, fresh)
     set('policy', 'streak', 0)
     if STATE.capacity > 0 then return policy.limited(rl, total, fence) ~= false end  -- 429s while paused change nothing
     return true
+  elseif outcome == 'b' then
+    if STATE.capacity > 0 then policy.background(rl, total) end
+    return false
   elseif STATE.capacity == 0 then
     recover(rl)
   elseif outcome == 's' then

@@ -203,6 +203,8 @@ def describe(name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, 
         return {"leases": [list(triple) for triple in args[0]]}
     if name == "refresh":
         return {"ids": list(args[0])}
+    if name == "report" and kw.get("load") is False:
+        return None  # (no load signal: the TypeScript client does not send it; its ARGV is replayed as it is)
     if name == "report":
         outcome, retry_after, lease_id, fence = (*args, None)[:4]
         return {
@@ -473,6 +475,32 @@ SCENARIOS: list[tuple[str, str, GovernorConfig, list[Step]]] = [
             op("status"),
             61.0,
             op("probe"),
+        ],
+    ),
+    (
+        "background-refusal",
+        "a refusal that is no load signal (load=False, outcome b): under the adaptive policy an attempt, not a "
+        "refusal of the window, no cut and no fleet hold; a load signal after it cuts and holds",
+        GovernorConfig(max_capacity=8, lease_ttl=60.0, queue_ttl=60.0, retry_after_cap=10.0),
+        [
+            init,
+            acquire("a"),
+            acquire("b"),
+            op("report", Outcome.RATE_LIMITED, 4.0, "a", None, release=True, load=False),
+            op("status"),
+            op("report", Outcome.RATE_LIMITED, 4.0, "b", None, release=True),
+            op("status"),
+        ],
+    ),
+    (
+        "background-refusal-fixed",
+        "a refusal that is no load signal, to a policy with no rule for it: a refusal as any, its hold included",
+        GovernorConfig(max_capacity=2, policy="fixed", lease_ttl=60.0, queue_ttl=60.0, retry_after_cap=10.0),
+        [
+            init,
+            acquire("a"),
+            op("report", Outcome.RATE_LIMITED, 2.0, "a", 0, release=True, load=False),
+            op("status"),
         ],
     ),
     (

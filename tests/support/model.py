@@ -667,6 +667,10 @@ class Model:
             self.P["streak"] = 0
             if S["capacity"] > 0:  # 429s while paused change nothing
                 return self.policy.limited(self, rl, total, fence) is not False
+        elif outcome == "b":  # no load signal: an attempt, not one of the window's refusals
+            if S["capacity"] > 0:
+                self.policy.background(self, rl, total)  # type: ignore[attr-defined]
+            return False
         elif S["capacity"] == 0:
             self._recover(rl)
         elif outcome == "s":
@@ -983,6 +987,8 @@ class Model:
         release = lease_id != "" and a[4] == "1"
         usage = parse_tokens(a[5]) if len(a) > 5 and a[5] else None
         spent = not (len(a) > 6 and a[6] == "0")  # refusals counted by the provider (the default)
+        if outcome == "b" and not hasattr(self.policy, "background"):
+            outcome = "r"  # no load signal, to a policy with no rule for it: a refusal as any
         limits = []
         for kind, figures in zip(a[7::2], a[8::2], strict=True):  # kind, "limit,remaining" pairs
             limit, remaining = figures.split(",")
@@ -1013,7 +1019,7 @@ class Model:
                 if until > S["not_before"]:
                     S["not_before"] = until
         if held is not None and usage is not None:
-            self._settle(Tokens(held.input, held.output), usage, spent=outcome == "r" and spent)
+            self._settle(Tokens(held.input, held.output), usage, spent=outcome in ("r", "b") and spent)
         for kind, limit, remaining in limits:
             self._calibrate(kind, limit, remaining)
         if outcome == "r":

@@ -108,6 +108,7 @@ class Adaptive(Policy):
         "cut_share_ppm",
         "round_fence",
         "round_refused",
+        "round_at",
     )
 
     def reset(self, m: Model) -> None:
@@ -141,17 +142,22 @@ class Adaptive(Policy):
             P["cut_level"] = 0
             m.pause("policy", PAUSE_REASON, 0)
             return True
-        share = rl / total
+        # the refusals of the round the last cut acted on, still in the window: judged net of them
+        counted = 0
+        if P["round_at"] > 0 and m.now - P["round_at"] < C["window_ms"]:
+            counted = min(P["round_refused"], rl - 1)
+        net = rl - counted
+        share = net / total
         if P["ceiling"] > 0 and level >= P["ceiling"] and P["climbing"] == 0:  # a refused probe: costs the call
             wait = C["probe_ms"]
             if level == P["ceiling"]:
                 wait = min(P["probe_wait"] * 2, probe_cap(C, total))
             P.update(ceiling=level, cut_fence=S["fence"], probe_at=m.now, probe_step=1, probe_wait=wait)
             if not self._verdict_open(m):  # the round in flight with it: mostly refused, it lands
-                P.update(cut_level=level, round_fence=S["fence"], round_refused=1)
+                P.update(cut_level=level, round_fence=S["fence"], round_refused=1, round_at=m.now)
             m.set_capacity(max(1, level - 1))
             return False
-        if rl <= explained(P["background_ppm"] / 1e6, total):  # the background explains it: no cut
+        if net <= explained(P["background_ppm"] / 1e6, total):  # the background explains it: no cut
             return False
         since = m.now - P["cut_at"]
         if self._verdict_open(m) and share <= NOISE_MAX:
@@ -171,7 +177,7 @@ class Adaptive(Policy):
             else:  # refused as often a level lower: the background's share; undo the cuts
                 if P["background_ppm"] > 0:
                     ppm = math.floor((P["background_ppm"] + ppm) / 2)
-                P.update(background_ppm=ppm, ceiling=P["cut_ceiling"] or P["cut_level"], cut_level=0, climbing=0)
+                P.update(background_ppm=ppm, ceiling=P["cut_ceiling"], cut_level=0, climbing=0)
                 P.update(probe_at=m.now, probe_wait=C["probe_ms"])
                 m.set_capacity(max(S["capacity"], P["cut_from"]))
                 return False
@@ -179,6 +185,10 @@ class Adaptive(Policy):
             capacity = math.floor(level * C["cut_factor"])
             return self._cut(m, capacity, capacity + 1, level)
         return self._cut(m, math.floor(level * C["cut_factor"]), level, level)  # the first 429 below the ceiling
+
+    def background(self, m: Model, rl: int, total: int) -> None:
+        """A refusal that is no load signal: counted as an attempt, it changes
+        nothing of the policy's (its decision log entry is not modelled)."""
 
     @staticmethod
     def _verdict_open(m: Model) -> bool:
@@ -190,6 +200,7 @@ class Adaptive(Policy):
     def _cut(m: Model, capacity: int, ceiling: int, level: int) -> bool:
         S, C, P = m.S, m.C, m.P
         P.update(cut_from=S["capacity"], cut_ceiling=P["ceiling"], cut_level=level, cut_at=m.now, round_refused=1)
+        P["round_at"] = m.now
         P["cut_share_ppm"] = 0
         P["round_fence"] = S["fence"]
         P.update(ceiling=ceiling, cut_fence=S["fence"], probe_at=m.now, probe_step=1, probe_wait=C["probe_ms"])
