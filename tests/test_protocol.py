@@ -391,8 +391,9 @@ def test_outcome_values_are_exactly_what_report_accepts() -> None:
     report = code(LUA / "report.lua")
     (check,) = re.findall(r"if (outcome ~= .*?) then\s*fail\('BADARG', 'outcome must be", report, flags=re.S)
     accepted = re.findall(r"outcome ~= '(\w+)'", check)
-    assert sorted(accepted) == sorted(o.value for o in Outcome)
-    assert len(accepted) == len(Outcome)
+    # every outcome, and the refusal a profile says is no load signal
+    assert sorted(accepted) == sorted([*(o.value for o in Outcome), protocol.BACKGROUND_REFUSAL])
+    assert len(accepted) == len(Outcome) + 1
 
 
 def test_every_outcome_is_recorded_and_another_refused(make_gov: MakeGov) -> None:
@@ -403,7 +404,7 @@ def test_every_outcome_is_recorded_and_another_refused(make_gov: MakeGov) -> Non
     status = gov.status()
     assert (status.window_attempts, status.window_rate_limited, status.quota_exhausted) == (3, 1, 1)
     call = core.report(Outcome.SUCCESS, None, None)
-    with pytest.raises(protocol.ConfigError, match="outcome must be s, r, e or q, got x"):
+    with pytest.raises(protocol.ConfigError, match="outcome must be s, r, e, q or b, got x"):
         gov._connection.run(type(call)(call.script, (*call.args[:2], "x", *call.args[3:]), call.parse))
 
 
