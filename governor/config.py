@@ -25,6 +25,7 @@ from .budgets import KINDS as BUDGET_KINDS
 from .budgets import MAX_TOKENS, config_field
 from .errors import ConfigError, StateError
 from .policies import REGISTRY, Policy, policy_from
+from .spend import SpendBudget
 from .protocol import (
     CONFIG_RANGES,
     DEFAULT_LEASE_TTL,
@@ -44,6 +45,17 @@ __all__ = ["ON_UNAVAILABLE", "GovernorConfig", "RetryPolicy", "ms"]
 
 Unavailable = Literal["fail", "local"]
 ON_UNAVAILABLE: tuple[str, ...] = ("fail", "local")
+
+
+def _spend_budgets(value: Any) -> tuple[SpendBudget, ...]:
+    if isinstance(value, SpendBudget):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not all(isinstance(b, SpendBudget) for b in value):
+        raise ConfigError(f"spend must be a tuple of SpendBudget, got {value!r}")
+    names = [b.name for b in value]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"spend budgets need names of their own, got {', '.join(names)}")
+    return tuple(value)
 
 
 @dataclass(frozen=True)
@@ -128,9 +140,13 @@ class GovernorConfig:
     #: at most capacity - reserve (a waiter that aged may take them), so a caller of the
     #: highest class finds a slot free without waiting for one to end; 0: none
     reserve: int = 0
+    #: dollar budgets (governor/spend.py): each a limit per window for the fleet and
+    #: per tenant; a call that none can afford fails at once with SpendExhausted
+    spend: tuple[SpendBudget, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", policy_from(self.policy))
+        object.__setattr__(self, "spend", _spend_budgets(self.spend))
         self._check_shares()
         for f in fields(self):
             value = getattr(self, f.name)

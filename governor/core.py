@@ -25,6 +25,7 @@ from .config import GovernorConfig
 from .errors import ConfigError, CostTooLarge, StateError
 from .protocol import (
     DEFAULT_TENANT,
+    MAX_INT,
     MAX_CAPACITY,
     SCHEMA_VERSION,
     GovernorKeys,
@@ -34,6 +35,7 @@ from .protocol import (
     ms,
     validate_tenant,
 )
+from .spend import budgets_args, exhausted
 from .replies import (
     MISSING,
     UNSET,
@@ -510,6 +512,54 @@ class GovernorCore:
         if budget_args == ("", ""):
             budget_args = ()  # the common report: the script reads '' for what is not sent
         return self._call("report", (outcome.value, ra, *lease_args, *budget_args), self._parse_reported)
+
+    # -- spend (usd) budgets: governor/spend.py, lua/spend.lua -------------------------
+
+    def wall_ms(self) -> int:
+        """The clock a calendar window's boundaries are computed around: the
+        injected clock, else this host's (the script finds its own window
+        among four boundaries, so a host clock a window away still works)."""
+        return ms(self.clock()) if self.clock is not None else ms(time.time())
+
+    def _spend(self, op: str, first: str, second: str, amount: int, extra: str, budgets: Sequence[Any]) -> Call[Any]:
+        if isinstance(amount, bool) or not isinstance(amount, int) or not 0 <= amount <= MAX_INT:
+            raise ConfigError(f"a spend amount must be integer micro-dollars in [0, 2^53], got {amount!r}")
+        args = (op, first, second, str(amount), extra, *budgets_args(tuple(budgets), self.wall_ms()))
+        return self._call("spend", args, self._parse_spend)
+
+    def spend_reserve(self, call_id: str, tenant: str | None, micros: int, keep: float) -> Call[Any]:
+        """Reserve ``micros`` in every spend budget the config names (the
+        fleet's, the tenant's): None, or the SpendExhausted to raise.
+        ``keep``: seconds the reservation waits for its settlement before it
+        is kept as spent (a lost call's)."""
+        tenant = validate_tenant(tenant or DEFAULT_TENANT)
+        return self._spend("reserve", call_id, tenant, micros, str(ms(keep)), self.config.spend)
+
+    def spend_settle(self, call_id: str, tenant: str | None, micros: int, reserved: int) -> Call[Any]:
+        """Settle a reservation with the call's charge (micro-dollars)."""
+        tenant = validate_tenant(tenant or DEFAULT_TENANT)
+        return self._spend("settle", call_id, tenant, micros, str(reserved), self.config.spend)
+
+    def spend_approve(self, budget: Any, scope: str, micros: int) -> Call[Any]:
+        """An operator's approval: ``micros`` more for ``scope`` ('*' the
+        fleet, else a tenant) until budget's window resets; its threshold
+        no longer pauses."""
+        if scope != "*":
+            validate_tenant(scope)
+        return self._spend("approve", budget.name, scope, micros, "", (budget,))
+
+    def _parse_spend(self, reply: Any) -> Any:
+        kind, rest = _check_reply(reply, self.name)
+        if kind == "missing":
+            return MISSING
+        self._seen()
+        if kind in ("reserved", "settled"):
+            return None
+        if kind == "approved":
+            return number(rest[0]) / 1000
+        if kind == "spend_exhausted":
+            return exhausted(self.name, rest, text)
+        raise self._unexpected("spend", kind)
 
     def _parse_reported(self, reply: Any) -> bool | Missing:
         kind, _ = _check_reply(reply, self.name)

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ASYNC, SYNC = ROOT / "governor/_async", ROOT / "governor/_sync"
 #: the modules generated from their asyncio source
-GENERATED = ("governor.py", "connection.py", "lease.py", "background.py", "retry.py", "transport.py")
+GENERATED = ("governor.py", "connection.py", "lease.py", "background.py", "retry.py", "transport.py", "spend.py")
 #: the modules each facade keeps by hand
 HAND_KEPT = ("__init__.py", "_compat.py")
 PAIRS = [(ASYNC / name, SYNC / name) for name in GENERATED]
@@ -38,6 +38,7 @@ SUBS = [
     (r"\bawait ", ""),
     (r"\bAsyncGovernor\b", "Governor"),
     (r"\bAsyncLease\b", "Lease"),
+    (r"\bAsyncSpend\b", "Spend"),
     (r"\bAsyncGovernedTransport\b", "GovernedTransport"),
     (r"\bAsyncHTTPTransport\b", "HTTPTransport"),
     (r"\bAsyncIterator\b", "Iterator"),
