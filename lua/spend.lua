@@ -113,7 +113,7 @@ local function note(budget, s, before, w)
     log('spend-threshold', 'budget', budget.name, 'scope', s.scope, 'spent', int(spent), 'limit', int(s.limit),
       'share', string.format('%.2f', spent / s.limit), 'call', id,
       'why', 'spent ' .. string.format('%d%%', budget.soft * 100) .. ' of the window\'s limit'
-        .. (budget.pause and ': paused until an operator approves more (governor spend approve)' or ''))
+        .. (budget.pauses and ': paused until an operator approves more (governor spend approve)' or ''))
   end
 end
 
@@ -142,7 +142,7 @@ if op == 'reserve' then
   local plan = {}
   for _, budget in ipairs(budgets) do
     local definition = int(budget.limit) .. '|' .. budget.label .. '|' .. int(budget.soft * 1000000) .. '|'
-      .. (budget.pause and '1' or '0') .. '|' .. budget.tenants
+      .. (budget.pauses and '1' or '0') .. '|' .. budget.tenants
     if redis.call('HGET', KEY.spend, 'd:' .. budget.name) ~= definition then
       redis.call('HSET', KEY.spend, 'd:' .. budget.name, definition)
     end
@@ -155,7 +155,7 @@ if op == 'reserve' then
         why = 'never'
       elseif spent + amount > s.limit then
         why = 'limit'
-      elseif budget.pause and not s.add and budget.soft > 0 and spent + amount > budget.soft * s.limit then
+      elseif budget.pauses and not s.add and budget.soft > 0 and spent + amount > budget.soft * s.limit then
         why = 'threshold'
       end
       if why then
@@ -184,10 +184,10 @@ if op == 'reserve' then
 end
 
 -- settle: the reservation's record (else the client's figure, at no known time)
-local record = redis.call('HGET', KEY.spend, 'r:' .. id)
+local reservation = redis.call('HGET', KEY.spend, 'r:' .. id)
 local reserved, who, at, names = extra, tenant, nil, nil
-if record then
-  local r_amount, r_tenant, r_at, _, r_names = string.match(record, '^(%d+)|([^|]*)|(%d+)|(%d+)|(.*)$')
+if reservation then
+  local r_amount, r_tenant, r_at, _, r_names = string.match(reservation, '^(%d+)|([^|]*)|(%d+)|(%d+)|(.*)$')
   if r_amount then
     reserved, who, at, names = tonumber(r_amount), r_tenant, tonumber(r_at), {}
     for name in string.gmatch(r_names, '[^,]+') do names[name] = true end

@@ -38,14 +38,14 @@ local function spend_budgets(first, count)
   for i = 0, count - 1 do
     local at = first + i * 7
     local name, limit, tenants, spec = ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2], ARGV[at + 3]
-    local soft, pause, label = tonumber(ARGV[at + 4]), ARGV[at + 5], ARGV[at + 6]
+    local soft, pausing, label = tonumber(ARGV[at + 4]), ARGV[at + 5], ARGV[at + 6]
     if not name or not string.find(name, '^[%w%-_.]+$') or #name > 64 then
       fail('BADARG', 'a spend budget\'s name must be 1-64 characters of [A-Za-z0-9-_.], got ' .. tostring(name))
     end
     if not limit or limit < 0 or limit % 1 ~= 0 or limit > MAX_INT then
       fail('BADARG', 'spend budget ' .. name .. ': limit must be integer micro-dollars, got ' .. tostring(ARGV[at + 1]))
     end
-    if not soft or soft < 0 or soft > 1000000 or (pause ~= '0' and pause ~= '1') or not label
+    if not soft or soft < 0 or soft > 1000000 or (pausing ~= '0' and pausing ~= '1') or not label
         or not string.find(label, '^[%w%-_.:/@+]*$') then
       fail('BADARG', 'spend budget ' .. name .. ': soft_ppm in [0, 1e6], pause 0|1 and a window label expected')
     end
@@ -53,7 +53,7 @@ local function spend_budgets(first, count)
       fail('BADARG', 'spend budget ' .. name .. ': tenant limits must be "tenant=micros,...", got ' .. tostring(tenants))
     end
     list[#list + 1] = {name = name, limit = limit, tenants = tenants, spec = spec, soft = soft / 1000000,
-      pause = pause == '1', label = label}
+      pauses = pausing == '1', label = label}
   end
   return list
 end
