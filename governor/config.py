@@ -25,7 +25,6 @@ from .budgets import KINDS as BUDGET_KINDS
 from .budgets import MAX_TOKENS, config_field
 from .errors import ConfigError, StateError
 from .policies import REGISTRY, Policy, policy_from
-from .spend import SpendBudget
 from .protocol import (
     CONFIG_RANGES,
     DEFAULT_LEASE_TTL,
@@ -40,6 +39,7 @@ from .protocol import (
     validate_class,
     validate_tenant,
 )
+from .spend import SpendBudget
 
 __all__ = ["ON_UNAVAILABLE", "GovernorConfig", "RetryPolicy", "ms"]
 

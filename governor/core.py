@@ -25,8 +25,8 @@ from .config import GovernorConfig
 from .errors import ConfigError, CostTooLarge, StateError
 from .protocol import (
     DEFAULT_TENANT,
-    MAX_INT,
     MAX_CAPACITY,
+    MAX_INT,
     SCHEMA_VERSION,
     GovernorKeys,
     Outcome,
@@ -35,7 +35,6 @@ from .protocol import (
     ms,
     validate_tenant,
 )
-from .spend import budgets_args, exhausted
 from .replies import (
     MISSING,
     UNSET,
@@ -51,6 +50,7 @@ from .replies import (
     Status,
     _Unset,
 )
+from .spend import budgets_args, exhausted
 
 #: defined in governor.protocol and governor.replies, used through here too
 __all__ = [

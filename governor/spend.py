@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import ROUND_FLOOR, Decimal
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import ConfigError, GovernorError
@@ -107,18 +107,24 @@ class Window:
         if self.kind not in ("rolling", *CALENDAR):
             raise ConfigError(f"window kind must be rolling, day, week or month, got {self.kind!r}")
         if self.kind == "rolling":
-            if isinstance(self.seconds, bool) or not isinstance(self.seconds, (int, float)) or not (
-                1 <= self.seconds <= 31 * 86400
+            if (
+                isinstance(self.seconds, bool)
+                or not isinstance(self.seconds, (int, float))
+                or not (1 <= self.seconds <= 31 * 86400)
             ):
                 raise ConfigError(f"a rolling window lasts 1 s to 31 days, got {self.seconds!r} s")
             if isinstance(self.slots, bool) or not isinstance(self.slots, int) or not 1 <= self.slots <= 1000:
                 raise ConfigError(f"a rolling window has 1-1000 slots, got {self.slots!r}")
             if round(self.seconds * 1000) % self.slots:
-                raise ConfigError(f"a rolling window of {self.seconds} s does not split into {self.slots} whole-ms slots")
+                raise ConfigError(
+                    f"a rolling window of {self.seconds} s does not split into {self.slots} whole-ms slots"
+                )
         try:
             ZoneInfo(self.zone)
         except (ZoneInfoNotFoundError, ValueError, TypeError):
-            raise ConfigError(f"time zone {self.zone!r} is unknown: use an IANA name such as UTC or America/Los_Angeles") from None
+            raise ConfigError(
+                f"time zone {self.zone!r} is unknown: use an IANA name such as UTC or America/Los_Angeles"
+            ) from None
 
     @classmethod
     def rolling(cls, seconds: float, slots: int = 10) -> Window:
@@ -234,8 +240,10 @@ class SpendBudget:
             raise ConfigError(f"spend budget {self.name}: give a limit, tenants' limits, or both")
         if self.limit is not None:
             to_micros(f"spend budget {self.name}'s limit", self.limit)
-        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or not (
-            0 <= self.threshold <= 1
+        if (
+            isinstance(self.threshold, bool)
+            or not isinstance(self.threshold, (int, float))
+            or not (0 <= self.threshold <= 1)
         ):
             raise ConfigError(f"spend budget {self.name}: threshold must be a share in [0, 1], got {self.threshold!r}")
         if not isinstance(self.pause, bool):
@@ -247,11 +255,16 @@ class SpendBudget:
     def limit_micros(self) -> int:
         return 0 if self.limit is None else to_micros("limit", self.limit)
 
+    @property
+    def tenant_limits(self) -> tuple[tuple[str, int], ...]:
+        """(tenant, micro-dollars) pairs, sorted."""
+        return cast(tuple[tuple[str, int], ...], self.tenants)
+
     def args(self, now_ms: int) -> tuple[str, ...]:
         """The script's 7 arguments for this budget."""
         window = self.window
         assert isinstance(window, Window)
-        tenants = ",".join(f"{t}={m}" for t, m in self.tenants)  # type: ignore[misc]
+        tenants = ",".join(f"{t}={m}" for t, m in self.tenant_limits)
         return (
             self.name,
             str(self.limit_micros),
@@ -284,7 +297,11 @@ def exhausted(governor: str, reply: list[Any], text: Any) -> SpendExhausted:
         )
     else:
         hint = "wait for the window to reset, or raise the limit (governor spend approve --add DOLLARS)"
-    when = "" if resets_at is None else f", resets at {datetime.fromtimestamp(resets_at, timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+    when = (
+        ""
+        if resets_at is None
+        else f", resets at {datetime.fromtimestamp(resets_at, timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+    )
     message = (
         f"governor {governor!r}: spend budget {budget!r} ({whose} limit) cannot afford the call: "
         f"{dollars(int(spent))} spent of {dollars(int(limit))}{when}; {hint}"
@@ -338,7 +355,7 @@ def read_lines(raw: Mapping[Any, Any], now_ms: int) -> tuple[SpendLine, ...]:
         limit = int(limit_s)
         if scope != "*":
             limit = dict((t, int(m)) for t, _, m in (p.partition("=") for p in tenants.split(",") if p)).get(scope, 0)
-        reserved_s, noted, _seen, lost_s, slots_s = value.split("|", 4)
+        reserved_s, _noted, _seen, lost_s, slots_s = value.split("|", 4)
         slots = [(int(k), int(a)) for k, _, a in (s.partition(":") for s in slots_s.split(",") if s)]
         if window.kind == "rolling":
             slot_ms = round(window.seconds * 1000) // window.slots

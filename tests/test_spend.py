@@ -30,7 +30,10 @@ def spend_config(*budgets: SpendBudget) -> GovernorConfig:
 
 
 def lines(gov: Governor, clock: FakeClock) -> dict[tuple[str, str], Any]:
-    return {(line.budget, line.scope): line for line in read_lines(gov.client.hgetall(gov.keys.spend), round(clock() * 1000))}
+    return {
+        (line.budget, line.scope): line
+        for line in read_lines(gov.client.hgetall(gov.keys.spend), round(clock() * 1000))
+    }
 
 
 def decision_log(gov: Governor, kind: str) -> list[dict[str, str]]:

@@ -83,7 +83,9 @@ class AsyncSpend:
         ``tenant``) until its window resets; a paused threshold lifts.
         Returns when the approval ends (Unix seconds)."""
         found = self._budget(budget)
-        return float(await self._gov._execute(self._gov._core.spend_approve(found, tenant or "*", to_micros("add", add))))
+        return float(
+            await self._gov._execute(self._gov._core.spend_approve(found, tenant or "*", to_micros("add", add)))
+        )
 
     def _budget(self, budget: str | SpendBudget) -> SpendBudget:
         if isinstance(budget, SpendBudget):
