@@ -82,10 +82,8 @@ class AsyncSpend:
         """Raise ``budget``'s limit by ``add`` dollars for the fleet (or
         ``tenant``) until its window resets; a paused threshold lifts.
         Returns when the approval ends (Unix seconds)."""
-        found = self._budget(budget)
-        return float(
-            await self._gov._execute(self._gov._core.spend_approve(found, tenant or "*", to_micros("add", add)))
-        )
+        call = self._gov._core.spend_approve(self._budget(budget), tenant or "*", to_micros("add", add))
+        return float(await self._gov._execute(call))
 
     def _budget(self, budget: str | SpendBudget) -> SpendBudget:
         if isinstance(budget, SpendBudget):
