@@ -335,6 +335,25 @@ class SpendLine:
         return max(0, self.limit - self.spent)
 
 
+def stored_budgets(raw: Mapping[Any, Any]) -> dict[str, SpendBudget]:
+    """The budgets a spend hash (HGETALL) defines, as their clients last sent them."""
+    out = {}
+    for key, value in raw.items():
+        key, value = _decode(key), _decode(value)
+        if key.startswith("d:"):
+            limit, label, soft, pause, tenants = value.split("|", 4)
+            pairs = [(t, Decimal(int(m)) / MICROS) for t, _, m in (p.partition("=") for p in tenants.split(",") if p)]
+            out[key[2:]] = SpendBudget(
+                key[2:],
+                Window.from_label(label),
+                limit=Decimal(int(limit)) / MICROS if int(limit) else None,
+                tenants=tuple(pairs),
+                threshold=int(soft) / MICROS,
+                pause=pause == "1",
+            )
+    return out
+
+
 def _decode(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
