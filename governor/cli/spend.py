@@ -103,8 +103,9 @@ def approve(app: App, budget: str | None, tenant: str | None, add: str, as_json:
             raise click.UsageError(f"which budget? Pass --budget NAME (the governor's spend budgets: {names})")
         budget = next(iter(budgets))
     if budget not in budgets:
+        names = ", ".join(sorted(budgets)) or "none"
         fail(
-            f"governor {gov.name!r} has no spend budget {budget!r} (its budgets: {', '.join(sorted(budgets)) or 'none'}); "
+            f"governor {gov.name!r} has no spend budget {budget!r} (its budgets: {names}); "
             "a budget is known once a client with it in its config has reserved spend"
         )
     until = gov.spend.approve(budgets[budget], tenant=tenant, add=amount)
