@@ -53,6 +53,10 @@ def test_spend_shows_each_scope_and_approval_lifts_a_paused_tenant(gov: Governor
         10 * DOLLAR,
         True,
     )
+    status = run(redis_url, name, "status")
+    assert "spend monthly (tenant acme, month@UTC): $5.00 of $10.00" in status.output and "PAUSED" in status.output
+    spend_status = json.loads(run(redis_url, name, "status", "--json").output)["spend"]
+    assert {x["scope"] for x in spend_status} == {"*", "acme"}
     approved = run(redis_url, name, "spend", "approve", "--tenant", "acme", "--add", "20")
     assert approved.exit_code == 0, approved.output
     assert "approved $20 more for tenant acme" in approved.output and "limit now $30.00" in approved.output

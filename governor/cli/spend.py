@@ -24,6 +24,19 @@ def read(app: App) -> tuple[Any, int, tuple[SpendLine, ...], dict[str, Any]]:
     return gov, now_ms, read_lines(raw, now_ms), stored_budgets(raw)
 
 
+def status_lines(client: Any, keys: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """``governor status``'s spend: each budget and scope as JSON and as one line of text."""
+    now_ms = views.server_time_ms(client)
+    lines = read_lines(client.hgetall(keys.spend), now_ms)
+    text = []
+    for x in lines:
+        whose = "fleet" if x.scope == "*" else f"tenant {x.scope}"
+        resets = "" if x.resets_at is None else f", resets in {span(seconds_until(x.resets_at, now_ms))}"
+        paused = ", PAUSED at its threshold: governor spend approve" if x.paused else ""
+        text.append(f"spend {x.budget} ({whose}, {x.window}): {dollars(x.spent)} of {dollars(x.limit)}{resets}{paused}")
+    return [line_dict(x, now_ms) for x in lines], text
+
+
 def line_dict(line: SpendLine, now_ms: int) -> dict[str, Any]:
     return {
         **dataclasses.asdict(line),
