@@ -77,7 +77,8 @@ local function scopes_of(budget, w, who)
     spend_prune(s.entry, w)
     s.add = spend_approval(budget.name, s.scope)
     s.limit = s.limit + (s.add or 0)
-    if unreadable or (lost_at > 0 and lost_at >= w.start and s.entry.seen < lost_at) then
+    -- (an entry not written since the loss, nor counted in it yet, counts the window in full)
+    if unreadable or (lost_at > 0 and lost_at >= w.start and s.entry.seen <= lost_at and s.entry.lost ~= lost_at) then
       s.entry.slots[#s.entry.slots + 1] = {w.cur, s.limit}
       s.entry.lost = unreadable and NOW or lost_at
     end
