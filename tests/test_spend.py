@@ -92,6 +92,29 @@ def test_a_daily_budget_reserves_settles_and_refuses_at_once_until_midnight(make
     assert lines(gov, clock)["daily", "*"].spent == 900_000
 
 
+@pytest.mark.parametrize(
+    ("window", "resets"),
+    [
+        ("day@America/Los_Angeles", utc(2026, 12, 8, 8)),  # midnight Pacific (UTC-8 in December)
+        ("week", utc(2026, 12, 14)),  # the next Monday
+        ("month@Europe/Paris", utc(2026, 12, 31, 23)),  # midnight in Paris (UTC+1)
+    ],
+    ids=["day-pacific", "iso-week", "month-paris"],
+)
+def test_each_calendar_window_resets_at_its_boundary_in_its_zone(make_gov: MakeGov, window: str, resets: float) -> None:
+    clock = FakeClock(utc(2026, 12, 7, 12, 0))  # a Monday
+    gov = make_gov(spend_config(SpendBudget("cap", window, limit=1, threshold=0)), clock=clock)
+    gov.spend.reserve(DOLLAR)
+    with pytest.raises(SpendExhausted) as caught:
+        gov.spend.reserve(1)
+    assert caught.value.resets_at == resets
+    clock.now = resets - 0.001
+    with pytest.raises(SpendExhausted):
+        gov.spend.reserve(1)
+    clock.now = resets
+    gov.spend.reserve(DOLLAR)
+
+
 def test_a_rolling_window_frees_each_charge_a_window_after_it(make_gov: MakeGov) -> None:
     clock = FakeClock(utc(2026, 12, 7, 12, 0))
     gov = make_gov(spend_config(SpendBudget("gemini", "10m", limit=10)), clock=clock)
