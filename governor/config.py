@@ -25,6 +25,7 @@ from .budgets import KINDS as BUDGET_KINDS
 from .budgets import MAX_TOKENS, config_field
 from .errors import ConfigError, StateError
 from .policies import REGISTRY, Policy, policy_from
+from .prices import PriceBook
 from .protocol import (
     CONFIG_RANGES,
     DEFAULT_LEASE_TTL,
@@ -143,10 +144,15 @@ class GovernorConfig:
     #: dollar budgets (governor/spend.py): each a limit per window for the fleet and
     #: per tenant; a call that none can afford fails at once with SpendExhausted
     spend: tuple[SpendBudget, ...] = ()
+    #: what prices each call for the spend budgets (governor.prices.PriceBook): every governed
+    #: transport and SDK client of this governor uses it (a transport's own prices= wins)
+    prices: PriceBook | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", policy_from(self.policy))
         object.__setattr__(self, "spend", _spend_budgets(self.spend))
+        if self.prices is not None and not isinstance(self.prices, PriceBook):
+            raise ConfigError(f"prices must be a governor.prices.PriceBook or None, got {self.prices!r}")
         self._check_shares()
         for f in fields(self):
             value = getattr(self, f.name)

@@ -17,6 +17,7 @@ import pytest
 
 from governor import ConfigError, Governor, GovernorConfig
 from governor.prices import Price, PriceBook, Usage
+from governor.providers import openai_client
 from governor.spend import SpendBudget, SpendExhausted, read_lines
 from governor.transport import GovernedTransport
 
@@ -114,12 +115,20 @@ def test_a_call_no_budget_can_afford_never_reaches_the_provider(make_gov: MakeGo
     assert spent(gov, clock) == (0, 0)
 
 
-def test_spend_budgets_need_prices_and_a_profile(make_gov: MakeGov) -> None:
+def test_spend_budgets_need_prices(make_gov: MakeGov) -> None:
     gov, _ = make(make_gov)
     with pytest.raises(ConfigError, match="prices="):
         GovernedTransport(gov, profile="openai")
-    with pytest.raises(ConfigError, match="profile="):
-        GovernedTransport(gov, prices=BOOK)
+
+
+def test_the_sdk_clients_take_the_prices_from_the_config(make_gov: MakeGov, provider: Provider) -> None:
+    clock = FakeClock(datetime(2026, 12, 7, 12, tzinfo=timezone.utc).timestamp())
+    budgets = (SpendBudget("daily", "day", limit=10),)
+    gov = make_gov(GovernorConfig(restart_hold=False, spend=budgets, prices=BOOK), clock=clock)
+    provider.script(chat_ok(prompt=100, completion=10))
+    with openai_client(governor=gov, retry=FAST, base_url=f"{provider.url}/v1", api_key="test") as client:
+        client.chat.completions.create(model="gpt-test", messages=MESSAGES)
+    assert spent(gov, clock) == (100 * 2 + 10 * 8, 0)
 
 
 def test_an_unknown_model_is_refused_before_anything_is_reserved(make_gov: MakeGov, provider: Provider) -> None:

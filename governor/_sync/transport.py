@@ -72,7 +72,7 @@ class GovernedTransport:
     ``ask``: instead of ``holder``, ``priority`` and ``tenant``, the ask they
     make (``governor.ask(...)``), built once for several transports.
     ``prices``: the PriceBook that prices each call for the governor's spend
-    budgets (``GovernorConfig.spend``; needs ``profile``): the most a request
+    budgets (``GovernorConfig.spend``; default ``GovernorConfig.prices``): the most a request
     can cost is reserved before it is sent, its charge settled when it is
     answered (a stream's when it ends); a request no budget can afford
     raises SpendExhausted at once, unless ``wait_for_spend`` and its budget
@@ -97,13 +97,15 @@ class GovernedTransport:
         wait_for_spend: bool = False,
     ) -> None:
         chosen = None if profile is None else find_profile(profile)
-        if governor.config.spend and (prices is None or chosen is None):
-            raise ConfigError(
-                f"governor {governor.name!r} has spend budgets: its transport needs prices= (a governor.prices."
-                "PriceBook) and profile= (the provider's) to price each call"
-            )
         if prices is not None and not isinstance(prices, PriceBook):
             raise ConfigError(f"prices must be a governor.prices.PriceBook or None, got {prices!r}")
+        if isinstance(governor, Governor) and governor.config.spend:
+            prices = prices or governor.config.prices
+            if prices is None:
+                raise ConfigError(
+                    f"governor {governor.name!r} has spend budgets: give GovernorConfig(prices=...) or the "
+                    "transport's prices= (a governor.prices.PriceBook) to price each call"
+                )
         if estimate is None:
             estimate = estimate_request if chosen is None else chosen.estimate
         if not isinstance(governor, Governor):
@@ -194,15 +196,17 @@ class GovernedTransport:
 
     def _charge(self, body: bytes, path: str, ask: Ask) -> Charge | None:
         """The request's charge, priced at the tier it asks for (None: no spend budget)."""
-        if self._prices is None or self.profile is None:
+        if self._prices is None:
             return None
+        # (no profile: OpenAI's and Anthropic's endpoints, told by the path)
+        profile = self.profile or find_profile("anthropic" if path.rstrip("/").endswith("messages") else "openai")
         model = request_model(body, path)
         if model is None:
             raise ConfigError(
                 f"governor {self.governor.name!r} has spend budgets but the request to {path} names no model: "
                 "its price is unknown"
             )
-        return Charge(self._prices, self.profile, model, self.profile.requested_tier(body), ask.tokens)
+        return Charge(self._prices, profile, model, profile.requested_tier(body), ask.tokens)
 
     def close(self) -> None:
         if self._transport is not None:
