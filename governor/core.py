@@ -26,7 +26,6 @@ from .errors import ConfigError, CostTooLarge, StateError
 from .protocol import (
     DEFAULT_TENANT,
     MAX_CAPACITY,
-    MAX_INT,
     SCHEMA_VERSION,
     GovernorKeys,
     Outcome,
@@ -50,7 +49,7 @@ from .replies import (
     Status,
     _Unset,
 )
-from .spend import budgets_args, exhausted
+from .spend import spend_answer, spend_args
 
 #: defined in governor.protocol and governor.replies, used through here too
 __all__ = [
@@ -516,50 +515,22 @@ class GovernorCore:
     # -- spend (usd) budgets: governor/spend.py, lua/spend.lua -------------------------
 
     def wall_ms(self) -> int:
-        """The clock a calendar window's boundaries are computed around: the
-        injected clock, else this host's (the script finds its own window
-        among four boundaries, so a host clock a window away still works)."""
+        """The clock calendar windows are computed around (lua/spend.lua picks among four boundaries)."""
         return ms(self.clock()) if self.clock is not None else ms(time.time())
 
-    def _spend(self, op: str, first: str, second: str, amount: int, extra: str, budgets: Sequence[Any]) -> Call[Any]:
-        if isinstance(amount, bool) or not isinstance(amount, int) or not 0 <= amount <= MAX_INT:
-            raise ConfigError(f"a spend amount must be integer micro-dollars in [0, 2^53], got {amount!r}")
-        args = (op, first, second, str(amount), extra, *budgets_args(tuple(budgets), self.wall_ms()))
+    def spend(self, op: str, first: str, second: str, amount: int, extra: str, budgets: Sequence[Any]) -> Call[Any]:
+        """A call of lua/spend.lua: reserve, settle or approve (governor/spend.py
+        builds its arguments and reads its answer: None, an approval's end, or
+        the SpendExhausted to raise)."""
+        args = spend_args(op, first, second, amount, extra, tuple(budgets), self.wall_ms())
         return self._call("spend", args, self._parse_spend)
-
-    def spend_reserve(self, call_id: str, tenant: str | None, micros: int, keep: float) -> Call[Any]:
-        """Reserve ``micros`` in every spend budget the config names (the
-        fleet's, the tenant's): None, or the SpendExhausted to raise.
-        ``keep``: seconds the reservation waits for its settlement before it
-        is kept as spent (a lost call's)."""
-        tenant = validate_tenant(tenant or DEFAULT_TENANT)
-        return self._spend("reserve", call_id, tenant, micros, str(ms(keep)), self.config.spend)
-
-    def spend_settle(self, call_id: str, tenant: str | None, micros: int, reserved: int) -> Call[Any]:
-        """Settle a reservation with the call's charge (micro-dollars)."""
-        tenant = validate_tenant(tenant or DEFAULT_TENANT)
-        return self._spend("settle", call_id, tenant, micros, str(reserved), self.config.spend)
-
-    def spend_approve(self, budget: Any, scope: str, micros: int) -> Call[Any]:
-        """An operator's approval: ``micros`` more for ``scope`` ('*' the
-        fleet, else a tenant) until budget's window resets; its threshold
-        no longer pauses."""
-        if scope != "*":
-            validate_tenant(scope)
-        return self._spend("approve", budget.name, scope, micros, "", (budget,))
 
     def _parse_spend(self, reply: Any) -> Any:
         kind, rest = _check_reply(reply, self.name)
         if kind == "missing":
             return MISSING
         self._seen()
-        if kind in ("reserved", "settled"):
-            return None
-        if kind == "approved":
-            return number(rest[0]) / 1000
-        if kind == "spend_exhausted":
-            return exhausted(self.name, rest, text)
-        raise self._unexpected("spend", kind)
+        return spend_answer(self.name, kind, [text(v) for v in rest])
 
     def _parse_reported(self, reply: Any) -> bool | Missing:
         kind, _ = _check_reply(reply, self.name)

@@ -37,7 +37,7 @@ from decimal import ROUND_FLOOR, Decimal
 from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .errors import ConfigError, GovernorError
+from .errors import ConfigError, GovernorError, StateError
 from .prices import MICROS
 
 #: the calendar windows
@@ -59,9 +59,18 @@ class SpendExhausted(GovernorError):
     the soft threshold until approved) or ``never``."""
 
     def __init__(
-        self, message: str, *, budget: str, scope: str, spent: int, limit: int, resets_at: float | None, why: str
+        self,
+        message: str,
+        *,
+        budget: str,
+        scope: str,
+        spent: int,
+        limit: int,
+        resets_at: float | None,
+        why: str,
+        name: str | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(message, name=name)
         self.budget = budget
         self.scope = scope
         self.spent = spent
@@ -283,9 +292,30 @@ def budgets_args(budgets: tuple[SpendBudget, ...], now_ms: int) -> tuple[str, ..
     return tuple(out)
 
 
-def exhausted(governor: str, reply: list[Any], text: Any) -> SpendExhausted:
+def spend_args(
+    op: str, first: str, second: str, amount: int, extra: str, budgets: tuple[SpendBudget, ...], now_ms: int
+) -> tuple[str, ...]:
+    """lua/spend.lua's ARGV after the clock and channel."""
+    if isinstance(amount, bool) or not isinstance(amount, int) or not 0 <= amount <= 2**53:
+        raise ConfigError(f"a spend amount must be integer micro-dollars in [0, 2^53], got {amount!r}")
+    return (op, first, second, str(amount), extra, *budgets_args(budgets, now_ms))
+
+
+def spend_answer(governor: str, kind: str, rest: list[str]) -> SpendExhausted | float | None:
+    """What a spend reply says: None (reserved, settled), when an approval
+    ends (Unix seconds), or the SpendExhausted to raise."""
+    if kind == "approved":
+        return int(rest[0]) / 1000
+    if kind == "spend_exhausted":
+        return exhausted(governor, rest)
+    if kind not in ("reserved", "settled"):
+        raise StateError(f"governor {governor!r}: spend gave an unexpected reply {kind!r}", name=governor)
+    return None
+
+
+def exhausted(governor: str, reply: list[str]) -> SpendExhausted:
     """The SpendExhausted of a ``spend_exhausted`` reply (after SCHEMA and the kind)."""
-    budget, scope, spent, limit, resets, why = (text(v) for v in reply[:6])
+    budget, scope, spent, limit, resets, why = reply[:6]
     resets_at = int(resets) / 1000 if int(resets) > 0 else None
     whose = "the fleet's" if scope == "*" else f"tenant {scope}'s"
     if why == "never":
@@ -307,7 +337,14 @@ def exhausted(governor: str, reply: list[Any], text: Any) -> SpendExhausted:
         f"{dollars(int(spent))} spent of {dollars(int(limit))}{when}; {hint}"
     )
     return SpendExhausted(
-        message, budget=budget, scope=scope, spent=int(spent), limit=int(limit), resets_at=resets_at, why=why
+        message,
+        budget=budget,
+        scope=scope,
+        spent=int(spent),
+        limit=int(limit),
+        resets_at=resets_at,
+        why=why,
+        name=governor,
     )
 
 

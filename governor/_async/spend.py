@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import new_id
 from ..errors import ConfigError
+from ..protocol import DEFAULT_TENANT, ms, validate_tenant
 from ..spend import SpendBudget, SpendExhausted, to_micros
 from ._compat import sleep
 
@@ -57,12 +58,15 @@ class AsyncSpend:
         in. SpendExhausted when one cannot afford it; with ``wait``, the
         caller waits for the window to reset instead when that is within
         ``timeout`` seconds (None: any time)."""
-        core = self._gov._core
+        core, budgets = self._gov._core, self._gov.config.spend
         keep = self._gov.config.lease_ttl + (timeout or self._gov.config.queue_ttl) + SETTLE_GRACE
         started = time.monotonic()
         while True:
             call_id = new_id()
-            answer = await self._gov._execute(core.spend_reserve(call_id, tenant, micros, keep))
+            call = core.spend(
+                "reserve", call_id, validate_tenant(tenant or DEFAULT_TENANT), micros, str(ms(keep)), budgets
+            )
+            answer = await self._gov._execute(call)
             if answer is None:
                 return Reservation(call_id, tenant, micros)
             assert isinstance(answer, SpendExhausted)
@@ -75,14 +79,19 @@ class AsyncSpend:
 
     async def settle(self, reservation: Reservation, micros: int) -> None:
         """Settle ``reservation`` with the call's charge (micro-dollars)."""
-        call = self._gov._core.spend_settle(reservation.id, reservation.tenant, micros, reservation.micros)
+        tenant = validate_tenant(reservation.tenant or DEFAULT_TENANT)
+        call = self._gov._core.spend(
+            "settle", reservation.id, tenant, micros, str(reservation.micros), self._gov.config.spend
+        )
         await self._gov._execute(call)
 
     async def approve(self, budget: str | SpendBudget, *, tenant: str | None = None, add: Any = 0) -> float:
         """Raise ``budget``'s limit by ``add`` dollars for the fleet (or
         ``tenant``) until its window resets; a paused threshold lifts.
         Returns when the approval ends (Unix seconds)."""
-        call = self._gov._core.spend_approve(self._budget(budget), tenant or "*", to_micros("add", add))
+        scope = "*" if tenant is None else validate_tenant(tenant)
+        found = self._budget(budget)
+        call = self._gov._core.spend("approve", found.name, scope, to_micros("add", add), "", (found,))
         return float(await self._gov._execute(call))
 
     def _budget(self, budget: str | SpendBudget) -> SpendBudget:
