@@ -291,7 +291,10 @@ class Charge:
     def __init__(self, book: PriceBook, profile: Profile, model: str, tier: str, estimate: Tokens) -> None:
         self.book, self.profile, self.model, self.tier = book, profile, model, tier
         self.most = book.most(profile.name, model, estimate.input, estimate.output, tier)
+        self.estimate = estimate.total
         self.charged = 0
+        #: the tokens the answers used (the estimate's for an answer that does not say)
+        self.tokens = 0
         #: a stream took the charge over: it settles when it ends
         self.handed_over = False
 
@@ -302,6 +305,7 @@ class Charge:
         """An answer read whole."""
         if status >= 400:
             self.charged += self.most if self.profile.refusals_charged else 0
+            self.tokens += self.estimate if self.profile.refusals_charged else 0
             return
         decoded = None
         if body:
@@ -312,8 +316,10 @@ class Charge:
         usage = self.profile.priced_usage(decoded) if decoded is not None else None
         if usage is None:
             self.charged += self.most
+            self.tokens += self.estimate
             return
         self.charged += self._cost(usage, self.profile.served_tier(decoded, headers))
+        self.tokens += usage.input_tokens + usage.output_tokens
 
     def streamed(self, usage: Tokens | None, failed: bool) -> None:
         """A stream that ended: its usage at the tier asked for (a stream's
@@ -321,9 +327,12 @@ class Charge:
         price), else its reservation."""
         if usage is None:
             self.charged += self.most
+            self.tokens += self.estimate
             return
         self.charged += self._cost(PricedUsage(input_tokens=usage.input, output_tokens=usage.output), None)
+        self.tokens += usage.total
 
     def broke_off(self) -> None:
         """An attempt that raised after it may have been sent."""
         self.charged += self.most
+        self.tokens += self.estimate

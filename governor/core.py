@@ -518,11 +518,11 @@ class GovernorCore:
         """The clock calendar windows are computed around (lua/spend.lua picks among four boundaries)."""
         return ms(self.clock()) if self.clock is not None else ms(time.time())
 
-    def spend(self, op: str, first: str, second: str, amount: int, extra: str, budgets: Sequence[Any]) -> Call[Any]:
+    def spend(self, op: str, first: str, second: str, amounts: Any, extra: str, budgets: Sequence[Any]) -> Call[Any]:
         """A call of lua/spend.lua: reserve, settle or approve (governor/spend.py
         builds its arguments and reads its answer: None, an approval's end, or
         the SpendExhausted to raise)."""
-        args = spend_args(op, first, second, amount, extra, tuple(budgets), self.wall_ms())
+        args = spend_args(op, first, second, tuple(amounts), extra, tuple(budgets), self.wall_ms())
         return self._call("spend", args, self._parse_spend)
 
     def _parse_spend(self, reply: Any) -> Any:

@@ -386,6 +386,8 @@ class GovernorCollector:
                     decisions.add_metric([name, kind], count)
                 aged.add_metric([name], tracked.aged)
                 for line in spending:
+                    if line.unit != "usd":  # (requests and tokens per calendar window: governor spend shows them)
+                        continue
                     labels = [name, line.budget, line.scope, line.window]
                     for key in s_g:
                         s_g[key].add_metric(labels, getattr(line, key) / MICROS)

@@ -135,7 +135,7 @@ class GovernorKeys:
     shares: str  #: zset: "rank:tenant" -> finish tag, the start of its next waiter's tag in that class
     held: str  #: hash: a capped tenant -> its leases in flight; LOWER_HELD -> the lower classes' (see PARK_SLOT)
     parked: str  #: zset: waiter id -> slot * PARK_SLOT + seq, a waiter of a tenant at its cap
-    spend: str  #: hash: the spend budgets' windows, definitions, approvals and reservations (lua/lib/spend.lua)
+    spend: str  #: hash: the spend budgets' windows, definitions, approvals and reservations (lua/lib/spending.lua)
     channel: str  #: pub/sub channel announcing grants (not a key)
 
     #: the Redis type of each key of :attr:`keys`, in the same order

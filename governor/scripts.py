@@ -80,7 +80,7 @@ FRAGMENTS: tuple[str, ...] = (
     "adaptive",
     "admin",
     "config",
-    "spend",
+    "spending",
 )
 #: a Redis error reply that means the library is not loaded on that server
 MISSING_FUNCTION = "Function not found"

@@ -44,6 +44,8 @@ from .prices import MICROS
 CALENDAR: tuple[str, ...] = ("day", "week", "month")
 #: the soft threshold's default share of a limit
 DEFAULT_THRESHOLD = 0.8
+#: what a budget counts: dollars (in micro-dollars), requests or tokens (input + output)
+UNITS: tuple[str, ...] = ("usd", "requests", "tokens")
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _TENANT = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
@@ -211,10 +213,18 @@ class Window:
         return "c:" + ":".join(str(b) for b in self.boundaries(now_ms))
 
 
-def _tenants(value: Any) -> tuple[tuple[str, int], ...]:
+def to_count(what: str, value: object) -> int:
+    """A whole number of requests or tokens."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**53:
+        raise ConfigError(f"{what} must be a whole number of requests or tokens, got {value!r}")
+    return value
+
+
+def _tenants(value: Any, unit: str = "usd") -> tuple[tuple[str, int], ...]:
     items = value.items() if isinstance(value, Mapping) else value
+    convert = to_micros if unit == "usd" else to_count
     try:
-        pairs = [(t, to_micros(f"the spend limit of tenant {t!r}", v)) for t, v in items]
+        pairs = [(t, convert(f"the limit of tenant {t!r}", v)) for t, v in items]
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
@@ -231,7 +241,10 @@ class SpendBudget:
     whole fleet (None: no fleet limit), and for each tenant of ``tenants``
     (tenant -> dollars) its own limit. At ``threshold`` of a limit (a share,
     0 for none) a ``spend-threshold`` entry is logged; ``pause``: no call
-    past it until an operator approves more or the window resets."""
+    past it until an operator approves more or the window resets.
+    ``unit``: ``usd`` (the default), or ``requests`` or ``tokens`` (input +
+    output) for a calendar window of the other kinds (Gemini's requests per
+    day, Bedrock's tokens per day): the limits are then whole counts."""
 
     name: str
     window: Window | str = "day"
@@ -239,16 +252,19 @@ class SpendBudget:
     tenants: Mapping[str, Any] | tuple[tuple[str, Any], ...] = field(default=())
     threshold: float = DEFAULT_THRESHOLD
     pause: bool = False
+    unit: str = "usd"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ConfigError(f"spend budget name {self.name!r} is invalid: use 1-64 of letters, digits and _ . -")
+        if self.unit not in UNITS:
+            raise ConfigError(f"spend budget {self.name}: unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
         object.__setattr__(self, "window", Window.parse(self.window))
-        object.__setattr__(self, "tenants", _tenants(self.tenants))
+        object.__setattr__(self, "tenants", _tenants(self.tenants, self.unit))
         if self.limit is None and not self.tenants:
             raise ConfigError(f"spend budget {self.name}: give a limit, tenants' limits, or both")
         if self.limit is not None:
-            to_micros(f"spend budget {self.name}'s limit", self.limit)
+            self.amount(f"spend budget {self.name}'s limit", self.limit)
         if (
             isinstance(self.threshold, bool)
             or not isinstance(self.threshold, (int, float))
@@ -260,9 +276,13 @@ class SpendBudget:
         if self.pause and self.threshold == 0:
             raise ConfigError(f"spend budget {self.name}: pause=True needs a threshold above 0")
 
+    def amount(self, what: str, value: object) -> int:
+        """``value`` in the budget's unit as the script counts it (dollars: micro-dollars)."""
+        return to_micros(what, value) if self.unit == "usd" else to_count(what, value)
+
     @property
-    def limit_micros(self) -> int:
-        return 0 if self.limit is None else to_micros("limit", self.limit)
+    def limit_units(self) -> int:
+        return 0 if self.limit is None else self.amount("limit", self.limit)
 
     @property
     def tenant_limits(self) -> tuple[tuple[str, int], ...]:
@@ -270,18 +290,19 @@ class SpendBudget:
         return cast(tuple[tuple[str, int], ...], self.tenants)
 
     def args(self, now_ms: int) -> tuple[str, ...]:
-        """The script's 7 arguments for this budget."""
+        """The script's 8 arguments for this budget."""
         window = self.window
         assert isinstance(window, Window)
         tenants = ",".join(f"{t}={m}" for t, m in self.tenant_limits)
         return (
             self.name,
-            str(self.limit_micros),
+            str(self.limit_units),
             tenants,
             window.spec(now_ms),
             str(round(self.threshold * MICROS)),
             "1" if self.pause else "0",
             window.label,
+            self.unit,
         )
 
 
@@ -293,12 +314,20 @@ def budgets_args(budgets: tuple[SpendBudget, ...], now_ms: int) -> tuple[str, ..
 
 
 def spend_args(
-    op: str, first: str, second: str, amount: int, extra: str, budgets: tuple[SpendBudget, ...], now_ms: int
+    op: str,
+    first: str,
+    second: str,
+    amounts: tuple[int, ...],
+    extra: str,
+    budgets: tuple[SpendBudget, ...],
+    now_ms: int,
 ) -> tuple[str, ...]:
-    """lua/spend.lua's ARGV after the clock and channel."""
-    if isinstance(amount, bool) or not isinstance(amount, int) or not 0 <= amount <= 2**53:
-        raise ConfigError(f"a spend amount must be integer micro-dollars in [0, 2^53], got {amount!r}")
-    return (op, first, second, str(amount), extra, *budgets_args(budgets, now_ms))
+    """lua/spend.lua's ARGV after the clock and channel; ``amounts``:
+    (micro-dollars, requests, tokens), or one amount in an approved budget's unit."""
+    for amount in amounts:
+        if isinstance(amount, bool) or not isinstance(amount, int) or not 0 <= amount <= 2**53:
+            raise ConfigError(f"a spend amount must be an integer in [0, 2^53], got {amount!r}")
+    return (op, first, second, ",".join(map(str, amounts)), extra, *budgets_args(budgets, now_ms))
 
 
 def spend_answer(governor: str, kind: str, rest: list[str]) -> SpendExhausted | float | None:
@@ -358,6 +387,7 @@ class SpendLine:
     budget: str
     scope: str  #: '*' the fleet, else a tenant
     window: str  #: the window's label
+    unit: str  #: usd (micro-dollars), requests or tokens
     spent: int  #: in the window, reservations included
     reserved: int  #: reservations not yet settled
     limit: int  #: the window's limit, approvals included
@@ -371,6 +401,10 @@ class SpendLine:
     def remaining(self) -> int:
         return max(0, self.limit - self.spent)
 
+    def shown(self, amount: int) -> str:
+        """An amount of this budget's unit, for people."""
+        return dollars(amount) if self.unit == "usd" else f"{amount:,} {self.unit}"
+
 
 def stored_budgets(raw: Mapping[Any, Any]) -> dict[str, SpendBudget]:
     """The budgets a spend hash (HGETALL) defines, as their clients last sent them."""
@@ -378,17 +412,28 @@ def stored_budgets(raw: Mapping[Any, Any]) -> dict[str, SpendBudget]:
     for key, value in raw.items():
         key, value = _decode(key), _decode(value)
         if key.startswith("d:"):
-            limit, label, soft, pause, tenants = value.split("|", 4)
-            pairs = [(t, Decimal(int(m)) / MICROS) for t, _, m in (p.partition("=") for p in tenants.split(",") if p)]
+            limit, label, soft, pause, tenants, unit = _definition(value)
+
+            def amount(figure: str, unit: str = unit) -> Any:
+                return Decimal(int(figure)) / MICROS if unit == "usd" else int(figure)
+
+            pairs = [(t, amount(m)) for t, _, m in (p.partition("=") for p in tenants.split(",") if p)]
             out[key[2:]] = SpendBudget(
                 key[2:],
                 Window.from_label(label),
-                limit=Decimal(int(limit)) / MICROS if int(limit) else None,
+                limit=amount(limit) if int(limit) else None,
                 tenants=tuple(pairs),
                 threshold=int(soft) / MICROS,
                 pause=pause == "1",
+                unit=unit,
             )
     return out
+
+
+def _definition(value: str) -> list[str]:
+    """A stored definition's fields: limit, window, soft_ppm, pause, tenants, unit (usd when not stored)."""
+    parts = value.split("|", 5)
+    return parts if len(parts) == 6 else [*parts, "usd"]
 
 
 def _decode(value: Any) -> str:
@@ -406,7 +451,7 @@ def read_lines(raw: Mapping[Any, Any], now_ms: int) -> tuple[SpendLine, ...]:
         definition = fields.get(f"d:{name}")
         if definition is None:
             continue
-        limit_s, label, soft, pause, tenants = definition.split("|", 4)
+        limit_s, label, soft, pause, tenants, unit = _definition(definition)
         window = Window.from_label(label)
         limit = int(limit_s)
         if scope != "*":
@@ -432,6 +477,7 @@ def read_lines(raw: Mapping[Any, Any], now_ms: int) -> tuple[SpendLine, ...]:
                 budget=name,
                 scope=scope,
                 window=label,
+                unit=unit,
                 spent=spent,
                 reserved=int(reserved_s),
                 limit=total,

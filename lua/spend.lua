@@ -1,7 +1,7 @@
 --[[ spend.lua: the spend (usd) budgets: reserve, settle, approve.
 
 Uses    lib/common.lua, lib/numbers.lua, lib/args.lua, lib/call.lua, lib/fields.lua,
-        lib/decisions.lua, lib/origin.lua, lib/spend.lua
+        lib/decisions.lua, lib/origin.lua, lib/spending.lua
 KEYS    the governor's keys, see lib/common.lua (this writes spend, state's
         spend_until and the events)
 ARGV
@@ -12,21 +12,23 @@ ARGV
                      approve: the budget's name
   ARGV[5] tenant     reserve, settle: the caller's tenant; approve: the scope
                      ('*' the fleet, else a tenant)
-  ARGV[6] amount     int micro-dollars: reserve, the estimate's price at the
-                     tier asked; settle, the charge (usage at the tier served,
-                     or what the provider bills a refused call); approve, the
-                     amount added to the limit until the window resets
+  ARGV[6] amounts    "usd" or "usd,requests,tokens" integers (usd in
+                     micro-dollars): reserve, the most the call can take (the
+                     estimate's price at the tier asked); settle, what it took
+                     (usage at the tier served, or what the provider bills a
+                     refused call); approve, the amount (in the budget's unit)
+                     added to the limit until the window resets
   ARGV[7] extra      reserve: ms the reservation is kept unsettled (then it is
-                     kept as spent); settle: the amount the client reserved
+                     kept as spent); settle: the amounts the client reserved
                      (used when the reservation was already forgotten); approve: ''
   ARGV[8] count      the budgets that follow
-  ARGV[9..]          7 per budget: name, limit (micro-dollars per window, 0:
-                     none for the fleet), tenant limits ("tenant=micros,..."),
+  ARGV[9..]          8 per budget: name, limit (its unit per window, 0:
+                     none for the fleet), tenant limits ("tenant=amount,..."),
                      window ("r:<slot_ms>:<slots>" rolling, "c:<b0>:<b1>:<b2>:<b3>"
                      calendar boundaries in ms), soft_ppm (the threshold's
                      share, per million; 0 none), pause ('1': refuse past the
                      threshold until approved), label (the window as
-                     governor.spend.Window names it)
+                     governor.spend.Window names it), unit (usd, requests, tokens)
 Reply
   {SCHEMA, 'reserved'} | {SCHEMA, 'settled'} | {SCHEMA, 'approved', until_ms}
   {SCHEMA, 'spend_exhausted', budget, scope, spent, limit, resets_at_ms, why}
@@ -47,9 +49,9 @@ local tenant = ARGV[5]
 if not tenant or #tenant > 64 or not string.find(tenant, '^[%w%-_.:*]+$') then
   fail('BADARG', 'tenant must be 1-64 characters of [A-Za-z0-9-_.:] (or * for the fleet), got ' .. tostring(tenant))
 end
-local amount = arg_int(6, 'amount')
-local extra = 0
-if op ~= 'approve' then extra = arg_int(7, op == 'reserve' and 'keep_ms' or 'reserved') end
+local amounts = spend_amounts(6, 'amounts')
+local extra, reserved_by_client = 0, nil
+if op == 'reserve' then extra = arg_int(7, 'keep_ms') elseif op == 'settle' then reserved_by_client = spend_amounts(7, 'reserved') end
 local budgets = spend_budgets(9, arg_int(8, 'count'))
 clock()
 if not load({'epoch', 'capacity'}) then return missing_reply() end
@@ -111,7 +113,8 @@ local function note(budget, s, before, w)
   local spent = entry_spent(s.entry)
   if budget.soft > 0 and s.limit > 0 and spent >= at and (before < at or s.entry.noted == 0) and s.entry.noted < w.start then
     s.entry.noted = NOW
-    log('spend-threshold', 'budget', budget.name, 'scope', s.scope, 'spent', int(spent), 'limit', int(s.limit),
+    log('spend-threshold', 'budget', budget.name, 'scope', s.scope, 'unit', budget.unit, 'spent', int(spent),
+      'limit', int(s.limit),
       'share', string.format('%.2f', spent / s.limit), 'call', id,
       'why', 'spent ' .. string.format('%d%%', budget.soft * 100) .. ' of the window\'s limit'
         .. (budget.pauses and ': paused until an operator approves more (governor spend approve)' or ''))
@@ -130,8 +133,8 @@ if op == 'approve' then
   local until_ms = w.finish or NOW + w.n * w.slot_ms
   local field = 'a:' .. id .. ':' .. tenant
   local was = spend_approval(id, tenant) or 0
-  redis.call('HSET', KEY.spend, field, int(until_ms) .. '|' .. int(was + amount))
-  log('spend-approved', 'budget', id, 'scope', tenant, 'add', int(amount), 'until', int(until_ms),
+  redis.call('HSET', KEY.spend, field, int(until_ms) .. '|' .. int(was + amounts[1]))
+  log('spend-approved', 'budget', id, 'scope', tenant, 'add', int(amounts[1]), 'unit', budget.unit, 'until', int(until_ms),
     'why', 'an operator approved more: the limit is raised and the threshold does not pause until the window resets')
   kept(w)
   spend_keep(keep)
@@ -143,7 +146,8 @@ if op == 'reserve' then
   local plan = {}
   for _, budget in ipairs(budgets) do
     local definition = int(budget.limit) .. '|' .. budget.label .. '|' .. int(budget.soft * 1000000) .. '|'
-      .. (budget.pauses and '1' or '0') .. '|' .. budget.tenants
+      .. (budget.pauses and '1' or '0') .. '|' .. budget.tenants .. '|' .. budget.unit
+    local amount = amounts[budget.slot]
     if redis.call('HGET', KEY.spend, 'd:' .. budget.name) ~= definition then
       redis.call('HSET', KEY.spend, 'd:' .. budget.name, definition)
     end
@@ -167,37 +171,39 @@ if op == 'reserve' then
           or spend_resets(s.entry, w, amount, s.limit)
         return finish({SCHEMA, 'spend_exhausted', budget.name, s.scope, int(spent), int(s.limit), int(resets), why})
       end
-      plan[#plan + 1] = {budget = budget, s = s, w = w, before = spent}
+      plan[#plan + 1] = {budget = budget, s = s, w = w, before = spent, amount = amount}
     end
   end
-  local names = {}
+  local names, last = {}, nil
   for _, p in ipairs(plan) do
-    charge(p.s.entry, p.w.cur, amount, p.w)
-    p.s.entry.reserved = p.s.entry.reserved + amount
+    charge(p.s.entry, p.w.cur, p.amount, p.w)
+    p.s.entry.reserved = p.s.entry.reserved + p.amount
     note(p.budget, p.s, p.before, p.w)
     redis.call('HSET', KEY.spend, p.s.field, entry_format(p.s.entry))
-    if names[#names] ~= p.budget.name then names[#names + 1] = p.budget.name end
+    if last ~= p.budget.name then names[#names + 1] = p.budget.name .. '=' .. int(p.amount) end
+    last = p.budget.name
   end
-  redis.call('HSET', KEY.spend, 'r:' .. id, int(amount) .. '|' .. tenant .. '|' .. int(NOW) .. '|' .. int(NOW + extra)
-    .. '|' .. table.concat(names, ','))
+  redis.call('HSET', KEY.spend, 'r:' .. id, tenant .. '|' .. int(NOW) .. '|' .. int(NOW + extra) .. '|'
+    .. table.concat(names, ','))
   spend_keep(keep)
   return finish({SCHEMA, 'reserved'})
 end
 
 -- settle: the reservation's record (else the client's figure, at no known time)
 local reservation = redis.call('HGET', KEY.spend, 'r:' .. id)
-local reserved, who, at, names = extra, tenant, nil, nil
+local who, at, names = tenant, nil, nil  -- names: budget -> what the call reserved in it
 if reservation then
-  local r_amount, r_tenant, r_at, _, r_names = string.match(reservation, '^(%d+)|([^|]*)|(%d+)|(%d+)|(.*)$')
-  if r_amount then
-    reserved, who, at, names = tonumber(r_amount), r_tenant, tonumber(r_at), {}
-    for name in string.gmatch(r_names, '[^,]+') do names[name] = true end
+  local r_tenant, r_at, _, r_names = string.match(reservation, '^([^|]*)|(%d+)|(%d+)|(.*)$')
+  if r_tenant then
+    who, at, names = r_tenant, tonumber(r_at), {}
+    for name, reserved in string.gmatch(r_names, '([^,=]+)=(%d+)') do names[name] = tonumber(reserved) end
   end
   redis.call('HDEL', KEY.spend, 'r:' .. id)
 end
-local delta = amount - reserved
 for _, budget in ipairs(budgets) do
   if not names or names[budget.name] then
+    local reserved = names and names[budget.name] or reserved_by_client[budget.slot]
+    local delta = amounts[budget.slot] - reserved
     local w = spend_window(budget)
     kept(w)
     local key = nil

@@ -157,6 +157,32 @@ def test_waiting_for_a_reset_is_asked_for_and_bounded_by_the_timeout(make_gov: M
         gov.spend.reserve(DOLLAR, wait=True, timeout=5)
 
 
+def test_calendar_windows_count_requests_and_tokens_per_day_too(make_gov: MakeGov) -> None:
+    # Gemini's requests per day reset at midnight Pacific; Bedrock's tokens per day
+    clock = FakeClock(utc(2026, 12, 7, 12, 0))
+    rpd = SpendBudget("rpd", "day@America/Los_Angeles", limit=2, unit="requests", threshold=0)
+    tpd = SpendBudget("tpd", "day", tenants={"acme": 1000}, unit="tokens", threshold=0)
+    gov = make_gov(spend_config(rpd, tpd), clock=clock)
+    first = gov.spend.reserve(5, tenant="acme", tokens=800)
+    gov.spend.settle(first, 5, tokens=300)  # 500 tokens go back to acme's day
+    gov.spend.reserve(5, tenant="acme", tokens=700)
+    with pytest.raises(SpendExhausted) as caught:  # the third request of the Pacific day
+        gov.spend.reserve(5, tenant="other")
+    assert (caught.value.budget, caught.value.spent, caught.value.limit) == ("rpd", 2, 2)
+    assert caught.value.resets_at == utc(2026, 12, 8, 8)
+    seen = lines(gov, clock)
+    assert (seen["tpd", "acme"].spent, seen["tpd", "acme"].unit) == (1000, "tokens")
+    assert seen["rpd", "*"].shown(2) == "2 requests"
+    clock.now = utc(2026, 12, 8, 0, 30)  # a new UTC day, the same Pacific one
+    with pytest.raises(SpendExhausted) as caught:
+        gov.spend.reserve(5, tenant="acme", tokens=1000)
+    assert caught.value.budget == "rpd"
+    gov.spend.approve("rpd", add=1)  # one more request today
+    gov.spend.reserve(5, tenant="acme", tokens=1000)
+    with pytest.raises(ConfigError, match="whole number"):
+        SpendBudget("rpd", "day", limit=2.5, unit="requests")
+
+
 # -- the soft threshold and approval ---------------------------------------------------------
 
 

@@ -184,7 +184,11 @@ class AsyncGovernedTransport:
         try:
             if charge is not None:
                 reservation = await self.governor.spend.reserve(
-                    charge.most, tenant=ask.tenant, timeout=self._timeout, wait=self._wait_for_spend
+                    charge.most,
+                    tenant=ask.tenant,
+                    timeout=self._timeout,
+                    wait=self._wait_for_spend,
+                    tokens=charge.estimate,
                 )
             return await retry_call(
                 self.governor, send_once, (), {}, ask, retry=self._retry, timeout=self._timeout, judge=judge
@@ -269,7 +273,7 @@ class _Settlement:
 async def _settle(governor: AsyncGovernor, reservation: Reservation, charge: Charge) -> None:
     """Settle a call's charge; a failure is logged (the reservation is then kept as spent when it expires)."""
     try:
-        await governor.spend.settle(reservation, charge.charged)
+        await governor.spend.settle(reservation, charge.charged, tokens=charge.tokens)
     except GovernorError as error:
         log.warning("governor %r: could not settle a call's spend (kept as reserved): %s", governor.name, error)
 

@@ -181,7 +181,11 @@ class GovernedTransport:
         try:
             if charge is not None:
                 reservation = self.governor.spend.reserve(
-                    charge.most, tenant=ask.tenant, timeout=self._timeout, wait=self._wait_for_spend
+                    charge.most,
+                    tenant=ask.tenant,
+                    timeout=self._timeout,
+                    wait=self._wait_for_spend,
+                    tokens=charge.estimate,
                 )
             return retry_call(
                 self.governor, send_once, (), {}, ask, retry=self._retry, timeout=self._timeout, judge=judge
@@ -266,7 +270,7 @@ class _Settlement:
 def _settle(governor: Governor, reservation: Reservation, charge: Charge) -> None:
     """Settle a call's charge; a failure is logged (the reservation is then kept as spent when it expires)."""
     try:
-        governor.spend.settle(reservation, charge.charged)
+        governor.spend.settle(reservation, charge.charged, tokens=charge.tokens)
     except GovernorError as error:
         log.warning("governor %r: could not settle a call's spend (kept as reserved): %s", governor.name, error)
 

@@ -33,7 +33,7 @@ def status_lines(client: Any, keys: Any) -> tuple[list[dict[str, Any]], list[str
         whose = "fleet" if x.scope == "*" else f"tenant {x.scope}"
         resets = "" if x.resets_at is None else f", resets in {span(seconds_until(x.resets_at, now_ms))}"
         paused = ", PAUSED at its threshold: governor spend approve" if x.paused else ""
-        text.append(f"spend {x.budget} ({whose}, {x.window}): {dollars(x.spent)} of {dollars(x.limit)}{resets}{paused}")
+        text.append(f"spend {x.budget} ({whose}, {x.window}): {x.shown(x.spent)} of {x.shown(x.limit)}{resets}{paused}")
     return [line_dict(x, now_ms) for x in lines], text
 
 
@@ -78,7 +78,7 @@ def spend(ctx: click.Context, as_json: bool) -> None:
         if x.paused:
             note.append(f"paused at {x.threshold:.0%}: approve more")
         if x.approved:
-            note.append(f"+{dollars(x.approved)} approved")
+            note.append(f"+{x.shown(x.approved)} approved")
         if x.lost_at:
             note.append(f"spend lost at {when(x.lost_at / 1000)}: counted as spent")
         resets = (
@@ -88,8 +88,8 @@ def spend(ctx: click.Context, as_json: bool) -> None:
         )
         share = f"{x.spent / x.limit:.0%}" if x.limit else "-"
         rows.append(
-            [x.budget, "fleet" if x.scope == "*" else x.scope, dollars(x.spent), share, dollars(x.reserved),
-             dollars(x.limit), x.window, resets, "; ".join(note)]
+            [x.budget, "fleet" if x.scope == "*" else x.scope, x.shown(x.spent), share, x.shown(x.reserved),
+             x.shown(x.limit), x.window, resets, "; ".join(note)]
         )  # fmt: skip
     click.echo(table(["BUDGET", "SCOPE", "SPENT", "SHARE", "RESERVED", "LIMIT", "WINDOW", "RESETS AT", ""], rows))
 
@@ -97,7 +97,13 @@ def spend(ctx: click.Context, as_json: bool) -> None:
 @spend.command("approve", cls=Command)
 @click.option("--budget", "-b", metavar="NAME", help="The spend budget (needed when there are several).")
 @click.option("--tenant", "-t", metavar="TENANT", help="The tenant whose limit to raise (default: the fleet's).")
-@click.option("--add", "add", required=True, metavar="DOLLARS", help="Dollars added until the window resets.")
+@click.option(
+    "--add",
+    "add",
+    required=True,
+    metavar="DOLLARS",
+    help="Dollars (or requests, tokens) added until the window resets.",
+)
 @json_option
 @global_options()
 @pass_app
@@ -110,6 +116,10 @@ def approve(app: App, budget: str | None, tenant: str | None, add: str, as_json:
     except InvalidOperation:
         raise click.BadParameter(f"{add!r} is not a number of dollars", param_hint="--add") from None
     gov, _, _, budgets = read(app)
+    if budget is not None and budget in budgets and budgets[budget].unit != "usd":
+        if amount != amount.to_integral_value():
+            raise click.BadParameter(f"{add!r} is not a whole number of {budgets[budget].unit}", param_hint="--add")
+        amount = Decimal(int(amount))
     if budget is None:
         if len(budgets) != 1:
             names = ", ".join(sorted(budgets)) or "none yet"
@@ -121,7 +131,8 @@ def approve(app: App, budget: str | None, tenant: str | None, add: str, as_json:
             f"governor {gov.name!r} has no spend budget {budget!r} (its budgets: {names}); "
             "a budget is known once a client with it in its config has reserved spend"
         )
-    until = gov.spend.approve(budgets[budget], tenant=tenant, add=amount)
+    found = budgets[budget]
+    until = gov.spend.approve(found, tenant=tenant, add=amount if found.unit == "usd" else int(amount))
     _, now_ms, lines, _ = read(app)
     scope = tenant or "*"
     after = next((x for x in lines if x.budget == budget and x.scope == scope), None)

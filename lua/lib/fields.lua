@@ -287,7 +287,7 @@ local function touch_all()
   check_all()
   redis.call('ZADD', KEY.leases, 'NX', 0, SENTINEL)
   redis.call('HSETNX', KEY.holders, SENTINEL, '')
-  -- (the spend key lives until its longest window ends: lib/spend.lua spend_keep)
+  -- (the spend key lives until its longest window ends: lib/spending.lua spend_keep)
   for i = 1, #KEY_NAMES do if KEY_NAMES[i] ~= 'spend' then redis.call('PEXPIRE', KEYS[i], CONFIG.idle_ms) end end
   set('state', 'touch_due', NOW + math.floor(CONFIG.idle_ms / 8))
 end

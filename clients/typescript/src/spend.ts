@@ -21,6 +21,8 @@ export interface SpendBudget {
   readonly threshold?: number;
   /** refuse past the threshold until an operator approves more */
   readonly pause?: boolean;
+  /** what it counts: "usd" (the default; limits in dollars), "requests" or "tokens" (whole counts) */
+  readonly unit?: "usd" | "requests" | "tokens";
 }
 
 const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
@@ -68,7 +70,7 @@ export function windowArgs(window: string, nowMs: number): [label: string, spec:
   return [`rolling:${length}:${SLOTS}`, `r:${length / SLOTS}:${SLOTS}`];
 }
 
-/** The spend function's arguments for `budgets` at `nowMs`: the count, then 7 per budget. */
+/** The spend function's arguments for `budgets` at `nowMs`: the count, then 8 per budget. */
 export function budgetsArgs(budgets: readonly SpendBudget[], nowMs: number): string[] {
   const out = [String(budgets.length)];
   const names = new Set<string>();
@@ -80,10 +82,17 @@ export function budgetsArgs(budgets: readonly SpendBudget[], nowMs: number): str
     }
     const threshold = b.threshold ?? 0.8;
     if (!(threshold >= 0 && threshold <= 1)) throw new ConfigError(`spend budget ${b.name}: threshold must be a share in [0, 1], got ${threshold}`);
+    const unit = b.unit ?? "usd";
+    if (!["usd", "requests", "tokens"].includes(unit)) throw new ConfigError(`spend budget ${b.name}: unit must be usd, requests or tokens, got ${unit}`);
+    const amount = (what: string, v: number): number => {
+      if (unit === "usd") return micros(what, v);
+      if (!Number.isInteger(v) || v < 0) throw new ConfigError(`${what} must be a whole number of ${unit}, got ${v}`);
+      return v;
+    };
     const tenants = Object.entries(b.tenants ?? {}).sort(([a], [c]) => (a < c ? -1 : a > c ? 1 : 0))
-      .map(([t, v]) => `${t}=${micros(`the spend limit of tenant ${t}`, v)}`).join(",");
+      .map(([t, v]) => `${t}=${amount(`the limit of tenant ${t}`, v)}`).join(",");
     const [label, spec] = windowArgs(b.window, nowMs);
-    out.push(b.name, String(b.limit === undefined ? 0 : micros("limit", b.limit)), tenants, spec, String(Math.round(threshold * 1e6)), b.pause === true ? "1" : "0", label);
+    out.push(b.name, String(b.limit === undefined ? 0 : amount("limit", b.limit)), tenants, spec, String(Math.round(threshold * 1e6)), b.pause === true ? "1" : "0", label, unit);
   }
   return out;
 }

@@ -1,11 +1,11 @@
---[[ lib/spend.lua: the spend (usd) budgets' windows, entries and reservations.
+--[[ lib/spending.lua: the spend (usd) budgets' windows, entries and reservations.
 
 Uses lib/common.lua, lib/numbers.lua, lib/fields.lua, lib/decisions.lua, lib/origin.lua.
-Defines: spend_budgets, spend_window, spend_entry, entry_format, entry_spent, spend_prune,
+Defines: spend_budgets, spend_amounts, spend_window, spend_entry, entry_format, entry_spent, spend_prune,
 spend_resets, spend_approval, spend_loss, spend_keep, spend_forget.
 
-The spend hash (governor.spend): money is counted in integer micro-dollars
-per budget and scope (the fleet, '*', or a tenant) and window, in fields of
+The spend hash (governor.spend): each budget counts its unit (usd: integer
+micro-dollars; requests; tokens) per budget and scope (the fleet, '*', or a tenant) and window, in fields of
 the spend key (its entries are dynamic, as held's are):
   b:<budget>:<scope>  "reserved|noted|seen|lost|slot:amount,..."  what the
                       scope spent (settled charges and reservations) per
@@ -17,9 +17,9 @@ the spend key (its entries are dynamic, as held's are):
                       budget's definition as its clients last sent it
   a:<budget>:<scope>  "until|add"  an operator's approval: until ms, the limit
                       is raised by add and the threshold does not pause
-  r:<id>              "amount|tenant|at|until|budget,..."  a reservation
+  r:<id>              "tenant|at|until|budget=amount,..."  a reservation
                       not yet settled, kept until `until` (a lost call's is
-                      then kept as spent: its amount stays in the slots)
+                      then kept as spent: its amounts stay in the slots)
   ~                   the server stamp of the last write (lib/origin.lua):
                       another means the hash came back from a snapshot
   ~lost               ms of the last loss found: an entry not written since
@@ -31,12 +31,13 @@ window's start; the client computes the boundaries in the budget's time
 zone and passes four of them around its clock: b0 < b1 < b2 < b3).
 ]]
 
--- The budgets of a call: ARGV from `first`, 7 per budget (name, limit,
--- tenant limits "t=micros,...", window spec, soft_ppm, pause, window label).
+-- The budgets of a call: ARGV from `first`, 8 per budget (name, limit,
+-- tenant limits "t=amount,...", window spec, soft_ppm, pause, window label, unit).
+local SPEND_UNITS = {usd = 1, requests = 2, tokens = 3}
 local function spend_budgets(first, count)
   local list = {}
   for i = 0, count - 1 do
-    local at = first + i * 7
+    local at = first + i * 8
     local name, limit, tenants, spec = ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2], ARGV[at + 3]
     local soft, pausing, label = tonumber(ARGV[at + 4]), ARGV[at + 5], ARGV[at + 6]
     if not name or not string.find(name, '^[%w%-_.]+$') or #name > 64 then
@@ -52,8 +53,12 @@ local function spend_budgets(first, count)
     if not tenants or not string.find(tenants, '^[%w%-_.:=,]*$') then
       fail('BADARG', 'spend budget ' .. name .. ': tenant limits must be "tenant=micros,...", got ' .. tostring(tenants))
     end
+    local unit = ARGV[at + 7]
+    if not SPEND_UNITS[unit] then
+      fail('BADARG', 'spend budget ' .. name .. ': unit must be usd, requests or tokens, got ' .. tostring(unit))
+    end
     list[#list + 1] = {name = name, limit = limit, tenants = tenants, spec = spec, soft = soft / 1000000,
-      pauses = pausing == '1', label = label}
+      pauses = pausing == '1', label = label, unit = unit, slot = SPEND_UNITS[unit]}
   end
   return list
 end
@@ -177,7 +182,19 @@ end
 local function spend_keep(until_ms)
   local spend_until = tonumber(redis.call('HGET', KEY.state, 'spend_until')) or 0
   if until_ms > spend_until then set('state', 'spend_until', until_ms) end
-  redis.call('PEXPIREAT', KEY.spend, int(math.max(until_ms, spend_until)))
+  redis.call('PEXPIRE', KEY.spend, int(math.max(until_ms, spend_until) - NOW))
+end
+
+-- A call's amounts, "usd" or "usd,requests,tokens" (ARGV[i]): {usd, requests, tokens}.
+local function spend_amounts(i, what)
+  local v = ARGV[i] or ''
+  local a, b, c = string.match(v, '^(%d+),(%d+),(%d+)$')
+  if not a then a, b, c = string.match(v, '^(%d+)$'), '0', '0' end
+  local list = {tonumber(a), tonumber(b), tonumber(c)}
+  if not list[1] or list[1] > MAX_INT or list[2] > MAX_INT or list[3] > MAX_INT then
+    fail('BADARG', what .. ' must be "usd" or "usd,requests,tokens" integers in [0, 2^53], got ' .. tostring(v))
+  end
+  return list
 end
 
 -- Expired reservations (calls lost with their lease) are forgotten, at
@@ -189,11 +206,11 @@ local function spend_forget()
   local all = redis.call('HGETALL', KEY.spend)
   local dropped = 0
   for i = 1, #all, 2 do
-    local amount, tenant, _, until_ms, names = string.match(all[i + 1], '^(%d+)|([^|]*)|(%d+)|(%d+)|(.*)$')
-    if string.sub(all[i], 1, 2) == 'r:' and amount and tonumber(until_ms) <= NOW then
+    local tenant, _, until_ms, names = string.match(all[i + 1], '^([^|]*)|(%d+)|(%d+)|(.*)$')
+    if string.sub(all[i], 1, 2) == 'r:' and tenant and tonumber(until_ms) <= NOW then
       redis.call('HDEL', KEY.spend, all[i])
       dropped = dropped + 1
-      for name in string.gmatch(names, '[^,]+') do
+      for name, amount in string.gmatch(names, '([^,=]+)=(%d+)') do
         for _, scope in ipairs({'*', tenant}) do
           local field = 'b:' .. name .. ':' .. scope
           local entry = spend_entry(redis.call('HGET', KEY.spend, field))
