@@ -55,6 +55,7 @@ if op == 'reserve' then extra = arg_int(7, 'keep_ms') elseif op == 'settle' then
 local budgets = spend_budgets(9, arg_int(8, 'count'))
 clock()
 if not load({'epoch', 'capacity'}) then return missing_reply() end
+for _, budget in ipairs(budgets) do budget.w = spend_window(budget) end  -- (a bad window fails before any write)
 read_more('config', 'log_length', 'idle_ms')
 guard(KEY.spend, KEY.events)
 local lost_at = spend_loss()
@@ -129,7 +130,7 @@ end
 if op == 'approve' then
   local budget = budgets[1]
   if not budget or budget.name ~= id then fail('BADARG', 'approve takes the definition of budget ' .. id) end
-  local w = spend_window(budget)
+  local w = budget.w
   local until_ms = w.finish or NOW + w.n * w.slot_ms
   local field = 'a:' .. id .. ':' .. tenant
   local was = spend_approval(id, tenant) or 0
@@ -151,7 +152,7 @@ if op == 'reserve' then
     if redis.call('HGET', KEY.spend, 'd:' .. budget.name) ~= definition then
       redis.call('HSET', KEY.spend, 'd:' .. budget.name, definition)
     end
-    local w = spend_window(budget)
+    local w = budget.w
     kept(w)
     for _, s in ipairs(scopes_of(budget, w, tenant)) do
       local spent = entry_spent(s.entry)
@@ -204,7 +205,7 @@ for _, budget in ipairs(budgets) do
   if not names or names[budget.name] then
     local reserved = names and names[budget.name] or reserved_by_client[budget.slot]
     local delta = amounts[budget.slot] - reserved
-    local w = spend_window(budget)
+    local w = budget.w
     kept(w)
     local key = nil
     if at then

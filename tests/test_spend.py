@@ -208,6 +208,19 @@ def test_the_threshold_is_logged_once_and_a_pausing_one_holds_until_approved(mak
     assert lines(gov, clock)["daily", "*"].limit == 10 * DOLLAR
 
 
+def test_a_client_clock_a_window_away_is_refused_before_anything_is_written(make_gov: MakeGov) -> None:
+    clock = FakeClock(utc(2026, 12, 7, 12, 0))
+    gov = make_gov(spend_config(SpendBudget("daily", "day", limit=10)), clock=clock)
+    gov.spend.reserve(DOLLAR)
+    clock.advance(2)  # the lost calls' upkeep is due: it would write first
+    before = (gov.client.hgetall(gov.keys.spend), gov.client.xlen(gov.keys.events))
+    far = ("daily", "10000000", "", "c:1000:2000:3000:4000", "800000", "0", "day@UTC", "usd")
+    call = gov._core._call("spend", ("reserve", "x1", "default", "5", "60000", "1", *far), gov._core._parse_spend)
+    with pytest.raises(ConfigError, match="does not hold the clock"):
+        gov._execute(call)
+    assert (gov.client.hgetall(gov.keys.spend), gov.client.xlen(gov.keys.events)) == before
+
+
 # -- faults: conservative -----------------------------------------------------------------------
 
 
