@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Generate the sync facade from the asyncio one (the source of truth).
 
-    python scripts/unasync.py          write governor/_sync/{governor,connection,lease,background,retry,transport,spend}.py
+    python scripts/unasync.py          write governor/_sync/ from governor/_async/ (GENERATED: the facade,
+                                       connection, lease, background, retry, transport, spend)
     python scripts/unasync.py --check  exit 1 if a checked-in file drifted
 
 Every module of governor/_async/ is generated, except the hand-kept ones

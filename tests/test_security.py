@@ -454,8 +454,8 @@ def _operations(gov: Governor, lease_id: str) -> dict[str, Call[Any]]:
         "resume": core.resume(),
         "reset": core.reset(with_config=False),
         "configure": core.reset(with_config=True),
-        "spend-reserve": core.spend("reserve", new_id(), "default", 5, "60000", ()),
-        "spend-settle": core.spend("settle", new_id(), "default", 5, "3", ()),
+        "spend-reserve": core.spend("reserve", new_id(), "default", (5, 1, 0), "60000", ()),
+        "spend-settle": core.spend("settle", new_id(), "default", (5, 1, 0), "3,1,0", ()),
     }
 
 
