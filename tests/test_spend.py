@@ -183,6 +183,25 @@ def test_calendar_windows_count_requests_and_tokens_per_day_too(make_gov: MakeGo
         SpendBudget("rpd", "day", limit=2.5, unit="requests")
 
 
+def test_a_caller_that_asked_to_wait_is_reserved_when_the_window_resets(
+    make_gov: MakeGov, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock(utc(2026, 12, 7, 12, 0))
+    gov = make_gov(spend_config(SpendBudget("minute", "60s", limit=1, threshold=0)), clock=clock)
+    waited: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the injected clock moves instead of the wall clock
+        waited.append(seconds)
+        clock.advance(seconds)
+
+    monkeypatch.setattr("governor._sync.spend.sleep", sleep)
+    gov.spend.reserve(DOLLAR)
+    clock.advance(10)
+    gov.spend.reserve(DOLLAR, wait=True, timeout=120)
+    assert waited == [pytest.approx(50.0)]  # the first charge's slot leaves the window 60 s after it began
+    assert lines(gov, clock)["minute", "*"].spent == DOLLAR
+
+
 # -- the soft threshold and approval ---------------------------------------------------------
 
 

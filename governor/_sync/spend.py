@@ -5,7 +5,6 @@ Change the asyncio source and run ``python scripts/unasync.py``.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +60,7 @@ class Spend:
         ``timeout`` seconds (None: any time)."""
         core, budgets = self._gov._core, self._gov.config.spend
         keep = self._gov.config.lease_ttl + (timeout or self._gov.config.queue_ttl) + SETTLE_GRACE
-        started = time.monotonic()
+        started = core.local_now()
         while True:
             call_id = new_id()
             who = validate_tenant(tenant or DEFAULT_TENANT)
@@ -73,7 +72,7 @@ class Spend:
             if not wait or answer.resets_at is None:
                 raise answer
             pause = max(0.001, answer.resets_at - core.wall_ms() / 1000)
-            if timeout is not None and time.monotonic() - started + pause > timeout:
+            if timeout is not None and core.local_now() - started + pause > timeout:
                 raise answer
             sleep(pause)
 
