@@ -39,6 +39,7 @@ from .errors import (
     WrongNode,
 )
 from .protocol import SCHEMA_VERSION, GovernorKeys, governor_keys
+from .spend import SpendBudget, SpendExhausted, Window
 
 __version__ = "0.1.0"
 
@@ -67,11 +68,14 @@ __all__ = [
     "QuotaExhausted",
     "RedisFull",
     "RetryPolicy",
+    "SpendBudget",
+    "SpendExhausted",
     "StateError",
     "Status",
     "Tokens",
     "UsageTooLarge",
     "Verdict",
+    "Window",
     "WrongKeyType",
     "WrongNode",
     "default_classifier",

@@ -25,7 +25,9 @@ from .classify import Verdict, classify_http
 from .config import RetryPolicy
 from .core import Ask, Outcome
 from .errors import ConfigError, GovernorError
-from .profiles import Profile, usage_of
+from .prices import PriceBook
+from .prices import Usage as PricedUsage
+from .profiles import Profile, request_body, usage_of
 from .streams import StreamUsage
 
 log = logging.getLogger("governor")
@@ -302,3 +304,79 @@ def stream_class(base: type, library: str, asynchronous: bool) -> type:
     if asynchronous:
         return type("GovernedAsyncStream", (base, module.AsyncByteStream), {})
     return type("GovernedSyncStream", (base, module.SyncByteStream), {})
+
+
+# -- what a call costs (the spend budgets: governor/spend.py) ---------------------------------
+
+_MODEL_IN_PATH = re.compile(r"/models?/([^/:]+)")
+
+
+def request_model(body: bytes, path: str) -> str | None:
+    """The model a request names: its JSON body's ``model``, else the path's
+    (Gemini's ``/models/<model>:generateContent``, Bedrock's ``/model/<id>/converse``)."""
+    decoded = request_body(body)
+    model = decoded.get("model") if isinstance(decoded, dict) else None
+    if isinstance(model, str) and model.strip():
+        return model
+    found = _MODEL_IN_PATH.search(path)
+    return found.group(1) if found else None
+
+
+class Charge:
+    """What one governed request costs, attempt by attempt: the most it can
+    cost is reserved before it is sent (``most``), and each answer adds its
+    charge: a response's usage at the tier that served it (the tier asked
+    for when it does not say); a refusal or an error answer what the
+    provider bills it (``Profile.refusals_charged``: nothing for every
+    supported provider); an answer whose usage cannot be read, or an
+    attempt that broke off after it was sent, its reservation (it may have
+    been billed)."""
+
+    def __init__(self, book: PriceBook, profile: Profile, model: str, tier: str, estimate: Tokens) -> None:
+        self.book, self.profile, self.model, self.tier = book, profile, model, tier
+        self.most = book.most(profile.name, model, estimate.input, estimate.output, tier)
+        self.estimate = estimate.total
+        self.charged = 0
+        #: the tokens the answers used (the estimate's for an answer that does not say)
+        self.tokens = 0
+        #: a stream took the charge over: it settles when it ends
+        self.handed_over = False
+
+    def _cost(self, usage: PricedUsage, tier: str | None) -> int:
+        return self.book.cost(self.profile.name, self.model, usage, tier or self.tier)
+
+    def answered(self, status: int, headers: Any, body: bytes | None) -> None:
+        """An answer read whole."""
+        if status >= 400:
+            self.charged += self.most if self.profile.refusals_charged else 0
+            self.tokens += self.estimate if self.profile.refusals_charged else 0
+            return
+        decoded = None
+        if body:
+            try:
+                decoded = json.loads(body)
+            except (ValueError, RecursionError):
+                decoded = None
+        usage = self.profile.priced_usage(decoded) if decoded is not None else None
+        if usage is None:
+            self.charged += self.most
+            self.tokens += self.estimate
+            return
+        self.charged += self._cost(usage, self.profile.served_tier(decoded, headers))
+        self.tokens += usage.input_tokens + usage.output_tokens
+
+    def streamed(self, usage: Tokens | None, failed: bool) -> None:
+        """A stream that ended: its usage at the tier asked for (a stream's
+        cached tokens are not told apart: each input token at the input
+        price), else its reservation."""
+        if usage is None:
+            self.charged += self.most
+            self.tokens += self.estimate
+            return
+        self.charged += self._cost(PricedUsage(input_tokens=usage.input, output_tokens=usage.output), None)
+        self.tokens += usage.total
+
+    def broke_off(self) -> None:
+        """An attempt that raised after it may have been sent."""
+        self.charged += self.most
+        self.tokens += self.estimate

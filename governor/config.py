@@ -25,6 +25,7 @@ from .budgets import KINDS as BUDGET_KINDS
 from .budgets import MAX_TOKENS, config_field
 from .errors import ConfigError, StateError
 from .policies import REGISTRY, Policy, policy_from
+from .prices import PriceBook
 from .protocol import (
     CONFIG_RANGES,
     DEFAULT_LEASE_TTL,
@@ -39,11 +40,23 @@ from .protocol import (
     validate_class,
     validate_tenant,
 )
+from .spend import SpendBudget
 
 __all__ = ["ON_UNAVAILABLE", "GovernorConfig", "RetryPolicy", "ms"]
 
 Unavailable = Literal["fail", "local"]
 ON_UNAVAILABLE: tuple[str, ...] = ("fail", "local")
+
+
+def _spend_budgets(value: Any) -> tuple[SpendBudget, ...]:
+    if isinstance(value, SpendBudget):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not all(isinstance(b, SpendBudget) for b in value):
+        raise ConfigError(f"spend must be a tuple of SpendBudget, got {value!r}")
+    names = [b.name for b in value]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"spend budgets need names of their own, got {', '.join(names)}")
+    return tuple(value)
 
 
 @dataclass(frozen=True)
@@ -128,9 +141,18 @@ class GovernorConfig:
     #: at most capacity - reserve (a waiter that aged may take them), so a caller of the
     #: highest class finds a slot free without waiting for one to end; 0: none
     reserve: int = 0
+    #: dollar budgets (governor/spend.py): each a limit per window for the fleet and
+    #: per tenant; a call that none can afford fails at once with SpendExhausted
+    spend: tuple[SpendBudget, ...] = ()
+    #: what prices each call for the spend budgets (governor.prices.PriceBook): every governed
+    #: transport and SDK client of this governor uses it (a transport's own prices= wins)
+    prices: PriceBook | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", policy_from(self.policy))
+        object.__setattr__(self, "spend", _spend_budgets(self.spend))
+        if self.prices is not None and not isinstance(self.prices, PriceBook):
+            raise ConfigError(f"prices must be a governor.prices.PriceBook or None, got {self.prices!r}")
         self._check_shares()
         for f in fields(self):
             value = getattr(self, f.name)

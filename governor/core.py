@@ -50,6 +50,7 @@ from .replies import (
     Status,
     _Unset,
 )
+from .spend import spend_answer, spend_args
 
 #: defined in governor.protocol and governor.replies, used through here too
 __all__ = [
@@ -516,6 +517,26 @@ class GovernorCore:
         if budget_args == ("", ""):
             budget_args = ()  # the common report: the script reads '' for what is not sent
         return self._call("report", (code, ra, *lease_args, *budget_args), self._parse_reported)
+
+    # -- spend (usd) budgets: governor/spend.py, lua/spend.lua -------------------------
+
+    def wall_ms(self) -> int:
+        """The clock calendar windows are computed around (lua/spend.lua picks among four boundaries)."""
+        return ms(self.clock()) if self.clock is not None else ms(time.time())
+
+    def spend(self, op: str, first: str, second: str, amounts: Any, extra: str, budgets: Sequence[Any]) -> Call[Any]:
+        """A call of lua/spend.lua: reserve, settle or approve (governor/spend.py
+        builds its arguments and reads its answer: None, an approval's end, or
+        the SpendExhausted to raise)."""
+        args = spend_args(op, first, second, tuple(amounts), extra, tuple(budgets), self.wall_ms())
+        return self._call("spend", args, self._parse_spend)
+
+    def _parse_spend(self, reply: Any) -> Any:
+        kind, rest = _check_reply(reply, self.name)
+        if kind == "missing":
+            return MISSING
+        self._seen()
+        return spend_answer(self.name, kind, [text(v) for v in rest])
 
     def _parse_reported(self, reply: Any) -> bool | Missing:
         kind, _ = _check_reply(reply, self.name)

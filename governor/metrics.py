@@ -213,7 +213,9 @@ class GovernorCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
         from .config import parse_weights
-        from .views import OTHER, list_governors, log_length, read_breakdown, read_config
+        from .prices import MICROS
+        from .spend import read_lines, seconds_until
+        from .views import OTHER, list_governors, log_length, read_breakdown, read_config, server_time_ms
 
         started = time.monotonic()
         label = ["governor"]
@@ -311,6 +313,29 @@ class GovernorCollector:
             "Waiters that went ahead of every class after the aging time (decision log: age), since the exporter began",
             labels=label,
         )
+        spend_labels = [*label, "budget", "scope", "window"]
+        usd = {
+            "spent": ("governor_spend_spent_dollars", "Spent in the spend budget's window, reservations included"),
+            "reserved": ("governor_spend_reserved_dollars", "Reserved by calls not yet settled"),
+            "limit": ("governor_spend_limit_dollars", "The window's limit, an operator's approval included"),
+            "remaining": ("governor_spend_remaining_dollars", "What the window has left"),
+        }
+        s_g = {key: GaugeMetricFamily(metric, doc, labels=spend_labels) for key, (metric, doc) in usd.items()}
+        s_reset = GaugeMetricFamily(
+            "governor_spend_resets_in_seconds",
+            "Seconds until the window resets (a rolling one: until its oldest charge leaves it)",
+            labels=spend_labels,
+        )
+        s_soft = GaugeMetricFamily(
+            "governor_spend_threshold_reached",
+            "1 once the window's spend reached its soft threshold (decision log: spend-threshold)",
+            labels=spend_labels,
+        )
+        s_paused = GaugeMetricFamily(
+            "governor_spend_paused",
+            "1 while the scope is paused at its soft threshold until approved",
+            labels=spend_labels,
+        )
         info = InfoMetricFamily(
             "governor", "Policy, pause and schema of each governor", labels=[*label, "policy", "pause_kind", "reason"]
         )
@@ -329,6 +354,8 @@ class GovernorCollector:
                     self._count_decisions(tracked)
                     breakdown = read_breakdown(self._client, tracked.governor.keys)
                     stored = read_config(self._client, tracked.governor.keys)
+                    now_ms = server_time_ms(self._client)
+                    spending = read_lines(self._client.hgetall(tracked.governor.keys.spend), now_ms)
                 except GovernorError:  # missing (GovernorNotFound), unreachable or unreadable
                     up.add_metric([name], 0)
                     continue
@@ -358,6 +385,16 @@ class GovernorCollector:
                 for kind, count in sorted(tracked.decisions.items()):
                     decisions.add_metric([name, kind], count)
                 aged.add_metric([name], tracked.aged)
+                for line in spending:
+                    if line.unit != "usd":  # (requests and tokens per calendar window: governor spend shows them)
+                        continue
+                    labels = [name, line.budget, line.scope, line.window]
+                    for key in s_g:
+                        s_g[key].add_metric(labels, getattr(line, key) / MICROS)
+                    s_reset.add_metric(labels, 0 if line.resets_at is None else seconds_until(line.resets_at, now_ms))
+                    reached = line.threshold > 0 and line.spent >= line.threshold * line.limit
+                    s_soft.add_metric(labels, int(reached))
+                    s_paused.add_metric(labels, int(line.paused))
                 for priority, counted in breakdown.by_class.items():
                     for key in p:
                         p[key].add_metric([name, priority], getattr(counted, key))
@@ -388,6 +425,10 @@ class GovernorCollector:
         yield quota
         yield decisions
         yield aged
+        yield from s_g.values()
+        yield s_reset
+        yield s_soft
+        yield s_paused
         yield info
         duration = GaugeMetricFamily("governor_exporter_scrape_duration_seconds", "Time this scrape took to read Redis")
         duration.add_metric([], time.monotonic() - started)

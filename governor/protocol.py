@@ -28,6 +28,7 @@ the client uses it; what a version may do with them is the state's layout,
     governor:v3:{N}:shares    zset    "rank:tenant" -> rank * 2^50 + its finish tag (fair queueing)
     governor:v3:{N}:held      hash    tenant -> its leases in flight (capped tenants); "@": the lower classes'
     governor:v3:{N}:parked    zset    waiter id -> slot * 2^40 + seq: waiters of a tenant at its cap
+    governor:v3:{N}:spend     hash    the spend (usd) budgets: each window's micro-dollars (governor/spend.py)
 
 Grants are announced on the pub/sub channel ``governor:v3:{N}:wake``.
 """
@@ -75,6 +76,7 @@ KEYS: tuple[tuple[str, str], ...] = (
     ("shares", "zset"),
     ("held", "hash"),
     ("parked", "zset"),
+    ("spend", "hash"),
 )
 KEY_NAMES: tuple[str, ...] = tuple(name for name, _ in KEYS)
 
@@ -133,6 +135,7 @@ class GovernorKeys:
     shares: str  #: zset: "rank:tenant" -> finish tag, the start of its next waiter's tag in that class
     held: str  #: hash: a capped tenant -> its leases in flight; LOWER_HELD -> the lower classes' (see PARK_SLOT)
     parked: str  #: zset: waiter id -> slot * PARK_SLOT + seq, a waiter of a tenant at its cap
+    spend: str  #: hash: the spend budgets' windows, definitions, approvals and reservations (lua/lib/spending.lua)
     channel: str  #: pub/sub channel announcing grants (not a key)
 
     #: the Redis type of each key of :attr:`keys`, in the same order
@@ -318,6 +321,8 @@ STATE_ORIGIN: dict[str, Kind] = {
     "ttl_max": LEASE_TTL,  #: ms: the longest lease TTL any client of this governor announced
     #: ms: when the last exhausted quota comes back, as the provider said (0: unknown, or none reported)
     "quota_until": COUNT,
+    #: ms: until when the spend key must exist (its longest window's end): a spend key gone before was lost
+    "spend_until": COUNT,
 }
 
 #: the ``config`` hash: the config a client stored (GovernorConfig.script_fields):
@@ -472,6 +477,7 @@ REPLIES: dict[str, tuple[str, ...]] = {
     "pause": ("status", "missing"),
     "resume": ("status", "missing"),
     "reset": ("status", "missing"),
+    "spend": ("reserved", "settled", "approved", "spend_exhausted", "missing"),
 }
 
 #: the fields of a status reply, in order

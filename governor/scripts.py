@@ -53,6 +53,7 @@ OPERATIONS: tuple[str, ...] = (
     "resume",
     "set_max",
     "set_shares",
+    "spend",
     "status",
 )
 #: operations that never write: Redis runs them when out of memory, and on replicas
@@ -79,6 +80,7 @@ FRAGMENTS: tuple[str, ...] = (
     "adaptive",
     "admin",
     "config",
+    "spending",
 )
 #: a Redis error reply that means the library is not loaded on that server
 MISSING_FUNCTION = "Function not found"

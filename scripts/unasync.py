@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Generate the sync facade from the asyncio one (the source of truth).
 
-    python scripts/unasync.py          write governor/_sync/{governor,connection,lease,background,retry,transport}.py
+    python scripts/unasync.py          write governor/_sync/ from governor/_async/ (GENERATED: the facade,
+                                       connection, lease, background, retry, transport, spend)
     python scripts/unasync.py --check  exit 1 if a checked-in file drifted
 
 Every module of governor/_async/ is generated, except the hand-kept ones
@@ -26,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ASYNC, SYNC = ROOT / "governor/_async", ROOT / "governor/_sync"
 #: the modules generated from their asyncio source
-GENERATED = ("governor.py", "connection.py", "lease.py", "background.py", "retry.py", "transport.py")
+GENERATED = ("governor.py", "connection.py", "lease.py", "background.py", "retry.py", "transport.py", "spend.py")
 #: the modules each facade keeps by hand
 HAND_KEPT = ("__init__.py", "_compat.py")
 PAIRS = [(ASYNC / name, SYNC / name) for name in GENERATED]
@@ -38,6 +39,7 @@ SUBS = [
     (r"\bawait ", ""),
     (r"\bAsyncGovernor\b", "Governor"),
     (r"\bAsyncLease\b", "Lease"),
+    (r"\bAsyncSpend\b", "Spend"),
     (r"\bAsyncGovernedTransport\b", "GovernedTransport"),
     (r"\bAsyncHTTPTransport\b", "HTTPTransport"),
     (r"\bAsyncIterator\b", "Iterator"),

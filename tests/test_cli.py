@@ -376,6 +376,7 @@ OPERATOR_COMMANDS: dict[str, tuple[list[str], list[str], bool, bool]] = {
     "explain": (["--tenant", "t"], ["--class"], True, True),
     "top": (["--once"], ["--interval", "0"], False, True),
     "proxy": (["--openai", "o"], ["--port", "-1"], False, False),
+    "spend": ([], ["--bogus"], True, True),
 }
 
 

@@ -80,6 +80,8 @@ def test_the_vectors_reach_every_function_and_reply() -> None:
     reached = coverage(DATA)
     kinds = {key.split(":")[1] for key in reached["replies"]}
     for op, replies in REPLIES.items():
+        if op == "spend":  # not in the reference model: tests/test_spend.py and the Node client's spend tests run it
+            continue
         assert op in reached["functions"], op
         for kind in replies:
             if (op, kind) != ("release", "missing") and op not in (

@@ -22,15 +22,15 @@ def test_keys_are_in_the_order_the_scripts_bind_them() -> None:
     suffixes = [k.rsplit(":", 1)[1] for k in keys.keys]
     assert suffixes == [
         "state", "config", "policy", "leases", "holders", "queue", "waiters", "attempts", "limited", "events",
-        "aging", "shares", "held", "parked",
+        "aging", "shares", "held", "parked", "spend",
     ]  # fmt: skip
     assert tuple(suffixes) == KEY_NAMES == tuple(name for name, _ in KEYS)
     assert keys.keys == tuple(getattr(keys, name) for name in KEY_NAMES)
     assert GovernorKeys.TYPES == (
         "hash", "hash", "hash", "zset", "hash", "zset", "zset", "zset", "zset", "stream", "zset", "zset", "hash",
-        "zset",
+        "zset", "hash",
     )  # fmt: skip
-    assert len(set(keys.keys)) == 14
+    assert len(set(keys.keys)) == 15
 
 
 def test_the_schema_version_is_three_and_in_every_key() -> None:

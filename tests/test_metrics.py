@@ -23,6 +23,7 @@ from governor.errors import ConfigError
 from governor.events import AcquireStarted, Admitted, emit
 from governor.metrics import GovernorCollector, observe_admission, start_exporter
 from governor.protocol import SCHEMA_VERSION, governor_keys
+from governor.spend import SpendBudget
 from governor.views import server_time_ms
 
 from .conftest import FakeClock, Samples, scrape
@@ -149,6 +150,26 @@ def test_collector_reads_each_budget(make_gov: MakeGov, sync_client: Any, name: 
         90,
     )
     lease.release()
+
+
+def test_collector_reads_each_spend_budget_and_scope(make_gov: MakeGov, sync_client: Any, name: str) -> None:
+    clock = FakeClock(server_time_ms(sync_client) / 1000)  # the collector reads on the server's clock
+    budget = SpendBudget("daily", "1d", limit=10, tenants={"acme": 2}, threshold=0.5, pause=True)
+    gov = make_gov(GovernorConfig(spend=(budget,)), clock=clock)
+    gov.spend.reserve(1_000_000, tenant="acme")
+    got = collect(GovernorCollector(sync_client, [name]))
+    fleet = {"budget": "daily", "scope": "*", "window": "rolling:86400000:10"}
+    acme = {**fleet, "scope": "acme"}
+    assert got[key("governor_spend_spent_dollars", name, **fleet)] == 1.0
+    assert got[key("governor_spend_reserved_dollars", name, **acme)] == 1.0
+    assert got[key("governor_spend_remaining_dollars", name, **acme)] == 1.0
+    assert got[key("governor_spend_limit_dollars", name, **fleet)] == 10.0
+    # (a rolling window counts a charge from the start of its slot: a tenth of the window)
+    assert 86400 * 0.9 <= got[key("governor_spend_resets_in_seconds", name, **fleet)] <= 86400
+    assert got[key("governor_spend_threshold_reached", name, **acme)] == 1
+    assert got[key("governor_spend_paused", name, **acme)] == 1
+    assert got[key("governor_spend_paused", name, **fleet)] == 0
+    assert got[key("governor_decisions_total", name, kind="spend-threshold")] == 1
 
 
 def test_unreadable_rate_limit_headers_are_counted(make_gov: MakeGov, name: str) -> None:

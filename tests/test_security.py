@@ -454,6 +454,8 @@ def _operations(gov: Governor, lease_id: str) -> dict[str, Call[Any]]:
         "resume": core.resume(),
         "reset": core.reset(with_config=False),
         "configure": core.reset(with_config=True),
+        "spend-reserve": core.spend("reserve", new_id(), "default", (5, 1, 0), "60000", ()),
+        "spend-settle": core.spend("settle", new_id(), "default", (5, 1, 0), "3,1,0", ()),
     }
 
 
@@ -466,7 +468,7 @@ KEY_CASES = [pytest.param(i, id=key.split(":")[-1]) for i, key in enumerate(gove
 
 
 def test_the_wrong_type_cases_cover_every_key() -> None:
-    assert [case.id for case in KEY_CASES] == list(KEY_NAMES) and len(KEY_CASES) == 14
+    assert [case.id for case in KEY_CASES] == list(KEY_NAMES) and len(KEY_CASES) == 15
     assert set(KEY_TYPES) <= set(WRONG)
 
 

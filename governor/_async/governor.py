@@ -62,6 +62,7 @@ from .background import _Background, _Waiter
 from .connection import Connection, client_from_url
 from .lease import AsyncLease, _check_report
 from .retry import retry_call, retry_decorator
+from .spend import AsyncSpend
 
 log = logging.getLogger("governor")
 T = TypeVar("T")
@@ -137,6 +138,11 @@ class AsyncGovernor:
     @property
     def config(self) -> GovernorConfig:
         return self._core.config
+
+    @property
+    def spend(self) -> AsyncSpend:
+        """The spend budgets: reserve, settle, approve (governor/_async/spend.py)."""
+        return AsyncSpend(self)
 
     @property
     def keys(self) -> Any:

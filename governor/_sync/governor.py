@@ -52,6 +52,7 @@ from .background import _Background, _Waiter
 from .connection import Connection, client_from_url
 from .lease import Lease, _check_report
 from .retry import retry_call, retry_decorator
+from .spend import Spend
 
 log = logging.getLogger("governor")
 T = TypeVar("T")
@@ -127,6 +128,11 @@ class Governor:
     @property
     def config(self) -> GovernorConfig:
         return self._core.config
+
+    @property
+    def spend(self) -> Spend:
+        """The spend budgets: reserve, settle, approve (governor/_async/spend.py)."""
+        return Spend(self)
 
     @property
     def keys(self) -> Any:

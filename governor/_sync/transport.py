@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any
 
 from .._exchange import (
+    Charge,
     Estimator,
     _check_library,
     _error_base,
@@ -28,6 +29,7 @@ from .._exchange import (
     report_in_loop,
     report_in_thread,  # noqa: F401 - the sync twin's
     request_ask,
+    request_model,
     sdk_twin,
     stream_class,
     stream_outcome,
@@ -37,12 +39,14 @@ from ..config import RetryPolicy
 from ..core import Ask
 from ..errors import ConfigError, GovernorError
 from ..estimate import estimate_request
+from ..prices import PriceBook
 from ..profiles import Profile
 from ..profiles import profile as find_profile
 from ..streams import StreamUsage
 from .governor import Governor
 from .lease import Lease
 from .retry import retry_call
+from .spend import Reservation
 
 __all__ = ["GovernedTransport"]
 
@@ -68,6 +72,12 @@ class GovernedTransport:
     raised as :func:`~governor.transport.sdk_twin` s, instances of both classes.
     ``ask``: instead of ``holder``, ``priority`` and ``tenant``, the ask they
     make (``governor.ask(...)``), built once for several transports.
+    ``prices``: the PriceBook that prices each call for the governor's spend
+    budgets (``GovernorConfig.spend``; default ``GovernorConfig.prices``): the most a request
+    can cost is reserved before it is sent, its charge settled when it is
+    answered (a stream's when it ends); a request no budget can afford
+    raises SpendExhausted at once, unless ``wait_for_spend`` and its budget
+    resets within ``timeout``.
     """
 
     def __init__(
@@ -84,8 +94,19 @@ class GovernedTransport:
         profile: str | Profile | None = None,
         errors: type[BaseException] | None = None,
         ask: Ask | None = None,
+        prices: PriceBook | None = None,
+        wait_for_spend: bool = False,
     ) -> None:
         chosen = None if profile is None else find_profile(profile)
+        if prices is not None and not isinstance(prices, PriceBook):
+            raise ConfigError(f"prices must be a governor.prices.PriceBook or None, got {prices!r}")
+        if isinstance(governor, Governor) and governor.config.spend:
+            prices = prices or governor.config.prices
+            if prices is None:
+                raise ConfigError(
+                    f"governor {governor.name!r} has spend budgets: give GovernorConfig(prices=...) or the "
+                    "transport's prices= (a governor.prices.PriceBook) to price each call"
+                )
         if estimate is None:
             estimate = estimate_request if chosen is None else chosen.estimate
         if not isinstance(governor, Governor):
@@ -105,6 +126,8 @@ class GovernedTransport:
         self.profile = chosen
         self._errors = _error_base(errors)
         self._lock = threading.Lock()
+        self._prices = prices if governor.config.spend else None
+        self._wait_for_spend = bool(wait_for_spend)
 
     def _inner(self, request: Any) -> Any:
         if self._transport is None:
@@ -121,12 +144,19 @@ class GovernedTransport:
         ask = request_ask(request, self._ask, self.governor)
         body = request.read()
         ask = ask.reserving(self._estimate(body, request.url.path))
+        charge = self._charge(body, request.url.path, ask)
+        reservation: Reservation | None = None
         asked = asks_for_stream(body)
         read: dict[int, bytes | None] = {}  # id(response) -> its decoded body, for the responses read whole
         loop = None
 
         def send_once() -> Any:
-            response = inner.handle_request(request)
+            try:
+                response = inner.handle_request(request)
+            except Exception:
+                if charge is not None:
+                    charge.broke_off()
+                raise
             if is_stream(response.status_code, response.headers.get("content-type", ""), asked):
                 return response
             try:
@@ -139,14 +169,26 @@ class GovernedTransport:
 
         def judge(response: Any, lease: Lease) -> Verdict | None:
             if id(response) not in read:  # a stream: it reports when it ends
-                _hand_over(response, _Settlement(self.governor, lease, response.headers, loop))
+                settlement = _Settlement(self.governor, lease, response.headers, loop, charge, reservation)
+                if charge is not None:
+                    charge.handed_over = True
+                _hand_over(response, settlement)
                 return None
-            return judge_response(
-                response.status_code, response.headers, read.pop(id(response)), self.profile, request.url.path
-            )
+            body_read = read.pop(id(response))
+            if charge is not None:
+                charge.answered(response.status_code, response.headers, body_read)
+            return judge_response(response.status_code, response.headers, body_read, self.profile, request.url.path)
 
         ahead = carried_lease(self.governor)  # a limiter's lease, for the first attempt
         try:
+            if charge is not None:
+                reservation = self.governor.spend.reserve(
+                    charge.most,
+                    tenant=ask.tenant,
+                    timeout=self._timeout,
+                    wait=self._wait_for_spend,
+                    tokens=charge.estimate,
+                )
             return retry_call(
                 self.governor,
                 send_once,
@@ -162,6 +204,23 @@ class GovernedTransport:
             if self._errors is None:
                 raise
             raise sdk_twin(error, self._errors) from error
+        finally:
+            if charge is not None and reservation is not None and not charge.handed_over:
+                _settle(self.governor, reservation, charge)
+
+    def _charge(self, body: bytes, path: str, ask: Ask) -> Charge | None:
+        """The request's charge, priced at the tier it asks for (None: no spend budget)."""
+        if self._prices is None:
+            return None
+        # (no profile: OpenAI's and Anthropic's endpoints, told by the path)
+        profile = self.profile or find_profile("anthropic" if path.rstrip("/").endswith("messages") else "openai")
+        model = request_model(body, path)
+        if model is None:
+            raise ConfigError(
+                f"governor {self.governor.name!r} has spend budgets but the request to {path} names no model: "
+                "its price is unknown"
+            )
+        return Charge(self._prices, profile, model, profile.requested_tier(body), ask.tokens)
 
     def close(self) -> None:
         if self._transport is not None:
@@ -184,9 +243,16 @@ class _Settlement:
     ``loop``: where the report of an abandoned stream runs (asyncio only)."""
 
     def __init__(
-        self, governor: Governor, lease: Lease, headers: Any, loop: asyncio.AbstractEventLoop | None
+        self,
+        governor: Governor,
+        lease: Lease,
+        headers: Any,
+        loop: asyncio.AbstractEventLoop | None,
+        charge: Charge | None = None,
+        reservation: Reservation | None = None,
     ) -> None:
         self._governor, self._lease, self._headers, self.loop = governor, lease, headers, loop
+        self._charge, self._reservation = charge, reservation
         self._lock = threading.Lock()
         self.done = False
 
@@ -212,6 +278,17 @@ class _Settlement:
             )
         except GovernorError as error:  # never fails the caller's stream; the TTL frees the slot
             log.warning("governor %r: could not report a stream (%s): %s", self._governor.name, description, error)
+        if self._charge is not None and self._reservation is not None:
+            self._charge.streamed(spent, failed)
+            _settle(self._governor, self._reservation, self._charge)
+
+
+def _settle(governor: Governor, reservation: Reservation, charge: Charge) -> None:
+    """Settle a call's charge; a failure is logged (the reservation is then kept as spent when it expires)."""
+    try:
+        governor.spend.settle(reservation, charge.charged, tokens=charge.tokens)
+    except GovernorError as error:
+        log.warning("governor %r: could not settle a call's spend (kept as reserved): %s", governor.name, error)
 
 
 class _GovernedStream:

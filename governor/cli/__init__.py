@@ -10,7 +10,8 @@ from ``GOVERNOR_REDIS_URL`` and ``GOVERNOR_NAME``.
 The commands, by family: :mod:`.status` (status, list, watch),
 :mod:`.listing` (leases, queue, events), :mod:`.keys` (keys),
 :mod:`.control` (set-max, pause, resume, reset, configure, set-shares),
-:mod:`.explain` (why a holder, tenant or class waits), :mod:`.top` (the
+:mod:`.explain` (why a holder, tenant or class waits), :mod:`.spend` (the
+spend budgets, and approving more), :mod:`.top` (the
 live view) and :mod:`.exporter`; :mod:`.app` holds what they share (the App, the global
 options, the error handling), :mod:`.render` the formatting.
 
@@ -24,7 +25,7 @@ import click
 
 from .. import __version__
 from ..protocol import DEFAULT_PREFIX
-from . import control, explain, exporter, keys, listing, proxy, status, top
+from . import control, explain, exporter, keys, listing, proxy, spend, status, top
 from .app import DEFAULT_URL, App, Command
 
 
@@ -64,8 +65,8 @@ def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: f
     """See and steer the fleet-wide concurrency governors kept in Redis.
 
     \b
-    Read:   status, list, watch, leases, queue, events, keys, explain, top
-    Change: set-max, pause, resume, reset, configure, set-shares
+    Read:   status, list, watch, leases, queue, events, keys, explain, top, spend
+    Change: set-max, pause, resume, reset, configure, set-shares, spend approve
     Serve:  exporter (Prometheus /metrics), proxy (the OpenAI and Anthropic APIs, governed)
 
     The options above may also follow the command (governor status -n NAME).
@@ -77,7 +78,7 @@ def main(ctx: click.Context, url: str, name: str | None, prefix: str, timeout: f
     ctx.call_on_close(app.close)
 
 
-for _module in (status, listing, keys, control, exporter, explain, top, proxy):
+for _module in (status, listing, keys, control, exporter, explain, top, proxy, spend):
     for _command in _module.COMMANDS:
         main.add_command(_command)
 

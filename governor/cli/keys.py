@@ -43,6 +43,8 @@ KEY_MEANING = {
     "shares": "rank:tenant -> finish tag: where its next waiter's tag in that class starts (behind vtime: pruned)",
     "held": f"a capped tenant -> its leases in flight; {LOWER_HELD!r} -> the lower classes' (while a reserve is set)",
     "parked": "waiter id -> slot * 2^40 + seq: a waiter of a tenant at its cap, in its tenant's order",
+    "spend": "b:budget:scope -> the window's micro-dollars per slot; d: definitions, a: approvals, "
+    "r: reservations not yet settled (governor spend)",
     "channel": "pub/sub channel announcing grants (not a key)",
 }
 if set(KEY_MEANING) != {*KEY_NAMES, "channel"}:

@@ -29,6 +29,7 @@ from .render import (
     table,
     when,
 )
+from .spend import status_lines
 
 #: how lua/lib/origin.lua ends its claim, on a read-only call, that a state came from another server
 CAME_BACK = "the next writing call handles it as a loss and holds"
@@ -76,14 +77,17 @@ def status(app: App, top: int, as_json: bool) -> None:
     if replica is not None:
         state = read_on_replica(state)
     seen = views.read_overview(app.client(), gov.keys, state)
+    spending, spend_text = status_lines(app.client(), gov.keys)
     if as_json:
-        shares = {**seen.shares.as_dict(), **breakdown_dict(seen.breakdown, top)}
+        shares = {**seen.shares.as_dict(), **breakdown_dict(seen.breakdown, top), "spend": spending}
         emit_json({**status_dict(state), **shares, "warnings": [*([replica] if replica else []), *seen.warnings]})
     else:
         if replica is not None:
             click.echo(f"NOTE: {replica}\n")
         click.echo(render_status(state, seen.stored))
         click.echo("\n" + render_breakdown(seen.breakdown, seen.shares, top))
+        if spend_text:
+            click.echo("\n" + "\n".join(spend_text))
         for warning in seen.warnings:
             click.echo(f"\nWARNING: {warning}")
 

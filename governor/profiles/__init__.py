@@ -348,6 +348,8 @@ class Profile:
 
     #: how a refused call (a 429, a 529, an error answer) is billed, for the docs and the spend budgets
     refusals_billed: ClassVar[str] = "nothing: a refused or failed request is not billed"
+    #: whether a refused call (an error answer) is charged to the spend budgets, as the provider bills it
+    refusals_charged: ClassVar[bool] = False
     #: the request body's field that names the tier asked for (OpenAI's shape)
     tier_field: ClassVar[str] = "service_tier"
 

@@ -287,7 +287,8 @@ local function touch_all()
   check_all()
   redis.call('ZADD', KEY.leases, 'NX', 0, SENTINEL)
   redis.call('HSETNX', KEY.holders, SENTINEL, '')
-  for i = 1, #KEY_NAMES do redis.call('PEXPIRE', KEYS[i], CONFIG.idle_ms) end
+  -- (the spend key lives until its longest window ends: lib/spending.lua spend_keep)
+  for i = 1, #KEY_NAMES do if KEY_NAMES[i] ~= 'spend' then redis.call('PEXPIRE', KEYS[i], CONFIG.idle_ms) end end
   set('state', 'touch_due', NOW + math.floor(CONFIG.idle_ms / 8))
 end
 

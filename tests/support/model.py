@@ -784,7 +784,7 @@ class Model:
         self.state = {"schema": SCHEMA, "epoch": epoch, "created": self.now}
         self.S.update(fence=max(fence_floor, self.now * 1000), aging_due=0, event_seq=0, park_seq=0)
         self.S.update({f"vtime_{rank}": 0 for rank in range(MAX_CLASSES)})
-        self.S.update(quota_exhausted=0, quota_at=0, quota_until=0)
+        self.S.update(quota_exhausted=0, quota_at=0, quota_until=0, spend_until=0)
         self.aging, self.shares = {}, {}  # tags start again at vtime 0
         self.S.update(touch_due=0, reclaim_due=0, ttl_max=ttl, hold_until=0, hold_reason="")
         self._apply_config(raw)

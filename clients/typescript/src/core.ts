@@ -5,6 +5,7 @@
 import { randomBytes } from "node:crypto";
 import { BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, OUTCOMES, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY } from "./generated.js";
 import { ConfigError, CostTooLarge, StateError } from "./errors.js";
+import { budgetsArgs, spendExhausted, type SpendBudget } from "./spend.js";
 import { readStatus, type Status } from "./status.js";
 import { ms, place, scriptFields, validateTenant, type BudgetKind, type Place, type ResolvedConfig } from "./config.js";
 
@@ -20,7 +21,7 @@ export interface SharesChange {
 
 export type Operation =
   | "acquire" | "cancel" | "init" | "pause" | "probe" | "refresh" | "release"
-  | "renew" | "report" | "reset" | "resume" | "set_max" | "set_shares" | "status";
+  | "renew" | "report" | "reset" | "resume" | "set_max" | "set_shares" | "spend" | "status";
 
 const NAME = /^[A-Za-z0-9_.:\-/@]{1,200}$/;
 const PREFIX = /^[A-Za-z0-9_.:-]{1,64}$/;
@@ -379,6 +380,25 @@ export class Core {
       if (kind === "reported") return true;
       if (kind === "lost") return false;
       throw this.unexpected("report", kind);
+    });
+  }
+
+  /**
+   * One call of the spend function (lua/spend.lua): reserve, settle or
+   * approve `amount` micro-dollars in `budgets`; `extra` is the reservation's
+   * keep time (ms), the settled call's reservation, or "". A
+   * `spend_exhausted` reply throws SpendExhausted.
+   */
+  spend(op: "reserve" | "settle" | "approve", first: string, second: string, amount: number, extra: string, budgets: readonly SpendBudget[], nowMs: number): Call<number | null> {
+    if (!Number.isInteger(amount) || amount < 0 || amount > 2 ** 53) throw new ConfigError(`a spend amount must be integer micro-dollars in [0, 2^53], got ${amount}`);
+    return this.call("spend", [op, first, second, String(amount), extra, ...budgetsArgs(budgets, nowMs)], (reply) => {
+      const [kind, rest] = this.check(reply, "spend");
+      if (kind === "missing") return MISSING;
+      this.seen();
+      if (kind === "reserved" || kind === "settled") return null;
+      if (kind === "approved") return int(rest[0]) / 1000;
+      if (kind === "spend_exhausted") throw spendExhausted(this.name, rest.map(text));
+      throw this.unexpected("spend", kind);
     });
   }
 

@@ -51,10 +51,14 @@ export class SpendExhausted extends GovernorError {
   readonly limit: number;
   /** Unix seconds when its window resets */
   readonly resetsAt: number | null;
+  /** whose limit: "*" the fleet's, else a tenant's */
+  readonly scope: string;
+  /** "limit", "threshold" (paused at the soft threshold until approved) or "never" (above the whole limit) */
+  readonly why: string;
 
   constructor(
     message: string,
-    figures: { budget: string; spent: number; limit: number; resetsAt: number | null },
+    figures: { budget: string; spent: number; limit: number; resetsAt: number | null; scope?: string; why?: string },
     governor?: string,
     options?: { cause?: unknown },
   ) {
@@ -63,5 +67,7 @@ export class SpendExhausted extends GovernorError {
     this.spent = figures.spent;
     this.limit = figures.limit;
     this.resetsAt = figures.resetsAt;
+    this.scope = figures.scope ?? "*";
+    this.why = figures.why ?? "limit";
   }
 }

@@ -6,7 +6,7 @@
 export const SCHEMA_VERSION = 3 as const;
 
 /** the Functions library's name: the schema and its source's hash */
-export const LIBRARY_NAME = "governor_v3_fe8336a8a11c" as const;
+export const LIBRARY_NAME = "governor_v3_b7efa14280c6" as const;
 
 /** the first part of every key */
 export const DEFAULT_PREFIX = "governor" as const;
@@ -68,6 +68,10 @@ export const KEYS = [
   [
     "parked",
     "zset"
+  ],
+  [
+    "spend",
+    "hash"
   ]
 ] as const;
 
@@ -86,6 +90,7 @@ export const OPERATIONS = [
   "resume",
   "set_max",
   "set_shares",
+  "spend",
   "status"
 ] as const;
 
@@ -160,6 +165,13 @@ export const REPLIES = {
   ],
   "reset": [
     "status",
+    "missing"
+  ],
+  "spend": [
+    "reserved",
+    "settled",
+    "approved",
+    "spend_exhausted",
     "missing"
   ]
 } as const;

@@ -8,7 +8,7 @@
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { Cluster, Redis, type ClusterNode } from "ioredis";
-import { EVERY_KEY, HEADER_FIGURES, LIBRARY_NAME, MISSING_FUNCTION } from "./generated.js";
+import { DEFAULT_TENANT, EVERY_KEY, HEADER_FIGURES, LIBRARY_NAME, MISSING_FUNCTION } from "./generated.js";
 import { AbortError, AcquireTimeout, ConfigError, GovernorError, GovernorUnavailable, LeaseLost, StateError } from "./errors.js";
 import { resolveConfig, type BudgetKind, type GovernorConfig, type Place, type ResolvedConfig } from "./config.js";
 import {
@@ -16,6 +16,7 @@ import {
   type Call, type Denied, type Granted, type Outcome, type OutcomeName, type Queued, type SharesChange, type Tokens,
 } from "./core.js";
 import type { Status } from "./status.js";
+import type { SpendBudget } from "./spend.js";
 import { callWithRetry, type CallOptions } from "./retry.js";
 
 type Client = Redis | Cluster;
@@ -168,6 +169,13 @@ export interface ReportOptions {
   headers?: Headers | Record<string, string | string[] | undefined>;
   /** whether the provider counts a refused (rate-limited) call against its limits (default true: its reservation is spent) */
   refusalsCount?: boolean;
+}
+
+/** What reserveSpend took: settle it once. */
+export interface SpendReservation {
+  readonly id: string;
+  readonly tenant: string;
+  readonly micros: number;
 }
 
 export interface FromUrlOptions {
@@ -412,6 +420,31 @@ export class Governor {
     if (!lease.markReleased()) return;
     this.background.dropLease(lease);
     await this.execute(this.core.release(lease.id));
+  }
+
+  // -- spend (usd) budgets: src/spend.ts ----------------------------------------------------
+
+  private wallMs(): number {
+    return Math.round((this.config.clock !== undefined ? this.config.clock() : Date.now() / 1000) * 1000);
+  }
+
+  /**
+   * Reserve `micros` (micro-dollars) in every budget of `budgets` the call
+   * counts in (the fleet's, its tenant's): SpendExhausted at once when one
+   * cannot afford it. `keep`: seconds the reservation waits to be settled
+   * before it is kept as spent (default: the lease TTL plus a minute).
+   */
+  async reserveSpend(micros: number, budgets: readonly SpendBudget[], options: { tenant?: string; keep?: number } = {}): Promise<SpendReservation> {
+    const id = newId();
+    const tenant = options.tenant ?? DEFAULT_TENANT;
+    const keep = options.keep ?? this.config.leaseTtl + 60;
+    await this.execute(this.core.spend("reserve", id, tenant, micros, String(Math.round(keep * 1000)), budgets, this.wallMs()));
+    return { id, tenant, micros };
+  }
+
+  /** Settle a reservation with the call's charge (micro-dollars). */
+  async settleSpend(reservation: SpendReservation, micros: number, budgets: readonly SpendBudget[]): Promise<void> {
+    await this.execute(this.core.spend("settle", reservation.id, reservation.tenant, micros, String(reservation.micros), budgets, this.wallMs()));
   }
 
   // -- outcomes ----------------------------------------------------------------------

@@ -1,5 +1,7 @@
 export { Governor, Lease, library, readLimits } from "./governor.js";
-export type { AcquireOptions, ReportOptions, FromUrlOptions } from "./governor.js";
+export type { AcquireOptions, ReportOptions, FromUrlOptions, SpendReservation } from "./governor.js";
+export { budgetsArgs, windowArgs } from "./spend.js";
+export type { SpendBudget } from "./spend.js";
 export type { GovernorConfig, ResolvedConfig, Place } from "./config.js";
 export type { OutcomeName, SharesChange, Tokens, Wake } from "./core.js";
 export { Outcome } from "./core.js";

@@ -111,6 +111,7 @@ function parse(core: Core, op: Operation, argv: string[], reply: unknown): void 
     set_max: () => core.status("status"),
     set_shares: () => core.status("status"),
     reset: () => core.status("status"),
+    spend: () => core.spend("settle", "x", "default", 0, "0", [], 0),
   };
   try {
     calls[op]().parse(reply);
