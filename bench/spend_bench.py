@@ -59,6 +59,10 @@ PRICES = (
 )
 #: the fleet's scope, as SpendExhausted and the spend hash name it
 FLEET = "*"
+#: the caps scenario's swarms: straight to the provider, through a governor with no spend budget, with them
+VARIANTS = ("unguarded", "governed", "guarded")
+#: the rolling scenario's governed fleets: a budget of the provider's window, and one a slot longer
+ROLLING_SAME, ROLLING_LONGER = "governed", "governed, window + 1 slot"
 
 
 def price_book() -> PriceBook:
@@ -146,8 +150,8 @@ class Settings:
 
     #: each tenant's daily cap (caps)
     tenant_caps: tuple[tuple[str, str], ...] = (("a", "0.20"), ("b", "0.30"), ("c", "0.60"))
-    #: the fleet's daily cap (caps)
-    fleet_cap: str = "0.80"
+    #: the fleet's daily cap (caps): below the tenants' sum, so the last tenant stops at the fleet's
+    fleet_cap: str = "1.00"
     #: agents per tenant (caps), agents of the fleet (rolling)
     agents: int = 4
     #: how long each caps run lasts
@@ -236,8 +240,9 @@ async def run_swarm(
     for tenant in tenants:
         http = None
         if governor is not None:
+            prices = book if governor.config.spend else None
             transport = AsyncGovernedTransport(
-                governor, tenant=tenant, profile="openai", prices=book, wait_for_spend=wait_for_spend,
+                governor, tenant=tenant, profile="openai", prices=prices, wait_for_spend=wait_for_spend,
                 timeout=seconds + 5,
             )  # fmt: skip
             http = httpx.AsyncClient(transport=transport, timeout=30)
@@ -332,9 +337,9 @@ async def run_caps(
     caps[FLEET] = settings.micros(settings.fleet_cap)
     budget = SpendBudget("daily", "day", limit=settings.fleet_cap, tenants=dict(settings.tenant_caps), threshold=0)
     runs: dict[str, Any] = {}
-    for guarded in (False, True):
-        gov = _governor(client, (budget,), settings.agents * len(tenants)) if guarded else None
-        label = "guarded" if guarded else "unguarded"
+    agents = settings.agents * len(tenants)
+    for label in VARIANTS:
+        gov = None if label == "unguarded" else _governor(client, (budget,) if label == "guarded" else (), agents)
         log(f"caps: {label} swarm, {settings.caps_seconds:g} s")
         swarm = await run_swarm(provider, settings, CAPS_MODEL, tenants, settings.caps_seconds, gov)
         bills = list(provider.bills)
@@ -350,10 +355,12 @@ async def run_caps(
         }
     scopes = {}
     for scope, cap in caps.items():
-        g, u = runs["guarded"], runs["unguarded"]
+        g, u, n = runs["guarded"], runs["unguarded"], runs["governed"]
         first = g["first_refusal"].get(scope)
         billed = g["billed"][scope]
         scopes[scope] = {
+            "own_cap_reached": first is not None,
+            "governed_to_95": n["to_95"][scope],
             "cap": cap,
             "billed": billed,
             "unguarded_billed": u["billed"][scope],
@@ -376,12 +383,18 @@ async def run_rolling(
 
     limit = settings.micros(settings.rolling_limit)
     provider.cap = RollingCap(limit, settings.window)
-    budget = SpendBudget("rolling", Window.rolling(settings.window), limit=settings.rolling_limit, threshold=0)
+    same = Window.rolling(settings.window)
+    # one slot longer, in one more slot: each charge counts for at least the provider's window
+    longer = Window.rolling(settings.window * (same.slots + 1) / same.slots, same.slots + 1)
+    variants = {
+        "ungoverned": None,
+        ROLLING_SAME: SpendBudget("rolling", same, limit=settings.rolling_limit, threshold=0),
+        ROLLING_LONGER: SpendBudget("rolling", longer, limit=settings.rolling_limit, threshold=0),
+    }
     runs = {}
     try:
-        for governed in (False, True):
-            gov = _governor(client, (budget,), settings.agents) if governed else None
-            label = "governed" if governed else "ungoverned"
+        for label, budget in variants.items():
+            gov = None if budget is None else _governor(client, (budget,), settings.agents)
             log(f"rolling: {label} fleet, {settings.rolling_seconds:g} s")
             swarm = await run_swarm(
                 provider, settings, ROLLING_MODEL, ["fleet"], settings.rolling_seconds, gov, wait_for_spend=True
@@ -455,27 +468,28 @@ def goals(result: Mapping[str, Any]) -> list[tuple[str, str, bool | None]]:
     caps = result["cells"].get("caps")
     if caps is not None:
         scopes = caps["scopes"]
-        within = [
-            s["in_flight_then"] is not None and s["billed"] - s["cap"] <= s["in_flight_then"] for s in scopes.values()
-        ]
+        within = [s["billed"] - s["cap"] <= (s["in_flight_then"] or 0) for s in scopes.values()]
         out.append((
             "caps: no tenant and not the fleet billed more than its cap plus the reservations in flight when it "
             "was reached",
-            ", ".join(f"{_scope(k)} {usd(v['billed'])} of {usd(v['cap'])} (+{usd(v['in_flight_then'])})"
+            ", ".join(f"{_scope(k)} {usd(v['billed'])} of {usd(v['cap'])} (in flight {usd(v['in_flight_then'])})"
                       for k, v in scopes.items()),
             all(within),
         ))  # fmt: skip
-        ratios = [s["goodput_ratio"] for s in scopes.values()]
+        reached = {k: v for k, v in scopes.items() if v["own_cap_reached"]}
         out.append((
-            "caps: dollars served up to each cap within 2 % of the unguarded swarm's",
-            ", ".join(f"{_scope(k)} {kit.num(v['goodput_ratio'])}" for k, v in scopes.items()),
-            all(r is not None and r >= 0.98 for r in ratios),
+            "caps: dollars served up to each cap reached within 2 % of the unguarded swarm's (a tenant the fleet "
+            "cap stopped first left out)",
+            ", ".join(f"{_scope(k)} {kit.num(v['goodput_ratio'])}" for k, v in reached.items()),
+            all(v["goodput_ratio"] is not None and v["goodput_ratio"] >= 0.98 for v in reached.values()),
         ))  # fmt: skip
     rolling = result["cells"].get("rolling")
-    if rolling is not None and "governed" in rolling["runs"]:
-        g = rolling["runs"]["governed"]
+    for label in (ROLLING_SAME, ROLLING_LONGER):
+        if rolling is None or label not in rolling["runs"]:
+            continue
+        g = rolling["runs"][label]
         out.append((
-            "rolling: the governed fleet under the provider's limit, no refusals after the first window",
+            f"rolling ({label}): the fleet under the provider's limit, no refusals after the first window",
             f"most billed in a window {usd(g['most_in_a_window'])} of {usd(rolling['limit'])}, "
             f"refusals {g['refused_first_window']} then {g['refused_after']}",
             g["refused_after"] == 0 and g["most_in_a_window"] <= rolling["limit"],
@@ -503,13 +517,14 @@ def table(result: Mapping[str, Any]) -> str:
 
 def _caps_rows(caps: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = ["scope", "cap", "billed (guarded)", "over the cap", "in flight when reached", "reached at (s)",
-            "billed (unguarded)", "served up to the cap, guarded / unguarded", "95 % of cap at (s), guarded",
-            "unguarded"]  # fmt: skip
+            "billed (unguarded)", "served up to the cap, guarded / unguarded", "95 % of cap at (s): guarded",
+            "governed, no spend budget", "unguarded"]  # fmt: skip
     rows = []
     for scope, s in caps["scopes"].items():
+        ratio = kit.num(s["goodput_ratio"]) if s["own_cap_reached"] else f"({kit.num(s['goodput_ratio'])})"
         rows.append([
             _scope(scope), usd(s["cap"]), usd(s["billed"]), usd(s["over"]), usd(s["in_flight_then"]),
-            secs(s["reached_at"]), usd(s["unguarded_billed"]), kit.num(s["goodput_ratio"]), secs(s["to_95"]),
+            secs(s["reached_at"]), usd(s["unguarded_billed"]), ratio, secs(s["to_95"]), secs(s["governed_to_95"]),
             secs(s["unguarded_to_95"]),
         ])  # fmt: skip
     return head, rows
