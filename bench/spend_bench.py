@@ -341,7 +341,11 @@ async def run_caps(
     for label in VARIANTS:
         gov = None if label == "unguarded" else _governor(client, (budget,) if label == "guarded" else (), agents)
         log(f"caps: {label} swarm, {settings.caps_seconds:g} s")
-        swarm = await run_swarm(provider, settings, CAPS_MODEL, tenants, settings.caps_seconds, gov)
+        try:
+            swarm = await run_swarm(provider, settings, CAPS_MODEL, tenants, settings.caps_seconds, gov)
+        finally:
+            if gov is not None:
+                await gov.aclose()
         bills = list(provider.bills)
         runs[label] = {
             "served": swarm.served,
@@ -396,9 +400,13 @@ async def run_rolling(
         for label, budget in variants.items():
             gov = None if budget is None else _governor(client, (budget,), settings.agents)
             log(f"rolling: {label} fleet, {settings.rolling_seconds:g} s")
-            swarm = await run_swarm(
-                provider, settings, ROLLING_MODEL, ["fleet"], settings.rolling_seconds, gov, wait_for_spend=True
-            )
+            try:
+                swarm = await run_swarm(
+                    provider, settings, ROLLING_MODEL, ["fleet"], settings.rolling_seconds, gov, wait_for_spend=True
+                )
+            finally:
+                if gov is not None:
+                    await gov.aclose()
             bills, refusals = list(provider.bills), list(provider.refusals)
             windows = math.ceil(settings.rolling_seconds / settings.window)
             per_window = [0] * windows
