@@ -67,9 +67,10 @@ async def test_an_answer_is_billed_to_its_tenant_what_the_price_book_charges(pro
 
 
 async def test_the_rolling_cap_refuses_once_its_window_holds_the_limit(provider: SpendingProvider) -> None:
-    provider.cap = RollingCap(limit_micros=1, window=60.0)
+    provider.cap = RollingCap(limit_micros=10**9, window=60.0)
     async with _client(provider, "fleet") as client:
         await _call(client)
+        provider.cap = RollingCap(limit_micros=provider.bills[0][2], window=60.0)  # what the window holds now
         with pytest.raises(openai.RateLimitError, match="Spend limit"):
             await _call(client)
     assert len(provider.bills) == 1 and len(provider.refusals) == 1
