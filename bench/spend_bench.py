@@ -586,8 +586,11 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
             "",
             f"Three tenants of {s['agents']} agents each, model `{CAPS_MODEL}` at $2 / $8 per million input / "
             f"output tokens; a `day` budget (UTC) with tenant caps {tenant_caps} and a fleet cap "
-            f"${s['fleet_cap']}. Each swarm ran {s['caps_seconds']:g} s; an agent refused by the guard "
-            f"(`SpendExhausted`) tries again {s['retry_pause']:g} s later.",
+            f"${s['fleet_cap']} (below the tenants' sum: the last tenant stops at the fleet's cap, not its own). "
+            "The same swarm ran three times: *unguarded* (straight to the provider), *governed, no spend budget* "
+            "(the same governor and transport with no `spend`: what the transport costs by itself) and *guarded*, "
+            f"{s['caps_seconds']:g} s each; an agent refused by the guard (`SpendExhausted`) tries again "
+            f"{s['retry_pause']:g} s later.",
             "",
         ]
         head, rows = _caps_rows(caps)
@@ -596,8 +599,10 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
             "Columns: *billed*: what the provider billed the scope over the run; *over the cap*: billed minus the "
             "cap (negative: under it); *in flight when reached*: the scope's reservations not yet settled (the "
             "spend hash, read at once) when the guard first refused a call of that scope, and *reached at* "
-            "when that was; *served up to the cap*: min(billed, cap), guarded over unguarded; *95 % of cap "
-            "at*: when the provider's bills for the scope first added up to 95 % of its cap.",
+            "when that was; *served up to the cap*: min(billed, cap), guarded over unguarded (in brackets for a "
+            "tenant the fleet's cap stopped before its own); *95 % of cap at*: when the provider's bills for the "
+            "scope first added up to 95 % of its cap, in each swarm (for the fleet and the last tenant the "
+            "swarms differ by design: the other tenants stop only in the guarded one).",
             "",
         ]
     rolling = result["cells"].get("rolling")
@@ -609,10 +614,11 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
             f"every call (429) once ${s['rolling_limit']} were billed in the last {s['window']:g} s (an exact "
             f"sliding window over the bills), and sends no header saying so. {s['agents']} agents, model "
             f"`{ROLLING_MODEL}` at $100 / $400 per million tokens (about 9 cents a call), "
-            f"{s['rolling_seconds']:g} s per run. The governed fleet has a rolling budget of the same limit "
-            f'and window (`Window.rolling({s["window"]:g})`: 10 slots, as `"10m"` has) and waits for room '
-            f"(`wait_for_spend=True`); the ungoverned agents call straight on and pause {s['backoff']:g} s "
-            "after a refusal.",
+            f"{s['rolling_seconds']:g} s per run. The *governed* fleet has a rolling budget of the same limit "
+            f'and window (`Window.rolling({s["window"]:g})`: 10 slots, as `"10m"` has); the *governed, window '
+            f"+ 1 slot* fleet one of {s['window'] * 1.1:g} s in 11 slots (each charge then counts for at least "
+            f"{s['window']:g} s). Both wait for room (`wait_for_spend=True`); the ungoverned agents call straight "
+            f"on and pause {s['backoff']:g} s after a refusal.",
             "",
         ]
         head, rows = _rolling_rows(rolling)
