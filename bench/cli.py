@@ -985,11 +985,7 @@ def spend_command(
             result = asyncio.run(run_spend(settings, backend.url, names, click.echo))
         except (ConfigError, TimeoutError, RuntimeError, ConnectionError, OSError) as error:
             raise _fail(error) from error
-        result["environment"] = {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "redis_version": backend.describe(),
-        }
+        result["environment"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
     command = _command_line()
     directory = out or Path(tempfile.mkdtemp(prefix="governor-spend-"))
     directory.mkdir(parents=True, exist_ok=True)

@@ -450,6 +450,7 @@ async def run_spend(
     client = aioredis.Redis.from_url(redis_url)
     result: dict[str, Any] = {"settings": asdict(settings), "cells": {}}
     try:
+        result["redis_version"] = (await client.info("server")).get("redis_version")
         if "caps" in scenarios:
             result["cells"]["caps"] = await run_caps(provider, client, settings, log)
         if "rolling" in scenarios:
@@ -560,11 +561,12 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
         "Dollar budgets (`GovernorConfig.spend`) against the mock provider (`bench.provider`) billing each "
         "answer its usage times a price table (`bench/spend_bench.py`: `SpendingProvider`); the governor prices "
         "calls with the same prices. The real `openai` SDK (async) in every agent, each tenant's agents "
-        "through an `AsyncGovernedTransport` (the guarded runs) or straight to the provider (the others); "
+        "through an `AsyncGovernedTransport` (the governed and guarded runs) or straight to the provider (the others); "
         f"prompts of {s['prompt_chars'][0]}-{s['prompt_chars'][1]} characters, `max_tokens` {s['max_tokens']}, "
         f"completions lognormal (mean {s['completion_mean']:g} tokens), service time {s['latency']:g} s on "
         f"average. {env.get('cpus', '?')} CPUs, Python {env.get('python', '?')}, Redis "
-        f"{env.get('redis_version', '?')}, everything in one process.",
+        f"{result.get('redis_version') or '?'} (a private server unless `--redis-url`), the agents, the provider "
+        "and the governors' clients in one process.",
         "",
         "Reproduce:",
         "",
@@ -627,6 +629,12 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
             "Columns: *most billed in a window*: the most the provider billed in any "
             f"{s['window']:g} s; *billed per window*: per consecutive {s['window']:g} s from the start; "
             "*refused*: the provider's spend-limit refusals before the end of the first window and after it.",
+            "",
+            "A rolling budget of n slots keeps a charge for its own slot and the n - 1 after it "
+            "(`lua/lib/spend.lua`): from (n - 1) / n of its window to all of it, depending on when in its slot the "
+            "charge fell. A budget of the provider's own window can therefore admit a call while the provider's "
+            "exact window still holds an older charge; a budget one slot longer (n + 1 slots) holds every charge "
+            "for at least the provider's window.",
             "",
         ]
     return "\n".join(lines)
