@@ -245,7 +245,7 @@ async def run_swarm(
                 governor, tenant=tenant, profile="openai", prices=prices, wait_for_spend=wait_for_spend,
                 timeout=seconds + 5,
             )  # fmt: skip
-            http = httpx.AsyncClient(transport=transport, timeout=30)
+            http = httpx.AsyncClient(transport=transport, timeout=30)  # type: ignore[arg-type]  # duck-typed
         clients[tenant] = openai.AsyncOpenAI(
             base_url=provider.url + "/v1", api_key="sk-sim", max_retries=0, http_client=http,
             default_headers={TENANT_HEADER: tenant},
