@@ -14,11 +14,12 @@ from typing import Any
 
 import openai
 import pytest
+from click.testing import CliRunner
 
+from bench.cli import spend_command
 from bench.spend_bench import (
     CAPS_MODEL,
     FLEET,
-    PRICES,
     TENANT_HEADER,
     RollingCap,
     Settings,
@@ -117,4 +118,8 @@ async def test_a_guarded_swarm_bills_no_tenant_past_its_cap(provider: SpendingPr
     for tenant, cap in caps.items():
         billed = sum(m for _, t, m in provider.bills if t == tenant)
         assert 0 < billed <= QUICK.micros(cap)
-    assert PRICES[0].model == CAPS_MODEL
+
+
+def test_the_command_refuses_an_unknown_scenario_before_running_anything() -> None:
+    outcome = CliRunner().invoke(spend_command, ["--scenarios", "caps,daily"])
+    assert outcome.exit_code == 2 and "unknown scenario(s) daily; choose from caps, rolling" in outcome.output
