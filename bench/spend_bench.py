@@ -465,7 +465,7 @@ async def run_spend(
 
 
 def usd(micros: int | None) -> str:
-    return "-" if micros is None else f"${micros / MICROS:.4f}"
+    return "-" if micros is None else f"{'-' if micros < 0 else ''}${abs(micros) / MICROS:.4f}"
 
 
 def secs(value: float | None) -> str:
