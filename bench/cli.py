@@ -1,5 +1,5 @@
 """Click commands of the simulator: ``demo``, ``bench``, ``swarm``, ``provider``, ``worker``, ``budgets``,
-``matrix``, ``shares``, ``churn``.
+``matrix``, ``shares``, ``churn``, ``spend``.
 
 Each is a ``click.Command`` the main CLI registers with ``cli.add_command``;
 ``python -m bench`` offers them too. This module imports only click
@@ -16,6 +16,7 @@ extra) are imported when a command runs.
     python -m bench budgets --out docs/benchmarks   # requests and tokens per minute
     python -m bench shares --out docs/benchmarks    # priorities, tenants' shares, aging
     python -m bench churn                    # admissions while thousands of waiters cancel
+    python -m bench spend --out docs/benchmarks     # dollar caps per tenant and fleet, rolling limit
 """
 
 from __future__ import annotations
@@ -915,6 +916,87 @@ def shares_command(
     click.echo(f"\nresults: {json_path}\nreport:  {md_path}\nchart:   {png_path}")
 
 
+@click.command("spend")
+@click.option(
+    "--redis-url",
+    envvar="GOVERNOR_REDIS_URL",
+    default=None,
+    help="Redis of the runs' governors [default: a private redis-server].",
+)
+@click.option(
+    "--scenarios",
+    "scenario_names",
+    default="caps,rolling",
+    show_default=True,
+    help="Comma-separated scenarios: caps (tenants' daily caps and a fleet cap), rolling (a provider's rolling "
+    "spend limit).",
+)
+@click.option("--agents", type=click.IntRange(min=1), default=4, show_default=True, help="Agents per tenant.")
+@click.option("--caps-seconds", type=click.FloatRange(1, 600), default=12.0, show_default=True,
+              help="Each caps run, seconds.")  # fmt: skip
+@click.option("--rolling-seconds", type=click.FloatRange(2, 600), default=30.0, show_default=True,
+              help="Each rolling run, seconds.")  # fmt: skip
+@click.option("--window", type=click.FloatRange(1, 600), default=10.0, show_default=True,
+              help="The provider's rolling window, seconds (Gemini's 10 minutes scaled down).")  # fmt: skip
+@click.option("--seed", type=int, default=7, show_default=True, help="Seed of prompt sizes and the provider.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for spend.json and spend.md [default: a new temporary directory].",
+)
+def spend_command(
+    redis_url: str | None,
+    scenario_names: str,
+    agents: int,
+    caps_seconds: float,
+    rolling_seconds: float,
+    window: float,
+    seed: int,
+    out: Path | None,
+) -> None:
+    """Run the spend benchmark: dollar caps per tenant and fleet, and a provider's rolling spend limit.
+
+    Each scenario runs the same swarm without the guard, then with it; prints
+    the tables and the goals, and writes spend.json and spend.md."""
+    import json
+    import platform
+
+    from .embedded import open_backend
+    from .spend_bench import Settings, markdown, run_spend, table
+
+    names = [s.strip() for s in scenario_names.split(",") if s.strip()]
+    unknown = [n for n in names if n not in ("caps", "rolling")]
+    if unknown or not names:
+        raise click.UsageError(f"unknown scenario(s) {', '.join(unknown) or '(none)'}; choose from caps, rolling")
+    try:
+        settings = Settings(agents=agents, caps_seconds=caps_seconds, rolling_seconds=rolling_seconds,
+                            window=window, seed=seed)  # fmt: skip
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from error
+    try:
+        backend = open_backend(redis_url)
+    except (ConnectionError, RuntimeError) as error:
+        raise _fail(error) from error
+    with backend:
+        click.echo(f"Redis: {backend.describe()}")
+        assert backend.url is not None
+        try:
+            result = asyncio.run(run_spend(settings, backend.url, names, click.echo))
+        except (ConfigError, TimeoutError, RuntimeError, ConnectionError, OSError) as error:
+            raise _fail(error) from error
+        result["environment"] = {"python": platform.python_version(), "cpus": os.cpu_count()}
+    command = _command_line()
+    directory = out or Path(tempfile.mkdtemp(prefix="governor-spend-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = directory / "spend.json", directory / "spend.md"
+    json_path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    md_path.write_text(markdown(result, command), encoding="utf-8")
+    click.echo("")
+    click.echo(table(result))
+    click.echo(f"\nresults: {json_path}\nreport:  {md_path}")
+
+
 @click.group("sim")
 def sim_group() -> None:
     """The fleet-governor simulator: mock provider, swarm benchmark, demo, overhead, budgets, matrix and shares
@@ -978,6 +1060,7 @@ COMMANDS = (
     matrix_command,
     shares_command,
     churn_command,
+    spend_command,
 )
 for _command in COMMANDS:
     sim_group.add_command(_command)
