@@ -20,9 +20,10 @@ governor's ``spend`` hash, by ``lua/spend.lua`` in one atomic call:
   operator approves more (``governor spend approve``) or the window resets.
 
 A rolling window is counted in slots (``slots`` of them, 10 by default): a
-charge counts for the slot it fell in and the ``slots - 1`` after it, so a
-window's figure is never below what the last window's length spent (it may
-hold up to one slot more). A calendar window's boundaries are computed here
+charge counts for the slot it fell in and the ``slots`` after it, so a
+charge is counted for at least the window's length after it (and at most one
+slot more): a window's figure is never below what the last window's length
+spent. A calendar window's boundaries are computed here
 (zoneinfo) and passed to the script around the clock it runs by.
 """
 
@@ -461,8 +462,8 @@ def read_lines(raw: Mapping[Any, Any], now_ms: int) -> tuple[SpendLine, ...]:
         if window.kind == "rolling":
             slot_ms = round(window.seconds * 1000) // window.slots
             cur = now_ms // slot_ms
-            slots = [(k, a) for k, a in slots if k > cur - window.slots]
-            resets = (min(k for k, _ in slots) + window.slots) * slot_ms if slots else None
+            slots = [(k, a) for k, a in slots if k >= cur - window.slots]
+            resets = (min(k for k, _ in slots) + window.slots + 1) * slot_ms if slots else None
         else:
             start, end = window.bounds(now_ms)
             slots = [(k, a) for k, a in slots if k == start]

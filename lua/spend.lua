@@ -53,6 +53,8 @@ local amounts = spend_amounts(6, 'amounts')
 local extra, reserved_by_client = 0, nil
 if op == 'reserve' then extra = arg_int(7, 'keep_ms') elseif op == 'settle' then reserved_by_client = spend_amounts(7, 'reserved') end
 local budgets = spend_budgets(9, arg_int(8, 'count'))
+
+-- step: the state
 clock()
 if not load({'epoch', 'capacity'}) then return missing_reply() end
 for _, budget in ipairs(budgets) do budget.w = spend_window(budget) end  -- (a bad window fails before any write)
@@ -127,6 +129,7 @@ local function kept(w)
   keep = math.max(keep, (w.finish or (w.cur + 1) * w.slot_ms + w.n * w.slot_ms) + CONFIG.idle_ms)
 end
 
+-- step: an approval
 if op == 'approve' then
   local budget = budgets[1]
   if not budget or budget.name ~= id then fail('BADARG', 'approve takes the definition of budget ' .. id) end
@@ -142,6 +145,7 @@ if op == 'approve' then
   return finish({SCHEMA, 'approved', until_ms})
 end
 
+-- step: a reservation
 spend_forget()
 if op == 'reserve' then
   local plan = {}
@@ -190,6 +194,7 @@ if op == 'reserve' then
   return finish({SCHEMA, 'reserved'})
 end
 
+-- step: a settlement
 -- settle: the reservation's record (else the client's figure, at no known time)
 local reservation = redis.call('HGET', KEY.spend, 'r:' .. id)
 local who, at, names = tenant, nil, nil  -- names: budget -> what the call reserved in it

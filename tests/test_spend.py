@@ -123,11 +123,28 @@ def test_a_rolling_window_frees_each_charge_a_window_after_it(make_gov: MakeGov)
     gov.spend.reserve(4 * DOLLAR)
     with pytest.raises(SpendExhausted) as caught:
         gov.spend.reserve(DOLLAR)
-    # the first charge leaves the window 10 minutes after its slot began
-    assert caught.value.resets_at == utc(2026, 12, 7, 12, 10)
-    clock.now = utc(2026, 12, 7, 12, 10)
+    # the first charge leaves the window 10 minutes after its slot ended
+    assert caught.value.resets_at == utc(2026, 12, 7, 12, 11)
+    clock.now = utc(2026, 12, 7, 12, 11) - 0.001
+    with pytest.raises(SpendExhausted):
+        gov.spend.reserve(DOLLAR)
+    clock.now = utc(2026, 12, 7, 12, 11)
     gov.spend.reserve(DOLLAR)
     assert lines(gov, clock)["gemini", "*"].spent == 5 * DOLLAR
+
+
+def test_a_rolling_window_counts_a_charge_for_the_whole_window_after_it(make_gov: MakeGov) -> None:
+    # A charge at the end of its slot still counts a window later, less a
+    # moment: a provider's own rolling limit would still count it too.
+    clock = FakeClock(utc(2026, 12, 7, 12, 0, 59))
+    gov = make_gov(spend_config(SpendBudget("gemini", "10m", limit=10)), clock=clock)
+    gov.spend.reserve(10 * DOLLAR)
+    clock.advance(600 - 0.001)
+    with pytest.raises(SpendExhausted):
+        gov.spend.reserve(DOLLAR)
+    assert lines(gov, clock)["gemini", "*"].spent == 10 * DOLLAR
+    clock.now = utc(2026, 12, 7, 12, 11)  # and at most one slot (a minute) more
+    gov.spend.reserve(DOLLAR)
 
 
 def test_a_tenant_cap_refuses_the_tenant_and_not_the_others(make_gov: MakeGov) -> None:
@@ -198,7 +215,7 @@ def test_a_caller_that_asked_to_wait_is_reserved_when_the_window_resets(
     gov.spend.reserve(DOLLAR)
     clock.advance(10)
     gov.spend.reserve(DOLLAR, wait=True, timeout=120)
-    assert waited == [pytest.approx(50.0)]  # the first charge's slot leaves the window 60 s after it began
+    assert waited == [pytest.approx(56.0)]  # the first charge's slot (6 s) leaves the window 60 s after it ended
     assert lines(gov, clock)["minute", "*"].spent == DOLLAR
 
 

@@ -193,6 +193,13 @@ local PLANS = {
     {'the state', checks = {'clock', 'check_types', 'load_all', 'fail', 'keep_alive'}},
     {'the writes', writes = true},
   },
+  ['spend'] = {
+    {'the arguments', checks = {'fail', 'arg_id', 'spend_amounts', 'arg_int', 'spend_budgets'}},
+    {'the state', checks = {'clock', 'spend_window', 'guard'}, reads = {'state.epoch', 'state.capacity', 'config.log_length', 'config.idle_ms'}},
+    {'an approval', checks = {'fail'}, writes = 'ends'},
+    {'a reservation', writes = true},
+    {'a settlement', writes = true},
+  },
   ['status'] = {
     {'the arguments'},
     {'the state', checks = {'clock', 'load_all'}},  -- (registered no-writes)

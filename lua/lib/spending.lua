@@ -25,8 +25,9 @@ the spend key (its entries are dynamic, as held's are):
   ~lost               ms of the last loss found: an entry not written since
                       counts its window as spent in full
   ~prune              ms when expired reservations are looked for next
-A window is rolling (n slots of slot_ms: a charge counts for n slots, so
-never less than the window's length) or calendar (one slot, keyed by the
+A window is rolling (n slots of slot_ms: a charge counts for its own slot
+and the n after it, so never less than the window's length after it, at
+most one slot more) or calendar (one slot, keyed by the
 window's start; the client computes the boundaries in the budget's time
 zone and passes four of them around its clock: b0 < b1 < b2 < b3).
 ]]
@@ -72,7 +73,7 @@ local function spend_window(budget)
     slot_ms, n = tonumber(slot_ms), tonumber(n)
     if slot_ms < 1 or n < 1 or n > 1000 then fail('BADARG', 'rolling window ' .. spec .. ': slot_ms >= 1, 1-1000 slots') end
     local cur = math.floor(NOW / slot_ms)
-    return {rolling = true, slot_ms = slot_ms, n = n, cur = cur, start = (cur - n + 1) * slot_ms}
+    return {rolling = true, slot_ms = slot_ms, n = n, cur = cur, start = (cur - n) * slot_ms}
   end
   local b = {string.match(spec, '^c:(%d+):(%d+):(%d+):(%d+)$')}
   if #b ~= 4 then fail('BADARG', 'a spend window is "r:<slot_ms>:<slots>" or "c:<b0>:<b1>:<b2>:<b3>", got ' .. spec) end
@@ -115,7 +116,7 @@ end
 local function spend_prune(entry, w)
   local kept = {}
   for _, slot in ipairs(entry.slots) do
-    if (w.rolling and slot[1] > w.cur - w.n) or (not w.rolling and slot[1] == w.cur) then kept[#kept + 1] = slot end
+    if (w.rolling and slot[1] >= w.cur - w.n) or (not w.rolling and slot[1] == w.cur) then kept[#kept + 1] = slot end
   end
   entry.slots = kept
   if #kept == 0 then entry.lost = 0 end
@@ -132,7 +133,7 @@ local function spend_resets(entry, w, amount, limit)
   table.sort(entry.slots, function(x, y) return x[1] < y[1] end)
   for _, slot in ipairs(entry.slots) do
     spent = spent - slot[2]
-    if spent + amount <= limit then return (slot[1] + w.n) * w.slot_ms end
+    if spent + amount <= limit then return (slot[1] + w.n + 1) * w.slot_ms end
   end
   return (w.cur + 1) * w.slot_ms
 end

@@ -22,7 +22,7 @@ CHECKS = frozenset({
     "fail", "arg_int", "arg_in", "arg_id", "arg_label", "arg_tokens", "arg_place", "parse_config",
     "load_all", "prepare", "the_policy", "check_all", "check_types", "check_type", "guard", "guard_grant",
     "keep_alive", "window", "caps_config", "active_budgets", "no_news", "read_all", "touch_all", "clock",
-    "oversize",
+    "oversize", "spend_amounts", "spend_budgets", "spend_window",
 })  # fmt: skip
 #: the Redis commands that write
 WRITING = frozenset({"HSET", "HSETNX", "HDEL", "HINCRBY", "ZADD", "ZREM", "ZREMRANGEBYSCORE", "XADD", "DEL",
@@ -122,7 +122,9 @@ def events(code: str, local: dict[str, str] | None = None) -> list[tuple[str, st
                 out.append(("write", command.upper()))
         elif name in READERS:
             arguments, _ = _arguments(code, match.end() - 1)
-            if name == "load":
+            if name == "load" and re.fullmatch(r"\{\s*'\w+'(\s*,\s*'\w+')*\s*\}", arguments[0]):
+                out += [("read", f"state.{f}") for f in re.findall(r"'(\w+)'", arguments[0])]  # a literal list
+            elif name == "load":
                 out.append(("read", _field("state", arguments[0])))
             elif name == "read_more_list":
                 out.append(("read", _field(arguments[0].strip("'"), arguments[1])))
