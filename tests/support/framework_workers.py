@@ -45,7 +45,38 @@ def openai_agents_agent(gov: AsyncGovernor, mock: str) -> Callable[[], Awaitable
     return lambda: Runner.run(agent, "hello there", run_config=config)
 
 
-AGENTS = {"langchain": langchain_agent, "pydantic_ai": pydantic_ai_agent, "openai_agents": openai_agents_agent}
+def dspy_agent(gov: AsyncGovernor, mock: str) -> Callable[[], Awaitable[Any]]:
+    import dspy
+
+    from governor.frameworks.dspy import lm
+
+    model = lm(async_governor=gov, client_options={"base_url": f"{mock}/v1", "api_key": "sk-test"}, cache=False)
+    program = dspy.Predict("question -> answer")
+
+    async def call() -> Any:
+        with dspy.context(lm=model, adapter=plain_adapter()):
+            return await program.acall(question="hello there")
+
+    return call
+
+
+def plain_adapter() -> Any:
+    """DSPy's ChatAdapter reading the whole reply as the answer (the mock answers in plain words)."""
+    import dspy
+
+    class Plain(dspy.ChatAdapter):  # type: ignore[misc]
+        def parse(self, signature: Any, completion: str) -> dict[str, Any]:
+            return {name: completion for name in signature.output_fields}
+
+    return Plain()
+
+
+AGENTS = {
+    "langchain": langchain_agent,
+    "pydantic_ai": pydantic_ai_agent,
+    "openai_agents": openai_agents_agent,
+    "dspy": dspy_agent,
+}
 
 
 async def main(
