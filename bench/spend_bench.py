@@ -618,8 +618,8 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
             f"`{ROLLING_MODEL}` at $100 / $400 per million tokens (about 9 cents a call), "
             f"{s['rolling_seconds']:g} s per run. The *governed* fleet has a rolling budget of the same limit "
             f'and window (`Window.rolling({s["window"]:g})`: 10 slots, as `"10m"` has); the *governed, window '
-            f"+ 1 slot* fleet one of {s['window'] * 1.1:g} s in 11 slots (each charge then counts for at least "
-            f"{s['window']:g} s). Both wait for room (`wait_for_spend=True`); the ungoverned agents call straight "
+            f"+ 1 slot* fleet one of {s['window'] * 1.1:g} s in 11 slots (a slot more held back). Both wait for "
+            "room (`wait_for_spend=True`); the ungoverned agents call straight "
             f"on and pause {s['backoff']:g} s after a refusal.",
             "",
         ]
@@ -630,11 +630,10 @@ def markdown(result: Mapping[str, Any], command: str) -> str:
             f"{s['window']:g} s; *billed per window*: per consecutive {s['window']:g} s from the start; "
             "*refused*: the provider's spend-limit refusals before the end of the first window and after it.",
             "",
-            "A rolling budget of n slots keeps a charge for its own slot and the n - 1 after it "
-            "(`lua/lib/spend.lua`): from (n - 1) / n of its window to all of it, depending on when in its slot the "
-            "charge fell. A budget of the provider's own window can therefore admit a call while the provider's "
-            "exact window still holds an older charge; a budget one slot longer (n + 1 slots) holds every charge "
-            "for at least the provider's window.",
+            "A rolling budget of n slots counts a charge for its own slot and the n after it "
+            "(`lua/lib/spending.lua`): for at least its window after the charge, at most one slot more. A budget "
+            "of the provider's own window therefore never admits a call the provider's exact window would refuse "
+            "for an older charge.",
             "",
         ]
     return "\n".join(lines)

@@ -481,10 +481,9 @@ class GovernorCore:
         tokens the call used, settling the lease's reservation (UsageTooLarge
         beyond MAX_USAGE). ``limits``: budget kind -> (limit, remaining) from
         the response's headers. ``refusals_count``: whether the provider counts
-        a refused (rate-limited) call against its limits: its reservation is
-        then spent, else given back (the fleet's level is clamped to 0 either
-        way, unless the headers say what remains). ``load=False``: a refusal
-        that is no load signal (sent as BACKGROUND_REFUSAL, report.lua)."""
+        a refused call against its limits: its reservation is then spent, else
+        given back (the level clamped to 0 either way, unless the headers say
+        what remains). ``load=False``: no load signal (BACKGROUND_REFUSAL)."""
         if not isinstance(outcome, Outcome):
             raise ConfigError(f"outcome must be an Outcome, got {outcome!r}")
         ra = ""
@@ -518,16 +517,12 @@ class GovernorCore:
             budget_args = ()  # the common report: the script reads '' for what is not sent
         return self._call("report", (code, ra, *lease_args, *budget_args), self._parse_reported)
 
-    # -- spend (usd) budgets: governor/spend.py, lua/spend.lua -------------------------
-
     def wall_ms(self) -> int:
-        """The clock calendar windows are computed around (lua/spend.lua picks among four boundaries)."""
+        """The clock spend's calendar windows are computed around (lua/spend.lua picks among four boundaries)."""
         return ms(self.clock()) if self.clock is not None else ms(time.time())
 
     def spend(self, op: str, first: str, second: str, amounts: Any, extra: str, budgets: Sequence[Any]) -> Call[Any]:
-        """A call of lua/spend.lua: reserve, settle or approve (governor/spend.py
-        builds its arguments and reads its answer: None, an approval's end, or
-        the SpendExhausted to raise)."""
+        """lua/spend.lua's reserve, settle or approve; governor/spend.py builds its arguments and reads its answer."""
         args = spend_args(op, first, second, tuple(amounts), extra, tuple(budgets), self.wall_ms())
         return self._call("spend", args, self._parse_spend)
 

@@ -9,19 +9,15 @@ ARGV
   ARGV[2] channel         string        where grants to waiters are announced
   ARGV[3] outcome         's' success | 'r' rate-limited | 'e' other error
                           | 'q' quota exhausted (recorded, never a policy input)
-                          | 'b' rate-limited, no load signal (an overload, a 529,
-                          headers showing requests and tokens remaining): an
-                          attempt the adaptive policy weighs as the provider's
-                          background, never a fleet-wide hold nor a clamp of
-                          the buckets; 'r' for a policy with no rule for it
-                          (governor.protocol.Outcome, BACKGROUND_REFUSAL)
+                          | 'b' refused, no load signal (an overload, a 529): the
+                          adaptive policy's background, no hold, no clamp; 'r'
+                          to other policies (Outcome, BACKGROUND_REFUSAL)
   ARGV[4] retry_after_ms  int ms or ''  'r': the provider's Retry-After; sets the
                           fleet-wide not_before, capped at retry_after_cap_ms;
                           'q': when a per-day quota comes back (logged,
                           and kept as the state's quota_until)
-  ARGV[5] lease           string or ''  the reporting lease; a lease that is no
-                          longer live is fenced off and changes nothing (its
-                          news may be stale: the holder stalled past its TTL)
+  ARGV[5] lease           string or ''  the reporting lease; one no longer live is
+                          fenced off and changes nothing (its news may be stale)
   ARGV[6] fence           int or ''     the fence of the lease the call ran under
                           (also for a lease released before its report)
   ARGV[7] release         '1' | '0'     '1': also release the lease (one call

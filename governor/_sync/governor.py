@@ -453,27 +453,23 @@ class Governor:
         """Feed one provider outcome to the fleet's policy and budgets.
 
         ``retry_after`` (seconds, rate-limited only) holds the whole fleet
-        until then, capped by ``config.retry_after_cap``; with
-        ``QUOTA_EXHAUSTED`` it is when a per-day quota comes back, which the
-        decision log records and ``status()`` shows (``quota_until``). Pass the ``lease``
-        the call ran under: the adaptive policy then knows which admission
-        wave the outcome belongs to. A lease that has been lost is fenced off:
-        nothing is recorded and LeaseLost is raised; a second report LeaseReported. ``release=True`` also
-        releases the lease, in the same round trip. ``usage`` (the tokens the
-        call used) settles the lease's reservation; ``headers`` (the
-        response's) calibrate the budgets from the provider's rate-limit
-        headers (governor/headers.py; unreadable ones change nothing and are
-        counted, never raised). A rate-limited outcome clamps the fleet's
-        buckets to 0 (as a remaining of 0 would) unless its headers say what
-        remains; ``refusals_count`` (the provider profile's) says whether the
-        provider counted the refused call: its reservation is then spent,
-        else given back before the clamp. ``load=False`` (rate-limited
-        only; the classification's ``load``): the provider says the refusal
-        is not about this fleet's load (an overload, a 529, headers showing
-        requests and tokens remaining): the adaptive policy weighs it as the
-        provider's background (no cut, no fleet-wide hold, no clamp of the
-        buckets); other policies read it as any refusal. A usage beyond
-        MAX_USAGE raises UsageTooLarge.
+        until then, capped by ``config.retry_after_cap``; with QUOTA_EXHAUSTED
+        it is when a per-day quota comes back (logged; ``status().quota_until``).
+        Pass the ``lease`` the call ran under: the adaptive policy then knows
+        which admission wave the outcome belongs to. A lost lease is fenced
+        off: nothing is recorded and LeaseLost is raised; a second report
+        LeaseReported. ``release=True`` also releases the lease, in the same
+        round trip. ``usage`` (the tokens the call used) settles the lease's
+        reservation; ``headers`` (the response's) calibrate the budgets
+        (governor/headers.py; unreadable ones are counted, never raised). A
+        rate-limited outcome clamps the fleet's buckets to 0 unless its headers
+        say what remains; ``refusals_count`` (the profile's) says whether the
+        provider counted the refused call: its reservation is then spent, else
+        given back. ``load=False`` (rate-limited only): a refusal that is no
+        load signal (an overload, a 529, headers showing room left), which the
+        adaptive policy weighs as the provider's background (no cut, hold or
+        clamp); other policies read it as any refusal. A usage beyond MAX_USAGE
+        raises UsageTooLarge.
         """
         if usage is not None and not isinstance(usage, Tokens):
             raise ConfigError(f"usage must be a Tokens (input and output tokens) or None, got {usage!r}")

@@ -3,7 +3,7 @@ recovery hold, and a key of the state lost.
 
 Uses lib/common.lua, lib/fields.lua, lib/decisions.lua, lib/shares.lua, lib/capacity.lua.
 Defines: load, hold_admissions, why_held, note_ttl, keys_lost, lost, seconds,
-server_stamp, status_why.
+server_stamp, status_why, hold_fields.
 load() is every call's read of the state, its stamp checked;
 hold_admissions() and why_held() serve init.lua and blocked() of
 lib/admission.lua, note_ttl(), lost(), seconds() and server_stamp() init.lua,
