@@ -432,6 +432,7 @@ def _lua_policies() -> dict[str, dict[str, list[str]]]:
             "new_max",
             "no_news",  # growth by time while callers wait: a policy may have none
             "quiet",  # a success that changes nothing but the streak, told before the rest is read
+            "background",  # a refusal that is no load signal (others read it as a refusal)
         }
         assert {"reset", "limited", "success", "new_max"} <= functions <= allowed, (name, functions)
         out[name] = lists
