@@ -8,6 +8,7 @@ backend, where the parametrised client allows it).
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
 import pytest
@@ -17,8 +18,9 @@ from governor import Governor, GovernorConfig, LeaseLost, Outcome, protocol
 from governor.errors import ConfigError, LeaseReported, StateError
 from governor.scripts import function_name
 
-from .conftest import FakeClock, load_library
+from .conftest import RAW_BACKENDS, FakeClock, load_library
 from .support.holders import Holders
+from .support.servers import wait_until
 
 
 def _text(value: Any) -> str:
@@ -180,3 +182,58 @@ def test_a_lost_held_key_is_counted_again_from_the_live_leases(
         assert any("held" in e["why"] for e in repairs), repairs
     finally:
         capped.close()
+
+
+# -- a waiter whose place in the queue is lost -----------------------------------
+
+
+def _waiting(gov: Governor, got: dict[str, Any], tenant: str | None) -> threading.Thread:
+    def wait() -> None:
+        try:
+            got["lease"] = gov.acquire(tenant=tenant)  # timeout=None: it waits as long as it takes
+        except Exception as error:  # noqa: BLE001 - handed to the test
+            got["error"] = error
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread
+
+
+@RAW_BACKENDS
+@pytest.mark.parametrize("key", ["queue", "parked"])
+def test_a_waiter_whose_place_is_lost_is_queued_again_within_a_poll(make_gov: Any, sync_client: Any, key: str) -> None:
+    """A caller waits with no timeout; its `queue` (or, parked at its
+    tenant's cap, `parked`) entry is lost; a later caller comes; the holders
+    leave. Before: refresh kept answering "queued" and the first caller
+    waited for ever while later ones were admitted. Now the waiters' refresh
+    finds a live waiter with no place, queues it again at the front of its
+    class (parked: of its tenant's slot) and logs it: admitted within a few
+    polls, before the later caller. (Redis's clock: each refresh moves the waiter's deadline,
+    as in a running fleet.)"""
+    config = GovernorConfig(
+        max_capacity=2, policy="fixed", lease_ttl=30.0, poll=0.1, queue_ttl=5.0, tenant_caps={"capped": 1}
+    )
+    tenant = "capped" if key == "parked" else None
+    fleet = make_gov(config)
+    held = [fleet.try_acquire(tenant=tenant)] + ([fleet.try_acquire()] if key == "queue" else [])
+    assert all(lease is not None for lease in held)
+    first: dict[str, Any] = {}
+    _waiting(make_gov(config), first, tenant)
+    wait_until(lambda: sync_client.zcard(getattr(fleet.keys, key)) == 1, 5, what=f"the caller in {key}")
+    (stranded,) = sync_client.zrange(getattr(fleet.keys, key), 0, -1)
+    sync_client.delete(getattr(fleet.keys, key))  # evicted, or a mistaken DEL
+    later: dict[str, Any] = {}
+    _waiting(make_gov(config), later, tenant)
+    # back in its place within a few polls, ahead of the later caller
+    wait_until(lambda: sync_client.zcard(getattr(fleet.keys, key)) == 2, 2.0, what="the stranded caller back")
+    assert sync_client.zrange(getattr(fleet.keys, key), 0, -1)[0] == stranded
+    for lease in held:
+        assert lease is not None
+        lease.release()
+        wait_until(lambda: first, 2.0, what="the stranded caller admitted")
+    assert "lease" in first, first
+    first["lease"].release()
+    wait_until(lambda: later, 2.0, what="the later caller admitted")
+    later["lease"].release()
+    repairs = [e for e in _events(sync_client, fleet) if e["kind"] == "repair"]
+    assert any("place" in e["why"] for e in repairs), repairs
