@@ -191,7 +191,7 @@ class GovernorCore:
         self._queue_ttl_ms = str(ms(config.queue_ttl))
         #: highest fence seen, so a re-created state never hands out a lower one
         self.fence_floor = 0
-        #: the longest lease TTL the state recorded (ms): a state this client re-creates holds that long
+        #: the longest lease TTL the state recorded lately (ms): a state this client re-creates holds that long
         self.ttl_max_ms = ms(config.lease_ttl)
         #: local time of the last reply that showed the state existed
         self.last_seen: float | None = None
@@ -226,10 +226,12 @@ class GovernorCore:
         self.last_seen = self.local_now()
 
     def _saw_ttl(self, ttl_ms: Any) -> None:
-        """The longest lease TTL the state recorded, as a reply told it."""
+        """The longest lease TTL the state recorded lately, as a reply told it:
+        it follows the state (which forgets a TTL no client announced for a
+        while), never below this client's own."""
         value = text(ttl_ms)
-        if value.isdigit() and int(value) > self.ttl_max_ms:
-            self.ttl_max_ms = int(value)
+        if value.isdigit():
+            self.ttl_max_ms = max(int(value), ms(self.config.lease_ttl))
 
     def _saw_fence(self, fence: int) -> None:
         if fence > self.fence_floor:

@@ -315,7 +315,12 @@ STATE_ORIGIN: dict[str, Kind] = {
     "origin": TEXT,
     "hold_until": COUNT,  #: ms: the recovery hold's end (0: none); not_before covers it too
     "hold_reason": TEXT,  #: why the recovery hold runs ('' none)
-    "ttl_max": LEASE_TTL,  #: ms: the longest lease TTL any client of this governor announced
+    #: ms: the longest lease TTL its clients announced lately: in the current period and
+    #: the one before (a period lasts ttl_max: a TTL counts for at least its own length
+    #: after its last announcement, then decays)
+    "ttl_max": LEASE_TTL,
+    "ttl_cur": LEASE_TTL,  #: ms: the longest lease TTL announced in the current period
+    "ttl_since": COUNT,  #: ms: when the current period started
     #: ms: when the last exhausted quota comes back, as the provider said (0: unknown, or none reported)
     "quota_until": COUNT,
 }

@@ -31,8 +31,8 @@ first use, Redis restarted without persistence, FLUSHDB, idle expiry); the
 client then runs this script and calls again. The new state is announced
 on the channel (a message holding only the epoch): every listening client
 renews its leases at once, and renew.lua adopts those of a lost state.
-A state that exists records the caller's TTL when it is the longest yet
-(ttl_max), and gets its config and policy hashes again when either is gone
+A state that exists records the caller's TTL (ttl_max: the longest
+announced lately, note_ttl of lib/origin.lua), and gets its config and policy hashes again when either is gone
 (GOVERNOR_MISSING from another script): the caller's config, what the
 policy learnt starting over at the resume level.
 
@@ -111,6 +111,8 @@ set('state', 'reclaim_due', 0)
 set('state', 'capacity', cfg.max_capacity)
 set('state', 'origin', server_stamp())
 set('state', 'ttl_max', ttl)
+set('state', 'ttl_cur', ttl)
+set('state', 'ttl_since', NOW)
 set('state', 'hold_until', 0)
 set('state', 'hold_reason', '')
 apply_config(cfg, raw)

@@ -54,6 +54,7 @@ if writes_more or NOW >= STATE.reclaim_due then
 end
 
 reclaim()
+note_ttl(ttl)  -- its holders are alive: their TTL counts (ttl_max)
 local reply = {SCHEMA, 'renewed', STATE.epoch}
 for i = 4, #ARGV, WIDTH do
   local id, epoch, holder = ARGV[i], ARGV[i + 1], ARGV[i + 2]

@@ -237,3 +237,58 @@ def test_a_waiter_whose_place_is_lost_is_queued_again_within_a_poll(make_gov: An
     later["lease"].release()
     repairs = [e for e in _events(sync_client, fleet) if e["kind"] == "repair"]
     assert any("place" in e["why"] for e in repairs), repairs
+
+
+# -- the longest lease TTL follows the clients alive now ---------------------------
+
+
+def test_the_longest_lease_ttl_decays_when_no_client_announces_it(
+    make_gov: Any, clock: FakeClock, sync_client: Any
+) -> None:
+    """A one-off client of lease_ttl 3600 took and gave back one lease.
+    Before: ttl_max stayed 3600 s for good, and a restart held a fleet of
+    3 s leases for 3,597 s. Now a TTL counts for at least its own length
+    after its last announcement (a holder cut off then may believe that
+    long) and at most twice: the fleet's next calls after that find 3 s, its
+    client learns it, and the hold after a loss is 3 s."""
+    fleet = make_gov(
+        GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=3.0, poll=0.2, queue_ttl=1.0), clock=clock
+    )
+    fleet.status()
+    one_off = make_gov(GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=3600.0), clock=clock)
+    _cycle(one_off)
+    assert fleet.status().ttl_max == 3600.0
+    clock.advance(3599.0)
+    _cycle(one_off)  # announced again just before a new period starts
+    clock.advance(3.0)
+    _cycle(fleet)  # the new period: a holder cut off 3 s ago may believe for 3597 s more
+    assert fleet.status().ttl_max == 3600.0
+    one_off.close()
+    clock.advance(3601.0)  # past its own length since it was last announced (at most twice): forgotten
+    _cycle(fleet)
+    assert fleet.status().ttl_max == 3.0
+    sync_client.delete(*fleet.keys.keys)  # Redis restarted without persistence
+    clock.advance(0.1)
+    st = fleet.status()  # re-created by a client that knew the governor: a hold of the fleet's TTL
+    assert st.recovery_hold and st.hold_until == pytest.approx(st.now + 3.0), st
+
+
+def _cycle(gov: Governor) -> None:
+    """A lease taken and given back: a client alive now announcing its TTL."""
+    lease = gov.try_acquire()
+    assert lease is not None
+    lease.release()
+
+
+def test_a_ttl_a_holder_renews_keeps_counting(make_gov: Any, clock: FakeClock) -> None:
+    """A long-TTL holder that keeps renewing is never forgotten: its renewals announce it."""
+    holder = make_gov(GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=60.0), clock=clock)
+    fleet = make_gov(GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=3.0), clock=clock)
+    lease = holder.try_acquire()
+    assert lease is not None
+    for _ in range(10):  # 200 s: its heartbeat renews every 20 s
+        clock.advance(20.0)
+        holder.renew()
+        _cycle(fleet)
+    assert fleet.status().ttl_max == 60.0
+    lease.release()

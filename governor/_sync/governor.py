@@ -561,8 +561,10 @@ class Governor:
     def reset(self, *, create: bool = True) -> Status:
         """Forget what the policy learnt (window, pause, Retry-After hold,
         adaptive memory); capacity goes back to max_capacity (the adaptive
-        policy: to its slow start from the resume level). The stored config,
-        holders, waiters and a recovery hold are kept."""
+        policy: to its slow start from the resume level); the longest lease
+        TTL (``Status.ttl_max``, how long a recovery hold lasts) is counted
+        again from the live leases. The stored config, holders, waiters and a
+        recovery hold are kept."""
         return self._found(self._execute(self._core.reset(with_config=False, create=create)))
 
     def configure(self, *, create: bool = True) -> Status:

@@ -97,11 +97,29 @@ local function hold_admissions(length, why)
   if until_ms > (STATE.not_before or 0) then set('state', 'not_before', until_ms) end
 end
 
--- A client announces its lease TTL (init.lua): the longest is recorded.
+-- A client alive now announces its lease TTL (init.lua; add_lease of
+-- lib/admission.lua: a lease granted or adopted; renew.lua). ttl_max is the
+-- longest announced in the current period (ttl_cur, since ttl_since) and
+-- the one before; a period lasts ttl_max, so a TTL counts for at least its
+-- own length after its last announcement (as long as a holder cut off
+-- then may believe in its lease), then decays to what clients still
+-- announce. Its reads never fail (a step after the call's first write).
 local function note_ttl(ttl)
-  local recorded = STATE.ttl_max or select(3, hold_fields())
-  if ttl > recorded then set('state', 'ttl_max', ttl) end
-  STATE.ttl_max = math.max(ttl, recorded)
+  if (CALL.ttl_noted or 0) >= ttl then return end
+  CALL.ttl_noted = ttl
+  if STATE.ttl_since == nil or STATE.ttl_cur == nil or STATE.ttl_max == nil then
+    local raw = redis.call('HMGET', KEY.state, 'ttl_max', 'ttl_cur', 'ttl_since')
+    if STATE.ttl_max == nil then STATE.ttl_max = tonumber(raw[1]) or 0 end
+    STATE.ttl_cur, STATE.ttl_since = tonumber(raw[2]) or 0, tonumber(raw[3]) or 0
+  end
+  if NOW >= STATE.ttl_since + STATE.ttl_max then  -- a new period: the one before it is forgotten
+    set('state', 'ttl_max', math.max(STATE.ttl_cur, ttl))
+    set('state', 'ttl_cur', ttl)
+    set('state', 'ttl_since', NOW)
+  else
+    if ttl > STATE.ttl_cur then set('state', 'ttl_cur', ttl) end
+    if ttl > STATE.ttl_max then set('state', 'ttl_max', ttl) end
+  end
 end
 
 -- Why admissions are held (STATE.not_before is after NOW), with the end.

@@ -40,6 +40,7 @@ from governor.policies import all_fields
 from governor.protocol import (
     CONFIG,
     DEFAULT_TENANT,
+    LEASE_TTL,
     LOWER_HELD,
     MAX_CLASSES,
     PARK_SLOT,
@@ -548,6 +549,19 @@ class Model:
         self.grants.append((lease_id, fence))
         return fence
 
+    def _note_ttl(self, ttl: int) -> None:
+        """A client alive now announced its lease TTL: ttl_max is the longest of
+        the current period (ttl_cur, from ttl_since) and the one before; a
+        period lasts ttl_max."""
+        S = self.S
+        if self.now >= S.get("ttl_since", 0) + S.get("ttl_max", 0):
+            S.update(ttl_max=max(S.get("ttl_cur", 0), ttl), ttl_cur=ttl, ttl_since=self.now)
+        else:
+            if ttl > S.get("ttl_cur", 0):
+                S["ttl_cur"] = ttl
+            if ttl > S.get("ttl_max", 0):
+                S["ttl_max"] = ttl
+
     def _add_lease(
         self, lease_id: str, ttl: int, holder: str, tokens: Tokens = NO_TOKENS, place: tuple[int, str] = (0, "")
     ) -> int:
@@ -558,6 +572,7 @@ class Model:
         rank, tenant = place[0], place[1] or DEFAULT_TENANT
         record = HolderRecord(S["fence"], ttl, self.now, tokens.input, tokens.output, level, rank, tenant, holder)
         self.holders[lease_id] = record.format()
+        self._note_ttl(ttl)
         self._hold(rank, tenant)
         self._take(tokens)
         return int(S["fence"])
@@ -773,8 +788,7 @@ class Model:
         # a[6]: restart_hold, which an injected clock never applies (no server age)
         raw = self._parse_config(a[7:])
         if self.state is not None:
-            if ttl > self.S.get("ttl_max", 0):
-                self.S["ttl_max"] = ttl
+            self._note_ttl(ttl)
             return [SCHEMA, "exists", self.S["epoch"], self.S.get("ttl_max", 0), *self._config_pairs()]
         # init deletes the state, config and policy hashes before it writes a new state
         self.state = {"schema": SCHEMA, "epoch": epoch, "created": self.now}
@@ -782,7 +796,9 @@ class Model:
         self.S.update({f"vtime_{rank}": 0 for rank in range(MAX_CLASSES)})
         self.S.update(quota_exhausted=0, quota_at=0, quota_until=0)
         self.aging, self.shares = {}, {}  # tags start again at vtime 0
-        self.S.update(touch_due=0, reclaim_due=0, ttl_max=ttl, hold_until=0, hold_reason="")
+        self.S.update(
+            touch_due=0, reclaim_due=0, ttl_max=ttl, ttl_cur=ttl, ttl_since=self.now, hold_until=0, hold_reason=""
+        )
         self._apply_config(raw)
         self.published.append(epoch)  # the new state is announced: holders renew at once
         others = self.listeners - (1 if listening else 0)
@@ -887,12 +903,10 @@ class Model:
         deadline = self.now + queue_ttl
         for lease_id in a[1:]:
             expiry = self.leases.get(lease_id)
-            changed = lease_id in self.waiters and self.waiters[lease_id] != deadline
-            if lease_id in self.waiters:
-                self.waiters[lease_id] = deadline  # ZADD XX CH
             if lease_id in granted:
                 reply += ["granted", granted[lease_id], self.leases[lease_id] - self.now, ""]
-            elif changed or lease_id in self.queue or lease_id in self.parked:
+            elif lease_id in self.queue or lease_id in self.parked:  # queued only with a place
+                self.waiters[lease_id] = deadline
                 why, wait = self._waiting_on(lease_id)
                 reply += ["queued", self._rank(lease_id), wait, why]
             elif expiry is not None and expiry > self.now:
@@ -930,6 +944,7 @@ class Model:
         S = self.S
         self._keep_alive()
         self._reclaim()
+        self._note_ttl(ttl)
         reply: list[Any] = [SCHEMA, "renewed", S["epoch"]]
         items = a[1:]
         for i in range(0, len(items), 7):
@@ -1111,6 +1126,10 @@ class Model:
             return [SCHEMA, "missing"]
         self._keep_alive()
         self.attempts = []
+        # the longest lease TTL counted again from the live leases (none: the lowest TTL)
+        live = [self._record(i) for i, expiry in self.leases.items() if expiry > self.now]
+        longest = int(max([LEASE_TTL.low, *(r.ttl_ms for r in live if r is not None)]))
+        self.S.update(ttl_max=longest, ttl_cur=longest, ttl_since=self.now)
         # without a config: the stored config applied afresh; with one: the caller's
         self._apply_config(raw if raw is not None else self.raw_config)
         if raw is not None:
