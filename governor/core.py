@@ -390,6 +390,8 @@ class GovernorCore:
         if kind == "missing":
             return MISSING
         self._seen()
+        if kind in ("granted", "queued", "denied", "refused"):
+            self._saw_ttl(rest[-1])  # the longest lease TTL, last in each
         if kind == "granted":
             fence = number(rest[0])
             self._saw_fence(fence)

@@ -39,9 +39,9 @@ local ids, longest = redis.call('ZRANGEBYSCORE', KEY.leases, LIVE, '+inf'), FIEL
 for i = 1, #ids, 1000 do
   local chunk = {unpack(ids, i, math.min(i + 999, #ids))}
   local records = redis.call('HMGET', KEY.holders, unpack(chunk))
-  for j = 1, #chunk do
-    local holder_record = record_parse(records[j])
-    if holder_record and holder_record.ttl > longest then longest = holder_record.ttl end
+  for j = 1, #chunk do  -- (the record's TTL alone: "fence|ttl_ms|...", records.lua)
+    local lease_ttl = tonumber(records[j] and string.match(records[j], '^%d+|(%d+)|'))
+    if lease_ttl and lease_ttl > longest then longest = lease_ttl end
   end
 end
 before[#before + 1] = 'ttl_max_was'

@@ -413,3 +413,40 @@ def test_the_hold_covers_the_longest_lease_ttl_any_client_announced(
         assert _admit_all(short, holders, 4) == 4
     finally:
         holders.close()
+
+
+@pytest.mark.parametrize("first_call", ["status", "acquire"])
+def test_a_short_ttl_client_that_called_first_learns_a_longer_ttl_from_its_next_acquire(
+    make_gov: Any, sync_client: Any, clock: FakeClock, first_call: str
+) -> None:
+    """The short-TTL client (1.5 s) calls first, so init tells it 1.5 s; a
+    6 s client comes, takes the 4 leases and is cut off; the short one asks
+    for a lease (denied: the 4 are taken) and Redis loses the state. Before:
+    it re-created the state with a hold of 1.5 s (it learnt the longest TTL
+    from init and status alone): 8 holders against 4 for 1.9 s. Now every
+    acquire reply carries the longest TTL: the hold is 6 s."""
+    holders = Holders(now=clock)
+    try:
+        short = make_gov(GovernorConfig(max_capacity=4, lease_ttl=1.5, poll=0.2, queue_ttl=1, resume_fraction=1.0),
+                         clock=clock)  # fmt: skip
+        if first_call == "status":
+            short.status()
+        else:
+            lease = short.try_acquire()
+            assert lease is not None
+            lease.release()
+        long_ = make_gov(GovernorConfig(max_capacity=4, lease_ttl=6.0, resume_fraction=1.0), clock=clock)
+        _cut_off_holder(long_, holders, clock, 4, 6.0)
+        assert short.try_acquire() is None  # the 4 are taken: denied, but told the longest TTL
+        sync_client.delete(*short.keys.keys)  # Redis restarted without persistence
+        clock.advance(0.1)
+        st = short.status()  # re-created by the short-TTL client
+        for _ in range(4):  # 0.5 s steps up to 2 s past the loss
+            clock.advance(0.5)
+            _admit_all(short, holders, 4)
+        seen = holders.witness(4, until=clock.now + 1.0)
+        print(f"\nlease_ttl 1.5 first, then a cut-off holder of lease_ttl 6: {seen}")
+        assert seen.peak <= 4 and not seen.shared, f"the witness saw {seen}"
+        assert st.hold_until == pytest.approx(st.now + 6.0), st
+    finally:
+        holders.close()

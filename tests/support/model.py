@@ -832,6 +832,7 @@ class Model:
             return [SCHEMA, "missing"]
         S = self.S
         self._keep_alive()
+        self._note_ttl(ttl)  # the caller is alive; every reply tells it the longest TTL
         if S["capacity"] == 0:
             self._recover()  # paused: a pause whose time is up lifts here too
         in_queue = False
@@ -839,7 +840,7 @@ class Model:
             expiry = self.leases.get(lease_id)
             if expiry is not None and expiry > self.now:
                 record = self._record(lease_id)
-                return [SCHEMA, "granted", record.fence if record else 0, expiry - self.now, S["epoch"]]
+                return [SCHEMA, "granted", record.fence if record else 0, expiry - self.now, S["epoch"], S["ttl_max"]]
             in_queue = lease_id in self.queue or lease_id in self.parked
         impossible = self.never(tokens)
         if impossible is not None:  # refused at once, whatever the mode; a queued id's place goes
@@ -849,24 +850,39 @@ class Model:
                 self.waiters.pop(lease_id, None)
                 self.aging.pop(lease_id, None)
                 self.holders.pop(lease_id, None)
-            return [SCHEMA, "refused", impossible, S["epoch"]]
+            return [SCHEMA, "refused", impossible, S["epoch"], S["ttl_max"]]
         if in_queue:
             self.waiters[lease_id] = self.now + queue_ttl
         else:
             reason, hint = self.blocked(tokens, Place(rank, tenant))
             if self._queued() == 0 and reason is None:  # nobody waits and the rule admits: at once
-                return [SCHEMA, "granted", self._admit(lease_id, ttl, holder, tokens, (rank, tenant)), ttl, S["epoch"]]
+                return [
+                    SCHEMA,
+                    "granted",
+                    self._admit(lease_id, ttl, holder, tokens, (rank, tenant)),
+                    ttl,
+                    S["epoch"],
+                    S["ttl_max"],
+                ]
             if mode == "try":
-                return [SCHEMA, "denied", reason or "earlier callers are queued", str(hint), S["epoch"]]
+                return [SCHEMA, "denied", reason or "earlier callers are queued", str(hint), S["epoch"], S["ttl_max"]]
             self._enqueue(lease_id, rank, tenant, weight)
             self.waiters[lease_id] = self.now + queue_ttl
             record = HolderRecord(0, ttl, self.now, tokens.input, tokens.output, 0, rank, tenant, holder)
             self.holders[lease_id] = record.format()
         granted = self._grant(lease_id)
         if lease_id in granted:
-            return [SCHEMA, "granted", granted[lease_id], ttl, S["epoch"]]
+            return [SCHEMA, "granted", granted[lease_id], ttl, S["epoch"], S["ttl_max"]]
         reason, hint = self.blocked(tokens, Place(rank, tenant))
-        return [SCHEMA, "queued", self._rank(lease_id), reason or "behind earlier waiters", str(hint), S["epoch"]]
+        return [
+            SCHEMA,
+            "queued",
+            self._rank(lease_id),
+            reason or "behind earlier waiters",
+            str(hint),
+            S["epoch"],
+            S["ttl_max"],
+        ]
 
     def _rank(self, lease_id: str) -> int:
         """Its position in the queue (parked at its tenant's cap: -1)."""
