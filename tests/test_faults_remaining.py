@@ -292,3 +292,32 @@ def test_a_ttl_a_holder_renews_keeps_counting(make_gov: Any, clock: FakeClock) -
         _cycle(fleet)
     assert fleet.status().ttl_max == 60.0
     lease.release()
+
+
+# -- capacity 0 only while paused ------------------------------------------------
+
+
+@pytest.mark.parametrize("paused", [False, True])
+def test_a_negative_stored_capacity_is_never_a_pause_nobody_lifts(
+    sync_client: Any, make_gov: Any, clock: FakeClock, paused: bool
+) -> None:
+    """A stored capacity below its range is read as 0. Before: 0 without a
+    pause, which nothing lifts (nobody admitted, status not "paused"). Now
+    the next writing call resumes it at the resume level and logs it; a
+    paused governor stays paused (its resume restores what it saved)."""
+    config = GovernorConfig(max_capacity=4, resume_fraction=0.5, policy="fixed")
+    gov = make_gov(config, clock=clock)
+    gov.status()
+    if paused:
+        gov.pause("maintenance")
+    sync_client.hset(gov.keys.state, "capacity", "-5")
+    lease = make_gov(config, clock=clock).try_acquire()
+    st = gov.status()
+    if paused:
+        assert lease is None and st.paused and st.capacity == 0, st
+        assert gov.resume().capacity == 4
+    else:
+        assert lease is not None and not st.paused and st.capacity == 2, st
+        lease.release()
+        repairs = [e["why"] for e in _events(sync_client, gov) if e["kind"] == "repair"]
+        assert any("capacity 0 without a pause" in why for why in repairs), repairs
