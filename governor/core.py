@@ -258,7 +258,7 @@ class GovernorCore:
             str(self.ttl_max_ms),
             "1" if listening else "0",
             str(ms(min(self.config.poll, NOTICE_HOLD))),
-            "1" if self.config.restart_hold else "0",
+            ("1" if self.config.restart_hold else "0") + ("d" if self.config.durable_redis else ""),
         )
         if self.stored_config is not None:
             config = [part for pair in self.stored_config.items() for part in pair]

@@ -321,6 +321,9 @@ STATE_ORIGIN: dict[str, Kind] = {
     "ttl_max": LEASE_TTL,
     "ttl_cur": LEASE_TTL,  #: ms: the longest lease TTL announced in the current period
     "ttl_since": COUNT,  #: ms: when the current period started
+    #: 1: a client declared the server durable (GovernorConfig.durable_redis): a state it
+    #: reloads from its append-only file at a restart is no loss
+    "durable": FLAG,
     #: ms: when the last exhausted quota comes back, as the provider said (0: unknown, or none reported)
     "quota_until": COUNT,
 }

@@ -18,6 +18,7 @@ would see (its blocked reason, its hold).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import threading
@@ -450,3 +451,50 @@ def test_a_short_ttl_client_that_called_first_learns_a_longer_ttl_from_its_next_
         assert st.hold_until == pytest.approx(st.now + 6.0), st
     finally:
         holders.close()
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["durable", "undeclared"])
+def test_a_restart_that_reloads_a_durable_append_only_file_holds_nobody(holders: Holders, declared: bool) -> None:
+    """appendonly yes, appendfsync always: every write is on disk before it
+    is acknowledged, so a restart (SIGKILL) that reloads the file loses
+    nothing. Before: the reloaded state was stamped by the old server
+    process and held the fleet for ttl_max. Declared durable
+    (GovernorConfig.durable_redis), it now admits at once: the holders keep
+    their leases and fences, and a newcomer takes the rest of the capacity,
+    no more. Undeclared, it holds as before."""
+    config = dataclasses.replace(CAME_BACK, durable_redis=declared)
+    server = RedisServer(None, "--appendonly", "yes", "--appendfsync", "always", "--appenddirname", "aof").start()
+    a = Governor.from_url(server.url, "durable", config)
+    try:
+        leases = [holders.entered(a.acquire(timeout=5, holder="a"), "a") for _ in range(2)]
+        fences = [lease.fence for lease in leases]
+        server.kill()
+        server.start()
+        newcomer = Governor.from_url(server.url, "durable", config)
+        try:
+            got = [newcomer.try_acquire() for _ in range(3)]
+            st = newcomer.status()
+            if declared:
+                assert not st.recovery_hold, st.hold_reason
+                assert [g is not None for g in got] == [True, True, False]  # the rest of the capacity, no more
+                a.renew()
+                assert [lease.fence for lease in leases] == fences and not any(lease.lost for lease in leases)
+                why = [e["why"] for e in log_entries(server.url, "durable") if e["kind"] == "came-back"]
+                assert why and "declared durable" in why[0] and "no hold" in why[0], why
+            else:
+                assert st.recovery_hold and got == [None, None, None]
+            for lease in got:
+                if lease is not None:
+                    holders.entered(lease, "newcomer")
+            seen = holders.witness(CAME_BACK.max_capacity)
+            assert seen.peak <= CAME_BACK.max_capacity and not seen.shared, str(seen)
+            for lease in got:
+                if lease is not None:
+                    holders.left(lease)
+                    lease.release()
+        finally:
+            newcomer.close()
+        hold_and_release(a, leases, holders)
+    finally:
+        a.close()
+        server.cleanup()

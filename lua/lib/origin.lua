@@ -190,13 +190,24 @@ local function check_origin(raw)
     return
   end
   local why = 'the state ' .. which_case(replid)
+  -- Declared durable (every write on disk before it was acknowledged, no
+  -- older copy ever restored) and reloaded from this server's append-only
+  -- file, not a promoted replica's: nothing acknowledged is missing.
+  local kept = redis.call('HGET', KEY.state, 'durable') == '1' and info_field('persistence', 'aof_enabled') == '1'
+    and not (replid ~= '' and replid == info_field('replication', 'master_replid2'))
+  if kept then why = 'the state was reloaded from the append-only file at a restart, on a server declared durable' end
   if READ_ONLY then
-    CALL.foreign = why .. '; the next writing call handles it as a loss and holds'
+    if not kept then CALL.foreign = why .. '; the next writing call handles it as a loss and holds' end
     return
   end
   check_types()
   check_all()
   set('state', 'origin', stamp)
+  if kept then
+    log('came-back', 'why', why .. ' (appendfsync always, never restored from an older copy: '
+      .. 'GovernorConfig.durable_redis): nothing acknowledged is missing, no hold')
+    return
+  end
   lost('came-back', why)
 end
 

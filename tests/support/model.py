@@ -797,7 +797,14 @@ class Model:
         self.S.update(quota_exhausted=0, quota_at=0, quota_until=0)
         self.aging, self.shares = {}, {}  # tags start again at vtime 0
         self.S.update(
-            touch_due=0, reclaim_due=0, ttl_max=ttl, ttl_cur=ttl, ttl_since=self.now, hold_until=0, hold_reason=""
+            touch_due=0,
+            reclaim_due=0,
+            ttl_max=ttl,
+            ttl_cur=ttl,
+            ttl_since=self.now,
+            hold_until=0,
+            hold_reason="",
+            durable=0,
         )
         self._apply_config(raw)
         self.published.append(epoch)  # the new state is announced: holders renew at once
