@@ -89,8 +89,9 @@ class GovernorConfig:
     #: across a restart (``appendonly yes`` and ``appendfsync always``) and that the
     #: governor's keys are never restored from an older copy: a state the server
     #: reloads from its append-only file at a restart is then no loss (no recovery
-    #: hold); stored in the state by any client that declares it. The library checks
-    #: ``aof_enabled`` (INFO) and trusts the rest; a promoted replica is a loss all the same
+    #: hold); stored in the state by any client that declares it. A declaring client
+    #: checks appendonly and appendfsync once (CONFIG GET, where allowed: ConfigError
+    #: otherwise); the rest is trusted. A promoted replica is a loss all the same
     durable_redis: bool = False
     #: replicas that must confirm every grant and renewal (Redis ``WAIT``) before a
     #: caller or the heartbeat relies on it; 0: none (see docs/guarantees.md)

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import redis
 
-from governor import AcquireTimeout, Governor, GovernorConfig, GovernorUnavailable
+from governor import AcquireTimeout, ConfigError, Governor, GovernorConfig, GovernorUnavailable
 
 from .conftest import FakeClock
 from .support.faultkit import figure
@@ -497,4 +497,25 @@ def test_a_restart_that_reloads_a_durable_append_only_file_holds_nobody(holders:
         hold_and_release(a, leases, holders)
     finally:
         a.close()
+        server.cleanup()
+
+
+def test_a_durable_declaration_the_server_does_not_keep_is_refused_and_the_advice_helps() -> None:
+    """durable_redis=True on a server with appendfsync everysec (the default)
+    is refused before anything is stored, naming both settings and the
+    commands; running them makes the declaration accepted."""
+    config = dataclasses.replace(CAME_BACK, durable_redis=True)
+    server = RedisServer(None, "--appendonly", "no", "--appendfsync", "everysec").start()
+    try:
+        gov = Governor.from_url(server.url, "durable", config)
+        with pytest.raises(ConfigError, match="appendonly no and appendfsync everysec") as raised:
+            gov.status()
+        assert not server.client().exists(gov.keys.state)  # nothing stored
+        advice = str(raised.value)
+        for command in re.findall(r"`CONFIG SET (\w+) (\w+)`", advice):
+            server.client().config_set(*command)
+        assert gov.status().max_capacity == CAME_BACK.max_capacity
+        assert server.client().hget(gov.keys.state, "durable") == b"1"
+        gov.close()
+    finally:
         server.cleanup()
