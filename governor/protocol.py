@@ -313,6 +313,9 @@ STATE_ORIGIN: dict[str, Kind] = {
     #: replication id it was written under; a state stamped by another server came
     #: back (a restart that loaded it, a promoted replica, a restore, a migration)
     "origin": TEXT,
+    #: the cluster node id the state was stamped on ('' standalone): a state stamped by
+    #: another node that is a live primary now was moved intact by a slot migration
+    "origin_node": TEXT,
     "hold_until": COUNT,  #: ms: the recovery hold's end (0: none); not_before covers it too
     "hold_reason": TEXT,  #: why the recovery hold runs ('' none)
     #: ms: the longest lease TTL its clients announced lately: in the current period and

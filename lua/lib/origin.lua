@@ -66,19 +66,36 @@ local function info_field(section, name)
   return string.match(info, name .. ':([%w]+)') or ''
 end
 
--- This server's stamp ('' run id: INFO unavailable, the check is off).
+-- This server's stamp ('' run id: INFO unavailable, the check is off),
+-- and its cluster node id ('' standalone: CLUSTER fails there).
 local function learn()
   local run = info_field('server', 'run_id')
   local replid = info_field('replication', 'master_replid')
-  SERVER = {run = run, replid = replid,
+  local node = redis.pcall('CLUSTER', 'MYID')
+  SERVER = {run = run, replid = replid, node = type(node) == 'string' and node or '',
     stamp = string.format('%d:%d:%s:%s', LAYOUT, MIN_LAYOUT, run, replid)}
+end
+
+-- Whether cluster node `id` is a primary this node sees alive (CLUSTER
+-- NODES: flags master, no fail, link connected): on the rare path only.
+local function live_primary(id)
+  local nodes = redis.pcall('CLUSTER', 'NODES')
+  if type(nodes) ~= 'string' then return false end
+  for line in string.gmatch(nodes, '[^\n]+') do
+    local node, flags, link = string.match(line, '^(%S+) %S+ (%S+) %S+ %S+ %S+ %S+ (%S+)')
+    if node == id then
+      return string.find(',' .. flags .. ',', ',master,', 1, true) ~= nil and not string.find(flags, 'fail', 1, true)
+        and link == 'connected'
+    end
+  end
+  return false
 end
 
 local STAMP = nil  -- this server's stamp, once learnt (read directly by load())
 local function server_stamp()
   if not SERVER then learn() end
   STAMP = SERVER.stamp
-  return STAMP
+  return STAMP, SERVER.node  -- (and the cluster node id: init.lua's origin_node)
 end
 
 local function seconds(ms)
@@ -174,7 +191,10 @@ local function check_origin(raw)
   if not SERVER then learn() end
   if SERVER.run == '' then return end  -- no INFO (a test double of Redis): no check
   if not raw then  -- a state of layout 3: served as it is, stamped from now on
-    if not READ_ONLY then set('state', 'origin', SERVER.stamp) end
+    if not READ_ONLY then
+      set('state', 'origin', SERVER.stamp)
+      set('state', 'origin_node', SERVER.node)
+    end
     return
   end
   local layout, min_layout, run, replid = string.match(raw, '^(%d+):(%d+):([%w]*):([%w]*)$')
@@ -193,9 +213,17 @@ local function check_origin(raw)
   -- Declared durable (every write on disk before it was acknowledged, no
   -- older copy ever restored) and reloaded from this server's append-only
   -- file, not a promoted replica's: nothing acknowledged is missing.
-  local kept = redis.call('HGET', KEY.state, 'durable') == '1' and info_field('persistence', 'aof_enabled') == '1'
-    and not (replid ~= '' and replid == info_field('replication', 'master_replid2'))
+  -- Moved by a cluster slot migration from a primary alive now (MIGRATE
+  -- moves each key whole, and no call runs while the keys are split): intact.
+  local promoted = replid ~= '' and replid == info_field('replication', 'master_replid2')
+  local from = SERVER.node ~= '' and not promoted and redis.call('HGET', KEY.state, 'origin_node') or ''
+  local kept = not promoted and redis.call('HGET', KEY.state, 'durable') == '1'
+    and info_field('persistence', 'aof_enabled') == '1'
   if kept then why = 'the state was reloaded from the append-only file at a restart, on a server declared durable' end
+  if not kept and from ~= '' and from ~= SERVER.node and live_primary(from) then
+    kept = true
+    why = 'the state was moved intact by a cluster slot migration from node ' .. from .. ', a primary alive now'
+  end
   if READ_ONLY then
     if not kept then CALL.foreign = why .. '; the next writing call handles it as a loss and holds' end
     return
@@ -203,9 +231,9 @@ local function check_origin(raw)
   check_types()
   check_all()
   set('state', 'origin', stamp)
+  set('state', 'origin_node', SERVER.node)
   if kept then
-    log('came-back', 'why', why .. ' (appendfsync always, never restored from an older copy: '
-      .. 'GovernorConfig.durable_redis): nothing acknowledged is missing, no hold')
+    log('came-back', 'why', why .. ': nothing acknowledged is missing, no hold')
     return
   end
   lost('came-back', why)

@@ -805,6 +805,7 @@ class Model:
             hold_until=0,
             hold_reason="",
             durable=0,
+            origin_node="",
         )
         self._apply_config(raw)
         self.published.append(epoch)  # the new state is announced: holders renew at once
