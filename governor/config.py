@@ -98,6 +98,14 @@ class GovernorConfig:
     #: ``lease_ttl``. False (the default): a governor is held only on evidence that a
     #: fleet held it (a client that knew it, other listeners, a state that came back)
     restart_hold: bool = False
+    #: the operator's declaration that this Redis loses nothing it acknowledged
+    #: across a restart (``appendonly yes`` and ``appendfsync always``) and that the
+    #: governor's keys are never restored from an older copy: a state the server
+    #: reloads from its append-only file at a restart is then no loss (no recovery
+    #: hold); stored in the state by any client that declares it. A declaring client
+    #: checks appendonly and appendfsync once (CONFIG GET, where allowed: ConfigError
+    #: otherwise); the rest is trusted. A promoted replica is a loss all the same
+    durable_redis: bool = False
     #: replicas that must confirm every grant and renewal (Redis ``WAIT``) before a
     #: caller or the heartbeat relies on it; 0: none (see docs/guarantees.md)
     wait_replicas: int = 0

@@ -193,7 +193,7 @@ class GovernorCore:
         self._queue_ttl_ms = str(ms(config.queue_ttl))
         #: highest fence seen, so a re-created state never hands out a lower one
         self.fence_floor = 0
-        #: the longest lease TTL the state recorded (ms): a state this client re-creates holds that long
+        #: the longest lease TTL the state recorded lately (ms): a state this client re-creates holds that long
         self.ttl_max_ms = ms(config.lease_ttl)
         #: local time of the last reply that showed the state existed
         self.last_seen: float | None = None
@@ -228,10 +228,12 @@ class GovernorCore:
         self.last_seen = self.local_now()
 
     def _saw_ttl(self, ttl_ms: Any) -> None:
-        """The longest lease TTL the state recorded, as a reply told it."""
+        """The longest lease TTL the state recorded lately, as a reply told it:
+        it follows the state (which forgets a TTL no client announced for a
+        while), never below this client's own."""
         value = text(ttl_ms)
-        if value.isdigit() and int(value) > self.ttl_max_ms:
-            self.ttl_max_ms = int(value)
+        if value.isdigit():
+            self.ttl_max_ms = max(int(value), ms(self.config.lease_ttl))
 
     def _saw_fence(self, fence: int) -> None:
         if fence > self.fence_floor:
@@ -258,7 +260,7 @@ class GovernorCore:
             str(self.ttl_max_ms),
             "1" if listening else "0",
             str(ms(min(self.config.poll, NOTICE_HOLD))),
-            "1" if self.config.restart_hold else "0",
+            ("1" if self.config.restart_hold else "0") + ("d" if self.config.durable_redis else ""),
         )
         if self.stored_config is not None:
             config = [part for pair in self.stored_config.items() for part in pair]
@@ -390,6 +392,8 @@ class GovernorCore:
         if kind == "missing":
             return MISSING
         self._seen()
+        if kind in ("granted", "queued", "denied", "refused"):
+            self._saw_ttl(rest[-1])  # the longest lease TTL, last in each
         if kind == "granted":
             fence = number(rest[0])
             self._saw_fence(fence)

@@ -316,9 +316,20 @@ STATE_ORIGIN: dict[str, Kind] = {
     #: replication id it was written under; a state stamped by another server came
     #: back (a restart that loaded it, a promoted replica, a restore, a migration)
     "origin": TEXT,
+    #: the cluster node id the state was stamped on ('' standalone): a state stamped by
+    #: another node that is a live primary now was moved intact by a slot migration
+    "origin_node": TEXT,
     "hold_until": COUNT,  #: ms: the recovery hold's end (0: none); not_before covers it too
     "hold_reason": TEXT,  #: why the recovery hold runs ('' none)
-    "ttl_max": LEASE_TTL,  #: ms: the longest lease TTL any client of this governor announced
+    #: ms: the longest lease TTL its clients announced lately: in the current period and
+    #: the one before (a period lasts ttl_max: a TTL counts for at least its own length
+    #: after its last announcement, then decays)
+    "ttl_max": LEASE_TTL,
+    "ttl_cur": LEASE_TTL,  #: ms: the longest lease TTL announced in the current period
+    "ttl_since": COUNT,  #: ms: when the current period started
+    #: 1: a client declared the server durable (GovernorConfig.durable_redis): a state it
+    #: reloads from its append-only file at a restart is no loss
+    "durable": FLAG,
     #: ms: when the last exhausted quota comes back, as the provider said (0: unknown, or none reported)
     "quota_until": COUNT,
     #: ms: until when the spend key must exist (its longest window's end): a spend key gone before was lost

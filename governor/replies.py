@@ -101,7 +101,7 @@ class Status:
     #: the recovery hold's end (after a loss; None: none): only resume(lift_recovery_hold=True) ends it
     hold_until: float | None = None
     hold_reason: str = ""  #: why the recovery hold runs ('' none)
-    ttl_max: float = 0.0  #: the longest lease TTL a client announced: the length of a recovery hold
+    ttl_max: float = 0.0  #: the longest lease TTL clients announced lately: the length of a recovery hold
     #: when the last exhausted quota comes back, as the provider said (None: unknown, or none reported)
     quota_until: float | None = None
     #: adaptive: the estimated share of calls the provider refuses whatever the fleet's load

@@ -78,6 +78,22 @@ def refusal(info: Mapping[str, Any]) -> str | None:
     return None
 
 
+def not_durable(settings: Mapping[str, Any]) -> str | None:
+    """Why a server whose ``CONFIG GET append*`` answered ``settings`` may
+    lose a write it acknowledged at a restart, or None: the declaration
+    ``GovernorConfig.durable_redis`` needs ``appendonly yes`` and
+    ``appendfsync always``."""
+    got = {_text(k): _text(v) for k, v in settings.items()}
+    if got.get("appendonly") == "yes" and got.get("appendfsync") == "always":
+        return None
+    return (
+        f"the server has appendonly {got.get('appendonly', '?')} and appendfsync {got.get('appendfsync', '?')}: a "
+        "restart there may lose grants it acknowledged, so durable_redis=True would let a fleet be over-granted. "
+        "Run `CONFIG SET appendonly yes` and `CONFIG SET appendfsync always` (and put both in the server's config "
+        "file), or leave durable_redis off"
+    )
+
+
 def no_functions(info: Mapping[str, Any] | None) -> str:
     """Why a server that answered ``FCALL`` with "unknown command" cannot host
     the library; ``info`` None when INFO was refused too."""

@@ -22,11 +22,14 @@ ARGV
   ARGV[10] tenant       string        whose share it counts in, 1-64 of [A-Za-z0-9-_.:]
   ARGV[11] weight       int 1..1000   the tenant's weight (GovernorConfig.weight_of)
 Reply
-  {SCHEMA, 'granted', fence, remaining_ms, epoch}     remaining_ms: what the lease has left
-  {SCHEMA, 'queued', position, reason, hint_ms, epoch}   (wait, again)
-  {SCHEMA, 'denied', reason, hint_ms, epoch}             (try)
-  {SCHEMA, 'refused', reason, epoch}   the cost is above a budget's whole limit:
+  {SCHEMA, 'granted', fence, remaining_ms, epoch, ttl_max}     remaining_ms: what the lease has left
+  {SCHEMA, 'queued', position, reason, hint_ms, epoch, ttl_max}   (wait, again)
+  {SCHEMA, 'denied', reason, hint_ms, epoch, ttl_max}             (try)
+  {SCHEMA, 'refused', reason, epoch, ttl_max}   the cost is above a budget's whole limit:
                                   it can never be admitted (any mode)
+  ttl_max: the longest lease TTL clients announced lately (ms, the caller's
+  included: lib/origin.lua note_ttl), so that every client knows how long a
+  state it re-creates must hold
   {SCHEMA, 'missing'}    no such governor: run init.lua, then call again
   position counts from 0 (a waiter parked at its tenant's cap: -1)
   length); hint_ms > 0 is when asking again may pay off; reason is the
@@ -56,6 +59,7 @@ if not load(waiting > 0 and PREPARE_READS.admit[place.rank + 1] or ADMIT) then r
 -- caps or a reserve are set (capped), or while the budgets' rule asks a tenant's cap.
 if STATE.capped ~= 0 or STATE.budgets ~= '' then caps_config() end
 keep_alive()
+note_ttl(ttl)  -- the caller is alive: its TTL counts, and it learns the longest (every reply)
 if not redis.call('ZRANK', KEY.leases, SENTINEL) then
   -- leases lost while the state stayed: found before anything is admitted (lib/origin.lua)
   prepare()
@@ -74,7 +78,8 @@ if mode == 'again' then
   local expiry = tonumber(redis.call('ZSCORE', KEY.leases, id))
   if expiry and expiry > NOW then
     local holder_record = record_parse(redis.call('HGET', KEY.holders, id))
-    return finish({SCHEMA, 'granted', (holder_record and holder_record.fence or 0), expiry - NOW, STATE.epoch})
+    return finish({SCHEMA, 'granted', (holder_record and holder_record.fence or 0), expiry - NOW, STATE.epoch,
+      STATE.ttl_max})
   end
   in_queue = redis.call('ZRANK', KEY.queue, id) ~= false or redis.call('ZRANK', KEY.parked, id) ~= false
 end
@@ -91,7 +96,7 @@ if impossible then
     if STATE.aging_due > 0 then redis.call('ZREM', KEY.aging, id) end
     redis.call('HDEL', KEY.holders, id)
   end
-  return finish({SCHEMA, 'refused', impossible, STATE.epoch})
+  return finish({SCHEMA, 'refused', impossible, STATE.epoch, STATE.ttl_max})
 end
 
 -- step: a new lease, or a place in the queue
@@ -109,10 +114,10 @@ else
       read_more('config', 'log_length')
       guard(KEY.events)
     end
-    return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens, place), ttl, STATE.epoch})
+    return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens, place), ttl, STATE.epoch, STATE.ttl_max})
   end
   if mode == 'try' then
-    return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, STATE.epoch})
+    return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, STATE.epoch, STATE.ttl_max})
   end
   prepare(true, place.rank, waiting > 0)  -- (a first waiter creates the queue: the idle time)
   -- waiters was read by ZCOUNT, leases by blocked() when it counted them,
@@ -135,10 +140,10 @@ local granted = nil
 if not (ruled and reason and hint == 0 and alike()) or (STATE.aging_due > 0 and NOW >= STATE.aging_due) then
   granted = grant(id)
   if granted[id] then
-    return finish({SCHEMA, 'granted', granted[id], ttl, STATE.epoch})
+    return finish({SCHEMA, 'granted', granted[id], ttl, STATE.epoch, STATE.ttl_max})
   end
 end
 -- (what the rule said still holds unless grant() admitted somebody)
 if not ruled or (granted and next(granted) ~= nil) then reason, hint = blocked(tokens, place) end
 local position = redis.call('ZRANK', KEY.queue, id) or -1  -- parked at its tenant's cap: -1
-return finish({SCHEMA, 'queued', position, reason or 'behind earlier waiters', hint, STATE.epoch})
+return finish({SCHEMA, 'queued', position, reason or 'behind earlier waiters', hint, STATE.epoch, STATE.ttl_max})

@@ -17,7 +17,10 @@ ARGV
   ARGV[7] listening    '1' | '0'     '1' if the calling client itself listens
   ARGV[8] notice_ms    DURATION ms   hold when others listen (a loss unknown to the caller)
   ARGV[9] strict       '1' | '0'     '1': hold on a server younger than ttl_ms (the
-                                     strict mode, GovernorConfig.restart_hold)
+                                     strict mode, GovernorConfig.restart_hold); a
+                                     'd' after it: the caller declares the server
+                                     durable (GovernorConfig.durable_redis: stored as
+                                     the state's durable, lib/origin.lua)
   ARGV[10..] config    name, value pairs (lib/config.lua): the config the
                        client last saw stored, else its own
 Reply
@@ -31,8 +34,8 @@ first use, Redis restarted without persistence, FLUSHDB, idle expiry); the
 client then runs this script and calls again. The new state is announced
 on the channel (a message holding only the epoch): every listening client
 renews its leases at once, and renew.lua adopts those of a lost state.
-A state that exists records the caller's TTL when it is the longest yet
-(ttl_max), and gets its config and policy hashes again when either is gone
+A state that exists records the caller's TTL (ttl_max: the longest
+announced lately, note_ttl of lib/origin.lua), and gets its config and policy hashes again when either is gone
 (GOVERNOR_MISSING from another script): the caller's config, what the
 policy learnt starting over at the resume level.
 
@@ -58,7 +61,8 @@ local fence_floor = arg_int(5, 'fence_floor')
 local ttl = arg_in(6, 'ttl_ms')
 local listening = ARGV[7] == '1'
 local notice = arg_in(8, 'notice_ms')
-local strict = ARGV[9] == '1'
+local strict = string.sub(ARGV[9] or '', 1, 1) == '1'
+local durable = string.sub(ARGV[9] or '', 2, 2) == 'd'
 local cfg, raw = parse_config(10)
 -- step: the keys
 clock()
@@ -79,6 +83,7 @@ end
 -- step: a governor already there
 if load_all() then
   note_ttl(ttl)
+  if durable then set('state', 'durable', 1) end
   return finish({SCHEMA, 'exists', STATE.epoch, STATE.ttl_max, unpack(config_pairs())})
 end
 
@@ -114,10 +119,15 @@ set('state', 'spend_until', 0)
 set('state', 'touch_due', 0)
 set('state', 'reclaim_due', 0)
 set('state', 'capacity', cfg.max_capacity)
-set('state', 'origin', server_stamp())
+local stamp, node = server_stamp()
+set('state', 'origin', stamp)
+set('state', 'origin_node', node)
 set('state', 'ttl_max', ttl)
+set('state', 'ttl_cur', ttl)
+set('state', 'ttl_since', NOW)
 set('state', 'hold_until', 0)
 set('state', 'hold_reason', '')
+set('state', 'durable', durable and 1 or 0)
 apply_config(cfg, raw)
 local others = redis.call('PUBLISH', CHANNEL, epoch)
 if listening then others = others - 1 end

@@ -56,6 +56,7 @@ end
 
 -- step: the writes
 reclaim()
+note_ttl(ttl)  -- its holders are alive: their TTL counts (ttl_max)
 local reply = {SCHEMA, 'renewed', STATE.epoch}
 for i = 4, #ARGV, WIDTH do
   local id, epoch, holder = ARGV[i], ARGV[i + 1], ARGV[i + 2]

@@ -1004,3 +1004,21 @@ def test_resume_reset_and_configure_say_they_keep_a_recovery_hold_and_one_flag_l
     out = ok(run("resume", "--lift-recovery-hold"))
     assert "recovery hold lifted" in out and "kept:" not in out
     assert not gov.status().recovery_hold
+
+
+def test_status_shows_the_longest_lease_ttl_and_reset_counts_it_from_the_live_leases(
+    run: Run, make: Callable[..., Governor], behind: FakeClock
+) -> None:
+    fleet = make(GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=60.0), clock=behind)
+    held = fleet.try_acquire()
+    assert held is not None
+    one_off = make(GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=3600.0), clock=behind)
+    lease = one_off.try_acquire()
+    assert lease is not None
+    lease.release()  # gone: nobody holds a lease of 3600 s any more
+    assert "lease TTLs  longest announced lately 1h00m" in ok(run("status"))
+    out = ok(run("reset"))
+    assert "ttl_max" in out and "3600" in out, out
+    assert fleet.status().ttl_max == 60.0  # the live lease's
+    assert "longest announced lately 1m00s" in ok(run("status"))
+    held.release()

@@ -140,3 +140,39 @@ def test_migrating_is_a_governor_unavailable() -> None:
     from governor import Migrating
 
     assert issubclass(Migrating, GovernorError) and not issubclass(Migrating, ConfigError)
+
+
+def test_a_slot_moved_intact_from_a_live_primary_holds_nobody(cluster: RedisCluster) -> None:
+    """Two holders, the slot moved (MIGRATE, key by key, no call running
+    while the keys are split). Before: the moved state was stamped by
+    another node, a loss: a hold of ttl_max. Now the state names the node it
+    was stamped on; one stamped by a primary this node sees alive was moved
+    intact: no hold, the holders keep their fences, a newcomer takes the
+    rest of the capacity at once, no more."""
+    name = f"moved-{time.monotonic_ns()}"
+    holders = Holders()
+    gov = Governor.from_url(cluster.url, name, CONFIG)
+    newcomer = Governor.from_url(cluster.url, name, CONFIG)
+    try:
+        leases = [holders.entered(gov.acquire(timeout=5, holder="a"), "a") for _ in range(2)]
+        fences = [lease.fence for lease in leases]
+        migrate_slowly(cluster, name, pause=0.0)
+        got = [newcomer.try_acquire() for _ in range(3)]
+        st = newcomer.status()
+        assert not st.recovery_hold, st.hold_reason
+        assert [lease is not None for lease in got] == [True, True, False]
+        for lease in got:
+            if lease is not None:
+                holders.entered(lease, "newcomer")
+        gov.renew()
+        assert [lease.fence for lease in leases] == fences and not any(lease.lost for lease in leases)
+        seen = holders.witness(CONFIG.max_capacity)
+        assert seen.peak <= CONFIG.max_capacity and not seen.shared, str(seen)
+        for lease in [*leases, *got]:
+            if lease is not None:
+                holders.left(lease)
+                lease.release()
+    finally:
+        gov.close()
+        newcomer.close()
+        holders.close()

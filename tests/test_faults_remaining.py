@@ -8,6 +8,7 @@ backend, where the parametrised client allows it).
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
 import pytest
@@ -17,8 +18,9 @@ from governor import Governor, GovernorConfig, LeaseLost, Outcome, protocol
 from governor.errors import ConfigError, LeaseReported, StateError
 from governor.scripts import function_name
 
-from .conftest import FakeClock, load_library
+from .conftest import RAW_BACKENDS, FakeClock, load_library
 from .support.holders import Holders
+from .support.servers import wait_until
 
 
 def _text(value: Any) -> str:
@@ -180,3 +182,142 @@ def test_a_lost_held_key_is_counted_again_from_the_live_leases(
         assert any("held" in e["why"] for e in repairs), repairs
     finally:
         capped.close()
+
+
+# -- a waiter whose place in the queue is lost -----------------------------------
+
+
+def _waiting(gov: Governor, got: dict[str, Any], tenant: str | None) -> threading.Thread:
+    def wait() -> None:
+        try:
+            got["lease"] = gov.acquire(tenant=tenant)  # timeout=None: it waits as long as it takes
+        except Exception as error:  # noqa: BLE001 - handed to the test
+            got["error"] = error
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread
+
+
+@RAW_BACKENDS
+@pytest.mark.parametrize("key", ["queue", "parked"])
+def test_a_waiter_whose_place_is_lost_is_queued_again_within_a_poll(make_gov: Any, sync_client: Any, key: str) -> None:
+    """A caller waits with no timeout; its `queue` (or, parked at its
+    tenant's cap, `parked`) entry is lost; a later caller comes; the holders
+    leave. Before: refresh kept answering "queued" and the first caller
+    waited for ever while later ones were admitted. Now the waiters' refresh
+    finds a live waiter with no place, queues it again at the front of its
+    class (parked: of its tenant's slot) and logs it: admitted within a few
+    polls, before the later caller. (Redis's clock: each refresh moves the waiter's deadline,
+    as in a running fleet.)"""
+    config = GovernorConfig(
+        max_capacity=2, policy="fixed", lease_ttl=30.0, poll=0.1, queue_ttl=5.0, tenant_caps={"capped": 1}
+    )
+    tenant = "capped" if key == "parked" else None
+    fleet = make_gov(config)
+    held = [fleet.try_acquire(tenant=tenant)] + ([fleet.try_acquire()] if key == "queue" else [])
+    assert all(lease is not None for lease in held)
+    first: dict[str, Any] = {}
+    _waiting(make_gov(config), first, tenant)
+    wait_until(lambda: sync_client.zcard(getattr(fleet.keys, key)) == 1, 5, what=f"the caller in {key}")
+    (stranded,) = sync_client.zrange(getattr(fleet.keys, key), 0, -1)
+    sync_client.delete(getattr(fleet.keys, key))  # evicted, or a mistaken DEL
+    later: dict[str, Any] = {}
+    _waiting(make_gov(config), later, tenant)
+    # back in its place within a few polls, ahead of the later caller
+    wait_until(lambda: sync_client.zcard(getattr(fleet.keys, key)) == 2, 2.0, what="the stranded caller back")
+    assert sync_client.zrange(getattr(fleet.keys, key), 0, -1)[0] == stranded
+    for lease in held:
+        assert lease is not None
+        lease.release()
+        wait_until(lambda: first, 2.0, what="the stranded caller admitted")
+    assert "lease" in first, first
+    first["lease"].release()
+    wait_until(lambda: later, 2.0, what="the later caller admitted")
+    later["lease"].release()
+    repairs = [e for e in _events(sync_client, fleet) if e["kind"] == "repair"]
+    assert any("place" in e["why"] for e in repairs), repairs
+
+
+# -- the longest lease TTL follows the clients alive now ---------------------------
+
+
+def test_the_longest_lease_ttl_decays_when_no_client_announces_it(
+    make_gov: Any, clock: FakeClock, sync_client: Any
+) -> None:
+    """A one-off client of lease_ttl 3600 took and gave back one lease.
+    Before: ttl_max stayed 3600 s for good, and a restart held a fleet of
+    3 s leases for 3,597 s. Now a TTL counts for at least its own length
+    after its last announcement (a holder cut off then may believe that
+    long) and at most twice: the fleet's next calls after that find 3 s, its
+    client learns it, and the hold after a loss is 3 s."""
+    fleet = make_gov(
+        GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=3.0, poll=0.2, queue_ttl=1.0), clock=clock
+    )
+    fleet.status()
+    one_off = make_gov(GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=3600.0), clock=clock)
+    _cycle(one_off)
+    assert fleet.status().ttl_max == 3600.0
+    clock.advance(3599.0)
+    _cycle(one_off)  # announced again just before a new period starts
+    clock.advance(3.0)
+    _cycle(fleet)  # the new period: a holder cut off 3 s ago may believe for 3597 s more
+    assert fleet.status().ttl_max == 3600.0
+    one_off.close()
+    clock.advance(3601.0)  # past its own length since it was last announced (at most twice): forgotten
+    _cycle(fleet)
+    assert fleet.status().ttl_max == 3.0
+    sync_client.delete(*fleet.keys.keys)  # Redis restarted without persistence
+    clock.advance(0.1)
+    st = fleet.status()  # re-created by a client that knew the governor: a hold of the fleet's TTL
+    assert st.recovery_hold and st.hold_until == pytest.approx(st.now + 3.0), st
+
+
+def _cycle(gov: Governor) -> None:
+    """A lease taken and given back: a client alive now announcing its TTL."""
+    lease = gov.try_acquire()
+    assert lease is not None
+    lease.release()
+
+
+def test_a_ttl_a_holder_renews_keeps_counting(make_gov: Any, clock: FakeClock) -> None:
+    """A long-TTL holder that keeps renewing is never forgotten: its renewals announce it."""
+    holder = make_gov(GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=60.0), clock=clock)
+    fleet = make_gov(GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=3.0), clock=clock)
+    lease = holder.try_acquire()
+    assert lease is not None
+    for _ in range(10):  # 200 s: its heartbeat renews every 20 s
+        clock.advance(20.0)
+        holder.renew()
+        _cycle(fleet)
+    assert fleet.status().ttl_max == 60.0
+    lease.release()
+
+
+# -- capacity 0 only while paused ------------------------------------------------
+
+
+@pytest.mark.parametrize("paused", [False, True])
+def test_a_negative_stored_capacity_is_never_a_pause_nobody_lifts(
+    sync_client: Any, make_gov: Any, clock: FakeClock, paused: bool
+) -> None:
+    """A stored capacity below its range is read as 0. Before: 0 without a
+    pause, which nothing lifts (nobody admitted, status not "paused"). Now
+    the next writing call resumes it at the resume level and logs it; a
+    paused governor stays paused (its resume restores what it saved)."""
+    config = GovernorConfig(max_capacity=4, resume_fraction=0.5, policy="fixed")
+    gov = make_gov(config, clock=clock)
+    gov.status()
+    if paused:
+        gov.pause("maintenance")
+    sync_client.hset(gov.keys.state, "capacity", "-5")
+    lease = make_gov(config, clock=clock).try_acquire()
+    st = gov.status()
+    if paused:
+        assert lease is None and st.paused and st.capacity == 0, st
+        assert gov.resume().capacity == 4
+    else:
+        assert lease is not None and not st.paused and st.capacity == 2, st
+        lease.release()
+        repairs = [e["why"] for e in _events(sync_client, gov) if e["kind"] == "repair"]
+        assert any("capacity 0 without a pause" in why for why in repairs), repairs

@@ -18,6 +18,7 @@ would see (its blocked reason, its hold).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import threading
@@ -29,7 +30,7 @@ from typing import Any
 import pytest
 import redis
 
-from governor import AcquireTimeout, Governor, GovernorConfig, GovernorUnavailable
+from governor import AcquireTimeout, ConfigError, Governor, GovernorConfig, GovernorUnavailable
 
 from .conftest import FakeClock
 from .support.faultkit import figure
@@ -413,3 +414,108 @@ def test_the_hold_covers_the_longest_lease_ttl_any_client_announced(
         assert _admit_all(short, holders, 4) == 4
     finally:
         holders.close()
+
+
+@pytest.mark.parametrize("first_call", ["status", "acquire"])
+def test_a_short_ttl_client_that_called_first_learns_a_longer_ttl_from_its_next_acquire(
+    make_gov: Any, sync_client: Any, clock: FakeClock, first_call: str
+) -> None:
+    """The short-TTL client (1.5 s) calls first, so init tells it 1.5 s; a
+    6 s client comes, takes the 4 leases and is cut off; the short one asks
+    for a lease (denied: the 4 are taken) and Redis loses the state. Before:
+    it re-created the state with a hold of 1.5 s (it learnt the longest TTL
+    from init and status alone): 8 holders against 4 for 1.9 s. Now every
+    acquire reply carries the longest TTL: the hold is 6 s."""
+    holders = Holders(now=clock)
+    try:
+        short = make_gov(GovernorConfig(max_capacity=4, lease_ttl=1.5, poll=0.2, queue_ttl=1, resume_fraction=1.0),
+                         clock=clock)  # fmt: skip
+        if first_call == "status":
+            short.status()
+        else:
+            lease = short.try_acquire()
+            assert lease is not None
+            lease.release()
+        long_ = make_gov(GovernorConfig(max_capacity=4, lease_ttl=6.0, resume_fraction=1.0), clock=clock)
+        _cut_off_holder(long_, holders, clock, 4, 6.0)
+        assert short.try_acquire() is None  # the 4 are taken: denied, but told the longest TTL
+        sync_client.delete(*short.keys.keys)  # Redis restarted without persistence
+        clock.advance(0.1)
+        st = short.status()  # re-created by the short-TTL client
+        for _ in range(4):  # 0.5 s steps up to 2 s past the loss
+            clock.advance(0.5)
+            _admit_all(short, holders, 4)
+        seen = holders.witness(4, until=clock.now + 1.0)
+        print(f"\nlease_ttl 1.5 first, then a cut-off holder of lease_ttl 6: {seen}")
+        assert seen.peak <= 4 and not seen.shared, f"the witness saw {seen}"
+        assert st.hold_until == pytest.approx(st.now + 6.0), st
+    finally:
+        holders.close()
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["durable", "undeclared"])
+def test_a_restart_that_reloads_a_durable_append_only_file_holds_nobody(holders: Holders, declared: bool) -> None:
+    """appendonly yes, appendfsync always: every write is on disk before it
+    is acknowledged, so a restart (SIGKILL) that reloads the file loses
+    nothing. Before: the reloaded state was stamped by the old server
+    process and held the fleet for ttl_max. Declared durable
+    (GovernorConfig.durable_redis), it now admits at once: the holders keep
+    their leases and fences, and a newcomer takes the rest of the capacity,
+    no more. Undeclared, it holds as before."""
+    config = dataclasses.replace(CAME_BACK, durable_redis=declared)
+    server = RedisServer(None, "--appendonly", "yes", "--appendfsync", "always", "--appenddirname", "aof").start()
+    a = Governor.from_url(server.url, "durable", config)
+    try:
+        leases = [holders.entered(a.acquire(timeout=5, holder="a"), "a") for _ in range(2)]
+        fences = [lease.fence for lease in leases]
+        server.kill()
+        server.start()
+        newcomer = Governor.from_url(server.url, "durable", config)
+        try:
+            got = [newcomer.try_acquire() for _ in range(3)]
+            st = newcomer.status()
+            if declared:
+                assert not st.recovery_hold, st.hold_reason
+                assert [g is not None for g in got] == [True, True, False]  # the rest of the capacity, no more
+                a.renew()
+                assert [lease.fence for lease in leases] == fences and not any(lease.lost for lease in leases)
+                why = [e["why"] for e in log_entries(server.url, "durable") if e["kind"] == "came-back"]
+                assert why and "declared durable" in why[0] and "no hold" in why[0], why
+            else:
+                assert st.recovery_hold and got == [None, None, None]
+            for lease in got:
+                if lease is not None:
+                    holders.entered(lease, "newcomer")
+            seen = holders.witness(CAME_BACK.max_capacity)
+            assert seen.peak <= CAME_BACK.max_capacity and not seen.shared, str(seen)
+            for lease in got:
+                if lease is not None:
+                    holders.left(lease)
+                    lease.release()
+        finally:
+            newcomer.close()
+        hold_and_release(a, leases, holders)
+    finally:
+        a.close()
+        server.cleanup()
+
+
+def test_a_durable_declaration_the_server_does_not_keep_is_refused_and_the_advice_helps() -> None:
+    """durable_redis=True on a server with appendfsync everysec (the default)
+    is refused before anything is stored, naming both settings and the
+    commands; running them makes the declaration accepted."""
+    config = dataclasses.replace(CAME_BACK, durable_redis=True)
+    server = RedisServer(None, "--appendonly", "no", "--appendfsync", "everysec").start()
+    try:
+        gov = Governor.from_url(server.url, "durable", config)
+        with pytest.raises(ConfigError, match="appendonly no and appendfsync everysec") as raised:
+            gov.status()
+        assert not server.client().exists(gov.keys.state)  # nothing stored
+        advice = str(raised.value)
+        for command in re.findall(r"`CONFIG SET (\w+) (\w+)`", advice):
+            server.client().config_set(*command)
+        assert gov.status().max_capacity == CAME_BACK.max_capacity
+        assert server.client().hget(gov.keys.state, "durable") == b"1"
+        gov.close()
+    finally:
+        server.cleanup()

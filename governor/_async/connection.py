@@ -43,7 +43,7 @@ from ..errors import (
 )
 from ..protocol import GovernorKeys, ms
 from ..scripts import EVERY_KEY, MISSING_FUNCTION, function_name, library, library_name, locate
-from ..server import is_missing_engine, is_unknown_command, no_functions, no_lua, refusal
+from ..server import is_missing_engine, is_unknown_command, no_functions, no_lua, not_durable, refusal
 from ._compat import sleep
 
 log = logging.getLogger("governor")
@@ -272,6 +272,18 @@ class Connection:
             if not is_missing_engine(str(error)):
                 raise
             raise ConfigError(f"governor {self._name!r}: {no_lua(info, str(error))}", name=self._name) from error
+
+    async def durability(self) -> str | None:
+        """Why the server may lose a write it acknowledged at a restart (its
+        ``appendonly`` and ``appendfsync``), or None: durable, or not readable
+        (an ACL without CONFIG, a cluster client's answer per node)."""
+        try:
+            settings = await self.client.config_get("append*")
+        except redis.exceptions.ResponseError:  # NoPermissionError included
+            return None
+        if not isinstance(settings, Mapping) or not any(text(k) == "appendfsync" for k in settings):
+            return None
+        return not_durable(settings)
 
     async def _info(self) -> Mapping[str, Any] | None:
         """The server's INFO (its default sections; one mapping per node from

@@ -103,6 +103,7 @@ class AsyncGovernor:
         self._local = Semaphore(self._core.config.local_capacity)
         #: callers' script calls in progress, at most redis_connections at once
         self._slots = Semaphore(self._core.config.redis_connections)
+        self._durability_checked = False  #: durable_redis checked against the server (CONFIG GET)
 
     @classmethod
     def from_url(
@@ -584,8 +585,10 @@ class AsyncGovernor:
     async def reset(self, *, create: bool = True) -> Status:
         """Forget what the policy learnt (window, pause, Retry-After hold,
         adaptive memory); capacity goes back to max_capacity (the adaptive
-        policy: to its slow start from the resume level). The stored config,
-        holders, waiters and a recovery hold are kept."""
+        policy: to its slow start from the resume level); the longest lease
+        TTL (``Status.ttl_max``, how long a recovery hold lasts) is counted
+        again from the live leases. The stored config, holders, waiters and a
+        recovery hold are kept."""
         return self._found(await self._execute(self._core.reset(with_config=False, create=create)))
 
     async def configure(self, *, create: bool = True) -> Status:
@@ -650,7 +653,13 @@ class AsyncGovernor:
 
     async def _init(self) -> str:
         """Create the state if it is missing (init.lua) and learn the stored
-        config; 'created' or 'exists'."""
+        config; 'created' or 'exists'. A client that declares the server
+        durable (``durable_redis``) checks it first, once, where CONFIG is allowed."""
+        if self._core.config.durable_redis and not self._durability_checked:
+            why = await self._connection.durability()
+            if why is not None:
+                raise ConfigError(f"governor {self.name!r}: durable_redis=True, but {why}", name=self.name)
+            self._durability_checked = True
         init = self._core.init(holds_leases=self._background.holds_leases(), listening=self._background.listening())
         created: str = await self._connection.run(init)
         if created == "created" and self._background.holds_leases():

@@ -192,6 +192,9 @@ def resume(app: App, as_json: bool, lift_recovery_hold: bool) -> None:
 def reset(app: App, as_json: bool) -> None:
     """Forget what the policy learnt (window, pause, hold); capacity back to max.
 
+    The longest lease TTL (how long a recovery hold lasts) is counted again
+    from the live leases: a one-off client's long TTL is forgotten.
+
     The stored config is applied afresh (the adaptive policy starts slow again,
     from the resume level); the holders and the queue are kept.
     `governor configure` stores another policy or other numbers.

@@ -234,6 +234,11 @@ def render_status(status: Status, stored: Mapping[str, str] | None = None) -> st
         *((f"budget {b.kind}", budget_line(b)) for b in status.budgets),
         ("quota", quota),
         *(_shares_lines(SharesSettings.from_stored(stored)) if stored is not None else []),
+        (
+            "lease TTLs",
+            f"longest announced lately {span(status.ttl_max)}: a recovery hold after a loss lasts this long "
+            "(forgotten when no client announces it for that long; `governor reset` counts it from the live leases)",
+        ),
         ("fence", str(status.fence)),
         ("epoch", f"{status.epoch} (created {when(status.created)})"),
         ("now", when(status.now)),

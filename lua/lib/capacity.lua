@@ -40,9 +40,18 @@ end
 -- Time-driven recovery, run by every report, probe and waiter refresh:
 -- a policy pause lifts once no rate-limited attempt is left in the window,
 -- an operator pause lifts when its duration is over. Capacity is 0 only
--- while paused, so a running governor pays nothing here.
+-- while paused, so a running governor pays nothing here (a 0 without a
+-- pause, a stored value repaired from below its range, resumes).
 local function recover(rl)
-  if STATE.capacity > 0 or STATE.paused == 0 then return end
+  if STATE.capacity > 0 then return end
+  if STATE.paused == 0 then
+    -- 0 without a pause (a stored capacity below its range, read as 0): no
+    -- state the rule knows, and nothing would lift it: the resume level
+    resume(resume_level())
+    log('repair', 'why', 'capacity 0 without a pause (a stored value below its range): resumed at '
+      .. STATE.capacity)
+    return
+  end
   if STATE.pause_kind == 'policy' then
     if rl == nil then rl = window() end
     if rl == 0 then

@@ -69,19 +69,36 @@ local function info_field(section, name)
   return string.match(info, name .. ':([%w]+)') or ''
 end
 
--- This server's stamp ('' run id: INFO unavailable, the check is off).
+-- This server's stamp ('' run id: INFO unavailable, the check is off),
+-- and its cluster node id ('' standalone: CLUSTER fails there).
 local function learn()
   local run = info_field('server', 'run_id')
   local replid = info_field('replication', 'master_replid')
-  SERVER = {run = run, replid = replid,
+  local node = redis.pcall('CLUSTER', 'MYID')
+  SERVER = {run = run, replid = replid, node = type(node) == 'string' and node or '',
     stamp = string.format('%d:%d:%s:%s', LAYOUT, MIN_LAYOUT, run, replid)}
+end
+
+-- Whether cluster node `id` is a primary this node sees alive (CLUSTER
+-- NODES: flags master, no fail, link connected): on the rare path only.
+local function live_primary(id)
+  local nodes = redis.pcall('CLUSTER', 'NODES')
+  if type(nodes) ~= 'string' then return false end
+  for line in string.gmatch(nodes, '[^\n]+') do
+    local node, flags, link = string.match(line, '^(%S+) %S+ (%S+) %S+ %S+ %S+ %S+ (%S+)')
+    if node == id then
+      return string.find(',' .. flags .. ',', ',master,', 1, true) ~= nil and not string.find(flags, 'fail', 1, true)
+        and link == 'connected'
+    end
+  end
+  return false
 end
 
 local STAMP = nil  -- this server's stamp, once learnt (read directly by load())
 local function server_stamp()
   if not SERVER then learn() end
   STAMP = SERVER.stamp
-  return STAMP
+  return STAMP, SERVER.node  -- (and the cluster node id: init.lua's origin_node)
 end
 
 local function seconds(ms)
@@ -100,11 +117,29 @@ local function hold_admissions(length, why)
   if until_ms > (STATE.not_before or 0) then set('state', 'not_before', until_ms) end
 end
 
--- A client announces its lease TTL (init.lua): the longest is recorded.
+-- A client alive now announces its lease TTL (init.lua; add_lease of
+-- lib/admission.lua: a lease granted or adopted; renew.lua). ttl_max is the
+-- longest announced in the current period (ttl_cur, since ttl_since) and
+-- the one before; a period lasts ttl_max, so a TTL counts for at least its
+-- own length after its last announcement (as long as a holder cut off
+-- then may believe in its lease), then decays to what clients still
+-- announce. Its reads never fail (a step after the call's first write).
 local function note_ttl(ttl)
-  local recorded = STATE.ttl_max or select(3, hold_fields())
-  if ttl > recorded then set('state', 'ttl_max', ttl) end
-  STATE.ttl_max = math.max(ttl, recorded)
+  if (CALL.ttl_noted or 0) >= ttl then return end
+  CALL.ttl_noted = ttl
+  if STATE.ttl_since == nil or STATE.ttl_cur == nil or STATE.ttl_max == nil then
+    local raw = redis.call('HMGET', KEY.state, 'ttl_max', 'ttl_cur', 'ttl_since')
+    if STATE.ttl_max == nil then STATE.ttl_max = tonumber(raw[1]) or 0 end
+    STATE.ttl_cur, STATE.ttl_since = tonumber(raw[2]) or 0, tonumber(raw[3]) or 0
+  end
+  if NOW >= STATE.ttl_since + STATE.ttl_max then  -- a new period: the one before it is forgotten
+    set('state', 'ttl_max', math.max(STATE.ttl_cur, ttl))
+    set('state', 'ttl_cur', ttl)
+    set('state', 'ttl_since', NOW)
+  else
+    if ttl > STATE.ttl_cur then set('state', 'ttl_cur', ttl) end
+    if ttl > STATE.ttl_max then set('state', 'ttl_max', ttl) end
+  end
 end
 
 -- Why admissions are held (STATE.not_before is after NOW), with the end.
@@ -159,7 +194,10 @@ local function check_origin(raw)
   if not SERVER then learn() end
   if SERVER.run == '' then return end  -- no INFO (a test double of Redis): no check
   if not raw then  -- a state of layout 3: served as it is, stamped from now on
-    if not READ_ONLY then set('state', 'origin', SERVER.stamp) end
+    if not READ_ONLY then
+      set('state', 'origin', SERVER.stamp)
+      set('state', 'origin_node', SERVER.node)
+    end
     return
   end
   local layout, min_layout, run, replid = string.match(raw, '^(%d+):(%d+):([%w]*):([%w]*)$')
@@ -175,13 +213,32 @@ local function check_origin(raw)
     return
   end
   local why = 'the state ' .. which_case(replid)
+  -- Declared durable (every write on disk before it was acknowledged, no
+  -- older copy ever restored) and reloaded from this server's append-only
+  -- file, not a promoted replica's: nothing acknowledged is missing.
+  -- Moved by a cluster slot migration from a primary alive now (MIGRATE
+  -- moves each key whole, and no call runs while the keys are split): intact.
+  local promoted = replid ~= '' and replid == info_field('replication', 'master_replid2')
+  local from = SERVER.node ~= '' and not promoted and redis.call('HGET', KEY.state, 'origin_node') or ''
+  local kept = not promoted and redis.call('HGET', KEY.state, 'durable') == '1'
+    and info_field('persistence', 'aof_enabled') == '1'
+  if kept then why = 'the state was reloaded from the append-only file at a restart, on a server declared durable' end
+  if not kept and from ~= '' and from ~= SERVER.node and live_primary(from) then
+    kept = true
+    why = 'the state was moved intact by a cluster slot migration from node ' .. from .. ', a primary alive now'
+  end
   if READ_ONLY then
-    CALL.foreign = why .. '; the next writing call handles it as a loss and holds'
+    if not kept then CALL.foreign = why .. '; the next writing call handles it as a loss and holds' end
     return
   end
   check_types()
   check_all()
   set('state', 'origin', stamp)
+  set('state', 'origin_node', SERVER.node)
+  if kept then
+    log('came-back', 'why', why .. ': nothing acknowledged is missing, no hold')
+    return
+  end
   lost('came-back', why)
 end
 

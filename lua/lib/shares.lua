@@ -2,7 +2,7 @@
 
 Uses lib/common.lua, lib/fields.lua, lib/records.lua.
 Defines: CAPS_CONFIG, caps_config, cap_of, held_of, held_change, held_add,
-requeue, unpark, held_remove, recount.
+requeue, replace, unpark, held_remove, recount.
 
 Caps and the reserve (governor.protocol.PARK_SLOT): a tenant with a cap
 holds at most that many leases; the classes below the highest hold at most
@@ -121,6 +121,22 @@ local function requeue(id)
   local band = rank + 1
   if rank > 0 and CONFIG.aging_ms > 0 and not redis.call('ZSCORE', KEY.aging, id) then band = 0 end
   redis.call('ZADD', KEY.queue, band * QUEUE_BAND + STATE[VTIMES[rank + 1]], id)
+end
+
+-- A live waiter whose place was lost (its queue or parked entry evicted or
+-- deleted: refresh.lua finds it) takes its turn again before the waiters
+-- who came after it: parked at the front of its tenant's slot while the
+-- tenant is at its cap, else back in the queue (requeue). Needs prepare();
+-- the caller has guarded queue, aging, parked.
+local function replace(id)
+  local holder_record = record_parse(redis.call('HGET', KEY.holders, id))
+  local tenant = holder_record and holder_record.tenant or ''
+  local cap, slot = cap_of(tenant)
+  if not (cap and held_of(tenant) >= cap) then return requeue(id) end
+  local low = slot * PARK_SLOT
+  local first = redis.call('ZRANGEBYSCORE', KEY.parked, low, low + PARK_SLOT - 1, 'WITHSCORES', 'LIMIT', 0, 1)[2]
+  redis.call('ZADD', KEY.parked, math.max(low, (tonumber(first) or low + 1) - 1), id)
+  created(KEY.parked)
 end
 
 -- Tenant `tenant` has room under its cap again: its first parked waiter

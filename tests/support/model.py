@@ -40,6 +40,7 @@ from governor.policies import all_fields
 from governor.protocol import (
     CONFIG,
     DEFAULT_TENANT,
+    LEASE_TTL,
     LOWER_HELD,
     MAX_CLASSES,
     PARK_SLOT,
@@ -548,6 +549,19 @@ class Model:
         self.grants.append((lease_id, fence))
         return fence
 
+    def _note_ttl(self, ttl: int) -> None:
+        """A client alive now announced its lease TTL: ttl_max is the longest of
+        the current period (ttl_cur, from ttl_since) and the one before; a
+        period lasts ttl_max."""
+        S = self.S
+        if self.now >= S.get("ttl_since", 0) + S.get("ttl_max", 0):
+            S.update(ttl_max=max(S.get("ttl_cur", 0), ttl), ttl_cur=ttl, ttl_since=self.now)
+        else:
+            if ttl > S.get("ttl_cur", 0):
+                S["ttl_cur"] = ttl
+            if ttl > S.get("ttl_max", 0):
+                S["ttl_max"] = ttl
+
     def _add_lease(
         self, lease_id: str, ttl: int, holder: str, tokens: Tokens = NO_TOKENS, place: tuple[int, str] = (0, "")
     ) -> int:
@@ -558,6 +572,7 @@ class Model:
         rank, tenant = place[0], place[1] or DEFAULT_TENANT
         record = HolderRecord(S["fence"], ttl, self.now, tokens.input, tokens.output, level, rank, tenant, holder)
         self.holders[lease_id] = record.format()
+        self._note_ttl(ttl)
         self._hold(rank, tenant)
         self._take(tokens)
         return int(S["fence"])
@@ -777,8 +792,7 @@ class Model:
         # a[6]: restart_hold, which an injected clock never applies (no server age)
         raw = self._parse_config(a[7:])
         if self.state is not None:
-            if ttl > self.S.get("ttl_max", 0):
-                self.S["ttl_max"] = ttl
+            self._note_ttl(ttl)
             return [SCHEMA, "exists", self.S["epoch"], self.S.get("ttl_max", 0), *self._config_pairs()]
         # init deletes the state, config and policy hashes before it writes a new state
         self.state = {"schema": SCHEMA, "epoch": epoch, "created": self.now}
@@ -786,7 +800,17 @@ class Model:
         self.S.update({f"vtime_{rank}": 0 for rank in range(MAX_CLASSES)})
         self.S.update(quota_exhausted=0, quota_at=0, quota_until=0, spend_until=0)
         self.aging, self.shares = {}, {}  # tags start again at vtime 0
-        self.S.update(touch_due=0, reclaim_due=0, ttl_max=ttl, hold_until=0, hold_reason="")
+        self.S.update(
+            touch_due=0,
+            reclaim_due=0,
+            ttl_max=ttl,
+            ttl_cur=ttl,
+            ttl_since=self.now,
+            hold_until=0,
+            hold_reason="",
+            durable=0,
+            origin_node="",
+        )
         self._apply_config(raw)
         self.published.append(epoch)  # the new state is announced: holders renew at once
         others = self.listeners - (1 if listening else 0)
@@ -820,6 +844,7 @@ class Model:
             return [SCHEMA, "missing"]
         S = self.S
         self._keep_alive()
+        self._note_ttl(ttl)  # the caller is alive; every reply tells it the longest TTL
         if S["capacity"] == 0:
             self._recover()  # paused: a pause whose time is up lifts here too
         in_queue = False
@@ -827,7 +852,7 @@ class Model:
             expiry = self.leases.get(lease_id)
             if expiry is not None and expiry > self.now:
                 record = self._record(lease_id)
-                return [SCHEMA, "granted", record.fence if record else 0, expiry - self.now, S["epoch"]]
+                return [SCHEMA, "granted", record.fence if record else 0, expiry - self.now, S["epoch"], S["ttl_max"]]
             in_queue = lease_id in self.queue or lease_id in self.parked
         impossible = self.never(tokens)
         if impossible is not None:  # refused at once, whatever the mode; a queued id's place goes
@@ -837,24 +862,39 @@ class Model:
                 self.waiters.pop(lease_id, None)
                 self.aging.pop(lease_id, None)
                 self.holders.pop(lease_id, None)
-            return [SCHEMA, "refused", impossible, S["epoch"]]
+            return [SCHEMA, "refused", impossible, S["epoch"], S["ttl_max"]]
         if in_queue:
             self.waiters[lease_id] = self.now + queue_ttl
         else:
             reason, hint = self.blocked(tokens, Place(rank, tenant))
             if self._queued() == 0 and reason is None:  # nobody waits and the rule admits: at once
-                return [SCHEMA, "granted", self._admit(lease_id, ttl, holder, tokens, (rank, tenant)), ttl, S["epoch"]]
+                return [
+                    SCHEMA,
+                    "granted",
+                    self._admit(lease_id, ttl, holder, tokens, (rank, tenant)),
+                    ttl,
+                    S["epoch"],
+                    S["ttl_max"],
+                ]
             if mode == "try":
-                return [SCHEMA, "denied", reason or "earlier callers are queued", str(hint), S["epoch"]]
+                return [SCHEMA, "denied", reason or "earlier callers are queued", str(hint), S["epoch"], S["ttl_max"]]
             self._enqueue(lease_id, rank, tenant, weight)
             self.waiters[lease_id] = self.now + queue_ttl
             record = HolderRecord(0, ttl, self.now, tokens.input, tokens.output, 0, rank, tenant, holder)
             self.holders[lease_id] = record.format()
         granted = self._grant(lease_id)
         if lease_id in granted:
-            return [SCHEMA, "granted", granted[lease_id], ttl, S["epoch"]]
+            return [SCHEMA, "granted", granted[lease_id], ttl, S["epoch"], S["ttl_max"]]
         reason, hint = self.blocked(tokens, Place(rank, tenant))
-        return [SCHEMA, "queued", self._rank(lease_id), reason or "behind earlier waiters", str(hint), S["epoch"]]
+        return [
+            SCHEMA,
+            "queued",
+            self._rank(lease_id),
+            reason or "behind earlier waiters",
+            str(hint),
+            S["epoch"],
+            S["ttl_max"],
+        ]
 
     def _rank(self, lease_id: str) -> int:
         """Its position in the queue (parked at its tenant's cap: -1)."""
@@ -891,12 +931,10 @@ class Model:
         deadline = self.now + queue_ttl
         for lease_id in a[1:]:
             expiry = self.leases.get(lease_id)
-            changed = lease_id in self.waiters and self.waiters[lease_id] != deadline
-            if lease_id in self.waiters:
-                self.waiters[lease_id] = deadline  # ZADD XX CH
             if lease_id in granted:
                 reply += ["granted", granted[lease_id], self.leases[lease_id] - self.now, ""]
-            elif changed or lease_id in self.queue or lease_id in self.parked:
+            elif lease_id in self.queue or lease_id in self.parked:  # queued only with a place
+                self.waiters[lease_id] = deadline
                 why, wait = self._waiting_on(lease_id)
                 reply += ["queued", self._rank(lease_id), wait, why]
             elif expiry is not None and expiry > self.now:
@@ -934,6 +972,7 @@ class Model:
         S = self.S
         self._keep_alive()
         self._reclaim()
+        self._note_ttl(ttl)
         reply: list[Any] = [SCHEMA, "renewed", S["epoch"]]
         items = a[1:]
         for i in range(0, len(items), 7):
@@ -1117,6 +1156,10 @@ class Model:
             return [SCHEMA, "missing"]
         self._keep_alive()
         self.attempts = []
+        # the longest lease TTL counted again from the live leases (none: the lowest TTL)
+        live = [self._record(i) for i, expiry in self.leases.items() if expiry > self.now]
+        longest = int(max([LEASE_TTL.low, *(r.ttl_ms for r in live if r is not None)]))
+        self.S.update(ttl_max=longest, ttl_cur=longest, ttl_since=self.now)
         # without a config: the stored config applied afresh; with one: the caller's
         self._apply_config(raw if raw is not None else self.raw_config)
         if raw is not None:

@@ -183,7 +183,8 @@ export class Core {
 
   private sawTtl(value: unknown): void {
     const raw = text(value);
-    if (/^\d+$/.test(raw) && Number(raw) > this.ttlMaxMs) this.ttlMaxMs = Number(raw);
+    // it follows the state (which forgets a TTL no client announced for a while), never below this client's own
+    if (/^\d+$/.test(raw)) this.ttlMaxMs = Math.max(Number(raw), ms(this.config.leaseTtl));
   }
 
   nowArg(): string {
@@ -264,6 +265,7 @@ export class Core {
       const [kind, rest] = this.check(reply, "acquire");
       if (kind === "missing") return MISSING;
       this.seen();
+      this.sawTtl(rest[rest.length - 1]); // the longest lease TTL, last in each reply
       if (kind === "granted") {
         const fence = int(rest[0]);
         this.sawFence(fence);
