@@ -1,10 +1,9 @@
 """The sans-IO core shared by the sync and asyncio facades.
 
-It validates input, builds the ARGV of every script and parses every reply
-into the frozen result types below. It performs no I/O and never waits:
-``governor/_async`` runs these calls with ``await``, ``governor/_sync``
-(generated from it) without. Time comes from the injected clock when one
-is given, else from Redis ``TIME`` inside the scripts.
+It validates input, builds the ARGV of every script and parses every reply into
+the frozen result types below. It performs no I/O and never waits: ``governor/_async``
+runs these calls with ``await``, ``governor/_sync`` (generated from it) without.
+Time comes from the injected clock when one is given, else from Redis ``TIME``.
 """
 
 from __future__ import annotations
@@ -228,9 +227,8 @@ class GovernorCore:
         self.last_seen = self.local_now()
 
     def _saw_ttl(self, ttl_ms: Any) -> None:
-        """The longest lease TTL the state recorded lately, as a reply told it:
-        it follows the state (which forgets a TTL no client announced for a
-        while), never below this client's own."""
+        """The longest lease TTL the state recorded lately, as a reply told it (the state forgets
+        a TTL no client announced for a while), never below this client's own."""
         value = text(ttl_ms)
         if value.isdigit():
             self.ttl_max_ms = max(int(value), ms(self.config.lease_ttl))
@@ -245,11 +243,10 @@ class GovernorCore:
         """Create the state if it is missing, from the stored config this
         client last saw (else its own); either way learn the stored config.
 
-        A *recovery* (hold for the longest lease TTL known, start at the
-        resume level) when this client holds leases or saw the state within
-        ``idle_expiry``; else init.lua holds only when others listen or in
-        the strict mode (``restart_hold``). ``listening``: this client's
-        own worker is subscribed to the channel."""
+        A *recovery* (hold for the longest lease TTL known, start at the resume
+        level) when this client holds leases or saw the state within ``idle_expiry``;
+        else init.lua holds only when others listen or in the strict mode
+        (``restart_hold``). ``listening``: this client's worker is subscribed."""
         recovered = holds_leases or (
             self.last_seen is not None and self.local_now() - self.last_seen < self.config.idle_expiry
         )
@@ -380,12 +377,8 @@ class GovernorCore:
             raise ConfigError("a try_acquire takes a new lease id (fresh=True)")
         mode = ("wait" if fresh else "again") if wait else "try"
         reserve_arg = "" if ask.tokens.total == 0 else ask.tokens.arg()
-        return self._call(
-            "acquire",
-            (lease_id, ask.holder, self._ttl_ms, self._queue_ttl_ms, mode, reserve_arg, *ask.place.args()),
-            self._parse_acquire,
-            confirm=True,
-        )
+        args = (lease_id, ask.holder, self._ttl_ms, self._queue_ttl_ms, mode, reserve_arg, *ask.place.args())
+        return self._call("acquire", args, self._parse_acquire, confirm=True)
 
     def _parse_acquire(self, reply: Any) -> Granted | Queued | Denied | Missing:
         kind, rest = _check_reply(reply, self.name)

@@ -134,6 +134,8 @@ class Connection:
         #: from_url's URL and options, to switch to a cluster client when redirected
         self.url: str | None = None
         self.options: dict[str, Any] = {}
+        #: durable_redis checked against the server's settings (once: check_durable)
+        self._durable_checked = False
         #: (time.monotonic(), what happened) of the last grant or renewal the replicas did not confirm
         self.unconfirmed: tuple[float, str] | None = None
         #: a call passes every key (a Redis Cluster: a migrating slot is refused
@@ -273,17 +275,22 @@ class Connection:
                 raise
             raise ConfigError(f"governor {self._name!r}: {no_lua(info, str(error))}", name=self._name) from error
 
-    async def durability(self) -> str | None:
-        """Why the server may lose a write it acknowledged at a restart (its
-        ``appendonly`` and ``appendfsync``), or None: durable, or not readable
-        (an ACL without CONFIG, a cluster client's answer per node)."""
+    async def check_durable(self) -> None:
+        """A client declaring the server durable (``durable_redis``) checks it
+        once: ConfigError when its ``appendonly`` and ``appendfsync`` may lose
+        a write it acknowledged. Not readable (an ACL without CONFIG, a cluster
+        client's answer per node): taken on the operator's word."""
+        if self._durable_checked:
+            return
         try:
             settings = await self.client.config_get("append*")
         except redis.exceptions.ResponseError:  # NoPermissionError included
-            return None
-        if not isinstance(settings, Mapping) or not any(text(k) == "appendfsync" for k in settings):
-            return None
-        return not_durable(settings)
+            settings = None
+        if isinstance(settings, Mapping) and any(text(k) == "appendfsync" for k in settings):
+            why = not_durable(settings)
+            if why is not None:
+                raise ConfigError(f"governor {self._name!r}: durable_redis=True, but {why}", name=self._name)
+        self._durable_checked = True
 
     async def _info(self) -> Mapping[str, Any] | None:
         """The server's INFO (its default sections; one mapping per node from

@@ -74,14 +74,13 @@ LOCAL_EPOCH = "local"
 class AsyncGovernor:
     """The fleet-wide adaptive concurrency limit, for asyncio code.
 
-    ``client`` is a ``redis.asyncio.Redis`` (or ``RedisCluster``). The
-    governor talks to Redis on connections of its own, made with that
-    client's settings (host, credentials, TLS, decoding) but with the
-    governor's timeouts, no retries and at most ``redis_connections`` of
-    them for callers: any number of tasks may share one object. A cluster
-    client is used as it is. ``clock``, when given, returns seconds and
-    replaces Redis ``TIME`` for policy and lease time, so tests step time
-    instead of sleeping. Use one object per process and event loop.
+    ``client`` is a ``redis.asyncio.Redis`` (or ``RedisCluster``). The governor
+    talks to Redis on connections of its own, made with that client's settings
+    (host, credentials, TLS, decoding) but with the governor's timeouts, no
+    retries and at most ``redis_connections`` of them for callers: any number of
+    tasks may share one object. A cluster client is used as it is. ``clock``,
+    when given, returns seconds and replaces Redis ``TIME`` for policy and lease
+    time, so tests step time instead of sleeping. One object per process and loop.
     """
 
     def __init__(
@@ -103,7 +102,6 @@ class AsyncGovernor:
         self._local = Semaphore(self._core.config.local_capacity)
         #: callers' script calls in progress, at most redis_connections at once
         self._slots = Semaphore(self._core.config.redis_connections)
-        self._durability_checked = False  #: durable_redis checked against the server (CONFIG GET)
 
     @classmethod
     def from_url(
@@ -117,12 +115,11 @@ class AsyncGovernor:
     ) -> AsyncGovernor:
         """A governor with its own Redis client, closed by ``aclose()``.
 
-        Socket timeouts are ``config.redis_timeout`` and nothing is retried
-        by redis-py, so an unreachable or hung Redis raises
-        GovernorUnavailable in bounded time; ``redis_options`` go to
-        redis-py. The URL may name a standalone Redis or any node of a
-        Redis Cluster: the first redirection to another node switches to a
-        cluster client.
+        Socket timeouts are ``config.redis_timeout`` and nothing is retried by
+        redis-py, so an unreachable or hung Redis raises GovernorUnavailable in
+        bounded time; ``redis_options`` go to redis-py. The URL may name a
+        standalone Redis or any node of a Redis Cluster: the first redirection
+        to another node switches to a cluster client.
         """
         config = config if config is not None else GovernorConfig()
         client, options = client_from_url(url, config, **redis_options)
@@ -586,9 +583,8 @@ class AsyncGovernor:
         """Forget what the policy learnt (window, pause, Retry-After hold,
         adaptive memory); capacity goes back to max_capacity (the adaptive
         policy: to its slow start from the resume level); the longest lease
-        TTL (``Status.ttl_max``, how long a recovery hold lasts) is counted
-        again from the live leases. The stored config, holders, waiters and a
-        recovery hold are kept."""
+        TTL (``Status.ttl_max``) is counted again from the live leases. The
+        stored config, holders, waiters and a recovery hold are kept."""
         return self._found(await self._execute(self._core.reset(with_config=False, create=create)))
 
     async def configure(self, *, create: bool = True) -> Status:
@@ -652,14 +648,10 @@ class AsyncGovernor:
             return await self._connection.run(call)
 
     async def _init(self) -> str:
-        """Create the state if it is missing (init.lua) and learn the stored
-        config; 'created' or 'exists'. A client that declares the server
-        durable (``durable_redis``) checks it first, once, where CONFIG is allowed."""
-        if self._core.config.durable_redis and not self._durability_checked:
-            why = await self._connection.durability()
-            if why is not None:
-                raise ConfigError(f"governor {self.name!r}: durable_redis=True, but {why}", name=self.name)
-            self._durability_checked = True
+        """Create the state if it is missing (init.lua) and learn the stored config; 'created'
+        or 'exists'. A client declaring the server durable checks it first (once)."""
+        if self._core.config.durable_redis:
+            await self._connection.check_durable()
         init = self._core.init(holds_leases=self._background.holds_leases(), listening=self._background.listening())
         created: str = await self._connection.run(init)
         if created == "created" and self._background.holds_leases():
