@@ -519,3 +519,28 @@ def test_a_durable_declaration_the_server_does_not_keep_is_refused_and_the_advic
         gov.close()
     finally:
         server.cleanup()
+
+
+def test_a_status_after_the_loss_was_handled_no_longer_tells_of_it() -> None:
+    # A read-only call that finds a state restored from a snapshot says so;
+    # once a writing call has handled it as a loss, the next status must not
+    # repeat it (what a call found is the call's own, not the server's).
+    server = RedisServer(None, "--dbfilename", "dump.rdb").start()
+    config = dataclasses.replace(CAME_BACK, restart_hold=False)
+    try:
+        gov = Governor.from_url(server.url, "told-once", config)
+        gov.status()
+        server.client().save()
+        server.kill()
+        server.start()
+        gov.close()
+        gov = Governor.from_url(server.url, "told-once", config)
+        pending = "the next writing call handles it as a loss"
+        assert pending in gov.status(create=False).blocked  # read only, as governor status reads
+        with pytest.raises(AcquireTimeout):  # the writing call handles the loss: a recovery hold
+            gov.acquire(timeout=0.2)
+        blocked = gov.status(create=False).blocked
+        assert blocked.startswith("recovery hold") and pending not in blocked
+        gov.close()
+    finally:
+        server.cleanup()
