@@ -185,6 +185,7 @@ def test_set_max_reset_and_quota(make_gov: MakeGov, sync_client: Any, clock: Any
         "was_paused": "0",
         "window_rate_limited": "0",
         "window_attempts": "0",
+        "ttl_max_was": "30000",  # the longest lease TTL, counted again from the live leases
     }
     gov.configure()
     assert newest(sync_client, gov).get("why") == "operator: new config stored, learnt state cleared"

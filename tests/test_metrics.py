@@ -164,8 +164,8 @@ def test_collector_reads_each_spend_budget_and_scope(make_gov: MakeGov, sync_cli
     assert got[key("governor_spend_reserved_dollars", name, **acme)] == 1.0
     assert got[key("governor_spend_remaining_dollars", name, **acme)] == 1.0
     assert got[key("governor_spend_limit_dollars", name, **fleet)] == 10.0
-    # (a rolling window counts a charge from the start of its slot: a tenth of the window)
-    assert 86400 * 0.9 <= got[key("governor_spend_resets_in_seconds", name, **fleet)] <= 86400
+    # (a rolling window counts a charge for its slot and the window after it: at most a tenth more)
+    assert 86400 <= got[key("governor_spend_resets_in_seconds", name, **fleet)] <= 86400 * 1.1
     assert got[key("governor_spend_threshold_reached", name, **acme)] == 1
     assert got[key("governor_spend_paused", name, **acme)] == 1
     assert got[key("governor_spend_paused", name, **fleet)] == 0

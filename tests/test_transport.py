@@ -620,7 +620,12 @@ def test_throttle_then_success_is_retried_by_the_one_loop(
     assert len(provider.requests) == 3
     assert [seen.headers.get("x-stainless-retry-count") for seen in provider.requests] == ["0", "0", "0"]
     status = gov.status()
-    assert counts(status) == (3, 1, 0, 0)
+    assert counts(status) == (
+        3,
+        0,
+        0,
+        0,
+    )  # a refusal whose headers show requests and tokens left is no load signal: an attempt
     # The 429's reservation stands as spent (a provider counts refused requests unless its
     # profile says otherwise: report(refusals_count=False)); the success's usage is charged.
     refused = estimate_of(provider.requests[1]).total
@@ -650,7 +655,12 @@ def test_throttled_to_the_end_the_sdk_raises_its_own_error(
         oai.chat.completions.create(model="gpt-test", messages=MESSAGES)
     assert raised.value.status_code == 429
     assert len(provider.requests) == FAST.max_attempts
-    assert counts(gov.status()) == (3, 3, 0, 0)
+    assert counts(gov.status()) == (
+        3,
+        0,
+        0,
+        0,
+    )  # a refusal whose headers show requests and tokens left is no load signal: an attempt
 
 
 def test_sdk_retries_are_off(gov: Governor, oai: openai.OpenAI, provider: Provider) -> None:
@@ -809,7 +819,7 @@ def test_anthropic_stream_reports_message_start_and_delta_usage(
     assert levels(after)["output_tokens"][2] == 15000 - 17
 
 
-def test_anthropic_overload_inside_a_stream_is_rate_limited(
+def test_anthropic_overload_inside_a_stream_is_reported_as_no_load_signal(
     gov: Governor, claude: anthropic.Anthropic, provider: Provider
 ) -> None:
     provider.script(message_stream(error="overloaded_error"))
@@ -817,7 +827,7 @@ def test_anthropic_overload_inside_a_stream_is_rate_limited(
     with pytest.raises(anthropic.APIStatusError, match="overloaded_error"):
         list(stream)
     status = gov.status()
-    assert counts(status) == (1, 1, 0, 0)  # reported rate-limited, the lease released
+    assert counts(status) == (1, 0, 0, 0)  # reported as an overload (no load signal), the lease released
     assert len(provider.requests) == 1  # a stream handed over is not retried
 
 
@@ -871,7 +881,7 @@ def test_anthropic_throttle_then_success(gov: Governor, claude: anthropic.Anthro
     provider.script(throttled, overloaded, message_ok())
     reply = claude.messages.create(model="claude-test", max_tokens=64, messages=MESSAGES)
     assert reply.usage.input_tokens == 21
-    assert counts(gov.status()) == (3, 2, 0, 0)
+    assert counts(gov.status()) == (3, 0, 0, 0)  # room left, then an overload: neither is a load signal
 
 
 # -- asyncio -----------------------------------------------------------------------------------
@@ -902,7 +912,12 @@ async def test_async_throttle_then_success(agov: AsyncGovernor, aoai: openai.Asy
     reply = await aoai.chat.completions.create(model="gpt-test", messages=MESSAGES)
     assert reply.choices[0].message.content == "hello"
     assert [seen.headers.get("x-stainless-retry-count") for seen in provider.requests] == ["0", "0"]
-    assert counts(await agov.status()) == (2, 1, 0, 0)
+    assert counts(await agov.status()) == (
+        2,
+        0,
+        0,
+        0,
+    )  # a refusal whose headers show requests and tokens left is no load signal: an attempt
 
 
 async def test_async_get_models_is_ungoverned(
@@ -938,7 +953,7 @@ async def test_async_overload_inside_a_stream(
     with pytest.raises(anthropic.APIStatusError, match="overloaded_error"):
         async for _ in stream:
             pass
-    assert counts(await agov.status()) == (1, 1, 0, 0)
+    assert counts(await agov.status()) == (1, 0, 0, 0)  # an overload: no load signal
 
 
 async def test_async_stream_closed_early_leaves_no_lease(
@@ -1114,7 +1129,7 @@ async def test_mock_provider_overload_inside_a_stream(agov: AsyncGovernor) -> No
                 async with client.messages.stream(model="sim-1", max_tokens=64, messages=MESSAGES) as stream:
                     async for _ in stream.text_stream:
                         pass
-    assert counts(await agov.status()) == (1, 1, 0, 0)
+    assert counts(await agov.status()) == (1, 0, 0, 0)  # an overload: no load signal
 
 
 async def test_mock_provider_throttle_is_retried(make_agov: MakeAGov) -> None:
