@@ -173,7 +173,7 @@ class Window:
 
     def _start(self, when: datetime) -> datetime:
         local = when.astimezone(ZoneInfo(self.zone))
-        start = local.replace(hour=0, minute=0, second=0, microsecond=0)
+        start = local.replace(hour=0, minute=0, second=0, microsecond=0, fold=0)  # a repeated midnight: its first
         if self.kind == "week":
             start -= timedelta(days=start.weekday())
         elif self.kind == "month":

@@ -59,6 +59,14 @@ def test_calendar_boundaries_follow_the_zone_and_iso_weeks() -> None:
     assert datetime.fromtimestamp(end / 1000, timezone.utc) == datetime(2027, 1, 1, tzinfo=timezone.utc)
 
 
+def test_a_day_whose_midnight_repeats_starts_once_whatever_the_hour() -> None:
+    # Havana turns its clocks back from 01:00 to 00:00 on 2026-11-01: its midnight comes twice.
+    # Every instant of that day names the same window (else its spend would start over mid-day).
+    day = Window.parse("day@America/Havana")
+    starts = {day.bounds(round(utc(2026, 11, 1, hour, 30) * 1000))[0] for hour in (4, 5, 12, 23)}
+    assert starts == {round(utc(2026, 11, 1, 4) * 1000)}  # the first midnight, 00:00 CDT
+
+
 def test_a_window_or_budget_that_cannot_work_is_refused_at_configuration() -> None:
     with pytest.raises(ConfigError, match="Mars/Olympus"):
         Window.parse("day@Mars/Olympus")
