@@ -15,7 +15,8 @@ one budget in different windows. The vectors are:
   one's, the next one's, the one after), as ``Window.label`` and
   ``Window.boundaries`` give them: instants around daylight-saving changes
   (America/Los_Angeles, Europe/Paris, Australia/Lord_Howe's half hour,
-  America/Santiago's change at midnight), ISO weeks across a new year,
+  America/Santiago's change at midnight, America/Havana's repeated
+  midnight: its first occurrence), ISO weeks across a new year,
   months, and seeded random instants in 2020-2035;
 - ``invalid``: windows both refuse as a config error (unknown zones).
 """
@@ -47,6 +48,7 @@ ZONES = (
     "America/Santiago",
     "Pacific/Chatham",
     "America/St_Johns",
+    "America/Havana",
 )
 KINDS = ("day", "week", "month")
 
@@ -70,6 +72,8 @@ EDGES = (
     "2026-04-05T02:30:00",  # America/Santiago: 23:30, the first time
     "2026-04-05T03:30:00",  # 23:30, the second time
     "2026-10-03T15:30:00",  # Australia/Lord_Howe: its half-hour change
+    "2026-11-01T04:30:00",  # America/Havana: 00:30 CDT, the first time (its midnight is repeated)
+    "2026-11-01T12:00:00",  # the same day after its repeated hour
     "2026-12-27T23:59:59",  # a Sunday: ISO week 52
     "2026-12-28T00:00:00",  # a Monday: ISO week 53 of 2026
     "2027-01-01T00:00:00",  # a Friday in ISO week 53 of 2026
