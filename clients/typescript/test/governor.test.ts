@@ -135,6 +135,18 @@ test("a rate-limited report with retryAfter holds the fleet", async () => {
   await again.release();
 });
 
+test("call() reports an overloaded provider (a 529) as no load signal: the adaptive policy does not count it against the fleet", async () => {
+  const gov = governor({ policy: "adaptive", maxCapacity: 8 });
+  let calls = 0;
+  await gov.call(async () => {
+    calls += 1;
+    if (calls < 2) throw Object.assign(new Error("529 Overloaded"), { status: 529, headers: { "retry-after-ms": "20" }, error: { type: "error", error: { type: "overloaded_error", message: "Overloaded" } } });
+    return {};
+  }, { retry: { maxAttempts: 3 } });
+  const status = await gov.status();
+  assert.deepEqual([calls, status.windowAttempts, status.windowRateLimited, status.notBefore], [2, 2, 0, null]);
+});
+
 test("call() retries a throttled call after its Retry-After and reports each outcome", async () => {
   const gov = governor({ maxCapacity: 2 });
   let calls = 0;
