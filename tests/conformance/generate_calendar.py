@@ -18,7 +18,8 @@ one budget in different windows. The vectors are:
   America/Santiago's change at midnight, America/Havana's repeated
   midnight: its first occurrence), ISO weeks across a new year,
   months, and seeded random instants in 2020-2035;
-- ``invalid``: windows both refuse as a config error (unknown zones).
+- ``invalid``: windows both refuse as a config error (unknown zones, and
+  a zone's name in another case: zoneinfo reads names only as spelled).
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ ZONES = (
     "Pacific/Chatham",
     "America/St_Johns",
     "America/Havana",
+    "US/Pacific",  # names zoneinfo and Intl both know under another canonical name
+    "Etc/GMT+5",
+    "EST5EDT",
 )
 KINDS = ("day", "week", "month")
 
@@ -81,7 +85,14 @@ EDGES = (
     "2028-02-29T12:00:00",  # a leap day
 )
 
-INVALID = ("day@Mars/Olympus_Mons", "week@+01:00", "month@Europe/Nowhere", "day@../etc/passwd")
+INVALID = (
+    "day@Mars/Olympus_Mons",
+    "week@+01:00",
+    "month@Europe/Nowhere",
+    "day@../etc/passwd",
+    "day@europe/paris",
+    "week@utc",
+)
 
 
 def _ms(text: str) -> int:

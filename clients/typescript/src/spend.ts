@@ -53,6 +53,9 @@ function wallClock(zone: string): Intl.DateTimeFormat {
     } catch {
       throw unknown;
     }
+    // Intl reads names in any case; zoneinfo (the Python client) only as spelled: "europe/paris" is no zone there
+    const resolved = format.resolvedOptions().timeZone;
+    if (resolved !== zone && resolved.toLowerCase() === zone.toLowerCase()) throw unknown;
     formats.set(zone, format);
   }
   return format;
