@@ -69,6 +69,14 @@ def test_the_vectors_are_what_the_model_generates() -> None:
     assert DATA["library"] == library_name()
 
 
+def test_the_calendar_vectors_are_what_the_python_client_computes() -> None:
+    """tests/conformance/calendar.json (the other clients' calendar spend
+    windows) is what governor.spend.Window gives for its zones and instants."""
+    script = ROOT / "tests" / "conformance" / "generate_calendar.py"
+    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
 def test_the_vectors_reach_every_function_and_reply() -> None:
     """Every function, and every reply kind but release's 'missing' (a lost
     state with callers queued: the queue is lost with it), is in a vector."""

@@ -16,11 +16,12 @@ operator calls); seeded random walks add what no one thought of.
 
 A step may also carry ``call``: what the client was asked to do, in its
 own terms (lease id, mode, tokens, class and tenant names; an outcome,
-retry-after seconds, usage and rate-limit figures; ...), with the
-vector's ``client`` settings (lease and queue TTL, seconds): a client
-builds its ARGV from it, with its clock at ARGV[1], and checks it is the
-step's ``argv`` (the class's rank and the tenant's weight come from the
-stored config ``init`` answered).
+retry-after seconds, usage and rate-limit figures, ``load`` false for a
+refusal that is no load signal; ...), with the vector's ``client``
+settings (lease and queue TTL, seconds): a client builds its ARGV from
+it, with its clock at ARGV[1], and checks it is the step's ``argv`` (the
+class's rank and the tenant's weight come from the stored config
+``init`` answered).
 
 Placeholders a runner substitutes: ``$channel`` in ARGV[2] (its
 governor's wake channel). Each runner picks a fresh governor name per
@@ -203,11 +204,10 @@ def describe(name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> dict[str, 
         return {"leases": [list(triple) for triple in args[0]]}
     if name == "refresh":
         return {"ids": list(args[0])}
-    if name == "report" and kw.get("load") is False:
-        return None  # (no load signal: the TypeScript client does not send it; its ARGV is replayed as it is)
     if name == "report":
         outcome, retry_after, lease_id, fence = (*args, None)[:4]
         return {
+            **({"load": False} if kw.get("load") is False else {}),  # no load signal: outcome b
             "outcome": outcome.name.lower(),
             "retry_after": retry_after,
             "lease": lease_id,

@@ -152,6 +152,15 @@ export const Outcome = Object.freeze(Object.fromEntries(Object.keys(OUTCOMES).ma
   readonly [K in keyof typeof OUTCOMES]: Lowercase<K>;
 };
 
+/**
+ * report.lua's outcome code of a RATE_LIMITED report that is no load signal
+ * (`report(outcome, { load: false })`: an overload, a 529, headers showing
+ * requests and tokens remaining): the adaptive policy weighs it as the
+ * provider's background; a policy without a rule for it reads it as "r"
+ * (governor/protocol.py's BACKGROUND_REFUSAL).
+ */
+export const BACKGROUND_REFUSAL = "b" as const;
+
 /** report's outcome code for `outcome` (a name, any case); a ConfigError listing the names for anything else. */
 export function outcomeCode(outcome: unknown): (typeof OUTCOMES)[keyof typeof OUTCOMES] {
   const name = typeof outcome === "string" ? outcome.toUpperCase() : "";
@@ -357,8 +366,11 @@ export class Core {
     usage: Tokens | undefined,
     limits: Partial<Record<BudgetKind, [number | null, number | null]>> | undefined,
     refusalsCount = true,
+    load = true,
   ): Call<boolean> {
-    const code = outcomeCode(outcome);
+    const named = outcomeCode(outcome);
+    if (typeof load !== "boolean") throw new ConfigError(`load must be true or false (false: a refusal that is no load signal), got ${String(load)}`);
+    const code = named === OUTCOMES.RATE_LIMITED && !load ? BACKGROUND_REFUSAL : named;
     let ra = "";
     if (retryAfter !== undefined) {
       if (!Number.isFinite(retryAfter) || retryAfter < 0) throw new ConfigError(`retryAfter must be finite seconds >= 0, got ${retryAfter}`);
@@ -371,7 +383,7 @@ export class Core {
       if (limit !== null || remaining !== null) figures.push(kind, `${limit ?? ""},${remaining ?? ""}`);
     }
     // '0': the provider does not count a refused call against its limits (its reservation given back)
-    const refused = code === OUTCOMES.RATE_LIMITED && !refusalsCount ? "0" : "";
+    const refused = named === OUTCOMES.RATE_LIMITED && !refusalsCount ? "0" : "";
     let budgetArgs: string[] = [usage === undefined ? "" : `${usage.input},${usage.output}`, refused, ...figures];
     if (budgetArgs.length === 2 && budgetArgs[0] === "" && budgetArgs[1] === "") budgetArgs = []; // the common report
     const args = [code, ra, leaseId ?? "", fence === undefined ? "" : String(fence), release && leaseId !== undefined ? "1" : "0", ...budgetArgs];

@@ -150,6 +150,7 @@ async function track(gov: Governor, lease: Lease, response: Response): Promise<R
       ...(c.retryAfter === undefined ? {} : { retryAfter: c.retryAfter }),
       headers: response.headers,
       description: c.description,
+      ...(c.load === false ? { load: false } : {}),
     });
     return response;
   }

@@ -169,6 +169,13 @@ export interface ReportOptions {
   headers?: Headers | Record<string, string | string[] | undefined>;
   /** whether the provider counts a refused (rate-limited) call against its limits (default true: its reservation is spent) */
   refusalsCount?: boolean;
+  /**
+   * whether a rate-limited outcome is a load signal (default true). false: an
+   * overload, a 529, a refusal whose headers show requests and tokens
+   * remaining; the adaptive policy neither cuts for it nor holds the fleet
+   * (its retryAfter holds only its caller)
+   */
+  load?: boolean;
 }
 
 /** What reserveSpend took: settle it once. */
@@ -461,7 +468,7 @@ export class Governor {
     }
     const releasing = release && lease !== undefined && !lease.released;
     // built before the lease is touched: a bad outcome or retryAfter throws with the lease still held
-    const call = this.core.report(outcome, options.retryAfter, leaseId, fence, releasing, options.usage, readLimits(options.headers), options.refusalsCount ?? true);
+    const call = this.core.report(outcome, options.retryAfter, leaseId, fence, releasing, options.usage, readLimits(options.headers), options.refusalsCount ?? true, options.load ?? true);
     if (releasing) {
       lease.markReleased();
       this.background.dropLease(lease);

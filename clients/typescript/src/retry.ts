@@ -9,7 +9,7 @@ import {
 } from "./generated.js";
 import { AcquireTimeout, GovernorError, GovernorUnavailable, LeaseLost, QuotaExhausted } from "./errors.js";
 import type { Outcome, Tokens } from "./core.js";
-import type { Governor, Lease, ReportOptions } from "./governor.js";
+import { readLimits, type Governor, type Lease, type ReportOptions } from "./governor.js";
 
 export interface RetryPolicy {
   maxAttempts?: number;
@@ -25,6 +25,13 @@ export interface Classification {
   /** seconds the provider asked to wait */
   readonly retryAfter: number | undefined;
   readonly description: string;
+  /**
+   * (rate_limited only) whether the refusal is a load signal: this fleet's
+   * traffic over a limit (default true). false: an overload (503, 529, an
+   * overloaded error) or headers showing requests and tokens remaining; the
+   * adaptive policy neither cuts for it nor holds the fleet
+   */
+  readonly load?: boolean;
 }
 
 /** What became of a call that returned: reported as `outcome` (rate_limited is retried). */
@@ -34,6 +41,8 @@ export interface Verdict {
   readonly usage?: Tokens;
   readonly headers?: ReportOptions["headers"];
   readonly description?: string;
+  /** (rate_limited only) whether the refusal is a load signal (Classification.load) */
+  readonly load?: boolean;
 }
 
 export interface CallOptions<T> {
@@ -112,6 +121,23 @@ function errorFields(body: unknown): ErrorFields {
   return out;
 }
 
+/** HTTP statuses and error names of a refusal that is no load signal: an overload (governor/profiles' overload_statuses, overload_names). */
+const OVERLOAD_STATUSES: readonly number[] = [503, 529];
+const OVERLOAD_NAMES: readonly string[] = ["overloaded", "overloaded_error"];
+
+/**
+ * Whether a throttle is a load signal (Profile.load_signal): not an overload,
+ * and not a refusal whose headers show requests and tokens (or input tokens)
+ * remaining, both announced and above zero.
+ */
+export function loadSignal(status: number | undefined, names: ReadonlySet<string>, headers?: HeaderBag): boolean {
+  if ((status !== undefined && OVERLOAD_STATUSES.includes(status)) || [...names].some((n) => OVERLOAD_NAMES.includes(n))) return false;
+  const limits = headers === undefined || headers === null ? undefined : readLimits(headers as ReportOptions["headers"]);
+  const requests = limits?.requests?.[1] ?? null;
+  const tokens = limits?.tokens?.[1] ?? limits?.input_tokens?.[1] ?? null;
+  return !(requests !== null && requests > 0 && tokens !== null && tokens > 0);
+}
+
 /** Classify a failed HTTP exchange: status, headers, body (governor.classify.classify_http). */
 export function classifyHttp(status: number | undefined, headers?: HeaderBag, body?: unknown): Classification {
   const fields = errorFields(body);
@@ -122,7 +148,7 @@ export function classifyHttp(status: number | undefined, headers?: HeaderBag, bo
   if (quota) return { outcome: "quota_exhausted", retryAfter: undefined, description };
   let throttled = status === 429 || status === 529 || [...names].some((n) => (RATE_LIMIT_CODES as readonly string[]).includes(n));
   if (status === 503 && (fields.detail === undefined || (RATE_LIMIT_CODES as readonly string[]).includes(fields.detail))) throttled = true;
-  if (throttled) return { outcome: "rate_limited", retryAfter: parseRetryAfter(headers), description };
+  if (throttled) return { outcome: "rate_limited", retryAfter: parseRetryAfter(headers), description, load: loadSignal(status, names, headers) };
   return { outcome: "error", retryAfter: undefined, description };
 }
 
@@ -220,7 +246,7 @@ export async function callWithRetry<T>(gov: Governor, fn: (lease: Lease) => Prom
           throw error;
         }
         retryAfter = verdict.retryAfter === undefined ? undefined : Math.min(verdict.retryAfter, policy.maxRetryAfter);
-        await report(gov, lease, "rate_limited", retryAfter === undefined ? {} : { retryAfter });
+        await report(gov, lease, "rate_limited", { ...(retryAfter === undefined ? {} : { retryAfter }), ...(verdict.load === false ? { load: false } : {}) });
         last = { error };
         again = true;
         handedOver = true; // reported and released
@@ -236,6 +262,7 @@ export async function callWithRetry<T>(gov: Governor, fn: (lease: Lease) => Prom
       if (retryAfter !== undefined) extra.retryAfter = retryAfter;
       if (verdict.usage !== undefined) extra.usage = verdict.usage;
       if (verdict.headers !== undefined) extra.headers = verdict.headers;
+      if (verdict.load === false) extra.load = false;
       await report(gov, lease, verdict.outcome, extra);
       handedOver = true;
       if (verdict.outcome !== "rate_limited") return result;

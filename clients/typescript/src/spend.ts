@@ -2,16 +2,17 @@
  * Spend budgets (governor/spend.py): dollars per window for the fleet and
  * per tenant, reserved before a call and settled after it by the library's
  * spend function, the same as the Python client's. This client computes
- * rolling windows and calendar windows (day, ISO week, month) in UTC; a
- * calendar window in another time zone is the Python client's
- * (zoneinfo) and is refused here.
+ * rolling windows and calendar windows (day, ISO week, month) in a named
+ * time zone (UTC by default; "day@America/Los_Angeles"), their boundaries
+ * the Python client's (zoneinfo) for the same instant: both checked
+ * against tests/conformance/calendar.json.
  */
 import { ConfigError, SpendExhausted } from "./errors.js";
 
 /** A dollar budget, as governor.spend.SpendBudget. */
 export interface SpendBudget {
   readonly name: string;
-  /** "10m", "1h", "30s" (rolling, 10 slots), or "day", "week", "month" (UTC) */
+  /** "10m", "1h", "30s" (rolling, 10 slots), or "day", "week", "month" in UTC or "day@Europe/Paris" (an IANA zone) */
   readonly window: string;
   /** dollars per window for the fleet (undefined: no fleet limit) */
   readonly limit?: number;
@@ -36,35 +37,99 @@ function micros(what: string, dollars: number): number {
   return Math.floor(Math.round(dollars * 1e12) / 1e6);
 }
 
-/** The start of the UTC calendar window holding `t` (ms), and the next window's. */
-function calendar(kind: string, t: number): [number, number] {
-  const d = new Date(t);
-  const y = d.getUTCFullYear(), m = d.getUTCMonth(), day = d.getUTCDate();
-  if (kind === "day") {
-    const start = Date.UTC(y, m, day);
-    return [start, start + DAY_MS];
+const ZONE = /^[A-Za-z][A-Za-z0-9_+-]*(?:\/[A-Za-z0-9_+-]+)*$/;
+const formats = new Map<string, Intl.DateTimeFormat>();
+
+/** The formatter of wall-clock fields in `zone`; a ConfigError for a zone that is no IANA name. */
+function wallClock(zone: string): Intl.DateTimeFormat {
+  let format = formats.get(zone);
+  if (format === undefined) {
+    const unknown = new ConfigError(`time zone ${JSON.stringify(zone)} is unknown: use an IANA name such as UTC or America/Los_Angeles`);
+    if (!ZONE.test(zone)) throw unknown;
+    try {
+      format = new Intl.DateTimeFormat("en-US", {
+        timeZone: zone, hourCycle: "h23", year: "numeric", month: "numeric", day: "numeric", hour: "numeric", minute: "numeric", second: "numeric",
+      });
+    } catch {
+      throw unknown;
+    }
+    // Intl reads names in any case; zoneinfo (the Python client) only as spelled: "europe/paris" is no zone there
+    const resolved = format.resolvedOptions().timeZone;
+    if (resolved !== zone && resolved.toLowerCase() === zone.toLowerCase()) throw unknown;
+    formats.set(zone, format);
   }
-  if (kind === "week") {
-    const start = Date.UTC(y, m, day) - ((d.getUTCDay() + 6) % 7) * DAY_MS; // ISO: from Monday
-    return [start, start + 7 * DAY_MS];
-  }
-  return [Date.UTC(y, m, 1), Date.UTC(y, m + 1, 1)];
+  return format;
+}
+
+/** The wall clock in `zone` at instant `t` (ms), as if it were UTC: ms of the same fields (seconds resolution). */
+function wall(zone: string, t: number): number {
+  const f: Record<string, number> = {};
+  for (const part of wallClock(zone).formatToParts(new Date(t))) if (part.type !== "literal") f[part.type] = Number(part.value);
+  return Date.UTC(f["year"]!, f["month"]! - 1, f["day"]!, f["hour"]!, f["minute"]!, f["second"]!);
+}
+
+/** `zone`'s offset from UTC at instant `t` (ms). */
+function offset(zone: string, t: number): number {
+  const whole = Math.floor(t / 1000) * 1000;
+  return wall(zone, whole) - whole;
+}
+
+/**
+ * The instant of wall time `local` (ms of its fields as if UTC) in `zone`,
+ * as Python's zoneinfo reads it (fold 0): a repeated time is its first
+ * occurrence; a skipped one is read with the offset before the change
+ * (the moment of the change, for a skipped midnight).
+ */
+function instant(zone: string, local: number): number {
+  const before = offset(zone, local - DAY_MS);
+  const after = offset(zone, local + DAY_MS);
+  const valid = [before, after].map((o) => local - o).filter((t) => offset(zone, t) === local - t);
+  return valid.length > 0 ? Math.min(...valid) : local - before;
+}
+
+/** The start (a civil date: ms of its midnight as if UTC) of the `kind` window holding civil date `date`. */
+function windowStart(kind: string, date: number): number {
+  const d = new Date(date);
+  if (kind === "day") return date;
+  if (kind === "week") return date - ((d.getUTCDay() + 6) % 7) * DAY_MS; // ISO: from Monday
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+}
+
+/** The start of the window after the one starting at civil date `start`. */
+function windowNext(kind: string, start: number): number {
+  if (kind === "day") return start + DAY_MS;
+  if (kind === "week") return start + 7 * DAY_MS;
+  const d = new Date(start);
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+}
+
+/**
+ * A calendar window's starts around instant `t` (ms) in `zone`: the
+ * previous window's, the current one's, the next one's and the one after
+ * (governor.spend.Window.boundaries), so a script whose clock is up to a
+ * window away finds its own.
+ */
+export function calendarBoundaries(kind: "day" | "week" | "month", zone: string, t: number): [number, number, number, number] {
+  const local = wall(zone, t);
+  const start = windowStart(kind, local - (((local % DAY_MS) + DAY_MS) % DAY_MS));
+  const before = windowStart(kind, start - DAY_MS);
+  const next = windowNext(kind, start);
+  const after = windowNext(kind, next);
+  return [instant(zone, before), instant(zone, start), instant(zone, next), instant(zone, after)];
 }
 
 /** The window's label and its script form at `nowMs` (governor.spend.Window.label and spec). */
 export function windowArgs(window: string, nowMs: number): [label: string, spec: string] {
-  const [kind, zone] = window.trim().split("@");
+  const text = window.trim();
+  const at = text.indexOf("@");
+  const [kind, given] = at < 0 ? [text, undefined] : [text.slice(0, at), text.slice(at + 1)];
   if (kind === "day" || kind === "week" || kind === "month") {
-    if (zone !== undefined && zone !== "UTC") {
-      throw new ConfigError(`window ${JSON.stringify(window)}: this client computes calendar windows in UTC only; use the Python client for time zone ${zone}`);
-    }
-    const [start, next] = calendar(kind, nowMs);
-    const [before] = calendar(kind, start - 1);
-    const [, after] = calendar(kind, next);
-    return [`${kind}@UTC`, `c:${before}:${start}:${next}:${after}`];
+    const zone = given === undefined || given === "" ? "UTC" : given;
+    return [`${kind}@${zone}`, `c:${calendarBoundaries(kind, zone, nowMs).join(":")}`];
   }
+  const zone = given;
   const found = DURATION.exec(kind ?? "");
-  if (found === null || zone !== undefined) throw new ConfigError(`window ${JSON.stringify(window)}: use a duration ('10m', '1h', '30s') or day, week, month`);
+  if (found === null || zone !== undefined) throw new ConfigError(`window ${JSON.stringify(window)}: use a duration ('10m', '1h', '30s') or day, week, month[@zone]`);
   const length = Math.round(Number(found[1]) * UNITS[found[2]!]! * 1000);
   if (length < 1000 || length > 31 * DAY_MS || length % SLOTS !== 0) throw new ConfigError(`window ${window}: a rolling window lasts 1 s to 31 days, in whole ms per slot`);
   return [`rolling:${length}:${SLOTS}`, `r:${length / SLOTS}:${SLOTS}`];

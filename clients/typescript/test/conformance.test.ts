@@ -19,7 +19,7 @@ interface Described {
   priority?: string | null; tenant?: string | null; leases?: [string, string, string][]; ids?: string[];
   outcome?: Outcome; retry_after?: number | null; lease?: string | null; fence?: number | null; release?: boolean;
   usage?: [number, number] | null; limits?: Record<string, [number | null, number | null]>;
-  reason?: string; duration?: number | null; n?: number;
+  reason?: string; duration?: number | null; n?: number; load?: boolean;
   tenant_weights?: Record<string, number> | null; default_weight?: number | null; aging?: number | null | "unchanged";
   tenant_caps?: Record<string, number> | null; reserve?: number | null; with_config?: boolean;
 }
@@ -68,7 +68,7 @@ function build(core: Core, op: Operation, d: Described): Call<unknown> | null {
     case "refresh":
       return core.refresh(d.ids!);
     case "report":
-      return core.report(d.outcome!, u(d.retry_after), u(d.lease), u(d.fence), d.release ?? false, tokens(d.usage), d.limits as never);
+      return core.report(d.outcome!, u(d.retry_after), u(d.lease), u(d.fence), d.release ?? false, tokens(d.usage), d.limits as never, true, d.load ?? true);
     case "status":
     case "probe":
       return core.status(op);

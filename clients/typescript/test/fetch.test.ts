@@ -16,6 +16,7 @@ let redis: PrivateRedis;
 let server: Server;
 let base = "";
 let throttleNext = 0;
+let overloadNext = 0;
 const seen: { path: string; body: Record<string, unknown> }[] = [];
 let releaseStream: (() => void) | null = null;
 
@@ -34,6 +35,12 @@ async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> 
     throttleNext -= 1;
     res.writeHead(429, { "content-type": "application/json", "retry-after-ms": "30" });
     res.end(JSON.stringify({ error: { type: "rate_limit_error", code: "rate_limit_exceeded", message: "slow down" } }));
+    return;
+  }
+  if (overloadNext > 0) {
+    overloadNext -= 1;
+    res.writeHead(529, { "content-type": "application/json", "retry-after-ms": "30" });
+    res.end(JSON.stringify({ type: "error", error: { type: "overloaded_error", message: "Overloaded" } }));
     return;
   }
   const anthropic = req.url?.includes("/messages") === true;
@@ -97,6 +104,24 @@ test("openai: a 429 is retried by the governed fetch after its Retry-After", asy
     assert.equal(status.windowAttempts, 2);
     assert.equal(status.windowRateLimited, 1);
     assert.equal(status.inFlight, 0);
+  } finally {
+    await gov.close();
+  }
+});
+
+test("anthropic: a 529 overload is retried, reported as no load signal: no cut, no refusal of the window", async () => {
+  const gov = Governor.fromUrl(redis.url, uniqueName("fetch"), { policy: "adaptive", restartHold: false, maxCapacity: 8 });
+  try {
+    const start = (await gov.status()).capacity;
+    const client = new Anthropic({ apiKey: "k", baseURL: base, maxRetries: 0, fetch: governedFetch(gov) });
+    overloadNext = 1;
+    const message = await client.messages.create({ model: "x", max_tokens: 50, messages: [{ role: "user", content: "hello" }] });
+    assert.equal(message.content[0]?.type, "text");
+    const status = await gov.status();
+    assert.equal(status.windowAttempts, 2, "the overloaded call and its retry");
+    assert.equal(status.windowRateLimited, 0, "an overload is no refusal of this fleet's window");
+    assert.ok(status.capacity >= start, `and no cut (${start} -> ${status.capacity})`);
+    assert.equal(status.notBefore, null, "nor a fleet hold");
   } finally {
     await gov.close();
   }

@@ -135,6 +135,18 @@ test("a rate-limited report with retryAfter holds the fleet", async () => {
   await again.release();
 });
 
+test("call() reports an overloaded provider (a 529) as no load signal: the adaptive policy does not count it against the fleet", async () => {
+  const gov = governor({ policy: "adaptive", maxCapacity: 8 });
+  let calls = 0;
+  await gov.call(async () => {
+    calls += 1;
+    if (calls < 2) throw Object.assign(new Error("529 Overloaded"), { status: 529, headers: { "retry-after-ms": "20" }, error: { type: "error", error: { type: "overloaded_error", message: "Overloaded" } } });
+    return {};
+  }, { retry: { maxAttempts: 3 } });
+  const status = await gov.status();
+  assert.deepEqual([calls, status.windowAttempts, status.windowRateLimited, status.notBefore], [2, 2, 0, null]);
+});
+
 test("call() retries a throttled call after its Retry-After and reports each outcome", async () => {
   const gov = governor({ maxCapacity: 2 });
   let calls = 0;
@@ -222,4 +234,30 @@ test("report takes an outcome by name, as Python spells it or lower-cased; anyth
   assert.equal(status.inFlight, 0);
   assert.equal(status.windowAttempts, 4);
   assert.equal(status.windowRateLimited, 2);
+});
+
+test("a refusal that is no load signal (load: false) neither cuts capacity nor holds the fleet; a plain one does", async () => {
+  const clock = { now: 1_000_000 };
+  const gov = governor({ policy: "adaptive", maxCapacity: 8, clock: () => clock.now });
+  const start = (await gov.status()).capacity;
+  assert.ok(start >= 2, `the adaptive policy starts at ${start}`);
+  const [a, b] = [await gov.acquire(), await gov.acquire()];
+  await gov.report(Outcome.RATE_LIMITED, { lease: a, release: true, retryAfter: 4, load: false });
+  const quiet = await gov.status();
+  assert.equal(quiet.capacity, start, "no cut for a refusal that is no load signal");
+  assert.equal(quiet.notBefore, null, "no fleet hold for it");
+  assert.equal(quiet.windowRateLimited, 0, "not a refusal of the window");
+  await gov.report(Outcome.RATE_LIMITED, { lease: b, release: true, retryAfter: 4 });
+  const cut = await gov.status();
+  assert.ok(cut.capacity < start, `a load signal cuts (${start} -> ${cut.capacity})`);
+  assert.equal(cut.notBefore, clock.now + 4, "and holds the fleet for its retry-after");
+});
+
+test("report's load is validated: a boolean", async () => {
+  const gov = governor();
+  const lease = await gov.acquire();
+  await assert.rejects(gov.report(Outcome.RATE_LIMITED, { lease, load: "no" as unknown as boolean }), (e: unknown) => e instanceof ConfigError && /load must be true or false/.test(e.message));
+  assert.equal(lease.released, false, "a bad load throws with the lease still held");
+  await gov.report(Outcome.SUCCESS, { lease, release: true, load: false }); // only a refusal has a load signal
+  assert.equal((await gov.status()).windowAttempts, 1);
 });

@@ -28,13 +28,14 @@ function governor(clock: { now: number }): Governor {
   return gov;
 }
 
-test("calendar windows in UTC and rolling windows have the Python client's arguments", () => {
+test("calendar windows and rolling windows have the Python client's arguments", () => {
   const now = NOON * 1000;
   assert.deepEqual(windowArgs("day", now), ["day@UTC", `c:${Date.UTC(2026, 11, 6)}:${Date.UTC(2026, 11, 7)}:${Date.UTC(2026, 11, 8)}:${Date.UTC(2026, 11, 9)}`]);
   assert.equal(windowArgs("week", now)[1].split(":")[2], String(Date.UTC(2026, 11, 7)));
   assert.equal(windowArgs("month", Date.UTC(2026, 11, 31, 23))[1].split(":")[3], String(Date.UTC(2027, 0, 1)));
   assert.deepEqual(windowArgs("10m", now), ["rolling:600000:10", "r:60000:10"]);
-  assert.throws(() => windowArgs("day@America/Los_Angeles", now), ConfigError);
+  assert.equal(windowArgs("day@America/Los_Angeles", now)[0], "day@America/Los_Angeles");
+  assert.throws(() => windowArgs("day@Mars/Olympus_Mons", now), (e: unknown) => e instanceof ConfigError && /time zone "Mars\/Olympus_Mons" is unknown/.test(e.message));
   assert.deepEqual(budgetsArgs([{ name: "daily", window: "day", limit: 1.5, tenants: { b: 0.25, a: 1 } }], now).slice(0, 4), ["1", "daily", "1500000", "a=1000000,b=250000"]);
 });
 
