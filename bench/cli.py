@@ -1049,7 +1049,7 @@ def churn_command(
     click.echo(f"command: {_command_line()}")
 
 
-# COMMANDS: those `python -m bench` and the main CLI (governor.cli.SIM_COMMANDS) offer.
+# COMMANDS: those `python -m bench` offers (sim_group, below).
 COMMANDS = (
     demo_command,
     bench_command,
