@@ -43,6 +43,8 @@ Reply
   {SCHEMA, 'missing'}   no such governor: run init.lua, then call again
 ]]
 
+-- The arguments, checked. Out: outcome, retry_after (ms or nil), lease and
+-- fence (or nil), release, usage (or nil), refusals, limits (the figures).
 local outcome = ARGV[3]
 if outcome ~= 's' and outcome ~= 'r' and outcome ~= 'e' and outcome ~= 'q' and outcome ~= 'b' then
   fail('BADARG', 'outcome must be s, r, e, q or b, got ' .. tostring(outcome))
@@ -77,12 +79,18 @@ for i = 10, #ARGV, 2 do
   limits[#limits + 1] = {kind, limit, remaining}
 end
 -- step: the clock and the state
+-- In: the arguments. Out: STATE (REPORT's fields, or the 'missing' reply)
+-- and `waiting`: callers are queued (or parked), so the call may grant.
 clock()
 if not load(REPORT) then return missing_reply() end
 -- reads: they tell the queue's and parked's types (parked holds waiters only while caps are set)
 local waiting = redis.call('ZCARD', KEY.queue) > 0 or (STATE.capped == 1 and redis.call('ZCARD', KEY.parked) > 0)
 -- step: the read plan
-local policy, quiet = the_policy(outcome)  -- its config and state: nothing is read after the first write
+-- In: outcome, limits, waiting. Out: `policy` (its config and state),
+-- `quiet` (a quiet success: the policy looks at no count), every field
+-- the later steps use (nothing is read after the first write), and
+-- `head`, the queue's head when it is read now.
+local policy, quiet = the_policy(outcome)
 if outcome == 'b' and not policy.background then outcome = 'r' end  -- no rule for it: a refusal as any
 -- A quiet success (the policy's common case) with nothing due and no
 -- figures to calibrate writes no log and reads no more config (the keys'
@@ -107,44 +115,51 @@ for i = 1, #limits do
 end
 keep_alive()
 -- With callers queued and nothing due that could change the queue before
--- the grant (reclaim, aging, a parked waiter back: caps), its head, the
--- head's deadline and record are read now: grant() starts from them, and
--- the reads tell the waiters' and holders' types.
-local head, deadline, head_record
+-- the grant (reclaim, aging, a parked waiter back: caps), the head is read
+-- now: grant() starts from it, and the reads tell the waiters' and
+-- holders' types. head (nil: not read; grant() reads it itself):
+--   entry     its ZRANGE reply (id, score)
+--   deadline  its score in waiters
+--   record    its holder record, as stored
+local head = nil
 if waiting and queue_settled() and STATE.capped == 0 then
-  head = redis.call('ZRANGE', KEY.queue, '0', '0', 'WITHSCORES')
-  deadline = redis.call('ZSCORE', KEY.waiters, head[1])
-  head_record = redis.call('HGET', KEY.holders, head[1])
+  head = {entry = redis.call('ZRANGE', KEY.queue, '0', '0', 'WITHSCORES')}
+  head.deadline = redis.call('ZSCORE', KEY.waiters, head.entry[1])
+  head.record = redis.call('HGET', KEY.holders, head.entry[1])
 end
 -- step: the lease
+-- In: lease, release, usage, quiet, waiting, head. Out: `the_lease`, what
+-- the call found of the reporting lease (the later steps read it), or the
+-- call ends here ('lost') when the lease is no longer live:
+--   settles  its reservation is settled by the usage (budgets are on)
+--   counted  held counts it and a release takes it out (caps on, held there)
+--   record   its holder record, parsed: read when it settles or is counted
+--   back     how it goes back when a release is asked (nil: not asked, or
+--            given back already):
+--     'first'   a quiet success with nobody waiting, its record unread: it
+--               goes first, its HDEL the call's first write (telling
+--               holders' type): a quiet success changes nothing a lease
+--               given back first could change
+--     'record'  with its holder record (read, or a head read: holders'
+--               type told; or HEXISTS found one)
+--     'bare'    without (HEXISTS found none: a queued id keeps its place)
 -- Types: the hashes were read; the zsets are read below before any write
 -- (ZCARD queue, ZSCORE leases when a lease reports, ZCOUNT in window(), or TYPE),
 -- holders by HEXISTS (or, a quiet success giving a live lease back, by
 -- HDEL, its first write); events, waiters and (with no lease) leases guarded.
--- The lease's holder record is read when its reservation is settled, or
--- when it is given back while held counts leases (caps, a reserve).
-local settles = lease and usage and #active_budgets() > 0
-local counted = release and STATE.capped == 1 and redis.call('EXISTS', KEY.held) == 1  -- held counts only then
-if counted then guard(KEY.held) end
-local lease_record = nil
-if settles or counted then lease_record = record_parse(redis.call('HGET', KEY.holders, lease)) end
--- How the lease goes back, when a release is asked (back; nil: not
--- asked, or given back already):
---   'first'   a quiet success with nobody waiting, its record unread: it
---             goes first, its HDEL the call's first write (telling
---             holders' type): a quiet success changes nothing a lease given
---             back first could change
---   'record'  with its holder record (read, or a head read: holders' type
---             told; or HEXISTS found one)
---   'bare'    without (HEXISTS found none: a queued id keeps its place)
-local back = nil
+local the_lease = {settles = lease and usage and #active_budgets() > 0}
+the_lease.counted = release and STATE.capped == 1 and redis.call('EXISTS', KEY.held) == 1  -- held counts only then
+if the_lease.counted then guard(KEY.held) end
+if the_lease.settles or the_lease.counted then
+  the_lease.record = record_parse(redis.call('HGET', KEY.holders, lease))
+end
 if release then
-  if quiet and lease_record == nil and not waiting then
-    back = 'first'
-  elseif lease_record ~= nil or head ~= nil or redis.call('HEXISTS', KEY.holders, lease) == 1 then
-    back = 'record'
+  if quiet and the_lease.record == nil and not waiting then
+    the_lease.back = 'first'
+  elseif the_lease.record ~= nil or head ~= nil or redis.call('HEXISTS', KEY.holders, lease) == 1 then
+    the_lease.back = 'record'
   else
-    back = 'bare'
+    the_lease.back = 'bare'
   end
 end
 
@@ -153,15 +168,15 @@ end
 -- first: its own (a queued id has none in leases), and HDEL, the call's
 -- first write, tells holders' type.
 local function give_back()
-  if back == 'first' then
+  if the_lease.back == 'first' then
     redis.call('HDEL', KEY.holders, lease)
-    back = 'bare'
+    the_lease.back = 'bare'
   end
-  if back and redis.call('ZREM', KEY.leases, lease) == 1 then
-    if back == 'record' then redis.call('HDEL', KEY.holders, lease) end
-    if counted then held_remove(lease_record, waiting) end
+  if the_lease.back and redis.call('ZREM', KEY.leases, lease) == 1 then
+    if the_lease.back == 'record' then redis.call('HDEL', KEY.holders, lease) end
+    if the_lease.counted then held_remove(the_lease.record, waiting) end
   end
-  back = nil
+  the_lease.back = nil
 end
 
 if lease then
@@ -169,7 +184,9 @@ if lease then
   if not expiry or expiry <= NOW then
     if waiting then guard_grant(false, KEY.waiters, KEY.holders) end  -- (and what grant() adds)
     -- (not live: HEXISTS says whether it has a record; a queued id keeps its place)
-    if back == 'first' then back = redis.call('HEXISTS', KEY.holders, lease) == 1 and 'record' or 'bare' end
+    if the_lease.back == 'first' then
+      the_lease.back = redis.call('HEXISTS', KEY.holders, lease) == 1 and 'record' or 'bare'
+    end
     give_back()
     if waiting then grant() end  -- its tenant's first parked waiter may be back in the queue
     return finish({SCHEMA, 'lost'})
@@ -177,6 +194,9 @@ if lease then
 end
 
 -- step: the window
+-- In: quiet, outcome, lease, release, waiting, head. Out: the window's
+-- counts for the policy (`rate_limited`, `total`; `fresh`: its key is
+-- new), and every key the writes may touch checked (guarded).
 -- (A quiet success's policy looks at no count: TYPE says whether the
 -- window's key is new, and its type.)
 local rate_limited, total, fresh
@@ -196,7 +216,10 @@ elseif waiting then
   if not release then guard(KEY.holders) end  -- grant() reads the head's record (else HEXISTS told)
 end
 -- step: the writes
-if back == 'first' then give_back() end  -- (a quiet success, nobody waiting: none of the guards above ran)
+-- In: all of the above. Out: the outcome recorded (the policy, a hold, a
+-- quota), the lease's reservation settled and the budgets calibrated, the
+-- lease given back, the queue granted; the 'reported' reply.
+if the_lease.back == 'first' then give_back() end  -- (a quiet success, nobody waiting: none of the guards above ran)
 reclaim()
 if outcome == 'q' then
   set('state', 'quota_exhausted', STATE.quota_exhausted + 1)
@@ -222,7 +245,9 @@ else
     end
   end
 end
-if settles and lease_record then settle(lease_record.tokens, usage, (outcome == 'r' or outcome == 'b') and refusals ~= '0') end
+if the_lease.settles and the_lease.record then
+  settle(the_lease.record.tokens, usage, (outcome == 'r' or outcome == 'b') and refusals ~= '0')
+end
 local announced = outcome == 'r' and {} or nil  -- (a refusal's) the kinds whose remaining the provider told
 for i = 1, #limits do
   local figures = limits[i]
@@ -231,5 +256,5 @@ for i = 1, #limits do
 end
 if outcome == 'r' then refused(announced) end  -- a refusal is information, not a refund
 give_back()
-if head then grant(nil, head, deadline, head_record) elseif waiting then grant() end
+if head then grant(nil, head.entry, head.deadline, head.record) elseif waiting then grant() end
 return finish({SCHEMA, 'reported'})
