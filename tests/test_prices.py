@@ -138,7 +138,7 @@ def test_the_tiers_the_table_prices_for_the_supported_providers(genai_prices: An
             for variant in model.price_variants or ():
                 seen.add(tuple(sorted(variant.when.items())))
     assert seen - known == set(), "the price table prices tiers the book does not name"
-    # And the tiers the issue names are priced for someone.
+    # And the tiers providers sell are priced for someone.
     assert {("speed", "fast"), ("service_tier", "flex"), ("service_tier", "priority"), ("processing", "batch")} <= {
         item for context in seen for item in context
     }
