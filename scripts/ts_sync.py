@@ -136,6 +136,7 @@ def generated() -> str:
         _const("MAX_CLASSES", protocol.MAX_CLASSES, "at most this many priority classes"),
         _const("SENTINEL", protocol.SENTINEL, "the entry leases and holders keep; never a lease id"),
         _const("OUTCOMES", {o.name: o.value for o in protocol.Outcome}, "report.lua's outcome codes"),
+        _const("BACKGROUND_REFUSAL", protocol.BACKGROUND_REFUSAL, "the code of a refusal, no load signal"),
         _const("BUDGET_KINDS", list(BUDGET_KINDS), "the token-bucket budget kinds, in report's limits order"),
         _const(
             "CONFIG_DEFAULTS",
@@ -185,6 +186,8 @@ def generated() -> str:
         _const("QUOTA_CODES", sorted(profiles.Profile.quota_names), "error codes and types: the account cannot pay"),
         _const("QUOTA_PHRASES", list(profiles.Profile.quota_phrases), "billing errors sent as prose (lower-cased)"),
         _const("RATE_LIMIT_CODES", sorted(profiles.Profile.throttle_names), "error codes: throttled or overloaded"),
+        _const("OVERLOAD_NAMES", sorted(profiles.Profile.overload_names), "error types of an overload: no load signal"),
+        _const("OVERLOAD_STATUSES", sorted(profiles.Profile.overload_statuses), "an overload's statuses"),
         _const(
             "HEADER_FIGURES",
             {name: [kind, what] for name, (kind, what, _) in headers.FIGURES.items() if what != "reset"},

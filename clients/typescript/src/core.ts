@@ -3,7 +3,7 @@
  * docs/protocol.md describes them (the Python package's governor/core.py).
  */
 import { randomBytes } from "node:crypto";
-import { BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, OUTCOMES, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY } from "./generated.js";
+import { BACKGROUND_REFUSAL, BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, OUTCOMES, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY } from "./generated.js";
 import { ConfigError, CostTooLarge, StateError } from "./errors.js";
 import { budgetsArgs, spendExhausted, type SpendBudget } from "./spend.js";
 import { readStatus, type Status } from "./status.js";
@@ -156,10 +156,9 @@ export const Outcome = Object.freeze(Object.fromEntries(Object.keys(OUTCOMES).ma
  * report.lua's outcome code of a RATE_LIMITED report that is no load signal
  * (`report(outcome, { load: false })`: an overload, a 529, headers showing
  * requests and tokens remaining): the adaptive policy weighs it as the
- * provider's background; a policy without a rule for it reads it as "r"
- * (governor/protocol.py's BACKGROUND_REFUSAL).
+ * provider's background; a policy without a rule for it reads it as "r".
  */
-export const BACKGROUND_REFUSAL = "b" as const;
+export { BACKGROUND_REFUSAL };
 
 /** report's outcome code for `outcome` (a name, any case); a ConfigError listing the names for anything else. */
 export function outcomeCode(outcome: unknown): (typeof OUTCOMES)[keyof typeof OUTCOMES] {

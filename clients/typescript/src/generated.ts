@@ -233,6 +233,9 @@ export const OUTCOMES = {
   "QUOTA_EXHAUSTED": "q"
 } as const;
 
+/** the code of a refusal, no load signal */
+export const BACKGROUND_REFUSAL = "b" as const;
+
 /** the token-bucket budget kinds, in report's limits order */
 export const BUDGET_KINDS = [
   "requests",
@@ -547,6 +550,18 @@ export const RATE_LIMIT_CODES = [
   "overloaded_error",
   "rate_limit_error",
   "rate_limit_exceeded"
+] as const;
+
+/** error types of an overload: no load signal */
+export const OVERLOAD_NAMES = [
+  "overloaded",
+  "overloaded_error"
+] as const;
+
+/** an overload's statuses */
+export const OVERLOAD_STATUSES = [
+  503,
+  529
 ] as const;
 
 /** rate-limit headers read into report's limits: name -> [budget kind, 'limit' | 'remaining'] */

@@ -5,7 +5,7 @@
  * governor/backoff.py and governor/classify.py, with their tables.
  */
 import {
-  QUOTA_CODES, QUOTA_PHRASES, RATE_LIMIT_CODES, RETRY_AFTER_HEADERS, RETRY_AFTER_LIMIT, RETRY_DEFAULTS,
+  OVERLOAD_NAMES, OVERLOAD_STATUSES, QUOTA_CODES, QUOTA_PHRASES, RATE_LIMIT_CODES, RETRY_AFTER_HEADERS, RETRY_AFTER_LIMIT, RETRY_DEFAULTS,
 } from "./generated.js";
 import { AcquireTimeout, GovernorError, GovernorUnavailable, LeaseLost, QuotaExhausted } from "./errors.js";
 import type { Outcome, Tokens } from "./core.js";
@@ -121,17 +121,13 @@ function errorFields(body: unknown): ErrorFields {
   return out;
 }
 
-/** HTTP statuses and error names of a refusal that is no load signal: an overload (governor/profiles' overload_statuses, overload_names). */
-const OVERLOAD_STATUSES: readonly number[] = [503, 529];
-const OVERLOAD_NAMES: readonly string[] = ["overloaded", "overloaded_error"];
-
 /**
  * Whether a throttle is a load signal (Profile.load_signal): not an overload,
  * and not a refusal whose headers show requests and tokens (or input tokens)
  * remaining, both announced and above zero.
  */
 export function loadSignal(status: number | undefined, names: ReadonlySet<string>, headers?: HeaderBag): boolean {
-  if ((status !== undefined && OVERLOAD_STATUSES.includes(status)) || [...names].some((n) => OVERLOAD_NAMES.includes(n))) return false;
+  if ((status !== undefined && (OVERLOAD_STATUSES as readonly number[]).includes(status)) || [...names].some((n) => (OVERLOAD_NAMES as readonly string[]).includes(n))) return false;
   const limits = headers === undefined || headers === null ? undefined : readLimits(headers as ReportOptions["headers"]);
   const requests = limits?.requests?.[1] ?? null;
   const tokens = limits?.tokens?.[1] ?? limits?.input_tokens?.[1] ?? null;
