@@ -31,6 +31,7 @@ import functools
 import importlib.util
 import os
 import platform
+import random
 import re
 import shutil
 import signal
@@ -148,11 +149,40 @@ def redis_server_binary() -> str | None:
     return found.path if found is not None else None
 
 
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_floor() -> int:
+    """The lowest port the kernel hands to outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A loopback TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback TCP port nobody listens on right now, and one no other
+    call of this process has handed out.
+
+    A server binds its port some time after it is picked, so the port is
+    taken from below the kernel's ephemeral range: there no outgoing
+    connection (a client's, a cluster bus link's) can take it meanwhile, and
+    the kernel, asked for any port, could hand out one just released.
+    """
+    floor = _ephemeral_floor()
+    low = max(1024, floor - 12000)
+    for _ in range(200):
+        port = random.randrange(low, floor)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in {low}-{floor - 1} after 200 tries")
 
 
 def valgrind_missing() -> str | None:
