@@ -9,11 +9,10 @@ Time comes from the injected clock when one is given, else from Redis ``TIME``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
-import os
 import secrets
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -48,6 +47,7 @@ from .replies import (
     Renewed,
     Status,
     _Unset,
+    holder_label,
 )
 from .spend import spend_answer, spend_args
 
@@ -150,28 +150,6 @@ _CHANGED_BY = {
     "": "`configure()` of a client with the config to store (it stores it whole and resets what the policy learnt)",
 }
 
-#: (process id, label) of the last default_holder(): a forked child makes its own
-_default_holder = (-1, "")
-
-
-def default_holder() -> str:
-    """The holder label when none is given: host name and process id (the
-    host name is asked for once per process, not on every acquire)."""
-    global _default_holder
-    pid = os.getpid()
-    if _default_holder[0] != pid:
-        _default_holder = (pid, f"{socket.gethostname()}/{pid}")
-    return _default_holder[1]
-
-
-def holder_label(holder: str | None) -> str:
-    """``holder`` checked (at most 200 bytes), or this host's and process's label for None."""
-    if holder is None:
-        return default_holder()
-    if not isinstance(holder, str) or len(holder.encode()) > 200:
-        raise ConfigError(f"holder must be a string of at most 200 bytes, got {holder!r}")
-    return holder
-
 
 class GovernorCore:
     """Arguments and replies of every operation, for one governor."""
@@ -194,6 +172,8 @@ class GovernorCore:
         self.fence_floor = 0
         #: the longest lease TTL the state recorded lately (ms): a state this client re-creates holds that long
         self.ttl_max_ms = ms(config.lease_ttl)
+        #: local time of the last acquire that announced the lease TTL (None: none yet)
+        self.announced_at: float | None = None
         #: local time of the last reply that showed the state existed
         self.last_seen: float | None = None
         #: the stored config as init.lua last answered it (name, value pairs):
@@ -377,14 +357,21 @@ class GovernorCore:
             raise ConfigError("a try_acquire takes a new lease id (fresh=True)")
         mode = ("wait" if fresh else "again") if wait else "try"
         reserve_arg = "" if ask.tokens.total == 0 else ask.tokens.arg()
+        # the lease TTL is announced at most once a third of it (the state counts an announcement
+        # for twice the TTL): an acquire between announcements reads nothing of it
+        now = self.local_now()
+        announce = self.announced_at is None or now - self.announced_at >= self.config.lease_ttl / 3
         args = (lease_id, ask.holder, self._ttl_ms, self._queue_ttl_ms, mode, reserve_arg, *ask.place.args())
-        return self._call("acquire", args, self._parse_acquire, confirm=True)
+        parse = functools.partial(self._parse_acquire, now if announce else None)
+        return self._call("acquire", (*args, "1" if announce else "0"), parse, confirm=True)
 
-    def _parse_acquire(self, reply: Any) -> Granted | Queued | Denied | Missing:
+    def _parse_acquire(self, announced: float | None, reply: Any) -> Granted | Queued | Denied | Missing:
         kind, rest = _check_reply(reply, self.name)
         if kind == "missing":
             return MISSING
         self._seen()
+        if announced is not None:
+            self.announced_at = announced
         if kind in ("granted", "queued", "denied", "refused"):
             self._saw_ttl(rest[-1])  # the longest lease TTL, last in each
         if kind == "granted":
@@ -694,4 +681,6 @@ class GovernorCore:
         wake = Wake.parse(text(data))
         for fence in wake.grants.values():
             self._saw_fence(fence)
+        if wake.ttl_max is not None:
+            self._saw_ttl(wake.ttl_max)
         return wake

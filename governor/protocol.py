@@ -322,8 +322,8 @@ STATE_ORIGIN: dict[str, Kind] = {
     "hold_until": COUNT,  #: ms: the recovery hold's end (0: none); not_before covers it too
     "hold_reason": TEXT,  #: why the recovery hold runs ('' none)
     #: ms: the longest lease TTL its clients announced lately: in the current period and
-    #: the one before (a period lasts ttl_max: a TTL counts for at least its own length
-    #: after its last announcement, then decays)
+    #: the one before (a period lasts twice ttl_max: a TTL counts for at least twice its
+    #: own length after its last announcement, then decays)
     "ttl_max": LEASE_TTL,
     "ttl_cur": LEASE_TTL,  #: ms: the longest lease TTL announced in the current period
     "ttl_since": COUNT,  #: ms: when the current period started
@@ -527,9 +527,11 @@ STATUS_FIELDS: tuple[str, ...] = (
 
 #: wake message words after the epoch: "id:fence" grants, "@ms" ask again
 #: in ms (a hold or timed pause keeps queued callers out), "!config" the
-#: stored config changed; the epoch alone announces a new state
+#: stored config changed, "~ms" the longest lease TTL announced rose to ms;
+#: the epoch alone announces a new state
 WAKE_RETRY = "@"
 WAKE_CONFIG = "!config"
+WAKE_TTL = "~"
 
 
 @dataclass(frozen=True)
@@ -542,20 +544,24 @@ class Wake:
     retry_in: float | None = None
     #: an operator changed the stored config (set-max, reset): learn it anew
     config_changed: bool = False
+    #: ms: the longest lease TTL announced rose to this (None: not told)
+    ttl_max: int | None = None
 
     @classmethod
     def parse(cls, data: str) -> Wake:
         words = data.split()
         grants: dict[str, int] = {}
-        retry_in = None
+        retry_in = ttl_max = None
         config_changed = False
         for word in words[1:]:
             if word.startswith(WAKE_RETRY) and word[1:].isdigit():
                 retry_in = int(word[1:]) / 1000
             elif word == WAKE_CONFIG:
                 config_changed = True
+            elif word.startswith(WAKE_TTL) and word[1:].isdigit():
+                ttl_max = int(word[1:])
             else:
                 lease_id, _, fence = word.rpartition(":")
                 if lease_id and fence.isdigit():
                     grants[lease_id] = int(fence)
-        return cls(words[0] if words else "", grants, retry_in, config_changed)
+        return cls(words[0] if words else "", grants, retry_in, config_changed, ttl_max)

@@ -7,11 +7,14 @@ script call as the facades run it (:class:`Call`). Values only: the core
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from .budgets import Budget, Tokens
+from .errors import ConfigError
 from .protocol import SCHEMA_VERSION
 
 R = TypeVar("R", covariant=True)
@@ -38,6 +41,29 @@ class Place:
     def args(self) -> tuple[str, str, str]:
         """acquire.lua's ARGV[9..11]."""
         return (str(self.rank), self.tenant, str(self.weight))
+
+
+#: (process id, label) of the last default_holder(): a forked child makes its own
+_default_holder = (-1, "")
+
+
+def default_holder() -> str:
+    """The holder label when none is given: host name and process id (the
+    host name is asked for once per process, not on every acquire)."""
+    global _default_holder
+    pid = os.getpid()
+    if _default_holder[0] != pid:
+        _default_holder = (pid, f"{socket.gethostname()}/{pid}")
+    return _default_holder[1]
+
+
+def holder_label(holder: str | None) -> str:
+    """``holder`` checked (at most 200 bytes), or this host's and process's label for None."""
+    if holder is None:
+        return default_holder()
+    if not isinstance(holder, str) or len(holder.encode()) > 200:
+        raise ConfigError(f"holder must be a string of at most 200 bytes, got {holder!r}")
+    return holder
 
 
 @dataclass(frozen=True)

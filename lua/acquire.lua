@@ -21,6 +21,8 @@ ARGV
   ARGV[9] rank          int 0..6      the caller's priority class (0: the highest)
   ARGV[10] tenant       string        whose share it counts in, 1-64 of [A-Za-z0-9-_.:]
   ARGV[11] weight       int 1..1000   the tenant's weight (GovernorConfig.weight_of)
+  ARGV[12] announce     '1' | '0'     '1': the call announces the lease TTL (ttl_max); '0': the
+                        client announced it less than a third of it ago (absent: '1')
 Reply
   {SCHEMA, 'granted', fence, remaining_ms, epoch, ttl_max}     remaining_ms: what the lease has left
   {SCHEMA, 'queued', position, reason, hint_ms, epoch, ttl_max}   (wait, again)
@@ -29,7 +31,8 @@ Reply
                                   it can never be admitted (any mode)
   ttl_max: the longest lease TTL clients announced lately (ms, the caller's
   included: lib/origin.lua note_ttl), so that every client knows how long a
-  state it re-creates must hold
+  state it re-creates must hold; '' when the call does not announce (a rise
+  reaches listening clients on the wake channel)
   {SCHEMA, 'missing'}    no such governor: run init.lua, then call again
   position counts from 0 (a waiter parked at its tenant's cap: -1)
   length); hint_ms > 0 is when asking again may pay off; reason is the
@@ -48,18 +51,32 @@ if mode ~= 'wait' and mode ~= 'again' and mode ~= 'try' then
 end
 local tokens = arg_tokens(8, 'tokens')
 local place = arg_place(9)
+local announce = ARGV[12] ~= '0'
+if ARGV[12] and ARGV[12] ~= '0' and ARGV[12] ~= '1' then
+  fail('BADARG', 'announce must be 1 or 0, got ' .. tostring(ARGV[12]))
+end
 -- step: the clock and the state
 clock()
 -- Live waiters (dead ones never count) first: when callers wait, what a
 -- newcomer joining them reads of the state comes with the admission's
 -- fields, in one HMGET. (No waiters key, or no governor: 0.)
 local waiting = redis.call('ZCOUNT', KEY.waiters, LIVE, '+inf')
-if not load(waiting > 0 and PREPARE_READS.admit[place.rank + 1] or ADMIT) then return missing_reply() end
+if not load(waiting > 0 and PREPARE_READS.admit[place.rank + 1] or ADMIT, announce) then return missing_reply() end
 -- The reserve and the tenants' caps are in the admission rule: read while
 -- caps or a reserve are set (capped), or while the budgets' rule asks a tenant's cap.
 if STATE.capped ~= 0 or STATE.budgets ~= '' then caps_config() end
 keep_alive()
-note_ttl(ttl)  -- the caller is alive: its TTL counts, and it learns the longest (every reply)
+-- The caller is alive: its TTL counts, and an announcing caller learns the
+-- longest (a rise is published to every listening client: note_ttl); one
+-- that announced lately has it counted still (its grant below need not
+-- announce it).
+local ttl_max = ''
+if announce then
+  note_ttl(ttl)
+  ttl_max = STATE.ttl_max
+else
+  CALL.ttl_noted = ttl
+end
 if not redis.call('ZRANK', KEY.leases, SENTINEL) then
   -- leases lost while the state stayed: found before anything is admitted (lib/origin.lua)
   prepare()
@@ -79,7 +96,7 @@ if mode == 'again' then
   if expiry and expiry > NOW then
     local holder_record = record_parse(redis.call('HGET', KEY.holders, id))
     return finish({SCHEMA, 'granted', (holder_record and holder_record.fence or 0), expiry - NOW, STATE.epoch,
-      STATE.ttl_max})
+      ttl_max})
   end
   in_queue = redis.call('ZRANK', KEY.queue, id) ~= false or redis.call('ZRANK', KEY.parked, id) ~= false
 end
@@ -96,7 +113,7 @@ if impossible then
     if STATE.aging_due > 0 then redis.call('ZREM', KEY.aging, id) end
     redis.call('HDEL', KEY.holders, id)
   end
-  return finish({SCHEMA, 'refused', impossible, STATE.epoch, STATE.ttl_max})
+  return finish({SCHEMA, 'refused', impossible, STATE.epoch, ttl_max})
 end
 
 -- step: a new lease, or a place in the queue
@@ -114,10 +131,10 @@ else
       read_more('config', 'log_length')
       guard(KEY.events)
     end
-    return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens, place), ttl, STATE.epoch, STATE.ttl_max})
+    return finish({SCHEMA, 'granted', add_lease(id, ttl, holder, tokens, place), ttl, STATE.epoch, ttl_max})
   end
   if mode == 'try' then
-    return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, STATE.epoch, STATE.ttl_max})
+    return finish({SCHEMA, 'denied', reason or 'earlier callers are queued', hint, STATE.epoch, ttl_max})
   end
   prepare(true, place.rank, waiting > 0)  -- (a first waiter creates the queue: the idle time)
   -- waiters was read by ZCOUNT, leases by blocked() when it counted them,
@@ -140,10 +157,10 @@ local granted = nil
 if not (ruled and reason and hint == 0 and alike()) or (STATE.aging_due > 0 and NOW >= STATE.aging_due) then
   granted = grant(id)
   if granted[id] then
-    return finish({SCHEMA, 'granted', granted[id], ttl, STATE.epoch, STATE.ttl_max})
+    return finish({SCHEMA, 'granted', granted[id], ttl, STATE.epoch, ttl_max})
   end
 end
 -- (what the rule said still holds unless grant() admitted somebody)
 if not ruled or (granted and next(granted) ~= nil) then reason, hint = blocked(tokens, place) end
 local position = redis.call('ZRANK', KEY.queue, id) or -1  -- parked at its tenant's cap: -1
-return finish({SCHEMA, 'queued', position, reason or 'behind earlier waiters', hint, STATE.epoch, STATE.ttl_max})
+return finish({SCHEMA, 'queued', position, reason or 'behind earlier waiters', hint, STATE.epoch, ttl_max})

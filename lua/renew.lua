@@ -38,7 +38,7 @@ for i = 4, #ARGV, WIDTH do
 end
 -- step: the state
 clock()
-if not load(WRITE) then return missing_reply() end
+if not load(WRITE, true) then return missing_reply() end
 keep_alive()
 
 -- Read every lease first; a batch that adopts or drops a lease touches

@@ -217,6 +217,8 @@ def section_wake() -> str:
             "refresh its waiters after ms (+1) |",
             f"| `<epoch> {protocol.WAKE_CONFIG}` | an operator changed the stored config | read the `config` "
             "hash again (HGETALL): the classes, weights and the config a lost state is re-created from |",
+            f"| `<epoch> {protocol.WAKE_TTL}<ms>` | a client announced a lease TTL longer than any before (ttl_max) "
+            "| remember it: a lost state it re-creates holds that long |",
             "",
             "Words of one message may mix grants; a client ignores a word it does not know.",
         ]

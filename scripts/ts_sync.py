@@ -132,6 +132,7 @@ def generated() -> str:
         _const("STATUS_FIELDS", list(protocol.STATUS_FIELDS), "the fields of a status reply, in order"),
         _const("WAKE_RETRY", protocol.WAKE_RETRY, "a wake word '@<ms>': ask again in ms"),
         _const("WAKE_CONFIG", protocol.WAKE_CONFIG, "the wake word: the stored config changed"),
+        _const("WAKE_TTL", protocol.WAKE_TTL, "a wake word '~<ms>': the longest lease TTL announced rose to ms"),
         _const("DEFAULT_TENANT", protocol.DEFAULT_TENANT, "the tenant of a caller that names none"),
         _const("MAX_CLASSES", protocol.MAX_CLASSES, "at most this many priority classes"),
         _const("SENTINEL", protocol.SENTINEL, "the entry leases and holders keep; never a lease id"),

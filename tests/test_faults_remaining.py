@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from governor import Governor, GovernorConfig, LeaseLost, Outcome, protocol
+from governor.core import Queued, new_id
 from governor.errors import ConfigError, LeaseReported, StateError
 from governor.scripts import function_name
 
@@ -247,9 +248,10 @@ def test_the_longest_lease_ttl_decays_when_no_client_announces_it(
 ) -> None:
     """A one-off client of lease_ttl 3600 took and gave back one lease.
     Before: ttl_max stayed 3600 s for good, and a restart held a fleet of
-    3 s leases for 3,597 s. Now a TTL counts for at least its own length
-    after its last announcement (a holder cut off then may believe that
-    long) and at most twice: the fleet's next calls after that find 3 s, its
+    3 s leases for 3,597 s. Now a TTL counts for at least twice its own
+    length after its last announcement (a holder cut off then may believe
+    in a lease granted up to a third of it later, announced then or not)
+    and at most four times: the fleet's next calls after that find 3 s, its
     client learns it, and the hold after a loss is 3 s."""
     fleet = make_gov(
         GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=3.0, poll=0.2, queue_ttl=1.0), clock=clock
@@ -264,7 +266,10 @@ def test_the_longest_lease_ttl_decays_when_no_client_announces_it(
     _cycle(fleet)  # the new period: a holder cut off 3 s ago may believe for 3597 s more
     assert fleet.status().ttl_max == 3600.0
     one_off.close()
-    clock.advance(3601.0)  # past its own length since it was last announced (at most twice): forgotten
+    clock.advance(3601.0)  # past its own length since it was last announced: still counted
+    _cycle(fleet)
+    assert fleet.status().ttl_max == 3600.0
+    clock.advance(7200.0)  # past twice its length since the period after it started: forgotten
     _cycle(fleet)
     assert fleet.status().ttl_max == 3.0
     sync_client.delete(*fleet.keys.keys)  # Redis restarted without persistence
@@ -278,6 +283,63 @@ def _cycle(gov: Governor) -> None:
     lease = gov.try_acquire()
     assert lease is not None
     lease.release()
+
+
+def test_a_lease_granted_between_announcements_is_counted_through(make_gov: Any, clock: FakeClock) -> None:
+    """A client announces its lease TTL at most once a third of it, so a
+    lease may be granted up to that long after its holder's last
+    announcement: the state counts a TTL for twice its length after the
+    announcement, and the longest TTL stays at least as long as any lease
+    lives, whatever periods shorter TTLs start meanwhile."""
+    holder = make_gov(GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=6.0), clock=clock)
+    fleet = make_gov(GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=1.5), clock=clock)
+    _cycle(holder)  # announced at 0: a period starts
+    clock.advance(5.9)
+    _cycle(holder)  # announced again, late in that period
+    clock.advance(0.1)
+    _cycle(fleet)  # at 6.0
+    clock.advance(1.8)
+    lease = holder.try_acquire()  # at 7.8: announced 1.9 s ago, less than a third of 6 s: not again
+    assert lease is not None
+    assert holder._core.announced_at == pytest.approx(clock() - 1.9)
+    for _ in range(6):  # until 13.8, when the lease ends: the fleet's short TTL starts periods
+        clock.advance(0.95)
+        _cycle(fleet)
+        assert fleet.status().ttl_max == 6.0, f"at {clock()} s the lease granted at 7.8 s lives until 13.8 s"
+    lease.release()
+
+
+def test_a_waiter_granted_after_a_long_wait_is_counted_through_its_lease(make_gov: Any, clock: FakeClock) -> None:
+    """A waiter's client announced its TTL at most a third of it before it
+    queued; granted after waiting more than half its TTL, the grant
+    announces it again: the longest TTL covers the lease to its end, though
+    the waiter's client made no call meanwhile and shorter TTLs started new
+    periods."""
+    fleet = make_gov(GovernorConfig(max_capacity=1, policy="fixed", lease_ttl=1.5), clock=clock)
+    waiter = make_gov(GovernorConfig(max_capacity=1, policy="fixed", lease_ttl=6.0, queue_ttl=60.0), clock=clock)
+    start = clock()
+    fleet.status()  # a period starts with 1.5 s
+    clock.advance(2.9)
+    _cycle(waiter)  # 6 s announced late in that period
+    clock.advance(0.1)
+    fleet.pause("nothing admitted until resumed")
+    clock.advance(1.8)
+    core = waiter._core
+    assert isinstance(waiter._execute(core.acquire(new_id(), core.ask("w"), wait=True)), Queued)
+    assert core.announced_at == pytest.approx(clock() - 1.9)  # queued without announcing
+    while clock() < start + 20.0:  # the fleet's short TTL starts periods meanwhile
+        clock.advance(1.0)
+        assert fleet.try_acquire() is None, f"paused, at {clock() - start:.1f} s"
+    fleet.resume()  # the waiter is granted: its holder may believe in it for 6 s from now
+    granted_at = clock()
+    st = fleet.status()
+    assert (st.in_flight, st.queued) == (1, 0), st
+    while clock() < granted_at + 5.9:
+        clock.advance(1.0)
+        lease = fleet.try_acquire()  # (announces the short TTL)
+        if lease is not None:
+            lease.release()
+        assert fleet.status().ttl_max == 6.0, f"{clock() - granted_at:.1f} s into a lease of 6 s"
 
 
 def test_a_ttl_a_holder_renews_keeps_counting(make_gov: Any, clock: FakeClock) -> None:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from governor import Governor, GovernorConfig
-from governor.core import default_holder
+from governor.replies import default_holder
 
 from .support.servers import wait_until
 

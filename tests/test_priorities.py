@@ -236,7 +236,7 @@ def test_the_script_refuses_a_tampered_place(make_gov: MakeGov, clock: FakeClock
     core = gov._core
     good = core.acquire(new_id(), core.ask("x"), wait=True)
     for bad, what in [(("7", "default", "1"), "rank"), (("0", "a|b", "1"), "tenant"), (("0", "a", "0"), "weight")]:
-        call = type(good)(good.script, (*good.args[:-3], *bad), good.parse)
+        call = type(good)(good.script, (*good.args[:-4], *bad, good.args[-1]), good.parse)  # (last: announce)
         with pytest.raises(GovernorError, match=what):
             gov._execute(call)
 

@@ -28,6 +28,7 @@ from governor.protocol import (
     STATUS_FIELDS,
     WAKE_CONFIG,
     WAKE_RETRY,
+    WAKE_TTL,
     HolderRecord,
     Outcome,
     Wake,
@@ -343,8 +344,9 @@ def _published() -> list[str]:
 def test_the_wake_words_are_the_protocols() -> None:
     messages = _published()
     words = {word for message in messages for word in re.findall(r"'([^']*)'", message)}
-    assert words == {" " + WAKE_RETRY, " " + WAKE_CONFIG, " "}, words  # ' ' joins the grants
+    assert words == {" " + WAKE_RETRY, " " + WAKE_CONFIG, " " + WAKE_TTL, " "}, words  # ' ' joins the grants
     assert any(m.startswith("STATE.epoch .. ' @' .. int(") for m in messages), messages
+    assert "STATE.epoch .. ' ~' .. int(STATE.ttl_max)" in messages
     assert "STATE.epoch .. ' !config'" in messages
     assert "epoch" in messages  # a new state: the epoch alone
     assert any("table.concat(words, ' ')" in m for m in messages)  # grants: id:fence words
@@ -385,6 +387,17 @@ def test_real_wake_messages_parse(make_gov: MakeGov, sync_client: Any) -> None:
         assert wake.epoch == epoch and set(wake.grants) == {waiter}
         record = HolderRecord.parse(text(sync_client.hget(gov.keys.holders, waiter)))
         assert record is not None and wake.grants[waiter] == record.fence
+        longer = make_gov(GovernorConfig(max_capacity=2, lease_ttl=90.0), clock=clock)
+        lease = longer.try_acquire()  # a TTL longer than any before (granted or not): told to every listener
+        wake = _next_wake(pubsub)
+        assert (wake.epoch, wake.ttl_max, wake.grants, wake.retry_in) == (epoch, 90_000, {}, None)
+        assert core.parse_wake(f"{epoch} {WAKE_TTL}90000") and core.ttl_max_ms == 90_000  # the client learns it
+        if lease is not None:
+            lease.release()
+        clock.advance(31)  # a third of its TTL later: it announces again, and nothing rose
+        longer.try_acquire()  # (granted or denied: either way announced)
+        assert longer._core.announced_at == clock.now
+        assert pubsub.get_message(timeout=0.2) is None
     finally:
         pubsub.close()
 

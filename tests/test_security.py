@@ -632,12 +632,16 @@ def test_malformed_ids_and_numbers_are_refused_by_every_script(real: redis.Redis
                 args[index] = bad
                 with pytest.raises(ConfigError, match="must be an integer"):
                     gov._connection.run(Call(call.script, tuple(args), call.parse))
-        acquire = core.acquire(new_id(), core.ask("h"), wait=True).args
+        acquire_call = core.acquire(new_id(), core.ask("h"), wait=True)
+        acquire, parse = acquire_call.args, acquire_call.parse
         for mode in ("", "WAIT", "fresh", "wait "):
             with pytest.raises(ConfigError, match="mode must be wait, again or try"):
-                gov._connection.run(Call("acquire", (*acquire[:6], mode), core._parse_acquire))
+                gov._connection.run(Call("acquire", (*acquire[:6], mode), parse))
         with pytest.raises(ConfigError, match="mode must be"):  # ARGV[7] missing
-            gov._connection.run(Call("acquire", acquire[:6], core._parse_acquire))
+            gov._connection.run(Call("acquire", acquire[:6], parse))
+        for announce in ("", "yes", "2"):
+            with pytest.raises(ConfigError, match="announce must be 1 or 0"):
+                gov._connection.run(Call("acquire", (*acquire[:11], announce), parse))
         with pytest.raises(ConfigError, match="outcome must be"):
             report = core.report(Outcome.SUCCESS, None, None)
             gov._connection.run(Call("report", (*report.args[:2], "x", "", "", "", "0"), core._parse_reported))

@@ -171,7 +171,6 @@ local function add_lease(id, ttl, holder, tokens, place, adopted)
   redis.call('ZADD', KEY.leases, int(NOW + ttl), id)
   if STATE.capped == 1 then held_add(place) end  -- (held counts leases only while caps or a reserve are set)
   STATE.fence = fence
-  note_ttl(ttl)  -- its holder is alive: its TTL counts (ttl_max, lib/origin.lua)
   if STATE.budgets == '' then  -- no budget active: concurrency alone
     CONCURRENCY.take(tokens)
     return fence, digits

@@ -133,6 +133,7 @@ local OPS = {}
 --   repairs field, stored string, value read: each stored field found out of range (lib/fields.lua)
 --   foreign why a read-only call found the state written by another server (lib/origin.lua)
 --   ttl_noted the longest lease TTL the call announced (note_ttl of lib/origin.lua)
+--   ttl_rose  the call raised ttl_max: finish() announces it
 local CALL = {}
 local NOW, NOW_S, LIVE, CHANNEL
 local READ_ONLY     -- the call may not write (status.lua sets it): a state that came back is only reported

@@ -307,11 +307,14 @@ local function missing_reply()
   return {SCHEMA, 'missing'}
 end
 
--- Push the expiry of created keys, write the changed fields, reply.
+-- Push the expiry of created keys, write the changed fields, announce a
+-- longer lease TTL than any before (note_ttl of lib/origin.lua: the wake
+-- word '~<ms>'), reply.
 local function finish(reply)
   if CREATED then
     for key in pairs(CREATED) do redis.call('PEXPIRE', key, CONFIG.idle_ms) end
   end
   save()
+  if CALL.ttl_rose then redis.call('PUBLISH', CHANNEL, STATE.epoch .. ' ~' .. int(STATE.ttl_max)) end
   return reply
 end

@@ -117,13 +117,18 @@ local function hold_admissions(length, why)
   if until_ms > (STATE.not_before or 0) then set('state', 'not_before', until_ms) end
 end
 
--- A client alive now announces its lease TTL (init.lua; add_lease of
--- lib/admission.lua: a lease granted or adopted; renew.lua). ttl_max is the
+-- A client alive now announces its lease TTL: init.lua, renew.lua (its
+-- holders are alive), acquire.lua when the client asks (it announces at
+-- most once a third of its TTL: the calls between read nothing of it), and
+-- grant() of lib/queue.lua for a waiter that waited long. ttl_max is the
 -- longest announced in the current period (ttl_cur, since ttl_since) and
--- the one before; a period lasts ttl_max, so a TTL counts for at least its
--- own length after its last announcement (as long as a holder cut off
--- then may believe in its lease), then decays to what clients still
--- announce. Its reads never fail (a step after the call's first write).
+-- the one before; a period lasts twice ttl_max, so a TTL counts for at
+-- least twice its own length after its last announcement: through the
+-- lease of a holder that announced up to a third of its TTL before it was
+-- granted (as long as a holder cut off then may believe in its lease),
+-- then it decays to what clients still announce. `CALL.ttl_noted` is the
+-- longest TTL this call counted already. Its reads never fail (a step
+-- after the call's first write).
 local function note_ttl(ttl)
   if (CALL.ttl_noted or 0) >= ttl then return end
   CALL.ttl_noted = ttl
@@ -132,14 +137,19 @@ local function note_ttl(ttl)
     if STATE.ttl_max == nil then STATE.ttl_max = tonumber(raw[1]) or 0 end
     STATE.ttl_cur, STATE.ttl_since = tonumber(raw[2]) or 0, tonumber(raw[3]) or 0
   end
-  if NOW >= STATE.ttl_since + STATE.ttl_max then  -- a new period: the one before it is forgotten
+  local before = STATE.ttl_max
+  if NOW >= STATE.ttl_since + 2 * before then  -- a new period: the one before it is forgotten
     set('state', 'ttl_max', math.max(STATE.ttl_cur, ttl))
     set('state', 'ttl_cur', ttl)
     set('state', 'ttl_since', NOW)
   else
     if ttl > STATE.ttl_cur then set('state', 'ttl_cur', ttl) end
-    if ttl > STATE.ttl_max then set('state', 'ttl_max', ttl) end
+    if ttl > before then set('state', 'ttl_max', ttl) end
   end
+  -- Longer than any client knew: listening clients learn it when the call
+  -- finishes (an acquire tells it only when it announces), so that a
+  -- client that re-creates a lost state holds long enough (finish()).
+  if STATE.ttl_max > before then CALL.ttl_rose = true end
 end
 
 -- Why admissions are held (STATE.not_before is after NOW), with the end.
@@ -243,15 +253,24 @@ local function check_origin(raw)
 end
 
 -- The state: `fields`, a list whose first is 'epoch' (it tells whether
--- the state exists), read with its origin stamp in the same HMGET. Nil
--- when the governor does not exist. A stamp other than this server's
--- goes to check_origin (a layout this client may not use fails; a state
--- that came back is handled as a loss), after the fields are read.
-local function load(fields)
+-- the state exists), read with its origin stamp in the same HMGET; with
+-- `ttls` (a call that announces a lease TTL: note_ttl), the TTLs announced
+-- too (a state of an older layout lacks them: read without a check, 0): a
+-- command more would cost a call far more than its fields. Nil when the
+-- governor does not exist. A stamp other than this server's goes to
+-- check_origin (a layout this client may not use fails; a state that came
+-- back is handled as a loss), after the fields are read.
+local function load(fields, ttls)
   STATE = nil
   fields_of('state')
-  local raw = redis.call('HMGET', KEY.state, 'origin', unpack(fields))
-  if not raw[2] then
+  local raw, at
+  if ttls then
+    raw, at = redis.call('HMGET', KEY.state, 'origin', 'ttl_max', 'ttl_cur', 'ttl_since', unpack(fields)), 4
+    STATE.ttl_max, STATE.ttl_cur, STATE.ttl_since = tonumber(raw[2]) or 0, tonumber(raw[3]) or 0, tonumber(raw[4]) or 0
+  else
+    raw, at = redis.call('HMGET', KEY.state, 'origin', unpack(fields)), 1
+  end
+  if not raw[at + 1] then
     if redis.call('EXISTS', KEY.state) == 0 then
       STATE = nil
       return nil
@@ -260,7 +279,7 @@ local function load(fields)
     if schema and tonumber(schema) ~= SCHEMA then fail('SCHEMA', schema .. ' (this client speaks ' .. SCHEMA .. ')') end
   end
   for i = 1, #fields do
-    local field, r = fields[i], raw[i + 1]
+    local field, r = fields[i], raw[i + at]
     local seen = r and CHECKED[field]
     STATE[field] = seen and seen[r] or checked(field, r)
   end

@@ -1,7 +1,7 @@
 --[[ lib/queue.lua: the queue: enqueue, aging, grants.
 
 Uses lib/common.lua, lib/numbers.lua, lib/args.lua, lib/fields.lua, lib/decisions.lua,
-lib/records.lua, lib/budgets.lua, lib/shares.lua, lib/admission.lua.
+lib/records.lua, lib/budgets.lua, lib/shares.lua, lib/origin.lua, lib/admission.lua.
 Defines: enqueue, guard_grant, age, grant.
 
 The queue (governor.protocol.QUEUE_BAND): a waiter's score is band *
@@ -162,6 +162,11 @@ local function grant(caller, read_head, read_deadline, read_record)
         redis.call('PUBLISH', CHANNEL, STATE.epoch .. ' @' .. 1)  -- ask again now
         skipped = skipped + 1
       elseif deadline and deadline > NOW and holder_record then
+        -- Its client announced its TTL at most a third of it before it
+        -- queued (note_ttl of lib/origin.lua), counted for twice the TTL:
+        -- through the lease when granted within half of it; a longer wait
+        -- announces it here.
+        if NOW - holder_record.since > holder_record.ttl / 2 then note_ttl(holder_record.ttl) end
         local fence, digits = add_lease(head, holder_record.ttl, holder_record.holder, holder_record.tokens,
           holder_record)
         granted[head] = fence

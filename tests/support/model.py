@@ -48,6 +48,7 @@ from governor.protocol import (
     QUEUE_BAND,
     SCHEMA_VERSION,
     SENTINEL,
+    WAKE_TTL,
     HolderRecord,
 )
 
@@ -139,8 +140,12 @@ class Model:
         if args[0] == "":
             raise ValueError("the model needs an injected clock (ARGV[1])")
         self.now = int(args[0])
+        self._ttl_noted = 0  # the longest lease TTL this call counted already
+        self._ttl_rose = False  # the call raised ttl_max
         handler = getattr(self, f"_op_{script}")
         reply: list[Any] = handler(args[2:])
+        if self._ttl_rose:
+            self.published.append(f"{self.S['epoch']} {WAKE_TTL}{self.S['ttl_max']}")
         return reply
 
     # -- the hashes -----------------------------------------------------------
@@ -552,15 +557,21 @@ class Model:
     def _note_ttl(self, ttl: int) -> None:
         """A client alive now announced its lease TTL: ttl_max is the longest of
         the current period (ttl_cur, from ttl_since) and the one before; a
-        period lasts ttl_max."""
+        period lasts twice ttl_max. A rise is announced on the wake channel when the call ends."""
+        if self._ttl_noted >= ttl:
+            return
+        self._ttl_noted = ttl
         S = self.S
-        if self.now >= S.get("ttl_since", 0) + S.get("ttl_max", 0):
+        before = S.get("ttl_max", 0)
+        if self.now >= S.get("ttl_since", 0) + 2 * before:
             S.update(ttl_max=max(S.get("ttl_cur", 0), ttl), ttl_cur=ttl, ttl_since=self.now)
         else:
             if ttl > S.get("ttl_cur", 0):
                 S["ttl_cur"] = ttl
-            if ttl > S.get("ttl_max", 0):
+            if ttl > before:
                 S["ttl_max"] = ttl
+        if S["ttl_max"] > before:
+            self._ttl_rose = True  # announced when the call finishes
 
     def _add_lease(
         self, lease_id: str, ttl: int, holder: str, tokens: Tokens = NO_TOKENS, place: tuple[int, str] = (0, "")
@@ -572,7 +583,6 @@ class Model:
         rank, tenant = place[0], place[1] or DEFAULT_TENANT
         record = HolderRecord(S["fence"], ttl, self.now, tokens.input, tokens.output, level, rank, tenant, holder)
         self.holders[lease_id] = record.format()
-        self._note_ttl(ttl)
         self._hold(rank, tenant)
         self._take(tokens)
         return int(S["fence"])
@@ -649,6 +659,8 @@ class Model:
                 self.published.append(f"{S['epoch']} @1")
                 skipped += 1
             elif deadline is not None and deadline > self.now and record is not None:
+                if self.now - record.since_ms > record.ttl_ms / 2:  # waited long: its TTL announced again
+                    self._note_ttl(record.ttl_ms)
                 if any(s < score for m, s in self.queue.items() if self.waiters.get(m, 0) > self.now):
                     raise ModelViolation(f"{head} granted ahead of a live waiter of a smaller score")
                 tag, place = score % QUEUE_BAND, (record.rank, record.tenant)
@@ -844,7 +856,14 @@ class Model:
             return [SCHEMA, "missing"]
         S = self.S
         self._keep_alive()
-        self._note_ttl(ttl)  # the caller is alive; every reply tells it the longest TTL
+        # the caller is alive: an announcing one has its TTL counted and learns the longest; one
+        # that announced less than a third of its TTL ago has it counted still
+        ttl_max: int | str = ""
+        if len(a) < 10 or a[9] != "0":
+            self._note_ttl(ttl)
+            ttl_max = S["ttl_max"]
+        else:
+            self._ttl_noted = ttl
         if S["capacity"] == 0:
             self._recover()  # paused: a pause whose time is up lifts here too
         in_queue = False
@@ -852,7 +871,7 @@ class Model:
             expiry = self.leases.get(lease_id)
             if expiry is not None and expiry > self.now:
                 record = self._record(lease_id)
-                return [SCHEMA, "granted", record.fence if record else 0, expiry - self.now, S["epoch"], S["ttl_max"]]
+                return [SCHEMA, "granted", record.fence if record else 0, expiry - self.now, S["epoch"], ttl_max]
             in_queue = lease_id in self.queue or lease_id in self.parked
         impossible = self.never(tokens)
         if impossible is not None:  # refused at once, whatever the mode; a queued id's place goes
@@ -862,7 +881,7 @@ class Model:
                 self.waiters.pop(lease_id, None)
                 self.aging.pop(lease_id, None)
                 self.holders.pop(lease_id, None)
-            return [SCHEMA, "refused", impossible, S["epoch"], S["ttl_max"]]
+            return [SCHEMA, "refused", impossible, S["epoch"], ttl_max]
         if in_queue:
             self.waiters[lease_id] = self.now + queue_ttl
         else:
@@ -874,17 +893,17 @@ class Model:
                     self._admit(lease_id, ttl, holder, tokens, (rank, tenant)),
                     ttl,
                     S["epoch"],
-                    S["ttl_max"],
+                    ttl_max,
                 ]
             if mode == "try":
-                return [SCHEMA, "denied", reason or "earlier callers are queued", str(hint), S["epoch"], S["ttl_max"]]
+                return [SCHEMA, "denied", reason or "earlier callers are queued", str(hint), S["epoch"], ttl_max]
             self._enqueue(lease_id, rank, tenant, weight)
             self.waiters[lease_id] = self.now + queue_ttl
             record = HolderRecord(0, ttl, self.now, tokens.input, tokens.output, 0, rank, tenant, holder)
             self.holders[lease_id] = record.format()
         granted = self._grant(lease_id)
         if lease_id in granted:
-            return [SCHEMA, "granted", granted[lease_id], ttl, S["epoch"], S["ttl_max"]]
+            return [SCHEMA, "granted", granted[lease_id], ttl, S["epoch"], ttl_max]
         reason, hint = self.blocked(tokens, Place(rank, tenant))
         return [
             SCHEMA,
@@ -893,7 +912,7 @@ class Model:
             reason or "behind earlier waiters",
             str(hint),
             S["epoch"],
-            S["ttl_max"],
+            ttl_max,
         ]
 
     def _rank(self, lease_id: str) -> int:

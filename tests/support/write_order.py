@@ -100,8 +100,12 @@ def witness(text: str) -> str:
     )
     text = _patch(
         text,
-        "local function load(fields)\n",
-        "local function load(fields)\n  field_checked(KEY.state, 'origin')\n"
+        "local function load(fields, ttls)\n",
+        "local function load(fields, ttls)\n  field_checked(KEY.state, 'origin')\n"
+        "  if ttls then\n"
+        "    field_checked(KEY.state, 'ttl_max') field_checked(KEY.state, 'ttl_cur')\n"
+        "    field_checked(KEY.state, 'ttl_since')\n"
+        "  end\n"
         "  for i = 1, #fields do field_checked(KEY.state, fields[i]) end\n",
     )
     text = _patch(

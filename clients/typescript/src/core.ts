@@ -3,7 +3,7 @@
  * docs/protocol.md describes them (the Python package's governor/core.py).
  */
 import { randomBytes } from "node:crypto";
-import { BACKGROUND_REFUSAL, BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, OUTCOMES, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY } from "./generated.js";
+import { BACKGROUND_REFUSAL, BUDGET_KINDS, DEFAULT_PREFIX, KEYS, LIBRARY_NAME, NOTICE_HOLD, OUTCOMES, SCHEMA_VERSION, WAKE_CONFIG, WAKE_RETRY, WAKE_TTL } from "./generated.js";
 import { ConfigError, CostTooLarge, StateError } from "./errors.js";
 import { budgetsArgs, spendExhausted, type SpendBudget } from "./spend.js";
 import { readStatus, type Status } from "./status.js";
@@ -114,6 +114,8 @@ export interface Wake {
   /** seconds until a hold that kept queued callers out ends */
   readonly retryIn: number | null;
   readonly configChanged: boolean;
+  /** ms: the longest lease TTL announced rose to this (null: not told) */
+  readonly ttlMax: number | null;
 }
 
 export function parseWake(data: string): Wake {
@@ -121,16 +123,18 @@ export function parseWake(data: string): Wake {
   const grants = new Map<string, number>();
   let retryIn: number | null = null;
   let configChanged = false;
+  let ttlMax: number | null = null;
   for (const word of words.slice(1)) {
     if (word.startsWith(WAKE_RETRY) && /^\d+$/.test(word.slice(1))) retryIn = Number(word.slice(1)) / 1000;
     else if (word === WAKE_CONFIG) configChanged = true;
+    else if (word.startsWith(WAKE_TTL) && /^\d+$/.test(word.slice(1))) ttlMax = Number(word.slice(1));
     else {
       const at = word.lastIndexOf(":");
       const fence = word.slice(at + 1);
       if (at > 0 && /^\d+$/.test(fence)) grants.set(word.slice(0, at), Number(fence));
     }
   }
-  return { epoch: words[0] ?? "", grants, retryIn, configChanged };
+  return { epoch: words[0] ?? "", grants, retryIn, configChanged, ttlMax };
 }
 
 function text(value: unknown): string {
@@ -179,6 +183,8 @@ export class Core {
   storedConfig: Record<string, string> | null = null;
   /** the longest lease TTL the state recorded (ms): a state this client re-creates holds that long */
   ttlMaxMs: number;
+  /** local time of the last acquire that announced the lease TTL (null: none yet) */
+  announcedAt: number | null = null;
   private readonly ttlMs: string;
   private readonly queueTtlMs: string;
 
@@ -189,7 +195,7 @@ export class Core {
     this.ttlMaxMs = ms(config.leaseTtl);
   }
 
-  private sawTtl(value: unknown): void {
+  sawTtl(value: unknown): void {
     const raw = text(value);
     // it follows the state (which forgets a TTL no client announced for a while), never below this client's own
     if (/^\d+$/.test(raw)) this.ttlMaxMs = Math.max(Number(raw), ms(this.config.leaseTtl));
@@ -268,11 +274,16 @@ export class Core {
   }
 
   acquire(id: string, holder: string, mode: "wait" | "again" | "try", tokens: Tokens, where: Place): Call<Granted | Queued | Denied> {
-    const args = [id, holder, this.ttlMs, this.queueTtlMs, mode, tokensArg(tokens), String(where.rank), where.tenant, String(where.weight)];
+    // the lease TTL is announced at most once a third of it (the state counts an announcement for
+    // twice the TTL): an acquire between announcements reads nothing of it
+    const now = this.localNow();
+    const announce = this.announcedAt === null || now - this.announcedAt >= this.config.leaseTtl / 3;
+    const args = [id, holder, this.ttlMs, this.queueTtlMs, mode, tokensArg(tokens), String(where.rank), where.tenant, String(where.weight), announce ? "1" : "0"];
     return this.call("acquire", args, (reply) => {
       const [kind, rest] = this.check(reply, "acquire");
       if (kind === "missing") return MISSING;
       this.seen();
+      if (announce) this.announcedAt = now;
       this.sawTtl(rest[rest.length - 1]); // the longest lease TTL, last in each reply
       if (kind === "granted") {
         const fence = int(rest[0]);

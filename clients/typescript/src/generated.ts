@@ -6,7 +6,7 @@
 export const SCHEMA_VERSION = 3 as const;
 
 /** the Functions library's name: the schema and its source's hash */
-export const LIBRARY_NAME = "governor_v3_cf799a46b945" as const;
+export const LIBRARY_NAME = "governor_v3_cafabdb49e6e" as const;
 
 /** the first part of every key */
 export const DEFAULT_PREFIX = "governor" as const;
@@ -215,6 +215,9 @@ export const WAKE_RETRY = "@" as const;
 
 /** the wake word: the stored config changed */
 export const WAKE_CONFIG = "!config" as const;
+
+/** a wake word '~<ms>': the longest lease TTL announced rose to ms */
+export const WAKE_TTL = "~" as const;
 
 /** the tenant of a caller that names none */
 export const DEFAULT_TENANT = "default" as const;

@@ -849,6 +849,7 @@ class Background {
   private dispatch(data: string): void {
     const wake = parseWake(data);
     for (const fence of wake.grants.values()) this.gov.core.sawFence(fence);
+    if (wake.ttlMax !== null) this.gov.core.sawTtl(String(wake.ttlMax));
     if (wake.configChanged) {
       this.learnConfig = true;
       this.schedule(0);
