@@ -1,9 +1,10 @@
-"""Spend through the governed transport: the real openai SDK calls a real
-HTTP provider (tests/test_transport.py's Provider); each request reserves
-the most its estimate can cost at the tier it asks for, and settles the
-usage at the tier that served it; a refusal is charged what the provider
-bills it (nothing); a request no budget can afford never reaches the
-provider."""
+"""Spend through the governed transport: the real openai SDK (and the
+anthropic and google-genai ones) calls a real HTTP provider
+(tests/test_transport.py's Provider); each request reserves the most its
+estimate can cost at the tier it asks for, and settles the usage at the tier
+that served it, its cached tokens at their own prices, streamed or not; a
+refusal is charged what the provider bills it (nothing); a request no budget
+can afford never reaches the provider."""
 
 from __future__ import annotations
 
@@ -368,3 +369,51 @@ def test_a_stream_is_charged_at_the_tier_that_served_it(make_gov: MakeGov, provi
 
     whole, streamed = charged_whole_then_streamed(gov, clock, call)
     assert streamed == whole == 1000 * 1 + 500 * 4  # flex's prices
+
+
+def gemini_answers(usage: dict[str, Any]) -> tuple[Answer, Answer]:
+    """The same usage in a generateContent answer read whole and in a stream (alt=sse: the last chunk's)."""
+
+    def chunk(text: str, figures: dict[str, Any]) -> dict[str, Any]:
+        content = {"parts": [{"text": text}], "role": "model"}
+        return {"candidates": [{"content": content, "index": 0}], "usageMetadata": figures, "modelVersion": "m"}
+
+    so_far = {"promptTokenCount": usage["promptTokenCount"], "totalTokenCount": usage["promptTokenCount"]}
+    events = tuple(f"data: {json.dumps(part)}\r\n\r\n" for part in (chunk("hel", so_far), chunk("lo", usage)))
+    return Answer(body=chunk("hello", usage)), Answer(events=events)
+
+
+def test_a_streamed_gemini_answer_is_charged_its_cached_content_as_one_read_whole(
+    make_gov: MakeGov, provider: Provider
+) -> None:
+    pytest.importorskip("google.genai")
+    from governor.providers import gemini_client
+
+    gov, clock = make(make_gov, prices=TABLE)
+    usage = {
+        "promptTokenCount": 3000,
+        "cachedContentTokenCount": 2000,
+        "candidatesTokenCount": 200,
+        "thoughtsTokenCount": 50,
+        "totalTokenCount": 3250,
+    }
+    provider.script(*gemini_answers(usage))
+
+    def call(stream: bool) -> None:
+        client = gemini_client(
+            governor=gov, retry=FAST, api_key="test", http_options={"base_url": provider.url, "api_version": "v1"}
+        )
+        try:
+            if not stream:
+                client.models.generate_content(model="gemini-2.5-flash", contents="hello")
+                return
+            chunks = list(client.models.generate_content_stream(model="gemini-2.5-flash", contents="hello"))
+            assert chunks[-1].usage_metadata is not None
+            assert chunks[-1].usage_metadata.cached_content_token_count == 2000
+        finally:
+            client.close()
+
+    whole, streamed = charged_whole_then_streamed(gov, clock, call)
+    expected = table_cost("google", "gemini-2.5-flash", Usage(3000, 250, cache_read_tokens=2000))
+    assert streamed == whole == expected
+    assert expected < table_cost("google", "gemini-2.5-flash", Usage(3000, 250))
