@@ -19,9 +19,9 @@ import httpx
 import openai
 import pytest
 
-from governor import ConfigError, Governor, GovernorConfig
+from governor import AsyncGovernor, ConfigError, Governor, GovernorConfig
 from governor.prices import MICROS, Price, PriceBook, Usage
-from governor.providers import anthropic_client, openai_client
+from governor.providers import anthropic_client, async_anthropic_client, openai_client
 from governor.spend import SpendBudget, SpendExhausted, read_lines
 from governor.transport import GovernedTransport
 
@@ -417,3 +417,19 @@ def test_a_streamed_gemini_answer_is_charged_its_cached_content_as_one_read_whol
     expected = table_cost("google", "gemini-2.5-flash", Usage(3000, 250, cache_read_tokens=2000))
     assert streamed == whole == expected
     assert expected < table_cost("google", "gemini-2.5-flash", Usage(3000, 250))
+
+
+async def test_an_asyncio_stream_is_charged_its_cache_reads_and_writes(
+    make_agov: Callable[..., AsyncGovernor], provider: Provider
+) -> None:
+    """The asyncio transport (the source of the sync one) settles a stream the same way."""
+    clock = FakeClock(NOON.timestamp())
+    config = GovernorConfig(restart_hold=False, spend=(SpendBudget("daily", "day", limit=10),), prices=TABLE)
+    gov = make_agov(config, clock=clock)
+    provider.script(anthropic_answers({**ANTHROPIC_CACHED, "output_tokens": 250}, {"output_tokens": 250})[1])
+    async with async_anthropic_client(governor=gov, retry=FAST, base_url=provider.url, api_key="test") as client:
+        async with client.messages.stream(model="claude-haiku-4-5", max_tokens=512, messages=MESSAGES) as events:
+            await events.get_final_message()
+    lines = read_lines(await gov.client.hgetall(gov.keys.spend), round(clock() * 1000))
+    usage = Usage(120 + 1500 + 4000, 250, cache_read_tokens=4000, cache_write_tokens=1500)
+    assert [(line.spent, line.reserved) for line in lines] == [(table_cost("anthropic", "claude-haiku-4-5", usage), 0)]
