@@ -17,7 +17,7 @@ import math
 import re
 import sys
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, cast
 
 from .budgets import Tokens
@@ -365,13 +365,21 @@ class Charge:
         self.charged += self._cost(usage, self.profile.served_tier(decoded, headers))
         self.tokens += usage.input_tokens + usage.output_tokens
 
-    def streamed(self, usage: Tokens | None, failed: bool) -> None:
-        """A stream that ended: its usage at the tier asked for (a stream's
-        cached tokens are not told apart: each input token at the input
-        price), else its reservation."""
+    def streamed(
+        self, usage: Tokens | None, failed: bool, reported: Mapping[str, Any] | None = None, headers: Any = None
+    ) -> None:
+        """A stream that ended: the usage it reported, priced as a response
+        read whole (``reported``, what :class:`~governor.streams.StreamUsage`
+        read it from: its cached tokens apart, at the tier that served it),
+        else its tokens at the input and output prices, else its reservation."""
         if usage is None:
             self.charged += self.most
             self.tokens += self.estimate
+            return
+        priced = self.profile.priced_usage(reported) if reported is not None else None
+        if priced is not None:
+            self.charged += self._cost(priced, self.profile.served_tier(reported, headers))
+            self.tokens += priced.input_tokens + priced.output_tokens
             return
         self.charged += self._cost(PricedUsage(input_tokens=usage.input, output_tokens=usage.output), None)
         self.tokens += usage.total

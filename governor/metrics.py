@@ -44,6 +44,8 @@ ADMISSION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30
 #: at most this many decision-log entries are read per governor per scrape
 EVENTS_PER_SCRAPE = 20_000
 _PAGE = 1000
+#: each spend budget unit (governor.spend.UNITS) and the suffix of its figures' metric names
+SPEND_UNITS = {"usd": "dollars", "requests": "requests", "tokens": "tokens"}
 #: tenants exported by name per governor (the most loaded: in flight + queued); the others are one series
 TOP_TENANTS = 10
 
@@ -314,13 +316,24 @@ class GovernorCollector:
             labels=label,
         )
         spend_labels = [*label, "budget", "scope", "window"]
-        usd = {
-            "spent": ("governor_spend_spent_dollars", "Spent in the spend budget's window, reservations included"),
-            "reserved": ("governor_spend_reserved_dollars", "Reserved by calls not yet settled"),
-            "limit": ("governor_spend_limit_dollars", "The window's limit, an operator's approval included"),
-            "remaining": ("governor_spend_remaining_dollars", "What the window has left"),
+        figures = {
+            "spent": ("spent", "Spent in the spend budget's window, reservations included"),
+            "reserved": ("reserved", "Reserved by calls not yet settled"),
+            "limit": ("limit", "The window's limit, an operator's approval included"),
+            "remaining": ("remaining", "What the window has left"),
         }
-        s_g = {key: GaugeMetricFamily(metric, doc, labels=spend_labels) for key, (metric, doc) in usd.items()}
+        # one family per figure and unit, the unit in the name: usd -> _dollars, requests, tokens
+        s_g = {
+            (unit, key): GaugeMetricFamily(
+                f"governor_spend_{figure}_{SPEND_UNITS[unit]}", f"{doc} ({what})", labels=spend_labels
+            )
+            for unit, what in (
+                ("usd", "dollars"),
+                ("requests", "requests"),
+                ("tokens", "tokens: input + output"),
+            )
+            for key, (figure, doc) in figures.items()
+        }
         s_reset = GaugeMetricFamily(
             "governor_spend_resets_in_seconds",
             "Seconds until the window resets (a rolling one: until its oldest charge leaves it)",
@@ -386,11 +399,12 @@ class GovernorCollector:
                     decisions.add_metric([name, kind], count)
                 aged.add_metric([name], tracked.aged)
                 for line in spending:
-                    if line.unit != "usd":  # (requests and tokens per calendar window: governor spend shows them)
+                    if line.unit not in SPEND_UNITS:  # a unit of a newer client: governor spend shows it
                         continue
                     labels = [name, line.budget, line.scope, line.window]
-                    for key in s_g:
-                        s_g[key].add_metric(labels, getattr(line, key) / MICROS)
+                    scale = MICROS if line.unit == "usd" else 1
+                    for key in figures:
+                        s_g[line.unit, key].add_metric(labels, getattr(line, key) / scale)
                     s_reset.add_metric(labels, 0 if line.resets_at is None else seconds_until(line.resets_at, now_ms))
                     reached = line.threshold > 0 and line.spent >= line.threshold * line.limit
                     s_soft.add_metric(labels, int(reached))

@@ -51,6 +51,11 @@ class StreamUsage:
 
     def __init__(self, *, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         self.usage: Tokens | None = None  #: the usage the stream reported so far, if any
+        #: what :attr:`usage` was read from, in the shape of a whole response (an OpenAI chunk, a
+        #: Responses ``response``, Gemini's chunk; Anthropic's ``{"usage": ...}`` of message_start
+        #: updated by each message_delta): its price is read from it, cached tokens apart
+        #: (:meth:`governor.profiles.Profile.priced_usage`), as a response read whole
+        self.reported: Mapping[str, Any] | None = None
         self.error: Classification | None = None  #: the first error event, classified
         self.done = False  #: the stream said it was complete ([DONE], message_stop, response.completed)
         self.events = 0  #: events dispatched
@@ -157,16 +162,17 @@ class StreamUsage:
         kind = event if event is not None else payload.get("type")
         if kind == "message_start":
             message = payload.get("message")
-            found = usage_of(message.get("usage")) if isinstance(message, Mapping) else None
-            if found is not None:
-                self.usage = found
+            usage = message.get("usage") if isinstance(message, Mapping) else None
+            found = usage_of(usage)
+            if found is not None and isinstance(usage, Mapping):
+                self.usage, self.reported = found, {"usage": dict(usage)}
         elif kind == "message_delta":
             self._delta(payload.get("usage"))
         elif isinstance(kind, str) and kind.startswith("response.") and isinstance(payload.get("response"), Mapping):
             response = payload["response"]
             found = usage_of(response.get("usage"))
             if found is not None:
-                self.usage = found
+                self.usage, self.reported = found, response
             if kind in ("response.completed", "response.incomplete"):
                 self.done = True
             if kind == "response.failed":
@@ -176,7 +182,7 @@ class StreamUsage:
         else:  # a chunk with the figures so far (OpenAI's include_usage one; a provider's own shape, as Gemini's)
             found = usage_of(payload)
             if found is not None:
-                self.usage = found
+                self.usage, self.reported = found, payload
 
     def _delta(self, usage: Any) -> None:
         """Anthropic's message_delta: cumulative counts, output always, input when it says."""
@@ -186,6 +192,13 @@ class StreamUsage:
         if not _is_count(output):
             return
         current = self.usage if self.usage is not None else Tokens()
+        # the figures so far, each replaced by the delta's when it gives one (cache reads and writes too)
+        before = self.reported.get("usage") if self.reported is not None else None
+        merged = {
+            **(before if isinstance(before, Mapping) else {}),
+            **{k: v for k, v in usage.items() if v is not None},
+        }
+        self.reported = {"usage": merged}
         if usage.get("input_tokens") is not None:
             found = usage_of(usage)
             if found is not None:

@@ -43,7 +43,9 @@ the 200) or an error as the event says; the usage is what the stream
 reported (OpenAI's ``include_usage`` chunk; Anthropic's ``message_start``
 and ``message_delta``), nothing spent for a stream refused by an error
 event before any usage, and unknown otherwise (the reservation then stands
-as spent, governor/budgets.py).
+as spent, governor/budgets.py). A spend budget charges it as the same
+response read whole: cached tokens at their own prices, at the tier that
+served it.
 
 Anything else (GETs such as ``/models``, file uploads, batch endpoints)
 passes through ungoverned.

@@ -23,7 +23,7 @@ from governor.errors import ConfigError
 from governor.events import AcquireStarted, Admitted, emit
 from governor.metrics import GovernorCollector, observe_admission, start_exporter
 from governor.protocol import SCHEMA_VERSION, governor_keys
-from governor.spend import SpendBudget
+from governor.spend import UNITS, SpendBudget
 from governor.views import server_time_ms
 
 from .conftest import FakeClock, Samples, scrape
@@ -170,6 +170,54 @@ def test_collector_reads_each_spend_budget_and_scope(make_gov: MakeGov, sync_cli
     assert got[key("governor_spend_paused", name, **acme)] == 1
     assert got[key("governor_spend_paused", name, **fleet)] == 0
     assert got[key("governor_decisions_total", name, kind="spend-threshold")] == 1
+
+
+def test_collector_reads_the_requests_and_tokens_budgets_in_their_own_units(
+    make_gov: MakeGov, sync_client: Any, name: str
+) -> None:
+    """A budget of requests or tokens per window has the figures of the
+    dollar ones, named for its unit (no dollars in them), and the same
+    reset, threshold and pause gauges."""
+    clock = FakeClock(server_time_ms(sync_client) / 1000)
+    rpd = SpendBudget("rpd", "day", limit=10, tenants={"acme": 4}, threshold=0.5, pause=True, unit="requests")
+    tpd = SpendBudget("tpd", "day", limit=100_000, unit="tokens")
+    gov = make_gov(GovernorConfig(spend=(rpd, tpd)), clock=clock)
+    settled = gov.spend.reserve(0, tenant="acme", tokens=3_000)
+    gov.spend.settle(settled, 0, tokens=1_500)  # used less than it reserved
+    gov.spend.reserve(0, tenant="acme", tokens=2_000)  # in flight
+    got = collect(GovernorCollector(sync_client, [name]))
+    requests = {"budget": "rpd", "scope": "*", "window": "day@UTC"}
+    acme = {**requests, "scope": "acme"}
+    tokens = {"budget": "tpd", "scope": "*", "window": "day@UTC"}
+    expected = {
+        key("governor_spend_spent_requests", name, **requests): 2,
+        key("governor_spend_reserved_requests", name, **requests): 1,
+        key("governor_spend_limit_requests", name, **requests): 10,
+        key("governor_spend_remaining_requests", name, **requests): 8,
+        key("governor_spend_spent_requests", name, **acme): 2,
+        key("governor_spend_limit_requests", name, **acme): 4,
+        key("governor_spend_remaining_requests", name, **acme): 2,
+        key("governor_spend_spent_tokens", name, **tokens): 3_500,
+        key("governor_spend_reserved_tokens", name, **tokens): 2_000,
+        key("governor_spend_limit_tokens", name, **tokens): 100_000,
+        key("governor_spend_remaining_tokens", name, **tokens): 96_500,
+        key("governor_spend_threshold_reached", name, **acme): 1,
+        key("governor_spend_paused", name, **acme): 1,
+        key("governor_spend_paused", name, **requests): 0,
+        key("governor_spend_threshold_reached", name, **tokens): 0,
+    }
+    assert {sample: got.get(sample) for sample in expected} == expected
+    end = rpd.window.bounds(round(clock() * 1000))[1]  # type: ignore[union-attr]
+    for labels in (requests, acme, tokens):
+        resets = got[key("governor_spend_resets_in_seconds", name, **labels)]
+        assert resets == pytest.approx((end - server_time_ms(sync_client)) / 1000, abs=5), labels
+    spend_series = {
+        metric
+        for metric, labels in got
+        if metric.startswith("governor_spend_") and dict(labels).get("budget") in ("rpd", "tpd")
+    }
+    assert not any(metric.endswith("_dollars") for metric in spend_series), spend_series
+    assert set(metrics.SPEND_UNITS) == set(UNITS)  # every unit a budget can count is exported
 
 
 def test_unreadable_rate_limit_headers_are_counted(make_gov: MakeGov, name: str) -> None:

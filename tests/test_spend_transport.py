@@ -1,28 +1,43 @@
-"""Spend through the governed transport: the real openai SDK calls a real
-HTTP provider (tests/test_transport.py's Provider); each request reserves
-the most its estimate can cost at the tier it asks for, and settles the
-usage at the tier that served it; a refusal is charged what the provider
-bills it (nothing); a request no budget can afford never reaches the
-provider."""
+"""Spend through the governed transport: the real openai SDK (and the
+anthropic and google-genai ones) calls a real HTTP provider
+(tests/test_transport.py's Provider); each request reserves the most its
+estimate can cost at the tier it asks for, and settles the usage at the tier
+that served it, its cached tokens at their own prices, streamed or not; a
+refusal is charged what the provider bills it (nothing); a request no budget
+can afford never reaches the provider."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
+from decimal import ROUND_CEILING
 from typing import Any
 
+import genai_prices
 import httpx
 import openai
 import pytest
 
-from governor import ConfigError, Governor, GovernorConfig
-from governor.prices import Price, PriceBook, Usage
-from governor.providers import openai_client
+from governor import AsyncGovernor, ConfigError, Governor, GovernorConfig
+from governor.prices import MICROS, Price, PriceBook, Usage
+from governor.providers import anthropic_client, async_anthropic_client, openai_client
 from governor.spend import SpendBudget, SpendExhausted, read_lines
 from governor.transport import GovernedTransport
 
 from .conftest import FakeClock
-from .test_transport import FAST, MESSAGES, OPENAI_LIMITS, Provider, chat_ok, chat_stream, openai_429
+from .test_transport import (
+    ANTHROPIC_LIMITS,
+    FAST,
+    MESSAGES,
+    OPENAI_LIMITS,
+    Answer,
+    Provider,
+    chat_ok,
+    chat_stream,
+    openai_429,
+    sse,
+)
 
 MakeGov = Callable[..., Governor]
 #: the test model's prices, USD per million tokens: standard, and flex at half
@@ -34,6 +49,12 @@ BOOK = PriceBook(
     ],
     table=False,
 )
+
+
+#: the moment the table's prices are read at (the tests' clocks' too)
+NOON = datetime(2026, 12, 7, 12, tzinfo=timezone.utc)
+#: the genai-prices table alone
+TABLE = PriceBook(table=True, now=lambda: NOON)
 
 
 @pytest.fixture(params=[pytest.param(("redis", False), id="redis"), pytest.param(("fakeredis", True), id="fakeredis")])
@@ -66,9 +87,10 @@ def spent(gov: Governor, clock: FakeClock) -> tuple[int, int]:
     return line["daily", "*"].spent, line["daily", "*"].reserved
 
 
-def make(make_gov: MakeGov, limit: float = 10) -> tuple[Governor, FakeClock]:
-    clock = FakeClock(datetime(2026, 12, 7, 12, tzinfo=timezone.utc).timestamp())
-    config = GovernorConfig(max_capacity=4, restart_hold=False, spend=(SpendBudget("daily", "day", limit=limit),))
+def make(make_gov: MakeGov, limit: float = 10, prices: PriceBook | None = None) -> tuple[Governor, FakeClock]:
+    clock = FakeClock(NOON.timestamp())
+    budgets = (SpendBudget("daily", "day", limit=limit),)
+    config = GovernorConfig(max_capacity=4, restart_hold=False, spend=budgets, prices=prices)
     return make_gov(config, clock=clock), clock
 
 
@@ -136,3 +158,278 @@ def test_an_unknown_model_is_refused_before_anything_is_reserved(make_gov: MakeG
     with governed(gov, provider) as client, pytest.raises(ConfigError, match="gpt-unknown"):
         client.chat.completions.create(model="gpt-unknown", messages=MESSAGES)
     assert provider.requests == []
+
+
+# -- cached tokens: a stream is charged as the same response read whole -----------------------
+
+
+def table_cost(provider: str, model: str, usage: Usage) -> int:
+    """genai-prices' own price of ``usage``, in micro-dollars rounded up."""
+    found = genai_prices.calc_price(
+        genai_prices.Usage(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+        ),
+        model,
+        provider_id=provider,
+        genai_request_timestamp=NOON,
+    )
+    return int((found.total_price * MICROS).to_integral_value(rounding=ROUND_CEILING))
+
+
+def openai_chunk(usage: Any = None, delta: dict[str, Any] | None = None, **fields: Any) -> str:
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": None}]
+    body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o", "choices": choices}
+    return f"data: {json.dumps({**body, 'usage': usage, **fields})}\n\n"
+
+
+def openai_answers(usage: dict[str, Any], **fields: Any) -> tuple[Answer, Answer]:
+    """The same usage in a chat completion read whole and in a stream (include_usage's last chunk)."""
+    whole = chat_ok()
+    whole.body.update(model="gpt-4o", usage=usage, **fields)
+    events = (
+        openai_chunk(delta={"role": "assistant", "content": "hel"}, **fields),
+        openai_chunk(delta={"content": "lo"}, **fields),
+        openai_chunk(usage, **fields),
+        "data: [DONE]\n\n",
+    )
+    return whole, Answer(events=events, headers=OPENAI_LIMITS)
+
+
+def responses_answers(usage: dict[str, Any]) -> tuple[Answer, Answer]:
+    """The same usage in a Responses API answer read whole and streamed (response.completed)."""
+    response = {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 1,
+        "model": "gpt-4o",
+        "status": "completed",
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": usage,
+    }
+    started = {**response, "status": "in_progress", "usage": None}
+    events = (
+        sse("response.created", {"type": "response.created", "sequence_number": 0, "response": started}),
+        sse("response.completed", {"type": "response.completed", "sequence_number": 1, "response": response}),
+    )
+    return Answer(body=response, headers=OPENAI_LIMITS), Answer(events=events, headers=OPENAI_LIMITS)
+
+
+def anthropic_answers(usage: dict[str, Any], delta: dict[str, Any]) -> tuple[Answer, Answer]:
+    """The same usage in a message read whole and streamed: message_start with
+    the input figures, message_delta with ``delta`` (the output, and the
+    cumulative input figures when the API sends them)."""
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-haiku-4-5",
+        "content": [{"type": "text", "text": "hello"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    events = (
+        sse("message_start", {"type": "message_start", "message": start}),
+        sse(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        ),
+        sse(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hello"}},
+        ),
+        sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        sse(
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": delta},
+        ),
+        sse("message_stop", {"type": "message_stop"}),
+    )
+    return Answer(body=message, headers=ANTHROPIC_LIMITS), Answer(events=events, headers=ANTHROPIC_LIMITS)
+
+
+def charged_whole_then_streamed(gov: Governor, clock: FakeClock, call: Callable[[bool], None]) -> tuple[int, int]:
+    """What the call read whole was charged, then the same call streamed."""
+    call(False)
+    whole, reserved = spent(gov, clock)
+    assert reserved == 0
+    call(True)
+    total, reserved = spent(gov, clock)
+    assert reserved == 0
+    return whole, total - whole
+
+
+OPENAI_CACHED = {
+    "prompt_tokens": 3000,
+    "completion_tokens": 200,
+    "total_tokens": 3200,
+    "prompt_tokens_details": {"cached_tokens": 2048},
+}
+
+
+def test_a_streamed_chat_is_charged_its_cached_tokens_as_one_read_whole(make_gov: MakeGov, provider: Provider) -> None:
+    gov, clock = make(make_gov, prices=TABLE)
+    provider.script(*openai_answers(OPENAI_CACHED))
+
+    def call(stream: bool) -> None:
+        with openai_client(governor=gov, retry=FAST, base_url=f"{provider.url}/v1", api_key="test") as client:
+            if not stream:
+                client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+                return
+            options = {"stream": True, "stream_options": {"include_usage": True}}
+            chunks = list(client.chat.completions.create(model="gpt-4o", messages=MESSAGES, **options))
+            assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens_details.cached_tokens == 2048
+
+    whole, streamed = charged_whole_then_streamed(gov, clock, call)
+    expected = table_cost("openai", "gpt-4o", Usage(3000, 200, cache_read_tokens=2048))
+    assert streamed == whole == expected
+    assert expected < table_cost("openai", "gpt-4o", Usage(3000, 200))  # the cache discount is in it
+
+
+def test_a_streamed_response_is_charged_its_cached_tokens_as_one_read_whole(
+    make_gov: MakeGov, provider: Provider
+) -> None:
+    gov, clock = make(make_gov, prices=TABLE)
+    usage = {
+        "input_tokens": 3000,
+        "input_tokens_details": {"cached_tokens": 1024},
+        "output_tokens": 300,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 3300,
+    }
+    provider.script(*responses_answers(usage))
+
+    def call(stream: bool) -> None:
+        with openai_client(governor=gov, retry=FAST, base_url=f"{provider.url}/v1", api_key="test") as client:
+            if not stream:
+                client.responses.create(model="gpt-4o", input="hello")
+                return
+            kinds = [event.type for event in client.responses.create(model="gpt-4o", input="hello", stream=True)]
+            assert kinds == ["response.created", "response.completed"]
+
+    whole, streamed = charged_whole_then_streamed(gov, clock, call)
+    expected = table_cost("openai", "gpt-4o", Usage(3000, 300, cache_read_tokens=1024))
+    assert streamed == whole == expected
+    assert expected < table_cost("openai", "gpt-4o", Usage(3000, 300))
+
+
+ANTHROPIC_CACHED = {"input_tokens": 120, "cache_creation_input_tokens": 1500, "cache_read_input_tokens": 4000}
+
+
+@pytest.mark.parametrize(
+    "delta",
+    [
+        pytest.param({"output_tokens": 250}, id="output-only"),
+        pytest.param({**ANTHROPIC_CACHED, "output_tokens": 250}, id="cumulative"),
+    ],
+)
+def test_a_streamed_message_is_charged_its_cache_reads_and_writes_as_one_read_whole(
+    make_gov: MakeGov, provider: Provider, delta: dict[str, Any]
+) -> None:
+    gov, clock = make(make_gov, prices=TABLE)
+    provider.script(*anthropic_answers({**ANTHROPIC_CACHED, "output_tokens": 250}, delta))
+
+    def call(stream: bool) -> None:
+        with anthropic_client(governor=gov, retry=FAST, base_url=provider.url, api_key="test") as client:
+            if not stream:
+                client.messages.create(model="claude-haiku-4-5", max_tokens=512, messages=MESSAGES)
+                return
+            with client.messages.stream(model="claude-haiku-4-5", max_tokens=512, messages=MESSAGES) as events:
+                final = events.get_final_message()
+            assert final.usage.cache_read_input_tokens == 4000 and final.usage.output_tokens == 250
+
+    whole, streamed = charged_whole_then_streamed(gov, clock, call)
+    # Anthropic counts the cache reads and writes apart from input_tokens: the priced input adds them
+    usage = Usage(120 + 1500 + 4000, 250, cache_read_tokens=4000, cache_write_tokens=1500)
+    expected = table_cost("anthropic", "claude-haiku-4-5", usage)
+    assert streamed == whole == expected
+    assert expected != table_cost("anthropic", "claude-haiku-4-5", Usage(120 + 1500 + 4000, 250))
+
+
+def test_a_stream_is_charged_at_the_tier_that_served_it(make_gov: MakeGov, provider: Provider) -> None:
+    gov, clock = make(make_gov, prices=BOOK)
+    usage = {"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500}
+    provider.script(*openai_answers(usage, service_tier="flex"))  # asked for priority, served at flex
+
+    def call(stream: bool) -> None:
+        with openai_client(governor=gov, retry=FAST, base_url=f"{provider.url}/v1", api_key="test") as client:
+            options: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+            answer = client.chat.completions.create(
+                model="gpt-test", messages=MESSAGES, service_tier="priority", **options
+            )
+            if stream:
+                list(answer)  # type: ignore[call-overload]
+
+    whole, streamed = charged_whole_then_streamed(gov, clock, call)
+    assert streamed == whole == 1000 * 1 + 500 * 4  # flex's prices
+
+
+def gemini_answers(usage: dict[str, Any]) -> tuple[Answer, Answer]:
+    """The same usage in a generateContent answer read whole and in a stream (alt=sse: the last chunk's)."""
+
+    def chunk(text: str, figures: dict[str, Any]) -> dict[str, Any]:
+        content = {"parts": [{"text": text}], "role": "model"}
+        return {"candidates": [{"content": content, "index": 0}], "usageMetadata": figures, "modelVersion": "m"}
+
+    so_far = {"promptTokenCount": usage["promptTokenCount"], "totalTokenCount": usage["promptTokenCount"]}
+    events = tuple(f"data: {json.dumps(part)}\r\n\r\n" for part in (chunk("hel", so_far), chunk("lo", usage)))
+    return Answer(body=chunk("hello", usage)), Answer(events=events)
+
+
+def test_a_streamed_gemini_answer_is_charged_its_cached_content_as_one_read_whole(
+    make_gov: MakeGov, provider: Provider
+) -> None:
+    pytest.importorskip("google.genai")
+    from governor.providers import gemini_client
+
+    gov, clock = make(make_gov, prices=TABLE)
+    usage = {
+        "promptTokenCount": 3000,
+        "cachedContentTokenCount": 2000,
+        "candidatesTokenCount": 200,
+        "thoughtsTokenCount": 50,
+        "totalTokenCount": 3250,
+    }
+    provider.script(*gemini_answers(usage))
+
+    def call(stream: bool) -> None:
+        client = gemini_client(
+            governor=gov, retry=FAST, api_key="test", http_options={"base_url": provider.url, "api_version": "v1"}
+        )
+        try:
+            if not stream:
+                client.models.generate_content(model="gemini-2.5-flash", contents="hello")
+                return
+            chunks = list(client.models.generate_content_stream(model="gemini-2.5-flash", contents="hello"))
+            assert chunks[-1].usage_metadata is not None
+            assert chunks[-1].usage_metadata.cached_content_token_count == 2000
+        finally:
+            client.close()
+
+    whole, streamed = charged_whole_then_streamed(gov, clock, call)
+    expected = table_cost("google", "gemini-2.5-flash", Usage(3000, 250, cache_read_tokens=2000))
+    assert streamed == whole == expected
+    assert expected < table_cost("google", "gemini-2.5-flash", Usage(3000, 250))
+
+
+async def test_an_asyncio_stream_is_charged_its_cache_reads_and_writes(
+    make_agov: Callable[..., AsyncGovernor], provider: Provider
+) -> None:
+    """The asyncio transport (the source of the sync one) settles a stream the same way."""
+    clock = FakeClock(NOON.timestamp())
+    config = GovernorConfig(restart_hold=False, spend=(SpendBudget("daily", "day", limit=10),), prices=TABLE)
+    gov = make_agov(config, clock=clock)
+    provider.script(anthropic_answers({**ANTHROPIC_CACHED, "output_tokens": 250}, {"output_tokens": 250})[1])
+    async with async_anthropic_client(governor=gov, retry=FAST, base_url=provider.url, api_key="test") as client:
+        async with client.messages.stream(model="claude-haiku-4-5", max_tokens=512, messages=MESSAGES) as events:
+            await events.get_final_message()
+    lines = read_lines(await gov.client.hgetall(gov.keys.spend), round(clock() * 1000))
+    usage = Usage(120 + 1500 + 4000, 250, cache_read_tokens=4000, cache_write_tokens=1500)
+    assert [(line.spent, line.reserved) for line in lines] == [(table_cost("anthropic", "claude-haiku-4-5", usage), 0)]

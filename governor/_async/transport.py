@@ -282,7 +282,7 @@ class _Settlement:
         except GovernorError as error:  # never fails the caller's stream; the TTL frees the slot
             log.warning("governor %r: could not report a stream (%s): %s", self._governor.name, description, error)
         if self._charge is not None and self._reservation is not None:
-            self._charge.streamed(spent, failed)
+            self._charge.streamed(spent, failed, usage.reported, self._headers)
             await _settle(self._governor, self._reservation, self._charge)
 
 
