@@ -6,20 +6,11 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { chargeOf } from "../src/charge.js";
 import { estimateRequest } from "../src/fetch.js";
 import { PriceBook, UnknownPrice } from "../src/prices.js";
 import { StreamUsage, streamOutcome } from "../src/streams.js";
-import { bookOfVectors } from "./prices-book.js";
-
-export interface Answer { status?: number; body?: string; stream?: string; failed?: boolean; broke_off?: boolean }
-export interface ChargeCase {
-  about: string; path: string; body: string; answers: Answer[]; estimate: [number, number]; tier: string;
-  most?: number; charged?: number; tokens?: number; refused?: string;
-}
-
-export const cases = (JSON.parse(readFileSync(new URL("../../../../tests/conformance/charges.json", import.meta.url), "utf8")) as { cases: ChargeCase[] }).cases;
+import { bookOfVectors, cases } from "./vectors.js";
 
 /** A stream's usage read from its text cut into pieces of `size` characters (lines and CRLFs split across them). */
 function streamUsage(text: string, size: number): StreamUsage {

@@ -1,4 +1,8 @@
-/** The price book of the conformance vectors (tests/conformance/prices.json's invented prices), for the charge tests. */
+/**
+ * The conformance vectors the charge tests read: the price book of
+ * tests/conformance/prices.json (invented prices), and the calls of
+ * tests/conformance/charges.json.
+ */
 import { readFileSync } from "node:fs";
 import { PriceBook, type PriceInit } from "../src/prices.js";
 
@@ -19,3 +23,11 @@ export function bookOfVectors(): PriceBook {
     ...(figures.cache_write === undefined ? {} : { cacheWrite: figures.cache_write }),
   })));
 }
+
+export interface Answer { status?: number; body?: string; stream?: string; failed?: boolean; broke_off?: boolean }
+export interface ChargeCase {
+  about: string; path: string; body: string; answers: Answer[]; estimate: [number, number]; tier: string;
+  most?: number; charged?: number; tokens?: number; refused?: string;
+}
+
+export const cases = (JSON.parse(readFileSync(new URL("../../../../tests/conformance/charges.json", import.meta.url), "utf8")) as { cases: ChargeCase[] }).cases;
