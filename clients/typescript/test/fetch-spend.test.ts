@@ -41,6 +41,10 @@ async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> 
     res.end('{"error": {"message": "the test server has no answer scripted"}}');
     return;
   }
+  if (answer.broke_off === true) {
+    req.socket.destroy(); // no answer at all: the request may have been billed
+    return;
+  }
   if (answer.stream === undefined) {
     res.writeHead(answer.status!, { "content-type": "application/json", "retry-after-ms": "1" });
     res.end(answer.body);
@@ -167,6 +171,20 @@ test("a 429 is charged nothing: only the retry's usage is", async () => {
     assert.equal(response.status, 429);
     assert.deepEqual(spied.spend, [["reserve", c.most, c.estimate[0] + c.estimate[1]], ["settle", 0, 0]]);
     assert.equal(await spent(spied), 0);
+  } finally {
+    await spied.gov.close();
+  }
+});
+
+test("a call that broke off after it was sent is charged its reservation", async () => {
+  const c = cases.find((each) => each.answers[0]!.broke_off === true)!;
+  const spied = governor();
+  try {
+    script = [c.answers[0]!];
+    await assert.rejects(post(governedFetch(spied.gov), c), TypeError);
+    assert.deepEqual(spied.spend, [["reserve", c.most, c.estimate[0] + c.estimate[1]], ["settle", c.most, c.estimate[0] + c.estimate[1]]]);
+    assert.equal(await spent(spied), c.most);
+    assert.equal((await spied.gov.status()).inFlight, 0);
   } finally {
     await spied.gov.close();
   }
