@@ -77,6 +77,15 @@ def test_the_calendar_vectors_are_what_the_python_client_computes() -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_the_charge_vectors_are_what_the_python_transport_charges() -> None:
+    """tests/conformance/charges.json (what the other clients' governed
+    fetch reserves and settles for a call) is what governor._exchange.Charge
+    gives for its requests and answers."""
+    script = ROOT / "tests" / "conformance" / "generate_charges.py"
+    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
 def test_the_vectors_reach_every_function_and_reply() -> None:
     """Every function, and every reply kind but release's 'missing' (a lost
     state with callers queued: the queue is lost with it), is in a vector."""

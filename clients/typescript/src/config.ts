@@ -6,6 +6,8 @@
  */
 import { BUDGET_CONFIG_FIELDS, BUDGET_KINDS, CONFIG_DEFAULTS, DEFAULT_TENANT, MAX_CLASSES, POLICIES } from "./generated.js";
 import { ConfigError } from "./errors.js";
+import { PriceBook } from "./prices.js";
+import { budgetsArgs, type SpendBudget } from "./spend.js";
 
 export type BudgetKind = (typeof BUDGET_KINDS)[number];
 
@@ -45,6 +47,14 @@ export interface GovernorConfig {
   reserve?: number;
   /** an injected clock in seconds (tests, simulations); default: Redis TIME */
   clock?: () => number;
+  /**
+   * dollar budgets (GovernorConfig.spend): each a limit per window for the
+   * fleet and per tenant; governedFetch reserves each call's most before it
+   * is sent and settles its charge when it is answered
+   */
+  spend?: readonly SpendBudget[];
+  /** what prices each call for the spend budgets (a governedFetch's own prices win) */
+  prices?: PriceBook;
 }
 
 export interface ResolvedConfig {
@@ -71,6 +81,8 @@ export interface ResolvedConfig {
   readonly tenantCaps: Readonly<Record<string, number>>;
   readonly reserve: number;
   readonly clock: (() => number) | undefined;
+  readonly spend: readonly SpendBudget[];
+  readonly prices: PriceBook | undefined;
 }
 
 const TENANT = /^[A-Za-z0-9_.:-]{1,64}$/;
@@ -184,7 +196,23 @@ export function resolveConfig(config: GovernorConfig = {}): ResolvedConfig {
     tenantCaps: pairs("tenantCaps", config.tenantCaps ?? {}, 1_000_000),
     reserve,
     clock: config.clock,
+    spend: spendBudgets(config.spend),
+    prices: priceBook("prices", config.prices),
   };
+}
+
+function spendBudgets(value: readonly SpendBudget[] | undefined): readonly SpendBudget[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) throw new ConfigError("spend must be an array of spend budgets ({ name, window, limit, tenants })");
+  if (value.length > 0) budgetsArgs(value, 0); // each budget checked as the spend function will take it
+  return Object.freeze([...value]);
+}
+
+/** A PriceBook, or undefined; a ConfigError naming `what` otherwise. */
+export function priceBook(what: string, value: unknown): PriceBook | undefined {
+  if (value === undefined) return undefined;
+  if (!(value instanceof PriceBook)) throw new ConfigError(`${what} must be a PriceBook (new PriceBook([...])) or undefined, got ${String(value)}`);
+  return value;
 }
 
 function formatPairs(value: Readonly<Record<string, number>>): string {

@@ -409,13 +409,18 @@ export class Core {
 
   /**
    * One call of the spend function (lua/spend.lua): reserve, settle or
-   * approve `amount` micro-dollars in `budgets`; `extra` is the reservation's
-   * keep time (ms), the settled call's reservation, or "". A
+   * approve `amounts` in `budgets`: micro-dollars, or [micro-dollars,
+   * requests, tokens] for the budgets of each unit (one amount: no requests
+   * or tokens); `extra` is the reservation's keep time (ms), the settled
+   * call's reservation ("micros,requests,tokens"), or "". A
    * `spend_exhausted` reply throws SpendExhausted.
    */
-  spend(op: "reserve" | "settle" | "approve", first: string, second: string, amount: number, extra: string, budgets: readonly SpendBudget[], nowMs: number): Call<number | null> {
-    if (!Number.isInteger(amount) || amount < 0 || amount > 2 ** 53) throw new ConfigError(`a spend amount must be integer micro-dollars in [0, 2^53], got ${amount}`);
-    return this.call("spend", [op, first, second, String(amount), extra, ...budgetsArgs(budgets, nowMs)], (reply) => {
+  spend(op: "reserve" | "settle" | "approve", first: string, second: string, amounts: number | readonly number[], extra: string, budgets: readonly SpendBudget[], nowMs: number): Call<number | null> {
+    const list = typeof amounts === "number" ? [amounts] : amounts;
+    for (const amount of list) {
+      if (!Number.isInteger(amount) || amount < 0 || amount > 2 ** 53) throw new ConfigError(`a spend amount must be an integer in [0, 2^53] (micro-dollars, requests, tokens), got ${amount}`);
+    }
+    return this.call("spend", [op, first, second, list.join(","), extra, ...budgetsArgs(budgets, nowMs)], (reply) => {
       const [kind, rest] = this.check(reply, "spend");
       if (kind === "missing") return MISSING;
       this.seen();

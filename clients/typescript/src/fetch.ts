@@ -6,10 +6,23 @@
  * Retry-After; a quota error reported), the usage and rate-limit headers
  * reported; a stream (text/event-stream) keeps its lease until the body
  * ends, is cancelled or fails, then reports and releases.
+ *
+ * With spend budgets (the governor's config.spend), each model call is
+ * priced as the Python transport prices it (src/charge.ts): the most it can
+ * cost at the tier it asks for is reserved before anything is sent
+ * (SpendExhausted at once when a budget cannot afford it: the request is
+ * never sent), and its charge settled once it is answered: the usage at the
+ * tier that served it, a refusal nothing, a stream at its end, a call that
+ * failed or was aborted after it was sent its reservation.
  */
 import { ESTIMATE } from "./generated.js";
 import type { Tokens } from "./core.js";
-import type { Governor, Lease } from "./governor.js";
+import { priceBook } from "./config.js";
+import { ConfigError, GovernorError } from "./errors.js";
+import type { Governor, Lease, SpendReservation } from "./governor.js";
+import type { PriceBook } from "./prices.js";
+import { chargeOf, type Charge } from "./charge.js";
+import { StreamUsage, streamOutcome } from "./streams.js";
 import { classifyHttp, usageOf, type RetryPolicy, type Verdict } from "./retry.js";
 
 export interface GovernedFetchOptions {
@@ -20,6 +33,13 @@ export interface GovernedFetchOptions {
   tenant?: string;
   timeout?: number;
   retry?: RetryPolicy;
+  /**
+   * what prices each call for the governor's spend budgets (config.spend;
+   * default config.prices): the most a request can cost is reserved before
+   * it is sent, its charge settled when it is answered (a stream's when it
+   * ends); a request no budget can afford throws SpendExhausted at once
+   */
+  prices?: PriceBook;
 }
 
 const E = ESTIMATE;
@@ -115,25 +135,85 @@ function bodyText(init: RequestInit | undefined): string | undefined {
   return undefined;
 }
 
+/** Whether a JSON request body sets `"stream": true`. */
+function asksForStream(text: string | undefined): boolean {
+  if (text === undefined || !text.includes('"stream"')) return false;
+  try {
+    const decoded: unknown = JSON.parse(text);
+    return isRecord(decoded) && decoded["stream"] === true;
+  } catch {
+    return /"stream"\s*:\s*true/.test(text);
+  }
+}
+
+/** What a governed call settles its spend through: the governor, its budgets, the charge, the reservation. */
+interface Spend {
+  readonly gov: Governor;
+  readonly charge: Charge;
+  reservation: SpendReservation | undefined;
+}
+
+/** Settle a call's charge; a failure is dropped (the reservation is then kept as spent when it expires). */
+async function settle(spend: Spend): Promise<void> {
+  const { gov, charge, reservation } = spend;
+  if (reservation === undefined) return;
+  spend.reservation = undefined; // once
+  try {
+    await gov.settleSpend(reservation, charge.charged, gov.config.spend, { tokens: charge.tokens });
+  } catch (error) {
+    if (!(error instanceof GovernorError)) throw error;
+  }
+}
+
 /** A fetch whose model calls (POST) are governed; other requests pass through. */
 export function governedFetch(gov: Governor, options: GovernedFetchOptions = {}): typeof fetch {
   const base = options.fetch ?? globalThis.fetch;
+  const budgets = gov.config.spend;
+  const book = budgets.length === 0 ? undefined : priceBook("governedFetch's prices", options.prices) ?? gov.config.prices;
+  if (budgets.length > 0 && book === undefined) {
+    throw new ConfigError(`governor ${JSON.stringify(gov.name)} has spend budgets: give its config's prices or governedFetch's prices (a PriceBook) to price each call`, gov.name);
+  }
   const governed = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
     const method = (init?.method ?? (input instanceof Request ? input.method : "GET")).toUpperCase();
     if (method !== "POST") return base(input, init);
     const text = bodyText(init);
     const url = input instanceof Request ? input.url : String(input);
-    const tokens = text === undefined ? undefined : estimateRequest(text, new URL(url, "http://localhost").pathname);
-    return gov.call<Response>((lease) => base(input, { ...init, ...(init?.signal ? {} : {}) }).then((response) => track(gov, lease, response)), {
-      ...(options.holder === undefined ? {} : { holder: options.holder }),
-      ...(options.priority === undefined ? {} : { priority: options.priority }),
-      ...(options.tenant === undefined ? {} : { tenant: options.tenant }),
-      ...(options.timeout === undefined ? {} : { timeout: options.timeout }),
-      ...(options.retry === undefined ? {} : { retry: options.retry }),
-      ...(tokens === undefined ? {} : { tokens }),
-      ...(init?.signal ? { signal: init.signal } : {}),
-      judge: (response) => judged.get(response) ?? null,
-    });
+    const path = new URL(url, "http://localhost").pathname;
+    const tokens = text === undefined ? undefined : estimateRequest(text, path);
+    const spend: Spend | undefined = book === undefined ? undefined : { gov, charge: chargeOf(book, gov.name, text ?? "", path, tokens ?? { input: 0, output: 0 }), reservation: undefined };
+    const asked = asksForStream(text);
+    const send = async (lease: Lease): Promise<Response> => {
+      let response: Response;
+      try {
+        response = await base(input, init);
+      } catch (error) {
+        spend?.charge.brokeOff(); // it may have been sent, and billed
+        throw error;
+      }
+      return track(gov, lease, response, asked, spend);
+    };
+    try {
+      if (spend !== undefined) {
+        const keep = gov.config.leaseTtl + (options.timeout || gov.config.queueTtl) + 60;
+        spend.reservation = await gov.reserveSpend(spend.charge.most, budgets, {
+          ...(options.tenant === undefined ? {} : { tenant: options.tenant }),
+          keep,
+          tokens: spend.charge.estimate,
+        });
+      }
+      return await gov.call<Response>(send, {
+        ...(options.holder === undefined ? {} : { holder: options.holder }),
+        ...(options.priority === undefined ? {} : { priority: options.priority }),
+        ...(options.tenant === undefined ? {} : { tenant: options.tenant }),
+        ...(options.timeout === undefined ? {} : { timeout: options.timeout }),
+        ...(options.retry === undefined ? {} : { retry: options.retry }),
+        ...(tokens === undefined ? {} : { tokens }),
+        ...(init?.signal ? { signal: init.signal } : {}),
+        judge: (response) => judged.get(response) ?? null,
+      });
+    } finally {
+      if (spend !== undefined && !spend.charge.handedOver) await settle(spend);
+    }
   };
   return governed as typeof fetch;
 }
@@ -141,10 +221,21 @@ export function governedFetch(gov: Governor, options: GovernedFetchOptions = {})
 const judged = new WeakMap<Response, Verdict>();
 
 /** Judge a response: a verdict to report now, or (a successful stream) none: the stream reports when it ends. */
-async function track(gov: Governor, lease: Lease, response: Response): Promise<Response> {
+async function track(gov: Governor, lease: Lease, response: Response, asked: boolean, spend: Spend | undefined): Promise<Response> {
+  const type = (response.headers.get("content-type") ?? "").toLowerCase();
+  const stream = response.status < 400 && response.body !== null && (type.includes("text/event-stream") || (asked && !type.includes("json")));
+  if (stream) return streamed(gov, lease, response, spend);
+  let text: string | undefined;
+  if (spend !== undefined || !response.ok || type.includes("json")) {
+    try {
+      text = await response.clone().text();
+    } catch {
+      text = undefined; // unreadable: charged its reservation, judged by its status
+    }
+  }
+  spend?.charge.answered(response.status, text);
   if (!response.ok) {
-    const body = await response.clone().text().catch(() => "");
-    const c = classifyHttp(response.status, response.headers, body);
+    const c = classifyHttp(response.status, response.headers, text ?? "");
     judged.set(response, {
       outcome: c.outcome,
       ...(c.retryAfter === undefined ? {} : { retryAfter: c.retryAfter }),
@@ -154,57 +245,50 @@ async function track(gov: Governor, lease: Lease, response: Response): Promise<R
     });
     return response;
   }
-  const type = response.headers.get("content-type") ?? "";
-  if (type.includes("text/event-stream") && response.body !== null) return streamed(gov, lease, response);
   let usage: Tokens | undefined;
-  if (type.includes("json")) {
-    usage = usageOf(await response.clone().json().catch(() => undefined));
+  if (type.includes("json") && text !== undefined) {
+    try {
+      usage = usageOf(JSON.parse(text));
+    } catch {
+      usage = undefined;
+    }
   }
   judged.set(response, { outcome: "success", headers: response.headers, ...(usage === undefined ? {} : { usage }) });
   return response;
 }
 
-/** A stream holds its lease until it ends: then it reports (with the usage its events carried) and releases. */
-function streamed(gov: Governor, lease: Lease, response: Response): Response {
+/**
+ * A stream holds its lease (and its spend reservation) until it ends, is
+ * cancelled or fails: then it reports (with the usage and any error its
+ * events carried), releases, and settles its charge.
+ */
+function streamed(gov: Governor, lease: Lease, response: Response, spend: Spend | undefined): Response {
   const reader = response.body!.getReader();
   const decoder = new TextDecoder();
-  let input = 0;
-  let output = 0;
-  let seen = false;
-  let pending = "";
+  const usage = new StreamUsage();
+  if (spend !== undefined) spend.charge.handedOver = true;
   let done = false;
-  const finish = async (outcome: "success" | "error"): Promise<void> => {
+  const finish = async (failed: boolean): Promise<void> => {
     if (done) return;
     done = true;
+    usage.feed(decoder.decode());
+    usage.finish();
+    const { outcome, spent, error } = streamOutcome(usage, failed);
     try {
-      await gov.report(outcome, { lease, release: true, headers: response.headers, ...(seen ? { usage: { input, output } } : {}) });
+      await gov.report(outcome, {
+        lease,
+        release: true,
+        headers: response.headers,
+        ...(spent === undefined ? {} : { usage: spent }),
+        ...(error?.retryAfter === undefined ? {} : { retryAfter: error.retryAfter }),
+        ...(error?.load === false ? { load: false } : {}),
+      });
     } catch {
       await lease.release().catch(() => undefined);
     }
-  };
-  const scan = (chunk: string): void => {
-    pending += chunk;
-    const lines = pending.split("\n");
-    pending = lines.pop() ?? "";
-    for (const line of lines) {
-      if (!line.startsWith("data:")) continue;
-      try {
-        const event = JSON.parse(line.slice(5).trim()) as Record<string, unknown>;
-        const message = event["message"] as Record<string, unknown> | undefined;
-        const usage = usageOf(event) ?? usageOf(message);
-        if (usage !== undefined) {
-          seen = true;
-          input = Math.max(input, usage.input);
-          output = Math.max(output, usage.output);
-        }
-        const partial = event["usage"] as Record<string, unknown> | undefined;
-        if (partial !== undefined && typeof partial["output_tokens"] === "number") {
-          seen = true;
-          output = Math.max(output, partial["output_tokens"]);
-        }
-      } catch {
-        // not JSON ([DONE], comments)
-      }
+    if (spend !== undefined) {
+      spend.charge.streamed(spent);
+      await settle(spend);
     }
   };
   const body = new ReadableStream<Uint8Array>({
@@ -212,19 +296,19 @@ function streamed(gov: Governor, lease: Lease, response: Response): Response {
       try {
         const { value, done: ended } = await reader.read();
         if (ended) {
-          await finish("success");
+          await finish(false);
           controller.close();
           return;
         }
-        scan(decoder.decode(value, { stream: true }));
+        usage.feed(decoder.decode(value, { stream: true }));
         controller.enqueue(value);
       } catch (error) {
-        await finish("error");
+        await finish(true);
         controller.error(error);
       }
     },
     async cancel(reason) {
-      await finish("success");
+      await finish(false);
       await reader.cancel(reason);
     },
   });

@@ -183,6 +183,10 @@ export interface SpendReservation {
   readonly id: string;
   readonly tenant: string;
   readonly micros: number;
+  /** the requests it reserved (requests budgets; default 1) */
+  readonly requests?: number;
+  /** the tokens it reserved (tokens budgets; default 0) */
+  readonly tokens?: number;
 }
 
 export interface FromUrlOptions {
@@ -436,22 +440,32 @@ export class Governor {
   }
 
   /**
-   * Reserve `micros` (micro-dollars) in every budget of `budgets` the call
-   * counts in (the fleet's, its tenant's): SpendExhausted at once when one
-   * cannot afford it. `keep`: seconds the reservation waits to be settled
-   * before it is kept as spent (default: the lease TTL plus a minute).
+   * Reserve `micros` (micro-dollars; `requests`, default 1, and `tokens`,
+   * default 0, for the budgets that count those) in every budget of
+   * `budgets` the call counts in (the fleet's, its tenant's): SpendExhausted
+   * at once when one cannot afford it. `keep`: seconds the reservation
+   * waits to be settled before it is kept as spent (default: the lease TTL
+   * plus a minute).
    */
-  async reserveSpend(micros: number, budgets: readonly SpendBudget[], options: { tenant?: string; keep?: number } = {}): Promise<SpendReservation> {
+  async reserveSpend(
+    micros: number, budgets: readonly SpendBudget[], options: { tenant?: string; keep?: number; requests?: number; tokens?: number } = {},
+  ): Promise<SpendReservation> {
     const id = newId();
     const tenant = options.tenant ?? DEFAULT_TENANT;
     const keep = options.keep ?? this.config.leaseTtl + 60;
-    await this.execute(this.core.spend("reserve", id, tenant, micros, String(Math.round(keep * 1000)), budgets, this.wallMs()));
-    return { id, tenant, micros };
+    const requests = options.requests ?? 1;
+    const tokens = options.tokens ?? 0;
+    await this.execute(this.core.spend("reserve", id, tenant, [micros, requests, tokens], String(Math.round(keep * 1000)), budgets, this.wallMs()));
+    return { id, tenant, micros, requests, tokens };
   }
 
-  /** Settle a reservation with the call's charge (micro-dollars). */
-  async settleSpend(reservation: SpendReservation, micros: number, budgets: readonly SpendBudget[]): Promise<void> {
-    await this.execute(this.core.spend("settle", reservation.id, reservation.tenant, micros, String(reservation.micros), budgets, this.wallMs()));
+  /** Settle a reservation with the call's charge (micro-dollars), and the requests and tokens it took (default: what it reserved). */
+  async settleSpend(reservation: SpendReservation, micros: number, budgets: readonly SpendBudget[], options: { requests?: number; tokens?: number } = {}): Promise<void> {
+    const requests = reservation.requests ?? 1;
+    const tokens = reservation.tokens ?? 0;
+    const took = [micros, options.requests ?? requests, options.tokens ?? tokens];
+    const reserved = `${reservation.micros},${requests},${tokens}`;
+    await this.execute(this.core.spend("settle", reservation.id, reservation.tenant, took, reserved, budgets, this.wallMs()));
   }
 
   // -- outcomes ----------------------------------------------------------------------
