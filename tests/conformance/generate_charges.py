@@ -11,8 +11,8 @@ reserves, and settle, for the same answers, the micro-dollars it settles
 cached tokens apart), priced at the tier that served it (the tier asked
 for when the body does not say), a refusal as the provider bills it, an
 answer without usage or an attempt that broke off at the reservation, a
-stream's usage (read from its events, governor.streams.StreamUsage) at
-the tier asked for. Each vector is a request (its path and JSON body,
+stream's usage (read from its events, governor.streams.StreamUsage)
+priced as a response read whole. Each vector is a request (its path and JSON body,
 priced with the prices of tests/conformance/prices.json) and the answers
 its attempts got, in order (``body``: the request's JSON text, as sent):
 
@@ -249,7 +249,7 @@ CASES: list[tuple[str, str, dict[str, Any], list[dict[str, Any]]]] = [
         [{"status": 529, "body": _json(OVERLOADED)}],
     ),
     (
-        "chat stream: the include_usage chunk, at the tier asked for (cached tokens not told apart)",
+        "chat stream: the include_usage chunk, priced as a whole response (it names no tier: the one asked for)",
         CHAT,
         _chat(stream=True, stream_options={"include_usage": True}, service_tier="flex"),
         [
@@ -358,7 +358,7 @@ def _run(book: PriceBook, path: str, body: bytes, answers: list[dict[str, Any]])
             usage.feed(answer["stream"].encode())
             usage.finish()
             _, spent, _ = stream_outcome(usage, answer["failed"])
-            charge.streamed(spent, answer["failed"])
+            charge.streamed(spent, answer["failed"], usage.reported)
         else:
             charge.answered(answer["status"], {}, answer["body"].encode())
     return {**out, "most": charge.most, "charged": charge.charged, "tokens": charge.tokens}

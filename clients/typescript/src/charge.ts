@@ -141,9 +141,19 @@ export class Charge {
     this.tokens += usage.inputTokens! + usage.outputTokens!;
   }
 
-  /** A stream that ended: its usage at the tier asked for (cached tokens not told apart), else its reservation. */
-  streamed(usage: Tokens | undefined): void {
+  /**
+   * A stream that ended: the usage it reported, priced as a response read whole (`reported`, what
+   * StreamUsage read it from: its cached tokens apart, at the tier that served it), else its tokens
+   * at the input and output prices, else its reservation.
+   */
+  streamed(usage: Tokens | undefined, reported?: Record<string, unknown>): void {
     if (usage === undefined) return this.reserved();
+    const priced = reported === undefined ? undefined : pricedUsage(reported);
+    if (priced !== undefined) {
+      this.charged += this.cost(priced, servedTier(this.provider, reported));
+      this.tokens += priced.inputTokens! + priced.outputTokens!;
+      return;
+    }
     this.charged += this.cost({ inputTokens: usage.input, outputTokens: usage.output }, null);
     this.tokens += usage.input + usage.output;
   }

@@ -287,7 +287,7 @@ function streamed(gov: Governor, lease: Lease, response: Response, spend: Spend 
       await lease.release().catch(() => undefined);
     }
     if (spend !== undefined) {
-      spend.charge.streamed(spent);
+      spend.charge.streamed(spent, usage.reported);
       await settle(spend);
     }
   };

@@ -60,6 +60,12 @@ export function usageTokens(obj: unknown): Tokens | undefined {
 export class StreamUsage {
   /** the usage the stream reported so far, if any */
   usage: Tokens | undefined;
+  /**
+   * what `usage` was read from, in the shape of a whole response (an OpenAI chunk, a Responses
+   * `response`; Anthropic's `{usage}` of message_start updated by each message_delta): its price is
+   * read from it, cached tokens apart, as a response read whole
+   */
+  reported: Record<string, unknown> | undefined;
   /** the first error event, classified */
   error: Classification | undefined;
   /** the stream said it was complete ([DONE], message_stop, response.completed) */
@@ -157,20 +163,30 @@ export class StreamUsage {
     const response = payload["response"];
     if (kind === "message_start") {
       const message = payload["message"];
-      const found = isRecord(message) ? usageTokens(field(message, "usage")) : undefined;
-      if (found !== undefined) this.usage = found;
+      const usage = isRecord(message) ? field(message, "usage") : undefined;
+      const found = usageTokens(usage);
+      if (found !== undefined && isRecord(usage)) {
+        this.usage = found;
+        this.reported = { usage: { ...usage } };
+      }
     } else if (kind === "message_delta") {
       this.delta(payload["usage"]);
     } else if (typeof kind === "string" && kind.startsWith("response.") && isRecord(response)) {
       const found = usageTokens(field(response, "usage"));
-      if (found !== undefined) this.usage = found;
+      if (found !== undefined) {
+        this.usage = found;
+        this.reported = response;
+      }
       if (kind === "response.completed" || kind === "response.incomplete") this.done = true;
       if (kind === "response.failed") this.fail({ error: response["error"] });
     } else if (kind === "error" || isRecord(payload["error"])) {
       this.fail(payload);
     } else {
       const found = usageTokens(payload);
-      if (found !== undefined) this.usage = found;
+      if (found !== undefined) {
+        this.usage = found;
+        this.reported = payload;
+      }
     }
   }
 
@@ -180,6 +196,10 @@ export class StreamUsage {
     const output = usage["output_tokens"];
     if (!isCount(output)) return;
     const current = this.usage ?? { input: 0, output: 0 };
+    // the figures so far, each replaced by the delta's when it gives one (cache reads and writes too)
+    const before = this.reported === undefined ? undefined : this.reported["usage"];
+    const given = Object.fromEntries(Object.entries(usage).filter(([, v]) => v !== null && v !== undefined));
+    this.reported = { usage: { ...(isRecord(before) ? before : {}), ...given } };
     if (field(usage, "input_tokens") !== undefined) {
       const found = usageTokens(usage);
       if (found !== undefined) {

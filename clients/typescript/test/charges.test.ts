@@ -42,7 +42,10 @@ test("every call reserves and settles what the Python transport does", () => {
       assert.equal(charge.most, c.most, c.about);
       for (const answer of c.answers) {
         if (answer.broke_off === true) charge.brokeOff();
-        else if (answer.stream !== undefined) charge.streamed(streamOutcome(streamUsage(answer.stream, size), answer.failed === true).spent);
+        else if (answer.stream !== undefined) {
+          const read = streamUsage(answer.stream, size);
+          charge.streamed(streamOutcome(read, answer.failed === true).spent, read.reported);
+        }
         else charge.answered(answer.status!, answer.body);
       }
       assert.deepEqual([charge.charged, charge.tokens], [c.charged, c.tokens], `${c.about} (pieces of ${size})`);
