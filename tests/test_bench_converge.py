@@ -15,7 +15,7 @@ from typing import Any
 import fakeredis
 import pytest
 
-from bench import converge
+from bench import converge, policy_sim
 from bench.embedded import Backend
 from bench.provider import ProviderConfig
 from bench.scenario import Scenario
@@ -74,3 +74,14 @@ def test_the_command_reads_a_swarms_results(tmp_path: Any, capsys: pytest.Captur
     assert "fleet: 0.5 s from the first call, 16 429s before it" in capsys.readouterr().out
     assert converge.main([str(tmp_path / "missing.json")]) == 2
     assert "give the swarm.json" in capsys.readouterr().out
+
+
+def test_the_policy_simulation_follows_a_limit_that_falls() -> None:
+    """``python -m bench.policy_sim``: the real Lua on fakeredis, a fake clock."""
+    run = policy_sim.simulate(
+        fakeredis.FakeRedis(), 1, limit=12, schedule=((2.0, 6),), noise=0.0, agents=16, seconds=5.0, tick=0.05
+    )
+    assert run.ok > 0 and run.refused > 0  # the start and the fall are above the limit
+    assert max(c for t, c in run.trace if t >= 4.0) <= 7  # down to the new limit (a probe above it at most)
+    assert policy_sim.windows_until(run.trace, 2.0, 6, 1.0) is not None
+    assert policy_sim.seconds_until([(0.0, 3), (0.5, 5), (1.0, 6)], 0.0, 6) == 0.5
