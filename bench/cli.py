@@ -228,8 +228,9 @@ def swarm_options(
             click.option("--no-retry-after-report", is_flag=True,
                          help="Governed agents' classifier drops the provider's Retry-After: call() "
                               "neither reports nor waits it (it backs off instead)."),
-            click.option("--client", type=click.Choice(["aiohttp", "openai"]), default="aiohttp",
-                         show_default=True, help="How agents call the provider (openai: the real SDK)."),
+            click.option("--client", type=click.Choice(["aiohttp", "openai", "gemini", "bedrock"]), default="aiohttp",
+                         show_default=True, help="How agents call the provider (openai, gemini, bedrock: the real "
+                                                 "SDK, answered in that provider's shape)."),
             click.option("--provider-url", default=None,
                          help="Use a provider started with `python -m bench provider` (its settings win)."),
             click.option("--workers", type=click.Choice(["local", "external"]), default="local",

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import logging
 import shutil
@@ -206,9 +207,37 @@ class _Caller:
         self.payload = {"model": job.model, "messages": [{"role": "user", "content": "Summarise the plan."}]}
         self._session: Any = None
         self._openai: Any = None
+        self._gemini: Any = None
+        self._httpx: Any = None
+        self._bedrock: Any = None
+        self._threads: Any = None
 
     async def open(self) -> None:
-        if self.job.client == "openai":
+        if self.job.client == "gemini":  # google-genai's asyncio client; its retries off (its default)
+            import httpx
+
+            from governor.providers import gemini_client
+
+            # over httpx, as gemini_client(governor=...) is (the SDK's aiohttp session warns on import)
+            self._httpx = httpx.AsyncClient(timeout=60.0, limits=httpx.Limits(max_connections=None))
+            options = {"base_url": self.job.provider_url.rstrip("/"), "httpx_async_client": self._httpx}
+            self._gemini = gemini_client(api_key="sim", http_options=options)
+        elif self.job.client == "bedrock":  # boto3 is synchronous: each agent's call in a thread of its own
+            from concurrent.futures import ThreadPoolExecutor
+
+            from botocore.config import Config
+
+            from governor.providers.bedrock import bedrock_client
+
+            self._threads = ThreadPoolExecutor(max_workers=max(1, self.job.agents))
+            self._bedrock = bedrock_client(
+                endpoint_url=self.job.provider_url.rstrip("/"),
+                region_name="us-east-1",
+                aws_access_key_id="sim",
+                aws_secret_access_key="sim",
+                config=Config(max_pool_connections=max(10, self.job.agents), read_timeout=60),
+            )
+        elif self.job.client == "openai":
             from governor.providers import async_openai_client
 
             self._openai = async_openai_client(
@@ -228,8 +257,24 @@ class _Caller:
             await self._session.close()
         if self._openai is not None:
             await self._openai.close()
+        if self._gemini is not None:
+            await self._gemini.aio.aclose()
+        if self._httpx is not None:
+            await self._httpx.aclose()
+        if self._bedrock is not None:
+            self._bedrock.close()
+        if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def __call__(self) -> None:
+        if self._gemini is not None:
+            await self._gemini.aio.models.generate_content(model="gemini-2.5-flash", contents="Summarise the plan.")
+            return
+        if self._bedrock is not None:
+            messages = [{"role": "user", "content": [{"text": "Summarise the plan."}]}]
+            call = functools.partial(self._bedrock.converse, modelId="amazon.nova-lite-v1:0", messages=messages)
+            await asyncio.get_running_loop().run_in_executor(self._threads, call)
+            return
         if self._openai is not None:
             await self._openai.chat.completions.create(model=self.job.model, messages=self.payload["messages"])
             return

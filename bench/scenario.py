@@ -69,6 +69,8 @@ STRATEGIES: tuple[str, ...] = ("none", "fixed", "per-host", "fleet-seed", "fleet
 ALL_STRATEGIES: tuple[str, ...] = (*STRATEGIES, "fleet-lease", "fleet-mixed", "fleet-proxy")
 #: the governing proxies of ``fleet-proxy``, shared by the hosts
 PROXIES = 2
+#: how agents may call the provider (Scenario.client)
+CLIENTS = ("aiohttp", "openai", "gemini", "bedrock")
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,9 @@ class Scenario:
     settle_windows: float = 3.0
     #: how often the driver samples the governors' capacity, seconds
     sample_interval: float = 0.1
-    #: how agents call the provider: "aiohttp" (light) or "openai" (the real SDK)
+    #: how agents call the provider: "aiohttp" (light), or a real SDK: "openai",
+    #: "gemini" (google-genai) or "bedrock" (boto3's Converse), which the provider
+    #: answers in its own shape (Gemini and Bedrock send no rate-limit headers)
     client: str = "aiohttp"
     #: other settings of the fleet governor: GovernorConfig fields (e.g. poll=0.5)
     #: or AdaptivePolicy fields (e.g. cut_factor=0.85)
@@ -152,8 +156,8 @@ class Scenario:
                 raise ConfigError(f"{name} must be >= 0, got {value!r}")
         if self.probe_interval is not None and self.probe_interval < 0:
             raise ConfigError(f"probe_interval must be >= 0 seconds, got {self.probe_interval!r}")
-        if self.client not in ("aiohttp", "openai"):
-            raise ConfigError(f"client must be aiohttp or openai, got {self.client!r}")
+        if self.client not in CLIENTS:
+            raise ConfigError(f"client must be one of {', '.join(CLIENTS)}, got {self.client!r}")
         last = -1.0
         for entry in self.ungoverned:
             at, count = entry

@@ -190,3 +190,41 @@ def test_headroom_needs_both_requests_and_tokens_remaining() -> None:
     assert classify_http(429, SPENT, body, profile=openai_profile).load is True
     only_requests = {k: v for k, v in HEADROOM.items() if "tokens" not in k}
     assert classify_http(429, only_requests, body, profile=openai_profile).load is True
+
+
+# -- what the adaptive policy keeps through a refusal that is no load signal ---------------
+
+
+def test_a_refusal_that_is_no_load_signal_keeps_the_streak_toward_the_next_probe(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    """A probe above the ceiling is due after a streak of successes; an
+    overload between them says nothing about this fleet's load, so the
+    streak goes on (a load signal starts it again)."""
+    gov = make_gov(
+        GovernorConfig(max_capacity=30, policy=AdaptivePolicy(probe_interval=10, pause_count=100)), clock=clock
+    )
+    while gov.status().capacity < 20:  # the slow start, nothing refused
+        gov.report(Outcome.SUCCESS)
+    leases = [gov.try_acquire() for _ in range(20)]
+    assert all(lease is not None for lease in leases)
+    gov.report(Outcome.RATE_LIMITED, lease=leases[-1])  # refused at 20 in flight: ceiling 20
+    for lease in leases:
+        if lease is not None:
+            lease.release()
+    gov.report(Outcome.SUCCESS)  # back to just below the ceiling
+    st = gov.status()
+    assert (st.capacity, st.ceiling, st.streak) == (19, 20, 0)
+    clock.advance(10)  # a probe is due after a streak of three successes
+    gov.report(Outcome.SUCCESS)
+    gov.report(Outcome.SUCCESS)
+    gov.report(Outcome.RATE_LIMITED, load=False)  # an overload: not the fleet's
+    st = gov.status()
+    assert (st.capacity, st.streak) == (19, 2)  # no cut, and the streak kept
+    gov.report(Outcome.SUCCESS)  # the third success: the probe
+    assert gov.status().capacity == 20
+    clock.advance(10)  # (the same with a load signal: the streak starts again)
+    gov.report(Outcome.SUCCESS)
+    gov.report(Outcome.SUCCESS)
+    before = gov.status().capacity
+    gov.report(Outcome.RATE_LIMITED)
+    assert gov.status().streak == 0
+    assert gov.status().capacity <= before
