@@ -6,7 +6,7 @@
 export const SCHEMA_VERSION = 3 as const;
 
 /** the Functions library's name: the schema and its source's hash */
-export const LIBRARY_NAME = "governor_v3_cf799a46b945" as const;
+export const LIBRARY_NAME = "governor_v3_5b5e77c131bd" as const;
 
 /** the first part of every key */
 export const DEFAULT_PREFIX = "governor" as const;
@@ -241,7 +241,9 @@ export const BUDGET_KINDS = [
   "requests",
   "tokens",
   "input_tokens",
-  "output_tokens"
+  "output_tokens",
+  "fast_input_tokens",
+  "fast_output_tokens"
 ] as const;
 
 /** GovernorConfig's defaults (seconds for durations) */
@@ -275,7 +277,9 @@ export const BUDGET_CONFIG_FIELDS = {
   "requests": "requests_per_minute",
   "tokens": "tokens_per_minute",
   "input_tokens": "input_tokens_per_minute",
-  "output_tokens": "output_tokens_per_minute"
+  "output_tokens": "output_tokens_per_minute",
+  "fast_input_tokens": "fast_input_tokens_per_minute",
+  "fast_output_tokens": "fast_output_tokens_per_minute"
 } as const;
 
 /** each policy's stored fields at the default window, and those that follow it */
@@ -350,6 +354,10 @@ export const CONFIG_SAMPLES = [
       "0",
       "output_tokens_per_minute",
       "0",
+      "fast_input_tokens_per_minute",
+      "0",
+      "fast_output_tokens_per_minute",
+      "0",
       "pause_count",
       "4",
       "pause_ratio",
@@ -417,6 +425,10 @@ export const CONFIG_SAMPLES = [
       "0",
       "output_tokens_per_minute",
       "0",
+      "fast_input_tokens_per_minute",
+      "0",
+      "fast_output_tokens_per_minute",
+      "0",
       "decrease_count",
       "2",
       "decrease_ratio",
@@ -478,6 +490,10 @@ export const CONFIG_SAMPLES = [
       "input_tokens_per_minute",
       "0",
       "output_tokens_per_minute",
+      "0",
+      "fast_input_tokens_per_minute",
+      "0",
+      "fast_output_tokens_per_minute",
       "0",
       "pause_count",
       "4",
