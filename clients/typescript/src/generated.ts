@@ -580,7 +580,7 @@ export const OVERLOAD_STATUSES = [
   529
 ] as const;
 
-/** rate-limit headers read into report's limits: name -> [budget kind, 'limit' | 'remaining'] */
+/** rate-limit headers read into report's limits: name -> [budget kind, 'limit' | 'remaining'] (a tier's own figures as the kinds <tier>_<kind>, headers.budget_limits) */
 export const HEADER_FIGURES = {
   "anthropic-ratelimit-requests-limit": [
     "requests",
@@ -628,6 +628,22 @@ export const HEADER_FIGURES = {
   ],
   "x-ratelimit-remaining-tokens": [
     "tokens",
+    "remaining"
+  ],
+  "anthropic-fast-input-tokens-limit": [
+    "fast_input_tokens",
+    "limit"
+  ],
+  "anthropic-fast-input-tokens-remaining": [
+    "fast_input_tokens",
+    "remaining"
+  ],
+  "anthropic-fast-output-tokens-limit": [
+    "fast_output_tokens",
+    "limit"
+  ],
+  "anthropic-fast-output-tokens-remaining": [
+    "fast_output_tokens",
     "remaining"
   ]
 } as const;
