@@ -25,7 +25,7 @@ class Anthropic(Profile):
     modules = ("anthropic",)
     model_paths = ("messages",)
     stream_end = "event: message_stop"
-    tiers = "service_tier priority / standard_only: one governor per tier"
+    tiers = "fast mode: budgets of its own (fast_*) in the one governor; service_tier priority: one governor per tier"
 
     def usage(self, obj: Any, path: str = "") -> Tokens | None:
         """Input counts what the input-tokens-per-minute limit counts: on
