@@ -143,6 +143,11 @@ class Tokens:
         """The same tokens in ``tier`` (None: not said)."""
         return self if tier == self.tier else replace(self, tier=tier)
 
+    def counts_in(self, kind: str) -> bool:
+        """Whether budget ``kind`` counts a lease of these tokens at all (the
+        kinds of another tier's are neither taken from nor waited on)."""
+        return Tokens().cost(kind) > 0 or KIND_TIER.get(kind, "") == self.apart
+
     def cost(self, kind: str) -> int:
         """What a lease of these tokens takes from budget ``kind`` (the Lua's
         costs are generated from it: governor/scripts.py): its tokens count
