@@ -22,11 +22,9 @@ ARGV
                           (also for a lease released before its report)
   ARGV[7] release         '1' | '0'     '1': also release the lease (one call
                           instead of report then release)
-  ARGV[8] usage           "input,output", "input,output,tier" or ''  the
-                          tokens the call used and the tier that served it
-                          (governor.budgets.Tokens.arg; no tier: the one the
-                          lease asked for): settles the live lease's
-                          reservation in every budget
+  ARGV[8] usage           "input,output[,tier]" or ''  the tokens the call used,
+                          the tier that served it (Tokens.arg; none: the tier
+                          asked): settle the live lease's reservation
   ARGV[9] refusals        '0' | '1' | ''  ('r', 'b') '0': the provider does not
                           count a refused call against its limits, so its
                           reservation is given back by the usage; else it is

@@ -138,7 +138,7 @@ def explain(client: Any, keys: Any, status: Status, kind: str, value: str) -> Ex
     if mine:
         first = mine[0]  # the parked first (its tenant's cap), then the queue's order
         caller = _Caller(first.priority, priorities.index(first.priority) if first.priority in priorities else 0,
-                         first.tenant, Tokens(*first.tokens, tier=first.tier or None), first.position,
+                         first.tenant, Tokens(first.tokens[0], first.tokens[1], first.tier or None), first.position,
                          first.parked)  # fmt: skip
         target = f"{kind} {value}" + ("" if kind == "holder" else f" (first waiter: {first.holder})")
     else:  # a new caller of that tenant (default class) or of that class (default tenant)
