@@ -83,14 +83,16 @@ def request_profile(profile: Profile | None, path: str) -> Profile:
 
 
 def tiered(tokens: Tokens | int | None, body: bytes, path: str, profile: Profile | None = None) -> Tokens:
-    """A request's estimate in the service tier it asks for, when the budgets
-    count that tier apart (governor.budgets.TIERS_APART: Anthropic's
-    ``speed: "fast"``); an estimate that names its tier keeps it."""
+    """A request's estimate in the service tier it asks for, when its provider
+    limits that tier apart (Profile.tiers_apart: Anthropic's ``speed:
+    "fast"``) and the budgets count it so (governor.budgets.TIERS_APART); an
+    estimate that names its tier keeps it."""
     estimate = Tokens.of(tokens)
     if estimate.tier is not None:
         return estimate
-    tier = request_profile(profile, path).requested_tier(body)
-    return estimate.in_tier(tier) if tier in TIERS_APART else estimate
+    found = request_profile(profile, path)
+    tier = found.requested_tier(body)
+    return estimate.in_tier(tier) if tier in found.tiers_apart and tier in TIERS_APART else estimate
 
 
 def judge_response(

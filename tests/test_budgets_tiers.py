@@ -267,3 +267,15 @@ def test_the_transport_asks_for_the_requests_tier_and_settles_in_the_one_that_se
         assert levels(gov) == {"input_tokens": 79200, "output_tokens": 15870, "fast_input_tokens": 5000,
                                "fast_output_tokens": 1000}  # fmt: skip
     assert [r.body.get("speed") for r in server.requests] == ["fast", "fast", "fast", None]
+
+
+def test_a_tier_is_its_own_budget_only_where_its_provider_limits_it_apart() -> None:
+    """OpenAI's service_tier "fast" is priced as a tier of its own, but no
+    header announces its limits apart: its requests stay in the standard budgets."""
+    from governor._exchange import tiered
+
+    openai_body = json.dumps({"model": "gpt-5", "service_tier": "fast", "messages": []}).encode()
+    anthropic_body = json.dumps({"model": "claude-opus-4-6", "speed": "fast", "messages": []}).encode()
+    assert tiered(Tokens(10, 5), openai_body, "/v1/chat/completions").tier is None
+    assert tiered(Tokens(10, 5), anthropic_body, "/v1/messages").tier == "fast"
+    assert tiered(Tokens(10, 5, tier="standard"), anthropic_body, "/v1/messages").tier == "standard"

@@ -41,6 +41,8 @@ class Anthropic(Profile):
     # -- service tiers and billing (governor.prices) --
 
     refusals_billed = "nothing: a 429, a 529 overload or an error answer is not billed"
+    #: fast mode "has a dedicated rate limit that is separate from standard Opus rate limits"
+    tiers_apart = frozenset({"fast"})
 
     def requested_tier(self, body: Any) -> str:
         """``speed: "fast"`` asks for fast mode; ``service_tier`` (``auto``,
