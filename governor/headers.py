@@ -25,7 +25,9 @@ header                                                  budget kind         valu
 ``anthropic-ratelimit-output-tokens-*``                 ``output_tokens``   as above
 ``anthropic-fast-{input,output}-tokens-*``              tier ``fast``:      as above (Anthropic's fast mode: limits
                                                         ``input_tokens``,   of its own, read into
-                                                        ``output_tokens``   :attr:`RateLimits.tiers`)
+                                                        ``output_tokens``   :attr:`RateLimits.tiers`; the budgets
+                                                                            ``fast_input_tokens`` and
+                                                                            ``fast_output_tokens``, budget_limits)
 ``retry-after-ms``, ``x-ms-retry-after-ms`` (Azure)     retry_after         milliseconds
 ``retry-after``                                         retry_after         seconds, or an HTTP date (both read by
                                                                             governor.backoff.read_retry_after)
