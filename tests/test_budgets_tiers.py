@@ -279,3 +279,18 @@ def test_a_tier_is_its_own_budget_only_where_its_provider_limits_it_apart() -> N
     assert tiered(Tokens(10, 5), openai_body, "/v1/chat/completions").tier is None
     assert tiered(Tokens(10, 5), anthropic_body, "/v1/messages").tier == "fast"
     assert tiered(Tokens(10, 5, tier="standard"), anthropic_body, "/v1/messages").tier == "standard"
+
+
+def test_a_standard_budget_in_debt_does_not_hold_a_queued_fast_waiter(make_gov: MakeGov, clock: FakeClock) -> None:
+    gov = learnt(make_gov, clock)
+    lease = gov.try_acquire(tokens=Tokens(1000, 100))
+    assert lease is not None
+    gov.report(S, lease=lease, release=True, usage=Tokens(100000, 100))  # the standard speed in debt
+    assert gov.try_acquire(tokens=fast(6000, 0)) is not None  # fast mode drained
+    waiter = new_id()
+    queued = gov._execute(gov._core.acquire(waiter, gov._core.ask("w", tokens=fast(100, 0)), wait=True))
+    assert isinstance(queued, Queued) and queued.reason.startswith("fast_input_tokens budget")
+    clock.advance(1)  # fast mode refilled 100; the standard speed still in debt
+    assert levels(gov)["input_tokens"] < 0
+    refreshed = gov._execute(gov._core.refresh([waiter]))
+    assert waiter in refreshed.granted

@@ -37,7 +37,8 @@ local function budget_cost(kind, tokens)
   return cost[1] + cost[2] * tokens.input + cost[3] * tokens.output, true
 end
 
--- The active kinds, their fields read (needs STATE.budgets: load it).
+-- The active kinds, their fields read (needs STATE.budgets: load it);
+-- .apart when one of them is a tier's limited apart (fast mode's).
 local NO_BUDGETS = {}  -- (never changed)
 local NO_LIMITS = {}  -- a report that announces no rate-limit figures (never changed)
 local function active_budgets()
@@ -52,6 +53,7 @@ local function active_budgets()
   for kind in string.gmatch(STATE.budgets, '[^,]+') do
     if not KIND_OF[kind] then fail('BADSTATE', 'field budgets holds ' .. string.format('%q', STATE.budgets)) end
     active[#active + 1] = kind
+    if BUDGET_COST[kind][4] ~= '' then active.apart = true end
     local limit, burst, level, at, source = budget_fields(kind)
     for _, f in ipairs({limit, burst, level, at, source}) do names[#names + 1] = f end
   end

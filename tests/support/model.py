@@ -638,7 +638,11 @@ class Model:
             why, hint, park = self._rule(NO_TOKENS, Place(max(band - 1, 0), None, band == 0))
             impossible = None
             capped = self.raw_config.get("tenant_caps", "") != ""
-            if why is None and record is not None and (capped or self.active()):
+            # (a bucket of the standard tier's holds no lease of a tier apart: with such
+            # a tier's budgets on, the head is asked for its own tokens)
+            apart = any(KIND_TIER.get(kind) for kind in self.active())
+            bucket = why is not None and apart and why.startswith(tuple(f"{k} budget:" for k in self.active()))
+            if (why is None or bucket) and record is not None and (capped or self.active()):
                 impossible = self.never(tokens)
                 if impossible is None:
                     why, hint, park = self._rule(tokens, Place(record.rank, record.tenant, band == 0))
