@@ -24,6 +24,7 @@ local function record_parse(raw)
   -- tokens, the common case, is the one NO_TOKENS, never changed)
   local tokens = NO_TOKENS
   if tier ~= '' then
+    if string.byte(tier) ~= 44 then return nil end  -- (the tier comes after a ',')
     tokens = {input = num(input), output = num(output), tier = string.sub(tier, 2)}
   elseif input ~= '0' or output ~= '0' then
     tokens = {input = num(input), output = num(output)}
