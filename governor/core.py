@@ -172,8 +172,10 @@ class GovernorCore:
         self.fence_floor = 0
         #: the longest lease TTL the state recorded lately (ms): a state this client re-creates holds that long
         self.ttl_max_ms = ms(config.lease_ttl)
-        #: local time of the last acquire that announced the lease TTL (None: none yet)
+        #: local time of the last acquire that announced the lease TTL (None: none yet), and the
+        #: epoch of the state it was announced to (a new state has not heard it)
         self.announced_at: float | None = None
+        self.announced_to = ""
         #: local time of the last reply that showed the state existed
         self.last_seen: float | None = None
         #: the stored config as init.lua last answered it (name, value pairs):
@@ -370,8 +372,11 @@ class GovernorCore:
         if kind == "missing":
             return MISSING
         self._seen()
+        epoch = text(rest[-2])  # (the epoch, then ttl_max, last in each)
         if announced is not None:
-            self.announced_at = announced
+            self.announced_at, self.announced_to = announced, epoch
+        elif epoch != self.announced_to:
+            self.announced_at = None  # a new state: the next acquire announces
         if kind in ("granted", "queued", "denied", "refused"):
             self._saw_ttl(rest[-1])  # the longest lease TTL, last in each
         if kind == "granted":

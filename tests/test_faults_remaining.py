@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from governor import Governor, GovernorConfig, LeaseLost, Outcome, protocol
-from governor.core import Queued, new_id
+from governor.core import Granted, Queued, new_id
 from governor.errors import ConfigError, LeaseReported, StateError
 from governor.scripts import function_name
 
@@ -307,6 +307,33 @@ def test_a_lease_granted_between_announcements_is_counted_through(make_gov: Any,
         _cycle(fleet)
         assert fleet.status().ttl_max == 6.0, f"at {clock()} s the lease granted at 7.8 s lives until 13.8 s"
     lease.release()
+
+
+def test_a_client_announces_again_to_a_new_state(make_gov: Any, clock: FakeClock, sync_client: Any) -> None:
+    """A client announced its TTL a moment before the state was lost; a
+    client that never knew it re-creates the state with its own, shorter
+    TTL. The first client's next acquire finds the new epoch, and the one
+    after announces again, a third of its TTL early: the new state counts
+    its 6 s before it holds its leases long."""
+    holder = make_gov(GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=6.0), clock=clock)
+    _cycle(holder)  # announced
+    sync_client.delete(*holder.keys.keys)  # Redis restarted without persistence
+    clock.advance(0.1)
+    newcomer = make_gov(GovernorConfig(max_capacity=4, policy="fixed", lease_ttl=1.5), clock=clock)
+    assert newcomer.status().ttl_max == 1.5  # re-created by a client that never heard of 6 s
+    clock.advance(0.1)
+    _try_once(holder)  # 0.2 s after its announcement: not again, but it sees the new epoch
+    assert newcomer.status().ttl_max == 1.5
+    clock.advance(0.1)
+    _try_once(holder)  # announced to the new state
+    assert newcomer.status().ttl_max == 6.0
+
+
+def _try_once(gov: Governor) -> None:
+    """One try, admitted or denied (a new state may hold admissions a moment): a client calling now."""
+    core, lease_id = gov._core, new_id()
+    if isinstance(gov._execute(core.acquire(lease_id, core.ask("h"), wait=False)), Granted):
+        gov._execute(core.release(lease_id))
 
 
 def test_a_waiter_granted_after_a_long_wait_is_counted_through_its_lease(make_gov: Any, clock: FakeClock) -> None:

@@ -185,6 +185,8 @@ export class Core {
   ttlMaxMs: number;
   /** local time of the last acquire that announced the lease TTL (null: none yet) */
   announcedAt: number | null = null;
+  /** the epoch of the state it was announced to (a new state has not heard it) */
+  announcedTo = "";
   private readonly ttlMs: string;
   private readonly queueTtlMs: string;
 
@@ -283,7 +285,11 @@ export class Core {
       const [kind, rest] = this.check(reply, "acquire");
       if (kind === "missing") return MISSING;
       this.seen();
-      if (announce) this.announcedAt = now;
+      const epoch = text(rest[rest.length - 2]); // (the epoch, then ttl_max, last in each)
+      if (announce) {
+        this.announcedAt = now;
+        this.announcedTo = epoch;
+      } else if (epoch !== this.announcedTo) this.announcedAt = null; // a new state: the next acquire announces
       this.sawTtl(rest[rest.length - 1]); // the longest lease TTL, last in each reply
       if (kind === "granted") {
         const fence = int(rest[0]);
