@@ -17,7 +17,14 @@ and its holder record go, and its counts in held (caps, the reserve);
 nothing else changes (a lost state answers 'released').
 ]]
 
-local id = arg_id(3, 'id')
+-- The id is checked (arg_id) before the first write, a pattern match
+-- being the dearest part of a release without waiters: up front when
+-- callers wait (the slot goes on to the head); else only when holders has
+-- no record of it. A record's id was checked when it was admitted or
+-- queued; the sentinel, which holders keeps too and no caller's id may
+-- name, is checked first.
+local id = ARGV[3]
+if id == nil or id == SENTINEL then arg_id(3, 'id') end
 -- With callers queued the slot goes to the head: read and check the state
 -- (and push expiries back when due) before the first write.
 -- step: the queue
@@ -38,6 +45,7 @@ local parked = in_use > (queued and 1 or 0) and redis.call('ZCARD', KEY.parked) 
 local waiting = queued or parked
 local deadline, head_record
 if waiting then
+  arg_id(3, 'id')
   clock()
   if not load(WRITE) then return missing_reply() end
   prepare(nil, nil, true)
@@ -65,6 +73,7 @@ elseif queued then
 else
   known = redis.call('HEXISTS', KEY.holders, id) == 1
 end
+if not known then arg_id(3, 'id') end
 local removed = redis.call('ZREM', KEY.leases, id)
 if removed == 1 and known then redis.call('HDEL', KEY.holders, id) end  -- a queued id keeps its place
 if removed == 1 and counted then held_remove(record_parse(raw), waiting) end

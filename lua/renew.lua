@@ -66,7 +66,7 @@ for i = 4, #ARGV, WIDTH do
     reply[#reply + 1] = 'ok'
     reply[#reply + 1] = 0
   elseif epoch ~= STATE.epoch then
-    if CALL.live == nil then CALL.live = in_flight() end
+    if not CALL.live then CALL.live = in_flight() end
     local fence = add_lease(id, ttl, holder, reserved[i], places[i], true)  -- counted in its cap, the reserve, the budgets
     log('adopt', 'lease', id, 'fence', fence, 'tenant', places[i].tenant, 'rank', places[i].rank,
       'why', 'holder of a lease from a lost state renewed')

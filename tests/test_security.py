@@ -663,6 +663,29 @@ def test_malformed_ids_and_numbers_are_refused_by_every_script(real: redis.Redis
         gov.close()
 
 
+def test_a_release_with_nobody_waiting_refuses_a_malformed_id_and_changes_nothing(real: redis.Redis) -> None:
+    """Without waiters release checks its id only when no lease has it
+    (a pattern match is the dearest part of the call): a malformed id, the
+    sentinel included, is still refused before anything is written."""
+    clock = FakeClock()
+    gov = Governor(real, "tamper-release", GovernorConfig(max_capacity=2), clock=clock)
+    keys = gov.keys.keys
+    core = gov._core
+    try:
+        lease_id = new_id()
+        gov._execute(core.acquire(lease_id, core.ask("holder"), wait=False))
+        before = snapshot(real, keys)
+        for bad in BAD_IDS:
+            with pytest.raises(ConfigError, match="must be 1-128 characters"):
+                gov._connection.run(core.release(bad))
+        assert snapshot(real, keys) == before
+        assert gov._connection.run(core.release(new_id())) is False  # a valid id of no lease: nothing to release
+        assert gov._connection.run(core.release(lease_id)) is True
+    finally:
+        real.delete(*keys)
+        gov.close()
+
+
 def _number_arguments(gov: Governor, lease_id: str) -> list[tuple[Call[Any], int, bool]]:
     """Calls with an integer argument, its index in ARGV, and whether ''
     is a valid value there (the clock: Redis TIME; none)."""

@@ -29,7 +29,7 @@ local function at_capacity(live, capacity)
 end
 local CONCURRENCY = {name = 'concurrency',
     room = function(tokens, place)
-      if CALL.live == nil then CALL.live = in_flight() end
+      if not CALL.live then CALL.live = in_flight() end
       if CALL.live + 1 > STATE.capacity then return at_capacity(CALL.live, STATE.capacity), 0 end
       -- (no reserve while capped is 0: set_shares sets it with the reserve)
       if place and place.rank > 0 and not place.aged and STATE.capped ~= 0 and CONFIG.reserve > 0 then
@@ -158,7 +158,7 @@ end
 -- caller has guarded events when announced_budgets()), unless `adopted`.
 -- Returns the fence, and its digits.
 local function add_lease(id, ttl, holder, tokens, place, adopted)
-  if CALL.live == nil then CALL.live = in_flight() end
+  if not CALL.live then CALL.live = in_flight() end
   local fence = redis.call('HINCRBY', KEY.state, 'fence', '1')
   local level = CALL.live + 1
   local digits = int(fence)

@@ -179,7 +179,7 @@ local function calibrate(kind, limit_h, remaining)
   level = math.min(level, capacity_of(kind))
   local dropped = before - level
   set_level(kind, level)
-  if was_limit == 0 then CALL.active = nil end  -- a new kind: the next active_budgets() lists it
+  if was_limit == 0 then CALL.active = false end  -- a new kind: the next active_budgets() lists it
   if limit ~= was_limit or source ~= was_source or burst > was_burst * 1.1 or dropped >= capacity_of(kind) / 10 then
     log('budget', 'budget', kind, 'limit', limit, 'burst', burst, 'level', math.floor(level), 'source', source,
       'why', (limit ~= was_limit or source ~= was_source) and ('limit from ' .. source)

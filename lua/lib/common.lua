@@ -123,9 +123,11 @@ local KEYS, ARGV = {}, {}  -- the governor's keys in KEY_NAMES' order, the call'
 local KEY = {}          -- the governor's keys by name
 local TYPE_OF = {}      -- key -> its Redis type
 local OPS = {}
--- What the fragments learnt during this call, cleared by begin() (one
--- table kept across calls: a table made per call costs Redis more than
--- clearing five fields):
+-- What the fragments learnt during this call, each false until learnt:
+-- begin() sets them false again (one table kept across calls: a table made
+-- per call costs Redis more than clearing its fields; and false, not nil:
+-- a field cleared to nil leaves a key the collector may drop, and setting
+-- it again then inserts it anew):
 --   active  the active budget kinds, their fields read (lib/budgets.lua)
 --   caps    tenant -> {cap, slot} or false, as this call found them (lib/shares.lua)
 --   held    field of held -> leases in flight, as this call read and changed them (lib/shares.lua)

@@ -104,7 +104,7 @@ local function apply_config(cfg, raw)
     if ceiling > 0 then on[#on + 1] = kind end
   end
   set('state', 'budgets', table.concat(on, ','))
-  CALL.active = nil
+  CALL.active = false
   set('policy', 'streak', 0)
   POLICIES[cfg.policy].reset()
   recount(true)  -- the caps and the reserve as stored now; parked waiters queue again

@@ -217,7 +217,7 @@ end
 -- fields, written here: save() runs before any of its callers could).
 local function repair()
   local found = CALL.repairs
-  CALL.repairs = nil
+  CALL.repairs = false
   for i = 1, #found, 3 do
     local field, raw, v = found[i], found[i + 1], found[i + 2]
     local hash = (STATE and STATE[field] ~= nil and 'state') or (CONFIG and CONFIG[field] ~= nil and 'config') or 'policy'

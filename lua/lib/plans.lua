@@ -155,8 +155,8 @@ local PLANS = {
   },
   ['release'] = {
     {'the arguments', checks = {'arg_id'}},
-    {'the queue', checks = {'clock', 'prepare', 'keep_alive', 'guard_grant'}, reads = {'state:WRITE'}},
-    {'the lease', checks = {'guard'}, writes = true},
+    {'the queue', checks = {'arg_id', 'clock', 'prepare', 'keep_alive', 'guard_grant'}, reads = {'state:WRITE'}},
+    {'the lease', checks = {'guard', 'arg_id'}, writes = true},
   },
   ['renew'] = {
     {'the arguments', checks = {'arg_in', 'fail', 'arg_id', 'arg_label', 'arg_place', 'arg_tokens'}},

@@ -184,7 +184,7 @@ end
 -- Needs prepare() (or a config stored); every key's type checked.
 local function recount(fresh)
   redis.call('DEL', KEY.held)
-  CALL.held, CALL.caps = {}, nil
+  CALL.held, CALL.caps = {}, false
   local shaped = CONFIG.tenant_caps ~= '' or CONFIG.reserve > 0
   set('state', 'capped', shaped and 1 or 0)
   if shaped then
