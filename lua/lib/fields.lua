@@ -15,28 +15,19 @@ lib/origin.lua reads the state itself, with its origin stamp.
 ]]
 
 -- The call's table of a hash ('state', 'config' or 'policy'), made on
--- first use. The state's is kept across calls and emptied: a call reads
--- about the same fields of it as the last, eight or more, and a table
--- filled afresh grows its hash part step by step, each step a new part
--- (emptied, a table keeps its size; the config's and the policy's, a few
--- fields on the hot paths, cost less made afresh).
-local fields_of
-do
-  local kept = {}
-  fields_of = function(hash)
-    if hash == 'state' then
-      if not STATE then
-        STATE = kept
-        for k in pairs(STATE) do STATE[k] = nil end
-      end
-      return STATE
-    elseif hash == 'config' then
-      if not CONFIG then CONFIG = {} end
-      return CONFIG
-    end
-    if not POLICY then POLICY = {} end
-    return POLICY
+-- first use, afresh for each call. (A table kept across calls and emptied
+-- costs more: its fields cleared to nil go on the next call's first writes
+-- as insertions anew, after the clearing loop's own calls of next.)
+local function fields_of(hash)
+  if hash == 'state' then
+    if not STATE then STATE = {} end
+    return STATE
+  elseif hash == 'config' then
+    if not CONFIG then CONFIG = {} end
+    return CONFIG
   end
+  if not POLICY then POLICY = {} end
+  return POLICY
 end
 
 -- Type checks for the keys a script touches after its first write that no
