@@ -189,3 +189,8 @@ def test_the_docs_example_runs_as_printed(redis_url: str, name: str, mock: Serve
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ok" in done.stdout, done.stdout
     assert mock.attempts() == 1
+    example = Governor.from_url(redis_url, name)
+    try:
+        assert example.status().window_attempts == 1  # the example's governor counted the call
+    finally:
+        example.close()
