@@ -30,16 +30,16 @@ os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from governor import AsyncGovernor, Governor, GovernorConfig  # noqa: E402
-from governor.config import RetryPolicy  # noqa: E402
-from governor.errors import AcquireTimeout, ConfigError  # noqa: E402
-from tests.support.governing import ServedMock, run_agents  # noqa: E402
+from governor import AsyncGovernor, Governor, GovernorConfig
+from governor.config import RetryPolicy
+from governor.errors import AcquireTimeout, ConfigError
+from tests.support.governing import ServedMock, run_agents
 
 pytest.importorskip("crewai")
-import litellm  # noqa: E402
-from crewai import Agent, Crew, Task  # noqa: E402
+import litellm
+from crewai import Agent, Crew, Task
 
-from governor.frameworks.crewai import llm  # noqa: E402
+from governor.frameworks.crewai import llm
 
 #: CrewAI reads its own deprecated fields (function_calling_llm...) on every kickoff; LiteLLM's
 #: TypedDicts use ReadOnly, which the pydantic CrewAI requires (below 2.13) warns about

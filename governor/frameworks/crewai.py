@@ -51,7 +51,8 @@ from pydantic import PrivateAttr  # noqa: E402
 __all__ = ["GovernedLLM", "llm"]
 
 #: the LLM's fields that are litellm.completion's arguments of the same name
-SENT = ("temperature", "top_p", "max_tokens", "seed", "frequency_penalty", "presence_penalty", "n", "api_key", "base_url")
+SENT: tuple[str, ...] = ("temperature", "top_p", "max_tokens", "seed", "frequency_penalty", "presence_penalty", "n")
+SENT += ("api_key", "base_url")
 
 
 def _opted_out(method: Any) -> Any:
@@ -80,7 +81,7 @@ class GovernedLLM(BaseLLM):  # type: ignore[misc]
 
     def _answer(self, reply: Any, arguments: dict[str, Any], task: Any, agent: Any) -> Any:
         """The reply as CrewAI's LLMs give it: its text (or its tool calls), the usage counted, the event sent."""
-        usage = getattr(reply, "usage", None)
+        usage: Any = getattr(reply, "usage", None)
         usage_dict = usage.model_dump() if hasattr(usage, "model_dump") else None
         if usage_dict:
             self._track_token_usage_internal(usage_dict)
