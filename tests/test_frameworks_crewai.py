@@ -141,6 +141,18 @@ def test_crewai_makes_no_retries_of_its_own(redis_url: str, name: str, gov: Gove
     assert gov.status().window_rate_limited == 3
 
 
+async def test_acall_makes_no_retries_of_its_own(redis_url: str, name: str, gov: Governor, mock: ServedMock) -> None:
+    """The asyncio side too: the governor's 3 attempts, none of CrewAI's around acall."""
+    mock.reset(limit=0, retry_after=0.01)
+    config = GovernorConfig(max_capacity=CAPACITY, policy="fixed", retry_after_cap=0.05)
+    async with AsyncGovernor.from_url(redis_url, name, config) as fast:
+        retry = RetryPolicy(max_attempts=3, base=0.001, cap=0.002, max_retry_after=0.05)
+        with pytest.raises(litellm.RateLimitError):
+            await governed(mock, async_governor=fast, retry=retry).acall("hello there")
+    assert mock.attempts() == 3
+    assert gov.status().window_rate_limited == 3
+
+
 async def test_asyncio_crews_are_governed(redis_url: str, name: str, gov: Governor, mock: ServedMock) -> None:
     """A crew's akickoff runs its steps in threads through the LLM's sync call;
     acall (CrewAI's converters and summaries) goes through the AsyncGovernor."""
