@@ -623,3 +623,18 @@ def test_every_profile_names_its_facts() -> None:
         assert profile.name == name and profile.stream_end and profile.tiers
     assert not REGISTRY["gemini"].headers and not REGISTRY["bedrock"].headers and REGISTRY["azure"].headers
     assert REGISTRY["openai"].refusals_count
+
+
+def test_a_litellm_error_with_a_bare_response_keeps_the_providers_retry_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """LiteLLM 1.105 (the one CrewAI's litellm extra pins) raises with a response
+    that has no headers and keeps the provider's on ``litellm_response_headers``."""
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM reads its bundled price list, offline
+    litellm = pytest.importorskip("litellm")
+
+    bare = httpx.Response(429, request=httpx.Request("POST", "https://api.openai.com/v1/chat/completions"))
+    error = litellm.RateLimitError("OpenAIException - Rate limit reached", "openai", "gpt-4o", response=bare)
+    error.litellm_response_headers = httpx.Headers({"retry-after": "20"})
+    verdict = default_classifier(error)
+    assert (verdict.kind, verdict.retry_after) == (Outcome.RATE_LIMITED, 20.0)

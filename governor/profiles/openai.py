@@ -65,6 +65,8 @@ class LiteLLM(Profile):
 
     def exception_parts(self, exc: BaseException) -> tuple[int | None, Any, Any]:
         status, headers, body = http_parts(exc)
+        if not headers:  # LiteLLM 1.105 (CrewAI's) leaves the response bare and keeps the provider's headers here
+            headers = getattr(exc, "litellm_response_headers", None) or headers
         if body is None:
             body = getattr(exc, "message", None)  # the provider's own message, its "try again in" included
         return status, headers, body

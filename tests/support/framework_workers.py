@@ -60,6 +60,25 @@ def dspy_agent(gov: AsyncGovernor, mock: str) -> Callable[[], Awaitable[Any]]:
     return call
 
 
+def crewai_agent(gov: AsyncGovernor, mock: str) -> Callable[[], Awaitable[Any]]:
+    from crewai import Agent, Crew, Task
+
+    from governor import Governor
+    from governor.frameworks.crewai import llm
+
+    # a crew's akickoff runs its agents' steps in threads, through the LLM's sync call
+    sync = Governor.from_url(sys.argv[2], gov.name, gov.config)
+    CLOSE.append(sync)
+    model = llm(sync, async_governor=gov, base_url=f"{mock}/v1", api_key="sk-test")
+    helper = Agent(role="helper", goal="answer", backstory="brief", llm=model, max_retry_limit=0)
+    crew = Crew(agents=[helper], tasks=[Task(description="Say ok", expected_output="a word", agent=helper)])
+    return crew.akickoff
+
+
+#: the sync governors the agents made, closed at the end
+CLOSE: list[Any] = []
+
+
 def plain_adapter() -> Any:
     """DSPy's ChatAdapter reading the whole reply as the answer (the mock answers in plain words)."""
     import dspy
@@ -76,6 +95,7 @@ AGENTS = {
     "pydantic_ai": pydantic_ai_agent,
     "openai_agents": openai_agents_agent,
     "dspy": dspy_agent,
+    "crewai": crewai_agent,
 }
 
 
@@ -100,6 +120,8 @@ async def main(
         await asyncio.gather(*(agent() for _ in range(agents)))
     finally:
         await gov.aclose()
+        for sync in CLOSE:
+            sync.close()
     return {"done": done, "errors": errors}
 
 
