@@ -129,6 +129,9 @@ class GovernorConfig:
     tokens_per_minute: int | None = None
     input_tokens_per_minute: int | None = None
     output_tokens_per_minute: int | None = None
+    #: Anthropic's fast mode (a lease of tier ``fast``) is limited apart: its own ceilings
+    fast_input_tokens_per_minute: int | None = None
+    fast_output_tokens_per_minute: int | None = None
     #: the priority classes, highest first: a waiter of a higher class is admitted first
     priorities: tuple[str, ...] = ("interactive", "default", "batch")
     #: the class of a caller that names none

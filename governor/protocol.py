@@ -82,6 +82,7 @@ KEY_NAMES: tuple[str, ...] = tuple(name for name, _ in KEYS)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-/@]{1,200}$")
 _TENANT = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+_TIER = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _CLASS = re.compile(r"^[a-z0-9_\-]{1,32}$")
 #: the tenant of a caller that names none
 DEFAULT_TENANT = "default"
@@ -423,7 +424,9 @@ class HolderRecord:
     ``level`` the leases in flight when it was granted, itself included (0
     for a waiter): the load the provider saw the call at; ``rank`` its
     priority class's rank (0: the highest), ``tenant`` whose share it
-    counts in (see QUEUE_BAND)."""
+    counts in (see QUEUE_BAND). A lease of a service tier with budgets of
+    its own (governor.budgets.TIERS_APART) has ``output,tier`` for its output
+    (``tier``); any other's is the output alone (``tier`` '')."""
 
     fence: int
     ttl_ms: int
@@ -434,20 +437,26 @@ class HolderRecord:
     rank: int
     tenant: str
     holder: str
+    tier: str = ""  #: the tier its tokens count in ('' the standard one)
 
     @classmethod
     def parse(cls, raw: str | None) -> HolderRecord | None:
         if raw is None:
             return None
         parts = raw.split("|", 8)
-        if len(parts) != 9 or not all(p.isdigit() for p in parts[:7]) or not _TENANT.match(parts[7]):
+        if len(parts) != 9:
             return None
-        fence, ttl_ms, since_ms, input_, output, level, rank = (int(p) for p in parts[:7])
-        return cls(fence, ttl_ms, since_ms, input_, output, level, rank, parts[7], parts[8])
+        output, _, tier = parts[4].partition(",")
+        parts[4] = output
+        if not all(p.isdigit() for p in parts[:7]) or not _TENANT.match(parts[7]) or (_ and not _TIER.match(tier)):
+            return None
+        fence, ttl_ms, since_ms, input_, output_, level, rank = (int(p) for p in parts[:7])
+        return cls(fence, ttl_ms, since_ms, input_, output_, level, rank, parts[7], parts[8], tier)
 
     def format(self) -> str:
+        output = f"{self.output},{self.tier}" if self.tier else str(self.output)
         return (
-            f"{self.fence}|{self.ttl_ms}|{self.since_ms}|{self.input}|{self.output}|{self.level}|{self.rank}|"
+            f"{self.fence}|{self.ttl_ms}|{self.since_ms}|{self.input}|{output}|{self.level}|{self.rank}|"
             f"{self.tenant}|{self.holder}"
         )
 

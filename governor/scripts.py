@@ -36,8 +36,8 @@ from importlib import resources
 from pathlib import Path
 
 from . import policies, protocol
+from .budgets import KIND_TIER, TIERS_APART, Tokens
 from .budgets import KINDS as BUDGET_KINDS
-from .budgets import Tokens
 
 OPERATIONS: tuple[str, ...] = (
     "acquire",
@@ -115,12 +115,19 @@ def _strings(names: Iterable[str]) -> str:
 
 def _cost(kind: str) -> str:
     """A budget kind's cost as Lua {per lease, per input token, per output
-    token}, from governor.budgets.Tokens.cost (linear in the tokens)."""
+    token, tier}, from governor.budgets.Tokens.cost (linear in the tokens):
+    the tokens count only for a lease of that tier ('' the standard one,
+    governor.budgets.KIND_TIER); the per-lease cost counts for every lease."""
+    tier = KIND_TIER.get(kind, "")
+    own = tier or None
     base = Tokens().cost(kind)
-    per_input, per_output = Tokens(input=1).cost(kind) - base, Tokens(output=1).cost(kind) - base
-    if Tokens(input=7, output=11).cost(kind) != base + 7 * per_input + 11 * per_output:
+    per_input, per_output = Tokens(input=1, tier=own).cost(kind) - base, Tokens(output=1, tier=own).cost(kind) - base
+    if Tokens(input=7, output=11, tier=own).cost(kind) != base + 7 * per_input + 11 * per_output:
         raise AssertionError(f"the cost of budget kind {kind} is not linear in the tokens")
-    return f"{{{base}, {per_input}, {per_output}}}"
+    for other in ("", *TIERS_APART):
+        if other != tier and Tokens(input=7, output=11, tier=other or None).cost(kind) != base:
+            raise AssertionError(f"budget kind {kind} counts the tokens of a tier not its own ({other or 'standard'})")
+    return f"{{{base}, {per_input}, {per_output}, '{tier}'}}"
 
 
 def field_table() -> str:
@@ -155,7 +162,8 @@ def field_table() -> str:
         f"local TYPES = {_strings(kind for _, kind in protocol.KEYS)}",
         f"local VTIMES = {_strings(f'vtime_{rank}' for rank in range(protocol.MAX_CLASSES))}",
         f"local BUDGET_KINDS = {_strings(BUDGET_KINDS)}",
-        "-- what a lease of {input = i, output = o} takes from each kind: [1] + [2] * i + [3] * o",
+        "-- what a lease of {input = i, output = o, tier = t} takes from each kind: [1], plus [2] * i + [3] * o"
+        " when t is [4] ('' the standard tier)",
         f"local BUDGET_COST = {{{', '.join(f'{kind} = {_cost(kind)}' for kind in BUDGET_KINDS)}}}",
         f"local BASE_CONFIG = {_strings(protocol.CONFIG)}",
         f"local STATUS_FIELDS = {_strings(protocol.STATUS_FIELDS)}",
