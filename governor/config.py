@@ -37,6 +37,7 @@ from .protocol import (
     MAX_WEIGHT,
     governor_keys,
     ms,
+    stored_field,
     validate_class,
     validate_tenant,
 )
@@ -333,7 +334,7 @@ class GovernorConfig:
                 "default_weight": int(stored["default_weight"]),
                 "tenant_caps": parse_weights(stored["tenant_caps"]),
                 "reserve": int(stored["reserve"]),
-                **{config_field(k): int(stored[config_field(k)]) or None for k in BUDGET_KINDS},
+                **{config_field(k): int(stored_field(stored, config_field(k))) or None for k in BUDGET_KINDS},
             }
             return dataclasses.replace(base or cls(), policy=policy, **values)
         except (KeyError, ValueError, ConfigError) as error:

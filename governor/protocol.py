@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .budgets import KIND_TIER, config_field
 from .budgets import KINDS as BUDGET_KINDS
 from .budgets import SOURCES as BUDGET_SOURCES
-from .budgets import config_field
 from .errors import ConfigError
 
 SCHEMA_VERSION = 3
@@ -337,6 +338,22 @@ STATE_ORIGIN: dict[str, Kind] = {
     "spend_until": COUNT,
 }
 
+#: the fields a later version added to the ``state`` and ``config`` hashes every
+#: governor holds, each with the stored value it reads as when absent: a state or a
+#: config an older version created lacks them (fast mode's budgets: not governed).
+#: Not in :func:`required`; a value present is checked as any other's.
+ADDED: dict[str, str] = {
+    **{name: "" if kind.type == "str" else "0" for k in KIND_TIER for name, kind in budget_fields(k).items()},
+    **{config_field(k): "0" for k in KIND_TIER},
+}
+
+
+def stored_field(stored: Mapping[str, str], field: str) -> str:
+    """``field`` of a stored hash; one a later version added reads as its
+    default when absent (:data:`ADDED`), any other absent is a KeyError."""
+    return stored[field] if field in stored or field not in ADDED else ADDED[field]
+
+
 #: the ``config`` hash: the config a client stored (GovernorConfig.script_fields):
 #: these fields, then the fields of its policy (each policy names its own in
 #: governor/policies.py, and its learnt state, in the ``policy`` hash)
@@ -401,8 +418,13 @@ HOT: dict[str, tuple[str, ...]] = {
 
 
 def required() -> dict[str, tuple[str, ...]]:
-    """The fields every governor's hashes hold, whatever its policy."""
-    return {"state": tuple(STATE), "config": tuple(CONFIG), "policy": tuple(POLICY_STATE)}
+    """The fields every governor's hashes hold, whatever its policy (the
+    fields a later version added, :data:`ADDED`, aside)."""
+    return {
+        "state": tuple(f for f in STATE if f not in ADDED),
+        "config": tuple(f for f in CONFIG if f not in ADDED),
+        "policy": tuple(POLICY_STATE),
+    }
 
 
 #: the entry ``leases`` (score 0: never live) and ``holders`` (value '') each

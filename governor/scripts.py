@@ -137,8 +137,10 @@ def field_table() -> str:
     receives them, each class's virtual time field, the budget kinds and
     their costs, the base config fields, the status reply's fields, FIELDS
     (the kind of every stored field, the kind tables declared with it), ARGS
-    (the kind of each ranged argument, governor.protocol.ARGUMENTS) and
-    REQUIRED (the fields every governor's hashes hold, whatever its policy)."""
+    (the kind of each ranged argument, governor.protocol.ARGUMENTS), ABSENT
+    (what each field a later version added reads as when absent,
+    governor.protocol.ADDED) and REQUIRED (the fields every governor's hashes
+    hold, whatever its policy)."""
     every = policies.all_fields()
     kinds = sorted({kind.name: kind for kind in (*every.values(), *protocol.ARGUMENTS.values())}.items())
     lines = [
@@ -174,10 +176,12 @@ def field_table() -> str:
     # take none of the 200 locals Lua allows the library's main chunk)
     entries = ",\n    ".join(f"{field} = {kind.name}" for field, kind in sorted(every.items()))
     arguments = ", ".join(f"{name} = {kind.name}" for name, kind in protocol.ARGUMENTS.items())
-    lines += ["local FIELDS, ARGS", "do"]
+    lines += ["local FIELDS, ARGS, ABSENT", "do"]
     lines += [f"  local {name} = {_kind(kind)}" for name, kind in kinds]
     lines.append(f"  FIELDS = {{\n    {entries},\n  }}")
     lines.append(f"  ARGS = {{{arguments}}}  -- the ranged arguments' kinds (governor.protocol.ARGUMENTS)")
+    absent = ", ".join(f"{field} = {value!r}" for field, value in protocol.ADDED.items())
+    lines.append(f"  ABSENT = {{{absent}}}  -- what a field a later version added reads as when absent (ADDED)")
     lines.append("end")
     required = ", ".join(
         f"{hash_name} = {{{', '.join(repr(n) for n in names)}}}" for hash_name, names in protocol.required().items()

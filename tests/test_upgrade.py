@@ -28,8 +28,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from governor import Governor, GovernorConfig, LayoutError, StateError
-from governor.protocol import LAYOUT, MIN_LAYOUT
+from governor import Governor, GovernorConfig, LayoutError, Outcome, StateError
+from governor.budgets import Tokens
+from governor.protocol import ADDED, LAYOUT, MIN_LAYOUT, STATE
 
 from .support.faultkit import figure
 from .support.servers import RedisServer
@@ -228,6 +229,48 @@ def test_an_unreadable_state_never_advises_deleting_a_running_fleets_state(serve
         message = str(caught.value)
         assert "delete" not in message.lower() and "`governor reset`" not in message, message
         assert "docs/upgrade.md" in message
+    finally:
+        admin.close()
+        gov.close()
+
+
+FAST_HEADERS = {"anthropic-fast-input-tokens-limit": "6000", "anthropic-fast-input-tokens-remaining": "6000"}
+
+
+def test_a_state_an_older_version_created_reads_its_later_fields_as_their_defaults(server: RedisServer) -> None:
+    """A state and a config created before fast mode lack its budgets' fields:
+    each reads as its default (not governed), and every call uses the state;
+    a field present but unreadable still makes the state unusable."""
+    config = GovernorConfig(max_capacity=4, input_tokens_per_minute=6000)
+    gov = Governor.from_url(server.url, "older-fields", config)
+    admin = server.client(decode_responses=True)
+    try:
+        gov.status()
+        later = [f for f in ADDED if admin.hexists(gov.keys.state, f) or admin.hexists(gov.keys.config, f)]
+        assert len(later) == len(ADDED) >= 12, later  # five state fields and a ceiling of each fast kind
+        admin.hdel(gov.keys.state, *(f for f in ADDED if f in STATE))
+        admin.hdel(gov.keys.config, *(f for f in ADDED if f not in STATE))
+        admin.hset(gov.keys.state, "touch_due", 0)  # the next writing call checks every field
+        lease = gov.try_acquire(tokens=Tokens(100, 20))
+        assert lease is not None
+        gov.report(Outcome.SUCCESS, lease=lease, usage=Tokens(80, 10))
+        lease.release()
+        fast_lease = gov.try_acquire(tokens=Tokens(100, 20, tier="fast"))
+        assert fast_lease is not None
+        fast_lease.release()
+        assert [b.kind for b in gov.status().budgets] == ["input_tokens"]
+        # a fast answer's headers calibrate the fast budgets: read as not governed, then learnt
+        for remaining in ("6000", "5000"):
+            gov.report(Outcome.SUCCESS, headers={**FAST_HEADERS, "anthropic-fast-input-tokens-remaining": remaining})
+        status = gov.status()
+        assert [b.kind for b in status.budgets] == ["input_tokens", "fast_input_tokens"], status.budgets
+        assert status.budgets[1].limit == 6000 and status.budgets[1].level < 5500  # (refilling since)
+        assert GovernorConfig.from_stored(admin.hgetall(gov.keys.config)).fast_input_tokens_per_minute is None
+        gov.reset()
+        # present and unreadable: the next call that checks every field refuses the state
+        admin.hset(gov.keys.state, mapping={"fast_output_tokens_limit": "many", "touch_due": 0})
+        with pytest.raises(StateError, match="fast_output_tokens_limit"):
+            gov.try_acquire(tokens=Tokens(100, 20, tier="fast"))
     finally:
         admin.close()
         gov.close()

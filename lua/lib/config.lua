@@ -122,7 +122,8 @@ local function clear_learnt()
   if not policy then fail('BADSTATE', 'field policy holds ' .. string.format('%q', tostring(cfg.policy))) end
   for _, list in ipairs({BASE_CONFIG, policy.config}) do
     for _, name in ipairs(list) do
-      if cfg[name] == nil then fail('BADSTATE', 'field ' .. name .. ' is missing') end
+      -- (one a later version added reads as its default: value_of)
+      if cfg[name] == nil then cfg[name], raw[name] = value_of(name, nil), ABSENT[name] end
     end
   end
   apply_config(cfg, raw)

@@ -78,9 +78,15 @@ end
 -- not a number at all is GOVERNOR_BADSTATE, and so is a `fresh` field out
 -- of range (the fence, the window's sequence number: HINCRBY moves them on
 -- within the call, and a fence moved by a repair could repeat one handed out).
+-- A field a later version added (ABSENT: a state or config an older one
+-- created lacks it) reads as its default when absent; any other absent is
+-- GOVERNOR_BADSTATE.
 local function kind_value(field, raw)
   local kind = FIELDS[field]
-  if not raw then fail('BADSTATE', 'field ' .. field .. ' is missing') end
+  if not raw then
+    raw = ABSENT[field]
+    if not raw then fail('BADSTATE', 'field ' .. field .. ' is missing') end
+  end
   if kind[1] == 'str' then
     if kind[2] and not kind[2][raw] then fail('BADSTATE', 'field ' .. field .. ' holds ' .. string.format('%q', raw)) end
     return raw
