@@ -52,12 +52,20 @@ DEFAULT_PREFIX = "governor"
 DEFAULT_LEASE_TTL = 30.0
 #: the layout of the state this client writes and reads: the fields, keys and
 #: rules it relies on. 3: the last layout before the origin stamp (its states
-#: carry none); 4: the origin stamp, the recovery hold of its own, ttl_max.
-LAYOUT = 4
+#: carry none); 4: the origin stamp, the recovery hold of its own, ttl_max;
+#: 5: a service tier's budgets apart (fast mode) and the records of its leases.
+LAYOUT = 5
 #: the oldest client layout that may use a state this client writes: a client
 #: of layout 3 reads and admits on it correctly (the recovery hold is in
 #: not_before too, which it honours); what it does not know it leaves alone
 MIN_LAYOUT = 3
+#: the oldest client layout that may use a state once it holds what an older
+#: client would misread: a lease's or a waiter's record of a tier (``output,tier``,
+#: HolderRecord) or a tier's budget active. The call that writes it stamps the
+#: state so (its origin's min_layout, lua/lib/origin.lua), and a client of layout
+#: 4 refuses it (LayoutError) instead of granting a fast waiter on the standard
+#: budgets or losing a fast lease's record; a stamp never goes back down.
+TIERS_LAYOUT = 5
 
 # -- keys ----------------------------------------------------------------------------------
 

@@ -148,6 +148,7 @@ def field_table() -> str:
         f"local SCHEMA = {protocol.SCHEMA_VERSION}",
         f"local LAYOUT = {protocol.LAYOUT}",
         f"local MIN_LAYOUT = {protocol.MIN_LAYOUT}",
+        f"local TIERS_LAYOUT = {protocol.TIERS_LAYOUT}",
         f"local DEFAULT_TTL_MS = {protocol.ms(protocol.DEFAULT_LEASE_TTL)}",
         f"local MAX_INT = {protocol.MAX_INT}",
         f"local QUEUE_BAND = {protocol.QUEUE_BAND}",

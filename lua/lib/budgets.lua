@@ -172,6 +172,7 @@ local function calibrate(kind, limit_h, remaining)
   local level
   if was_limit == 0 then
     level = remaining or limit  -- new: what the provider says is left
+    if BUDGET_COST[kind][4] ~= '' then CALL.tiers = true end  -- a tier's budget active (raise_layout)
     set('state', 'budgets', (function()
       local on = {}
       for _, k in ipairs(BUDGET_KINDS) do

@@ -101,7 +101,10 @@ local function apply_config(cfg, raw)
     set('state', f_level, ceiling)
     set('state', f_at, NOW)
     set('state', f_source, ceiling > 0 and 'configured' or '')
-    if ceiling > 0 then on[#on + 1] = kind end
+    if ceiling > 0 then
+      on[#on + 1] = kind
+      if BUDGET_COST[kind][4] ~= '' then CALL.tiers = true end  -- a tier's budget active (raise_layout)
+    end
   end
   set('state', 'budgets', table.concat(on, ','))
   CALL.active = nil

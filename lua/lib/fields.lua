@@ -3,7 +3,7 @@
 Uses lib/common.lua, lib/numbers.lua, lib/call.lua.
 Defines: fields_of, check_type, guard, check_types, kind_value, value_of, CHECKED, checked,
 read, read_all, hash_missing, read_more_list, read_more, set, stored, repair, save, check_all,
-touch_all, keep_alive, created, missing_reply, finish.
+touch_all, keep_alive, created, missing_reply, raise_layout, finish.
 
 A call reads the fields a path needs of the state, config and policy
 hashes (one HMGET per hash, each field checked against its kind before the
@@ -313,6 +313,20 @@ local function missing_reply()
   return {SCHEMA, 'missing'}
 end
 
+-- A call that wrote what a client of a layout before TIERS_LAYOUT would
+-- misread (CALL.tiers: a record of a tier, a tier's budget active) stamps
+-- the state as one only clients of TIERS_LAYOUT on may use: the origin's
+-- min_layout (lib/origin.lua; never lowered), which such a client refuses
+-- (GOVERNOR_LAYOUT). A state without a stamp (a Redis without INFO: the
+-- handshake is off) stays as it is.
+local function raise_layout()
+  local origin = STATE.origin or CALL.origin
+  local layout, min_layout, rest = string.match(origin or '', '^(%d+):(%d+):(.*)$')
+  if layout and tonumber(min_layout) < TIERS_LAYOUT then
+    set('state', 'origin', layout .. ':' .. TIERS_LAYOUT .. ':' .. rest)
+  end
+end
+
 -- Push the expiry of created keys, write the changed fields, announce a
 -- longer lease TTL than any before (note_ttl of lib/origin.lua: the wake
 -- word '~<ms>'), reply.
@@ -320,6 +334,7 @@ local function finish(reply)
   if CREATED then
     for key in pairs(CREATED) do redis.call('PEXPIRE', key, CONFIG.idle_ms) end
   end
+  if CALL.tiers then raise_layout() end
   save()
   if CALL.ttl_rose then redis.call('PUBLISH', CHANNEL, STATE.epoch .. ' ~' .. int(STATE.ttl_max)) end
   return reply

@@ -38,7 +38,10 @@ end
 -- time rarely recurs, so it is formatted, not remembered.)
 local function record_format(fence, ttl, since, tokens, level, rank, tenant, holder)
   local output = dec(tokens.output)
-  if tokens.tier and tokens.tier ~= '' then output = output .. ',' .. tokens.tier end
+  if tokens.tier and tokens.tier ~= '' then
+    output = output .. ',' .. tokens.tier
+    CALL.tiers = true  -- a record a client before TIERS_LAYOUT misreads (finish() of lib/fields.lua)
+  end
   return fence .. '|' .. dec(ttl) .. '|' .. (since == NOW and NOW_S or int(since)) .. '|' .. dec(tokens.input) .. '|'
     .. output .. '|' .. dec(level) .. '|' .. dec(rank) .. '|' .. tenant .. '|' .. holder
 end

@@ -6,7 +6,7 @@
 export const SCHEMA_VERSION = 3 as const;
 
 /** the Functions library's name: the schema and its source's hash */
-export const LIBRARY_NAME = "governor_v3_fc7b62467662" as const;
+export const LIBRARY_NAME = "governor_v3_8a047a717dd6" as const;
 
 /** the first part of every key */
 export const DEFAULT_PREFIX = "governor" as const;
