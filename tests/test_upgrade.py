@@ -293,7 +293,7 @@ def test_a_state_an_older_version_created_reads_its_later_fields_as_their_defaul
         gov.close()
 
 
-#: run by an older client: its status and an admission on governor ``name``, each "served" or its error
+#: run by an older client: its status and an admission on governor ``name``, each "served" (answered) or its error
 OLDER_CALLS = r"""
 import json, sys
 from governor import Governor, GovernorConfig, GovernorError
