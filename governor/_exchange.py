@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, cast
 
-from .budgets import Tokens
+from .budgets import TIERS_APART, Tokens
 from .classify import Verdict, classify_http
 from .config import RetryPolicy
 from .core import Ask, Outcome
@@ -28,6 +28,7 @@ from .errors import ConfigError, GovernorError
 from .prices import PriceBook
 from .prices import Usage as PricedUsage
 from .profiles import Profile, request_body, usage_of
+from .profiles import profile as find_profile
 from .streams import StreamUsage
 
 log = logging.getLogger("governor")
@@ -75,8 +76,27 @@ def is_stream(status: int, content_type: str, asked: bool) -> bool:
     return "text/event-stream" in kind or (asked and "json" not in kind)
 
 
+def request_profile(profile: Profile | None, path: str) -> Profile:
+    """The profile a request is read by: the transport's, else (no profile)
+    Anthropic's for a ``messages`` path and OpenAI's for the others."""
+    return profile or find_profile("anthropic" if path.rstrip("/").endswith("messages") else "openai")
+
+
+def tiered(tokens: Tokens | int | None, body: bytes, path: str, profile: Profile | None = None) -> Tokens:
+    """A request's estimate in the service tier it asks for, when its provider
+    limits that tier apart (Profile.tiers_apart: Anthropic's ``speed:
+    "fast"``) and the budgets count it so (governor.budgets.TIERS_APART); an
+    estimate that names its tier keeps it."""
+    estimate = Tokens.of(tokens)
+    if estimate.tier is not None:
+        return estimate
+    found = request_profile(profile, path)
+    tier = found.requested_tier(body)
+    return estimate.in_tier(tier) if tier in found.tiers_apart and tier in TIERS_APART else estimate
+
+
 def judge_response(
-    status: int, headers: Any, body: bytes | None, profile: Profile | None = None, path: str = ""
+    status: int, headers: Any, body: bytes | None, profile: Profile | None = None, path: str = "", asked: str = ""
 ) -> Verdict:
     """The verdict on a response read whole (``body`` decoded bytes, or None).
 
@@ -86,7 +106,10 @@ def judge_response(
     2xx: success with the JSON's usage as the profile counts it (None when it
     has none).
     1xx and 3xx: success, nothing spent (a redirect is followed as a request
-    of its own)."""
+    of its own). ``asked``: the tier the lease asked for when the budgets
+    count it apart (Tokens.apart): the usage then names the tier the
+    response says served it (``usage.speed``: a fast request may be served
+    at the standard speed), or the one asked."""
     if status >= 400:
         verdict = classify_http(status, headers, body, profile=profile)
         counts = True if profile is None else profile.refusals_count
@@ -109,6 +132,8 @@ def judge_response(
         except (ValueError, RecursionError):
             decoded = None
         usage = usage_of(decoded) if profile is None else profile.usage(decoded, path)
+        if usage is not None and asked:
+            usage = usage.in_tier(request_profile(profile, path).served_tier(decoded) or asked)
     return Verdict(Outcome.SUCCESS, usage=usage, headers=headers, description=f"HTTP {status}")
 
 

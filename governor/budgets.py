@@ -10,10 +10,21 @@ has room for its cost; the reason it waits names the budget.
 
 The kinds and what one lease costs in each::
 
-    requests       1
-    tokens         input + output
-    input_tokens   input
-    output_tokens  output
+    requests            1
+    tokens              input + output   (a lease of the standard tier)
+    input_tokens        input            (a lease of the standard tier)
+    output_tokens       output           (a lease of the standard tier)
+    fast_input_tokens   input            (a lease of tier ``fast``)
+    fast_output_tokens  output           (a lease of tier ``fast``)
+
+A service tier a provider limits apart from the standard one is a budget of
+its own: Anthropic's fast mode (``speed: "fast"``) has "a dedicated rate
+limit that is separate from standard Opus rate limits", announced by the
+``anthropic-fast-{input,output}-tokens-*`` headers. A lease names its tier
+in its tokens (``Tokens(input, output, tier="fast")``; the governed
+transports take it from the request): its tokens count in that tier's kinds
+and in no other tier's, while ``requests`` counts every lease. A tier no
+kind is kept for (``priority``, ``flex``...) counts as the standard one.
 
 A lease reserves its estimate (:class:`Tokens`) when it is granted: the
 cost is taken from every active bucket. Its report settles the actual
@@ -41,13 +52,29 @@ its admission, and the provider counts a request's estimate (prompt plus
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import ConfigError, UsageTooLarge
 
 #: the budget kinds, in the order the scripts take them
-KINDS: tuple[str, ...] = ("requests", "tokens", "input_tokens", "output_tokens")
+KINDS: tuple[str, ...] = (
+    "requests",
+    "tokens",
+    "input_tokens",
+    "output_tokens",
+    "fast_input_tokens",
+    "fast_output_tokens",
+)
+
+#: the kinds of a service tier limited apart from the standard one: kind -> tier
+#: (the other token kinds count the standard tier's tokens; requests count every lease)
+KIND_TIER: dict[str, str] = {"fast_input_tokens": "fast", "fast_output_tokens": "fast"}
+#: the tiers with budgets of their own (governor.prices.TIERS names)
+TIERS_APART: tuple[str, ...] = tuple(dict.fromkeys(KIND_TIER.values()))
+#: a tier's name as Tokens.tier takes it (and the scripts' "input,output,tier")
+_TIER_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 #: where a budget's limit came from
 SOURCES: tuple[str, ...] = ("configured", "header", "learned")
@@ -72,14 +99,24 @@ def _count(name: str, value: object) -> int:
 
 @dataclass(frozen=True)
 class Tokens:
-    """A number of tokens in and out: a lease's estimate, or a call's actual usage."""
+    """A number of tokens in and out: a lease's estimate, or a call's actual
+    usage, and the service tier they are asked or served in."""
 
     input: int = 0  #: prompt tokens (cached ones included)
     output: int = 0  #: completion tokens
+    #: the service tier (governor.prices.TIERS): a lease's the tier it asks
+    #: for, a usage's the tier that served it. None: not said (a lease: the
+    #: standard tier; a usage: the tier its lease asked for)
+    tier: str | None = None
 
     def __post_init__(self) -> None:
         _count("Tokens.input", self.input)
         _count("Tokens.output", self.output)
+        if self.tier is not None and (not isinstance(self.tier, str) or not _TIER_NAME.fullmatch(self.tier)):
+            raise ConfigError(
+                f"Tokens.tier must be None or a tier name such as 'fast' or 'standard' "
+                f"(1-32 of [a-z0-9_], a letter first), got {self.tier!r}"
+            )
 
     @property
     def total(self) -> int:
@@ -96,22 +133,41 @@ class Tokens:
             raise ConfigError(f"{what} must be a Tokens, an integer or None, got {value!r}")
         return cls(input=_count(what, value))
 
+    @property
+    def apart(self) -> str:
+        """The tier whose budgets these tokens count in: one of TIERS_APART,
+        or '' (the standard tier's; any other tier counts as it)."""
+        return self.tier if self.tier in TIERS_APART else ""
+
+    def in_tier(self, tier: str | None) -> Tokens:
+        """The same tokens in ``tier`` (None: not said)."""
+        return self if tier == self.tier else replace(self, tier=tier)
+
+    def counts_in(self, kind: str) -> bool:
+        """Whether budget ``kind`` counts a lease of these tokens at all (the
+        kinds of another tier's are neither taken from nor waited on)."""
+        return Tokens().cost(kind) > 0 or KIND_TIER.get(kind, "") == self.apart
+
     def cost(self, kind: str) -> int:
         """What a lease of these tokens takes from budget ``kind`` (the Lua's
-        costs are generated from it: governor/scripts.py)."""
+        costs are generated from it: governor/scripts.py): its tokens count
+        in the kinds of its tier alone (:data:`KIND_TIER`)."""
         if kind == "requests":
             return 1
+        if kind not in KINDS:
+            raise ConfigError(f"unknown budget kind {kind!r}: use one of {', '.join(KINDS)}")
+        if KIND_TIER.get(kind, "") != self.apart:
+            return 0
         if kind == "tokens":
             return self.total
-        if kind == "input_tokens":
-            return self.input
-        if kind == "output_tokens":
-            return self.output
-        raise ConfigError(f"unknown budget kind {kind!r}: use one of {', '.join(KINDS)}")
+        return self.input if kind.endswith("input_tokens") else self.output
 
     def arg(self) -> str:
-        """The scripts' form: ``"input,output"``."""
-        return f"{self.input},{self.output}"
+        """The scripts' form: ``"input,output"``, or ``"input,output,tier"``
+        when a tier is said."""
+        if self.tier is None:
+            return f"{self.input},{self.output}"
+        return f"{self.input},{self.output},{self.tier}"
 
     def as_usage(self) -> Tokens:
         """Itself, checked as a call's reported usage: UsageTooLarge (a

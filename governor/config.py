@@ -37,6 +37,7 @@ from .protocol import (
     MAX_WEIGHT,
     governor_keys,
     ms,
+    stored_field,
     validate_class,
     validate_tenant,
 )
@@ -129,6 +130,9 @@ class GovernorConfig:
     tokens_per_minute: int | None = None
     input_tokens_per_minute: int | None = None
     output_tokens_per_minute: int | None = None
+    #: Anthropic's fast mode (a lease of tier ``fast``) is limited apart: its own ceilings
+    fast_input_tokens_per_minute: int | None = None
+    fast_output_tokens_per_minute: int | None = None
     #: the priority classes, highest first: a waiter of a higher class is admitted first
     priorities: tuple[str, ...] = ("interactive", "default", "batch")
     #: the class of a caller that names none
@@ -330,7 +334,7 @@ class GovernorConfig:
                 "default_weight": int(stored["default_weight"]),
                 "tenant_caps": parse_weights(stored["tenant_caps"]),
                 "reserve": int(stored["reserve"]),
-                **{config_field(k): int(stored[config_field(k)]) or None for k in BUDGET_KINDS},
+                **{config_field(k): int(stored_field(stored, config_field(k))) or None for k in BUDGET_KINDS},
             }
             return dataclasses.replace(base or cls(), policy=policy, **values)
         except (KeyError, ValueError, ConfigError) as error:

@@ -25,7 +25,9 @@ header                                                  budget kind         valu
 ``anthropic-ratelimit-output-tokens-*``                 ``output_tokens``   as above
 ``anthropic-fast-{input,output}-tokens-*``              tier ``fast``:      as above (Anthropic's fast mode: limits
                                                         ``input_tokens``,   of its own, read into
-                                                        ``output_tokens``   :attr:`RateLimits.tiers`)
+                                                        ``output_tokens``   :attr:`RateLimits.tiers`; the budgets
+                                                                            ``fast_input_tokens`` and
+                                                                            ``fast_output_tokens``, budget_limits)
 ``retry-after-ms``, ``x-ms-retry-after-ms`` (Azure)     retry_after         milliseconds
 ``retry-after``                                         retry_after         seconds, or an HTTP date (both read by
                                                                             governor.backoff.read_retry_after)
@@ -258,12 +260,18 @@ def parse(headers: Mapping[str, str] | Iterable[tuple[Any, Any]] | None, *, now:
 
 def budget_limits(headers: Mapping[str, str], name: str) -> dict[str, tuple[int | None, int | None]]:
     """A response's rate-limit headers as budget kind -> (limit, remaining), as
-    governor ``name``'s report sends them; unreadable ones are counted
-    (events.MalformedHeaders), never raised."""
+    governor ``name``'s report sends them: a tier's own figures
+    (:attr:`RateLimits.tiers`) as the kinds ``<tier>_<kind>``
+    (``fast_input_tokens``: governor.budgets.KIND_TIER); unreadable ones are
+    counted (events.MalformedHeaders), never raised."""
     read = parse(headers)
     if read.malformed:
         events.emit(events.MalformedHeaders(name, read.malformed))
-    return {kind: (figures.limit, figures.remaining) for kind, figures in read.budgets.items()}
+    limits = {kind: (figures.limit, figures.remaining) for kind, figures in read.budgets.items()}
+    for tier, kinds in read.tiers.items():  # a tier limited apart: budgets of its own, "fast_input_tokens"...
+        for kind, figures in kinds.items():
+            limits[f"{tier}_{kind}"] = (figures.limit, figures.remaining)
+    return limits
 
 
 def undated_retry_at(headers: Any) -> float | None:

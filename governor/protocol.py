@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .budgets import KIND_TIER, config_field
 from .budgets import KINDS as BUDGET_KINDS
 from .budgets import SOURCES as BUDGET_SOURCES
-from .budgets import config_field
 from .errors import ConfigError
 
 SCHEMA_VERSION = 3
@@ -51,12 +52,20 @@ DEFAULT_PREFIX = "governor"
 DEFAULT_LEASE_TTL = 30.0
 #: the layout of the state this client writes and reads: the fields, keys and
 #: rules it relies on. 3: the last layout before the origin stamp (its states
-#: carry none); 4: the origin stamp, the recovery hold of its own, ttl_max.
-LAYOUT = 4
+#: carry none); 4: the origin stamp, the recovery hold of its own, ttl_max;
+#: 5: a service tier's budgets apart (fast mode) and the records of its leases.
+LAYOUT = 5
 #: the oldest client layout that may use a state this client writes: a client
 #: of layout 3 reads and admits on it correctly (the recovery hold is in
 #: not_before too, which it honours); what it does not know it leaves alone
 MIN_LAYOUT = 3
+#: the oldest client layout that may use a state once it holds what an older
+#: client would misread: a lease's or a waiter's record of a tier (``output,tier``,
+#: HolderRecord) or a tier's budget active. The call that writes it stamps the
+#: state so (its origin's min_layout, lua/lib/origin.lua), and a client of layout
+#: 4 refuses it (LayoutError) instead of granting a fast waiter on the standard
+#: budgets or losing a fast lease's record; a stamp never goes back down.
+TIERS_LAYOUT = 5
 
 # -- keys ----------------------------------------------------------------------------------
 
@@ -82,6 +91,7 @@ KEY_NAMES: tuple[str, ...] = tuple(name for name, _ in KEYS)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-/@]{1,200}$")
 _TENANT = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+_TIER = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 _CLASS = re.compile(r"^[a-z0-9_\-]{1,32}$")
 #: the tenant of a caller that names none
 DEFAULT_TENANT = "default"
@@ -336,6 +346,22 @@ STATE_ORIGIN: dict[str, Kind] = {
     "spend_until": COUNT,
 }
 
+#: the fields a later version added to the ``state`` and ``config`` hashes every
+#: governor holds, each with the stored value it reads as when absent: a state or a
+#: config an older version created lacks them (fast mode's budgets: not governed).
+#: Not in :func:`required`; a value present is checked as any other's.
+ADDED: dict[str, str] = {
+    **{name: "" if kind.type == "str" else "0" for k in KIND_TIER for name, kind in budget_fields(k).items()},
+    **{config_field(k): "0" for k in KIND_TIER},
+}
+
+
+def stored_field(stored: Mapping[str, str], field: str) -> str:
+    """``field`` of a stored hash; one a later version added reads as its
+    default when absent (:data:`ADDED`), any other absent is a KeyError."""
+    return stored[field] if field in stored or field not in ADDED else ADDED[field]
+
+
 #: the ``config`` hash: the config a client stored (GovernorConfig.script_fields):
 #: these fields, then the fields of its policy (each policy names its own in
 #: governor/policies.py, and its learnt state, in the ``policy`` hash)
@@ -400,8 +426,13 @@ HOT: dict[str, tuple[str, ...]] = {
 
 
 def required() -> dict[str, tuple[str, ...]]:
-    """The fields every governor's hashes hold, whatever its policy."""
-    return {"state": tuple(STATE), "config": tuple(CONFIG), "policy": tuple(POLICY_STATE)}
+    """The fields every governor's hashes hold, whatever its policy (the
+    fields a later version added, :data:`ADDED`, aside)."""
+    return {
+        "state": tuple(f for f in STATE if f not in ADDED),
+        "config": tuple(f for f in CONFIG if f not in ADDED),
+        "policy": tuple(POLICY_STATE),
+    }
 
 
 #: the entry ``leases`` (score 0: never live) and ``holders`` (value '') each
@@ -423,7 +454,9 @@ class HolderRecord:
     ``level`` the leases in flight when it was granted, itself included (0
     for a waiter): the load the provider saw the call at; ``rank`` its
     priority class's rank (0: the highest), ``tenant`` whose share it
-    counts in (see QUEUE_BAND)."""
+    counts in (see QUEUE_BAND). A lease of a service tier with budgets of
+    its own (governor.budgets.TIERS_APART) has ``output,tier`` for its output
+    (``tier``); any other's is the output alone (``tier`` '')."""
 
     fence: int
     ttl_ms: int
@@ -434,20 +467,26 @@ class HolderRecord:
     rank: int
     tenant: str
     holder: str
+    tier: str = ""  #: the tier its tokens count in ('' the standard one)
 
     @classmethod
     def parse(cls, raw: str | None) -> HolderRecord | None:
         if raw is None:
             return None
         parts = raw.split("|", 8)
-        if len(parts) != 9 or not all(p.isdigit() for p in parts[:7]) or not _TENANT.match(parts[7]):
+        if len(parts) != 9:
             return None
-        fence, ttl_ms, since_ms, input_, output, level, rank = (int(p) for p in parts[:7])
-        return cls(fence, ttl_ms, since_ms, input_, output, level, rank, parts[7], parts[8])
+        output, _, tier = parts[4].partition(",")
+        parts[4] = output
+        if not all(p.isdigit() for p in parts[:7]) or not _TENANT.match(parts[7]) or (_ and not _TIER.match(tier)):
+            return None
+        fence, ttl_ms, since_ms, input_, output_, level, rank = (int(p) for p in parts[:7])
+        return cls(fence, ttl_ms, since_ms, input_, output_, level, rank, parts[7], parts[8], tier)
 
     def format(self) -> str:
+        output = f"{self.output},{self.tier}" if self.tier else str(self.output)
         return (
-            f"{self.fence}|{self.ttl_ms}|{self.since_ms}|{self.input}|{self.output}|{self.level}|{self.rank}|"
+            f"{self.fence}|{self.ttl_ms}|{self.since_ms}|{self.input}|{output}|{self.level}|{self.rank}|"
             f"{self.tenant}|{self.holder}"
         )
 

@@ -36,8 +36,8 @@ from importlib import resources
 from pathlib import Path
 
 from . import policies, protocol
+from .budgets import KIND_TIER, TIERS_APART, Tokens
 from .budgets import KINDS as BUDGET_KINDS
-from .budgets import Tokens
 
 OPERATIONS: tuple[str, ...] = (
     "acquire",
@@ -115,12 +115,19 @@ def _strings(names: Iterable[str]) -> str:
 
 def _cost(kind: str) -> str:
     """A budget kind's cost as Lua {per lease, per input token, per output
-    token}, from governor.budgets.Tokens.cost (linear in the tokens)."""
+    token, tier}, from governor.budgets.Tokens.cost (linear in the tokens):
+    the tokens count only for a lease of that tier ('' the standard one,
+    governor.budgets.KIND_TIER); the per-lease cost counts for every lease."""
+    tier = KIND_TIER.get(kind, "")
+    own = tier or None
     base = Tokens().cost(kind)
-    per_input, per_output = Tokens(input=1).cost(kind) - base, Tokens(output=1).cost(kind) - base
-    if Tokens(input=7, output=11).cost(kind) != base + 7 * per_input + 11 * per_output:
+    per_input, per_output = Tokens(input=1, tier=own).cost(kind) - base, Tokens(output=1, tier=own).cost(kind) - base
+    if Tokens(input=7, output=11, tier=own).cost(kind) != base + 7 * per_input + 11 * per_output:
         raise AssertionError(f"the cost of budget kind {kind} is not linear in the tokens")
-    return f"{{{base}, {per_input}, {per_output}}}"
+    for other in ("", *TIERS_APART):
+        if other != tier and Tokens(input=7, output=11, tier=other or None).cost(kind) != base:
+            raise AssertionError(f"budget kind {kind} counts the tokens of a tier not its own ({other or 'standard'})")
+    return f"{{{base}, {per_input}, {per_output}, '{tier}'}}"
 
 
 def field_table() -> str:
@@ -130,8 +137,10 @@ def field_table() -> str:
     receives them, each class's virtual time field, the budget kinds and
     their costs, the base config fields, the status reply's fields, FIELDS
     (the kind of every stored field, the kind tables declared with it), ARGS
-    (the kind of each ranged argument, governor.protocol.ARGUMENTS) and
-    REQUIRED (the fields every governor's hashes hold, whatever its policy)."""
+    (the kind of each ranged argument, governor.protocol.ARGUMENTS), ABSENT
+    (what each field a later version added reads as when absent,
+    governor.protocol.ADDED) and REQUIRED (the fields every governor's hashes
+    hold, whatever its policy)."""
     every = policies.all_fields()
     kinds = sorted({kind.name: kind for kind in (*every.values(), *protocol.ARGUMENTS.values())}.items())
     lines = [
@@ -139,6 +148,7 @@ def field_table() -> str:
         f"local SCHEMA = {protocol.SCHEMA_VERSION}",
         f"local LAYOUT = {protocol.LAYOUT}",
         f"local MIN_LAYOUT = {protocol.MIN_LAYOUT}",
+        f"local TIERS_LAYOUT = {protocol.TIERS_LAYOUT}",
         f"local DEFAULT_TTL_MS = {protocol.ms(protocol.DEFAULT_LEASE_TTL)}",
         f"local MAX_INT = {protocol.MAX_INT}",
         f"local QUEUE_BAND = {protocol.QUEUE_BAND}",
@@ -155,7 +165,8 @@ def field_table() -> str:
         f"local TYPES = {_strings(kind for _, kind in protocol.KEYS)}",
         f"local VTIMES = {_strings(f'vtime_{rank}' for rank in range(protocol.MAX_CLASSES))}",
         f"local BUDGET_KINDS = {_strings(BUDGET_KINDS)}",
-        "-- what a lease of {input = i, output = o} takes from each kind: [1] + [2] * i + [3] * o",
+        "-- what a lease of {input = i, output = o, tier = t} takes from each kind: [1], plus [2] * i + [3] * o"
+        " when t is [4] ('' the standard tier)",
         f"local BUDGET_COST = {{{', '.join(f'{kind} = {_cost(kind)}' for kind in BUDGET_KINDS)}}}",
         f"local BASE_CONFIG = {_strings(protocol.CONFIG)}",
         f"local STATUS_FIELDS = {_strings(protocol.STATUS_FIELDS)}",
@@ -166,10 +177,12 @@ def field_table() -> str:
     # take none of the 200 locals Lua allows the library's main chunk)
     entries = ",\n    ".join(f"{field} = {kind.name}" for field, kind in sorted(every.items()))
     arguments = ", ".join(f"{name} = {kind.name}" for name, kind in protocol.ARGUMENTS.items())
-    lines += ["local FIELDS, ARGS", "do"]
+    lines += ["local FIELDS, ARGS, ABSENT", "do"]
     lines += [f"  local {name} = {_kind(kind)}" for name, kind in kinds]
     lines.append(f"  FIELDS = {{\n    {entries},\n  }}")
     lines.append(f"  ARGS = {{{arguments}}}  -- the ranged arguments' kinds (governor.protocol.ARGUMENTS)")
+    absent = ", ".join(f"{field} = {value!r}" for field, value in protocol.ADDED.items())
+    lines.append(f"  ABSENT = {{{absent}}}  -- what a field a later version added reads as when absent (ADDED)")
     lines.append("end")
     required = ", ".join(
         f"{hash_name} = {{{', '.join(repr(n) for n in names)}}}" for hash_name, names in protocol.required().items()

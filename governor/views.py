@@ -110,6 +110,7 @@ class WaiterInfo:
     now: float  #: the server time of this reading
     tokens: tuple[int, int] = (0, 0)  #: the (input, output) tokens it reserves once admitted
     parked: bool = False  #: parked at its tenant's cap (``position`` -1), out of the queue until unparked
+    tier: str = ""  #: the service tier its tokens count in ('' the standard one; governor.budgets.KIND_TIER)
 
     @property
     def host(self) -> str:
@@ -407,6 +408,7 @@ def read_queue(client: Any, keys: GovernorKeys, limit: int = 1000, priorities: S
                 float(deadline) / 1000,
                 now_ms / 1000,
                 (record.input, record.output),
+                tier=record.tier,
             )
         )
     return Listing(now_ms / 1000, total, tuple(items))
@@ -435,7 +437,7 @@ def read_parked(client: Any, keys: GovernorKeys, limit: int = 1000, priorities: 
             since, until, rank = record.since_ms / 1000, float(deadline) / 1000, class_name(names, record.rank)
             items.append(
                 WaiterInfo(text(member), -1, record.holder, rank, record.tenant, False, 0, since, until, now_ms / 1000,
-                           (record.input, record.output), parked=True)
+                           (record.input, record.output), parked=True, tier=record.tier)
             )  # fmt: skip
     return Listing(now_ms / 1000, total, tuple(items))
 

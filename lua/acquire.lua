@@ -16,8 +16,11 @@ ARGV
                         sent before); again: the same, for an id sent before
                         (answered 'granted' again if it was, its place
                         refreshed if queued); try: admitted now or denied
-  ARGV[8] tokens        "input,output" or ''  the tokens the lease reserves
+  ARGV[8] tokens        "input,output", "input,output,tier" or ''  the tokens
+                        the lease reserves and the service tier it asks for
                         (governor.budgets.Tokens.arg): its cost in each budget
+                        (a tier with budgets of its own, 'fast': its tokens
+                        count in that tier's kinds, not the standard ones)
   ARGV[9] rank          int 0..6      the caller's priority class (0: the highest)
   ARGV[10] tenant       string        whose share it counts in, 1-64 of [A-Za-z0-9-_.:]
   ARGV[11] weight       int 1..1000   the tenant's weight (GovernorConfig.weight_of)
@@ -145,7 +148,7 @@ else
   else
     guard_grant(place.rank > 0 and CONFIG.aging_ms > 0, KEY.queue, KEY.leases)
   end
-  enqueue(id, place, record_format('0', ttl, NOW, tokens.input, tokens.output, 0, place.rank, place.tenant, holder))
+  enqueue(id, place, record_format('0', ttl, NOW, tokens, 0, place.rank, place.tenant, holder))
   redis.call('ZADD', KEY.waiters, int(NOW + queue_ttl), id)
   if waiting == 0 then created(KEY.queue) created(KEY.waiters) end
 end

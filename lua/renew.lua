@@ -16,7 +16,7 @@ ARGV
   ARGV[3] ttl_ms     LEASE_TTL ms  new time to live of every lease
   ARGV[4..] sevens   id, epoch the lease was granted in, holder label,
                      class rank, tenant, weight (as acquire.lua's ARGV[9..11]),
-                     tokens reserved ("input,output" or '')
+                     tokens reserved ("input,output[,tier]" or '', as acquire.lua's ARGV[8])
 Reply
   {SCHEMA, 'renewed', epoch, status1, fence1, status2, fence2, ...}
     status = 'ok' (fence 0: unchanged) | 'adopted' (fence: the new fence)

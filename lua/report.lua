@@ -22,9 +22,9 @@ ARGV
                           (also for a lease released before its report)
   ARGV[7] release         '1' | '0'     '1': also release the lease (one call
                           instead of report then release)
-  ARGV[8] usage           "input,output" or ''  the tokens the call used
-                          (governor.budgets.Tokens.arg): settles the live
-                          lease's reservation in every budget
+  ARGV[8] usage           "input,output[,tier]" or ''  the tokens the call used,
+                          the tier that served it (Tokens.arg; none: the tier
+                          asked): settle the live lease's reservation
   ARGV[9] refusals        '0' | '1' | ''  ('r', 'b') '0': the provider does not
                           count a refused call against its limits, so its
                           reservation is given back by the usage; else it is
@@ -254,7 +254,9 @@ for i = 1, #limits do
   calibrate(figures[1], figures[2], figures[3])
   if figures[3] and announced then announced[figures[1]] = true end
 end
-if outcome == 'r' then refused(announced) end  -- a refusal is information, not a refund
+if outcome == 'r' then  -- a refusal is information, not a refund: of the tier that refused
+  refused(announced, (usage and usage.tier) or (the_lease.record and the_lease.record.tokens.tier) or '')
+end
 give_back()
 if head then grant(nil, head.entry, head.deadline, head.record) elseif waiting then grant() end
 return finish({SCHEMA, 'reported'})

@@ -191,8 +191,16 @@ def generated() -> str:
         _const("OVERLOAD_STATUSES", sorted(profiles.Profile.overload_statuses), "an overload's statuses"),
         _const(
             "HEADER_FIGURES",
-            {name: [kind, what] for name, (kind, what, _) in headers.FIGURES.items() if what != "reset"},
-            "rate-limit headers read into report's limits: name -> [budget kind, 'limit' | 'remaining']",
+            {
+                **{name: [kind, what] for name, (kind, what, _) in headers.FIGURES.items() if what != "reset"},
+                **{
+                    name: [f"{tier}_{kind}", what]
+                    for name, (tier, kind, what, _) in headers.TIER_FIGURES.items()
+                    if what != "reset"
+                },
+            },
+            "rate-limit headers read into report's limits: name -> [budget kind, 'limit' | 'remaining'] (a tier's"
+            " own figures as the kinds <tier>_<kind>, headers.budget_limits)",
         ),
         _const(
             "ESTIMATE",

@@ -749,7 +749,8 @@ def test_configure(run: Run, make: Callable[..., Governor], client: redis.Redis,
     assert [e.kind for e in views.read_events(client, gov.keys, 4)] == ["reset"] * 4
     assert set(data["config"]) == {"policy", "max_capacity", "window_ms", "resume_fraction", "retry_after_cap_ms",
                                    "idle_ms", "log_length", "requests_per_minute", "tokens_per_minute",
-                                   "input_tokens_per_minute", "output_tokens_per_minute", "priorities",
+                                   "input_tokens_per_minute", "output_tokens_per_minute",
+                                   "fast_input_tokens_per_minute", "fast_output_tokens_per_minute", "priorities",
                                    "default_priority", "aging_ms", "tenant_weights", "default_weight",
                                    "tenant_caps", "reserve"}  # fmt: skip
 

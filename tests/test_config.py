@@ -195,7 +195,8 @@ def _pairs(config: GovernorConfig) -> dict[str, str]:
 
 BASE = ["policy", "max_capacity", "window_ms", "resume_fraction", "retry_after_cap_ms", "idle_ms", "log_length",
         "priorities", "default_priority", "aging_ms", "tenant_weights", "default_weight", "tenant_caps", "reserve",
-        "requests_per_minute", "tokens_per_minute", "input_tokens_per_minute", "output_tokens_per_minute"]  # fmt: skip
+        "requests_per_minute", "tokens_per_minute", "input_tokens_per_minute", "output_tokens_per_minute",
+        "fast_input_tokens_per_minute", "fast_output_tokens_per_minute"]  # fmt: skip
 
 
 def test_script_fields_carry_the_base_fields_in_script_units() -> None:

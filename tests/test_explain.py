@@ -146,6 +146,15 @@ def test_budget(fleet: Fleet) -> None:
     assert found["admits"].startswith("the tokens bucket refilling at 1000 a minute (in ")
 
 
+def test_a_fast_waiter_is_held_by_its_own_tiers_budget(fleet: Fleet) -> None:
+    fleet.make(max_capacity=10, fast_input_tokens_per_minute=1000, input_tokens_per_minute=1000)
+    fleet.hold(tokens=Tokens(900, tier="fast"))
+    fleet.wait("host-1/fast", tokens=Tokens(500, tier="fast"))
+    found = fleet.explain("--holder", "host-1/fast")
+    assert found["rule"] == "budget"
+    assert found["why"].startswith("fast_input_tokens budget: 500 wanted, ") and found["why"].endswith(" of 1000")
+
+
 def test_queued_ahead(fleet: Fleet) -> None:
     fleet.make(max_capacity=10, tokens_per_minute=1000)
     fleet.hold(tokens=Tokens(900))

@@ -363,8 +363,12 @@ def test_rate_limits_is_validated() -> None:
 
 
 def test_kinds_are_the_governors() -> None:
+    """The standard kinds a header speaks of, then a tier's own: each named
+    <tier>_<kind> as budget_limits names a tier's figures."""
     budgets = pytest.importorskip("governor.budgets")
-    assert tuple(budgets.KINDS) == KINDS
+    assert tuple(budgets.KINDS[: len(KINDS)]) == KINDS
+    assert budgets.KIND_TIER == {kind: kind.split("_")[0] for kind in budgets.KINDS[len(KINDS) :]}
+    assert all(kind.partition("_")[2] in KINDS for kind in budgets.KIND_TIER)
 
 
 def test_undated_retry_at_is_only_an_http_date_with_nothing_to_measure_it_against() -> None:

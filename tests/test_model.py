@@ -148,6 +148,7 @@ ceilings = st.fixed_dictionaries(
         "tokens_per_minute": st.sampled_from([600, 6000]),
         "input_tokens_per_minute": st.sampled_from([500, 5000]),
         "output_tokens_per_minute": st.sampled_from([300, 3000]),
+        "fast_input_tokens_per_minute": st.sampled_from([400, 4000]),
     },
 )
 #: the classes' aging (None: never; 0.5 s and 2 s: within a run's clock steps) and the tenants' weights
@@ -187,7 +188,12 @@ places = st.tuples(st.sampled_from([None, "interactive", "default", "batch"]), s
 #: a lease's estimate, and a call's usage: none, small, or above some limits
 token_counts = st.one_of(
     st.none(),
-    st.builds(Tokens, st.sampled_from([0, 100, 450, 4000]), st.sampled_from([0, 50, 250, 2500])),
+    st.builds(
+        Tokens,
+        st.sampled_from([0, 100, 450, 4000]),
+        st.sampled_from([0, 50, 250, 2500]),
+        st.sampled_from([None, None, "fast", "standard"]),  # a tier with budgets of its own, or the standard one
+    ),
 )
 #: a call's reported usage: as above, or one far beyond any budget (the debt bound)
 usages = st.one_of(token_counts, st.just(Tokens(MAX_USAGE // 2, MAX_USAGE // 2)))

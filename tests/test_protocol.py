@@ -272,14 +272,17 @@ def test_a_call_passes_the_state_key_and_the_library_derives_the_others(make_gov
 
 def test_the_holder_record_format_is_the_protocols() -> None:
     admission = code(LUA / "lib" / "records.lua")
-    (params, body) = re.findall(
-        r"local function record_format\(([^)]*)\)\s*return (.*?)\nend",
+    (params, output, body) = re.findall(
+        r"local function record_format\(([^)]*)\)\s*(local output = .*?)\s*return (.*?)\nend",
         admission,
         re.S,
     )[0]
     params_list = [p.strip() for p in params.split(",")]
     fields = [f.name for f in HolderRecord.__dataclass_fields__.values()]
-    assert [p + ("_ms" if p in ("ttl", "since") else "") for p in params_list] == fields
+    # the tokens are the record's input, output and tier (the output followed by ",tier" when one is said)
+    expanded = [q for p in params_list for q in (("input", "output", "tier") if p == "tokens" else (p,))]
+    assert sorted(p + ("_ms" if p in ("ttl", "since") else "") for p in expanded) == sorted(fields)
+    assert "output = output .. ',' .. tokens.tier" in output, output
     # the parameters in that order, '|' between them: seven integers formatted, then the tenant and the holder
     parts = [part.strip() for part in body.replace("\n", " ").split("..")]
     assert parts[1::2] == ["'|'"] * 8, parts
@@ -287,18 +290,20 @@ def test_the_holder_record_format_is_the_protocols() -> None:
     # the fence as the digits its caller made once; each other integer as its digits: int() or dec() of the
     # parameter (the time: NOW_S, NOW's digits, when it is NOW)
     assert values[0] == "fence", values
-    integer = re.compile(r"^(?:\((\w+) == NOW and NOW_S or )?(?:int|dec)\((\w+)\)\)?$")
-    formatted = [integer.match(v) for v in values[1:7]]
+    assert values[4] == "output", values
+    integer = re.compile(r"^(?:\((\w+) == NOW and NOW_S or )?(?:int|dec)\(([\w.]+)\)\)?$")
+    formatted = [integer.match(v) for i, v in enumerate(values[1:7]) if i != 3]
     assert all(m and m.group(1) in (None, m.group(2)) for m in formatted), values
-    assert ["fence"] + [m.group(2) for m in formatted if m] + values[7:] == params_list, values
+    named = ["fence"] + [m.group(2) for m in formatted if m] + values[7:]
+    assert named == ["fence", "ttl", "since", "tokens.input", "level", "rank", "tenant", "holder"], values
     assert values[7:] == ["tenant", "holder"]
     (pattern,) = re.findall(r"string\.match\(raw, '([^']*)'\)", admission)
-    # seven numbers, the tenant (no '|'), then the holder (may hold '|')
-    assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$"
+    # seven numbers (the output's tier after it), the tenant (no '|'), then the holder (may hold '|')
+    assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)(,?[%l%d_]*)|(%d+)|(%d+)|([^|]*)|(.*)$"
     (names,) = re.findall(
-        r"local (fence, ttl, since, input, output, level, rank, tenant, holder) =\s+string\.match", admission
+        r"local (fence, ttl, since, input, output, tier, level, rank, tenant, holder) =\s+string\.match", admission
     )
-    assert [n.strip() for n in names.split(",")] == params_list
+    assert [n.strip() for n in names.split(",")] == expanded
 
 
 def test_a_record_written_by_a_real_acquire_parses(make_gov: MakeGov, sync_client: Any) -> None:

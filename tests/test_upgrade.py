@@ -28,8 +28,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from governor import Governor, GovernorConfig, LayoutError, StateError
-from governor.protocol import LAYOUT, MIN_LAYOUT
+from governor import Governor, GovernorConfig, LayoutError, Outcome, StateError
+from governor.budgets import Tokens
+from governor.protocol import ADDED, LAYOUT, MIN_LAYOUT, STATE, TIERS_LAYOUT
 
 from .support.faultkit import figure
 from .support.servers import RedisServer
@@ -38,6 +39,8 @@ from .support.witness import read_events, witness
 ROOT = Path(__file__).resolve().parent.parent
 #: the last release of layout 3 (no origin stamp, no recovery hold of its own)
 OLD_COMMIT = "9e3613f"
+#: the last commit before fast mode (layout 4: it knows no record of a tier, no tier's budget)
+PRE_TIERS_COMMIT = "55a9967"
 
 #: run by both versions' interpreters: ``threads`` callers acquire, hold 0.1-0.3 s, release, for
 #: ``seconds``; every hold is reported to the control Redis in the witness's event shape
@@ -95,22 +98,21 @@ gov.close()
 CONFIG = {"max_capacity": 4, "policy": "fixed", "lease_ttl": 3.0, "poll": 0.2, "queue_ttl": 1.0, "redis_timeout": 2.0}
 
 
-@pytest.fixture(scope="module")
-def old_python() -> Path:
-    """The interpreter of a virtual environment holding the older release
-    (commit OLD_COMMIT from this checkout's history); its dependencies are
+def older_python(commit: str, layout: int) -> Path:
+    """The interpreter of a virtual environment holding an older release
+    (``commit`` of this checkout's history, of ``layout``); its dependencies are
     this environment's, its ``governor`` the older one."""
-    cache = Path(tempfile.gettempdir()) / f"governor-old-{OLD_COMMIT}"
+    cache = Path(tempfile.gettempdir()) / f"governor-old-{commit}"
     python = cache / "venv" / "bin" / "python"
     if not (cache / "ready").exists():
         src = cache / "src"
         src.mkdir(parents=True, exist_ok=True)
         try:
             archive = subprocess.run(
-                ["git", "-C", str(ROOT), "archive", OLD_COMMIT], check=True, capture_output=True, timeout=60
+                ["git", "-C", str(ROOT), "archive", commit], check=True, capture_output=True, timeout=60
             ).stdout
         except (OSError, subprocess.CalledProcessError) as error:
-            pytest.skip(f"the older release {OLD_COMMIT} is not in this checkout's history ({error})")
+            pytest.skip(f"the older release {commit} is not in this checkout's history ({error})")
         subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True, timeout=60)
         try:
             subprocess.run(
@@ -125,13 +127,25 @@ def old_python() -> Path:
         # the older source first, then this environment's packages for its dependencies (a path a
         # .pth names is not a site directory: the newer governor's own .pth there is not run)
         Path(site, "governor-old.pth").write_text(f"{src}\n{sysconfig.get_paths()['purelib']}\n")
-        (cache / "ready").write_text(OLD_COMMIT)
+        (cache / "ready").write_text(commit)
     found = subprocess.run(
         [str(python), "-c", "import governor, governor.protocol as p; print(governor.__file__, getattr(p, 'LAYOUT', 3))"],  # noqa: E501
         check=True, capture_output=True, text=True, timeout=60, cwd=tempfile.gettempdir(),
     ).stdout.split()  # fmt: skip
-    assert found[0].startswith(str(cache / "src")) and found[1] == "3", found
+    assert found[0].startswith(str(cache / "src")) and found[1] == str(layout), found
     return python
+
+
+@pytest.fixture(scope="module")
+def old_python() -> Path:
+    """The release of OLD_COMMIT (layout 3)."""
+    return older_python(OLD_COMMIT, 3)
+
+
+@pytest.fixture(scope="module")
+def pre_tiers_python() -> Path:
+    """The release of PRE_TIERS_COMMIT (layout 4, before fast mode)."""
+    return older_python(PRE_TIERS_COMMIT, 4)
 
 
 @pytest.fixture
@@ -231,3 +245,131 @@ def test_an_unreadable_state_never_advises_deleting_a_running_fleets_state(serve
     finally:
         admin.close()
         gov.close()
+
+
+FAST_HEADERS = {"anthropic-fast-input-tokens-limit": "6000", "anthropic-fast-input-tokens-remaining": "6000"}
+STANDARD_HEADERS = {
+    "anthropic-ratelimit-input-tokens-limit": "80000",
+    "anthropic-ratelimit-input-tokens-remaining": "80000",
+}
+
+
+def test_a_state_an_older_version_created_reads_its_later_fields_as_their_defaults(server: RedisServer) -> None:
+    """A state and a config created before fast mode lack its budgets' fields:
+    each reads as its default (not governed), and every call uses the state;
+    a field present but unreadable still makes the state unusable."""
+    config = GovernorConfig(max_capacity=4, input_tokens_per_minute=6000)
+    gov = Governor.from_url(server.url, "older-fields", config)
+    admin = server.client(decode_responses=True)
+    try:
+        gov.status()
+        later = [f for f in ADDED if admin.hexists(gov.keys.state, f) or admin.hexists(gov.keys.config, f)]
+        assert len(later) == len(ADDED) >= 12, later  # five state fields and a ceiling of each fast kind
+        admin.hdel(gov.keys.state, *(f for f in ADDED if f in STATE))
+        admin.hdel(gov.keys.config, *(f for f in ADDED if f not in STATE))
+        admin.hset(gov.keys.state, "touch_due", 0)  # the next writing call checks every field
+        lease = gov.try_acquire(tokens=Tokens(100, 20))
+        assert lease is not None
+        gov.report(Outcome.SUCCESS, lease=lease, usage=Tokens(80, 10))
+        lease.release()
+        fast_lease = gov.try_acquire(tokens=Tokens(100, 20, tier="fast"))
+        assert fast_lease is not None
+        fast_lease.release()
+        assert [b.kind for b in gov.status().budgets] == ["input_tokens"]
+        # a fast answer's headers calibrate the fast budgets: read as not governed, then learnt
+        for remaining in ("6000", "5000"):
+            gov.report(Outcome.SUCCESS, headers={**FAST_HEADERS, "anthropic-fast-input-tokens-remaining": remaining})
+        status = gov.status()
+        assert [b.kind for b in status.budgets] == ["input_tokens", "fast_input_tokens"], status.budgets
+        assert status.budgets[1].limit == 6000 and status.budgets[1].level < 5500  # (refilling since)
+        assert GovernorConfig.from_stored(admin.hgetall(gov.keys.config)).fast_input_tokens_per_minute is None
+        gov.reset()
+        # present and unreadable: the next call that checks every field refuses the state
+        admin.hset(gov.keys.state, mapping={"fast_output_tokens_limit": "many", "touch_due": 0})
+        with pytest.raises(StateError, match="fast_output_tokens_limit"):
+            gov.try_acquire(tokens=Tokens(100, 20, tier="fast"))
+    finally:
+        admin.close()
+        gov.close()
+
+
+#: run by an older client: its status and an admission on governor ``name``, each "served" (answered) or its error
+OLDER_CALLS = r"""
+import json, sys
+from governor import Governor, GovernorConfig, GovernorError
+url, name = sys.argv[1:3]
+gov = Governor.from_url(url, name, GovernorConfig(max_capacity=4, policy="fixed"))
+told = []
+for call in (gov.status, gov.try_acquire):
+    try:
+        found = call()
+        if hasattr(found, "release"):
+            found.release()
+        told.append("served")
+    except GovernorError as error:
+        told.append(f"{type(error).__name__}: {error}")
+gov.close()
+print(json.dumps(told))
+"""
+
+
+def older_calls(python: Path, server: RedisServer, name: str) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [str(python), "-c", OLDER_CALLS, server.url, name],
+        check=True, capture_output=True, text=True, timeout=60, cwd=tempfile.gettempdir(), env=env,
+    )  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_client_before_fast_mode_refuses_a_state_holding_a_fast_lease(
+    pre_tiers_python: Path, server: RedisServer
+) -> None:
+    """A fast lease's record (``output,fast``) is one a client before fast mode
+    would misread: the lease stamps the state as one only clients of
+    TIERS_LAYOUT on may use, and the older client refuses it, naming the
+    upgrade; a state of standard leases alone it shares."""
+    name = "tiers-stamp"
+    gov = Governor.from_url(server.url, name, GovernorConfig(max_capacity=4, policy="fixed", restart_hold=False))
+    admin = server.client(decode_responses=True)
+    try:
+        standard = gov.try_acquire(tokens=Tokens(100, 20))
+        assert standard is not None
+        assert older_calls(pre_tiers_python, server, name) == ["served", "served"]
+        assert admin.hget(gov.keys.state, "origin").startswith(f"{LAYOUT}:{MIN_LAYOUT}:")
+        fast = gov.try_acquire(tokens=Tokens(100, 20, tier="fast"))
+        assert fast is not None
+        assert admin.hget(gov.keys.state, "origin").startswith(f"{LAYOUT}:{TIERS_LAYOUT}:")
+        told = older_calls(pre_tiers_python, server, name)
+        assert len(told) == 2 and all(t.startswith("LayoutError") for t in told), told
+        assert f"layout {LAYOUT}" in told[1] and "upgrade this client" in told[1], told
+        fast.release()
+        standard.release()
+        again = gov.try_acquire(tokens=Tokens(100, 20, tier="fast"))  # the newer client goes on
+        assert again is not None
+        again.release()
+    finally:
+        admin.close()
+        gov.close()
+
+
+def test_a_fast_budget_active_stamps_the_state_for_clients_of_fast_mode_alone(server: RedisServer) -> None:
+    """A fast budget learnt from a fast answer's headers, or configured, is a
+    field a client before fast mode cannot read: the state is stamped
+    TIERS_LAYOUT; standard budgets leave it to every layout from MIN_LAYOUT."""
+    admin = server.client(decode_responses=True)
+    try:
+        for name, config, headers, min_layout in (
+            ("standard", {}, STANDARD_HEADERS, MIN_LAYOUT),
+            ("learnt", {}, FAST_HEADERS, TIERS_LAYOUT),
+            ("configured", {"fast_output_tokens_per_minute": 1200}, {}, TIERS_LAYOUT),
+        ):
+            gov = Governor.from_url(server.url, name, GovernorConfig(max_capacity=4, restart_hold=False, **config))
+            try:
+                gov.report(Outcome.SUCCESS, headers=headers)
+                assert gov.status().budgets, name
+                assert admin.hget(gov.keys.state, "origin").startswith(f"{LAYOUT}:{min_layout}:"), name
+            finally:
+                gov.close()
+    finally:
+        admin.close()

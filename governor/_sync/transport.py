@@ -33,6 +33,7 @@ from .._exchange import (
     sdk_twin,
     stream_class,
     stream_outcome,
+    tiered,
 )
 from ..classify import Verdict
 from ..config import RetryPolicy
@@ -143,7 +144,7 @@ class GovernedTransport:
             return inner.handle_request(request)
         ask = request_ask(request, self._ask, self.governor)
         body = request.read()
-        ask = ask.reserving(self._estimate(body, request.url.path))
+        ask = ask.reserving(tiered(self._estimate(body, request.url.path), body, request.url.path, self.profile))
         charge = self._charge(body, request.url.path, ask)
         reservation: Reservation | None = None
         asked = asks_for_stream(body)
@@ -177,7 +178,8 @@ class GovernedTransport:
             body_read = read.pop(id(response))
             if charge is not None:
                 charge.answered(response.status_code, response.headers, body_read)
-            return judge_response(response.status_code, response.headers, body_read, self.profile, request.url.path)
+            path, asked = request.url.path, ask.tokens.apart
+            return judge_response(response.status_code, response.headers, body_read, self.profile, path, asked)
 
         ahead = carried_lease(self.governor)  # a limiter's lease, for the first attempt
         try:

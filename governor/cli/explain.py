@@ -89,6 +89,8 @@ def explain_caller(
                 f"the next release of a lease of a class below {highest} (class {caller.priority})",
             )
     for budget in status.budgets:
+        if not caller.tokens.counts_in(budget.kind):
+            continue  # (a bucket of another tier's: its debt holds no other caller)
         cost = caller.tokens.cost(budget.kind)
         full = budget.burst or budget.limit
         if budget.level < min(cost, full):
@@ -136,7 +138,8 @@ def explain(client: Any, keys: Any, status: Status, kind: str, value: str) -> Ex
     if mine:
         first = mine[0]  # the parked first (its tenant's cap), then the queue's order
         caller = _Caller(first.priority, priorities.index(first.priority) if first.priority in priorities else 0,
-                         first.tenant, Tokens(*first.tokens), first.position, first.parked)  # fmt: skip
+                         first.tenant, Tokens(first.tokens[0], first.tokens[1], first.tier or None), first.position,
+                         first.parked)  # fmt: skip
         target = f"{kind} {value}" + ("" if kind == "holder" else f" (first waiter: {first.holder})")
     else:  # a new caller of that tenant (default class) or of that class (default tenant)
         default = stored.get("default_priority", priorities[0] if priorities else "")

@@ -352,6 +352,9 @@ class Profile:
     refusals_charged: ClassVar[bool] = False
     #: the request body's field that names the tier asked for (OpenAI's shape)
     tier_field: ClassVar[str] = "service_tier"
+    #: the tiers the provider limits apart from the standard one, each a budget of its own
+    #: (governor.budgets.KIND_TIER): a request of such a tier reserves there, not in the standard budgets
+    tiers_apart: ClassVar[frozenset[str]] = frozenset()
 
     def requested_tier(self, body: Any) -> str:
         """The service tier a request asks for (one of governor.prices.TIERS),

@@ -25,7 +25,7 @@ class Anthropic(Profile):
     modules = ("anthropic",)
     model_paths = ("messages",)
     stream_end = "event: message_stop"
-    tiers = "service_tier priority / standard_only: one governor per tier"
+    tiers = "fast mode: budgets of its own (fast_*) in the one governor; service_tier priority: one governor per tier"
 
     def usage(self, obj: Any, path: str = "") -> Tokens | None:
         """Input counts what the input-tokens-per-minute limit counts: on
@@ -41,6 +41,8 @@ class Anthropic(Profile):
     # -- service tiers and billing (governor.prices) --
 
     refusals_billed = "nothing: a 429, a 529 overload or an error answer is not billed"
+    #: fast mode "has a dedicated rate limit that is separate from standard Opus rate limits"
+    tiers_apart = frozenset({"fast"})
 
     def requested_tier(self, body: Any) -> str:
         """``speed: "fast"`` asks for fast mode; ``service_tier`` (``auto``,

@@ -51,7 +51,8 @@ for i = 1, #BUDGET_KINDS do
   BUDGETS[#BUDGETS + 1] = {name = kind, bucket = true,
     room = function(tokens)
       if not on() then return nil, 0 end
-      local cost = budget_cost(kind, tokens)
+      local cost, counts = budget_cost(kind, tokens)
+      if not counts then return nil, 0 end  -- (a bucket of another tier's: its debt holds no other lease)
       local level, capacity = budget_level(kind), capacity_of(kind)
       if level >= math.min(cost, capacity) then return nil, 0 end
       local need = math.min(cost, capacity) - level
@@ -59,7 +60,10 @@ for i = 1, #BUDGET_KINDS do
         math.max(1, math.ceil(need * 60000 / STATE[kind .. '_limit']))
     end,
     take = function(tokens)
-      if on() then set_level(kind, budget_level(kind) - budget_cost(kind, tokens)) end
+      if on() then
+        local cost, counts = budget_cost(kind, tokens)
+        if counts then set_level(kind, budget_level(kind) - cost) end
+      end
     end,
     never = function(tokens)
       -- (a header's limit may rise again: a cost above it waits for a full bucket, oversize())
@@ -162,7 +166,7 @@ local function add_lease(id, ttl, holder, tokens, place, adopted)
   local fence = redis.call('HINCRBY', KEY.state, 'fence', '1')
   local level = CALL.live + 1
   local digits = int(fence)
-  local ok = redis.pcall('HSET', KEY.holders, id, record_format(digits, ttl, NOW, tokens.input, tokens.output, level,
+  local ok = redis.pcall('HSET', KEY.holders, id, record_format(digits, ttl, NOW, tokens, level,
     place.rank, place.tenant, holder))
   if ok ~= 1 and ok ~= 0 then  -- (HSET answers the fields it added; an error reply is a table)
     redis.call('HINCRBY', KEY.state, 'fence', '-1')

@@ -50,14 +50,25 @@ local function arg_label(i)
   return v
 end
 
--- ARGV[i]: tokens as "input,output" (governor.budgets.Tokens.arg), '' for none.
+-- ARGV[i]: tokens as "input,output" or "input,output,tier"
+-- (governor.budgets.Tokens.arg), '' for none. The tier, when said, is
+-- kept as the budgets count it: a tier with kinds of its own (BUDGET_COST's
+-- [4]) by its name, any other as '' (the standard tier's); not said: nil.
 local function arg_tokens(i, what)
   local v = ARGV[i]
   if v == nil or v == '' then return NO_TOKENS end
   local input, output = string.match(v, '^(%d+),(%d+)$')
+  local tier = nil
+  if not input then input, output, tier = string.match(v, '^(%d+),(%d+),(%l[%l%d_]*)$') end
   local a, b = tonumber(input), tonumber(output)
-  if not a or a > MAX_INT or b > MAX_INT then
-    fail('BADARG', what .. ' must be "input,output" integer tokens in [0, 2^53], got ' .. tostring(v))
+  if not a or a > MAX_INT or b > MAX_INT or (tier and #tier > 32) then
+    fail('BADARG', what .. ' must be "input,output" integer tokens in [0, 2^53], or "input,output,tier" with a tier'
+      .. ' of 1-32 of [a-z0-9_], got ' .. tostring(v))
+  end
+  if tier then
+    local apart = ''
+    for _, cost in pairs(BUDGET_COST) do if cost[4] == tier then apart = tier end end
+    return {input = a, output = b, tier = apart}
   end
   return {input = a, output = b}
 end

@@ -27,13 +27,18 @@ local function budget_fields(kind)
   return kind .. '_limit', kind .. '_burst', kind .. '_level', kind .. '_at', kind .. '_source'
 end
 
--- What one lease of `tokens` takes from budget `kind`.
+-- What one lease of `tokens` takes from budget `kind`, and whether the
+-- kind counts it at all: its tokens count in the kinds of its tier alone
+-- (tokens.tier, nil or '': the standard tier; BUDGET_COST's [4]), the
+-- per-lease cost in every kind that has one.
 local function budget_cost(kind, tokens)
   local cost = BUDGET_COST[kind]
-  return cost[1] + cost[2] * tokens.input + cost[3] * tokens.output
+  if cost[4] ~= (tokens.tier or '') then return cost[1], cost[1] > 0 end
+  return cost[1] + cost[2] * tokens.input + cost[3] * tokens.output, true
 end
 
--- The active kinds, their fields read (needs STATE.budgets: load it).
+-- The active kinds, their fields read (needs STATE.budgets: load it);
+-- .apart when one of them is a tier's limited apart (fast mode's).
 local NO_BUDGETS = {}  -- (never changed)
 local NO_LIMITS = {}  -- a report that announces no rate-limit figures (never changed)
 local function active_budgets()
@@ -48,6 +53,7 @@ local function active_budgets()
   for kind in string.gmatch(STATE.budgets, '[^,]+') do
     if not KIND_OF[kind] then fail('BADSTATE', 'field budgets holds ' .. string.format('%q', STATE.budgets)) end
     active[#active + 1] = kind
+    if BUDGET_COST[kind][4] ~= '' then active.apart = true end
     local limit, burst, level, at, source = budget_fields(kind)
     for _, f in ipairs({limit, burst, level, at, source}) do names[#names + 1] = f end
   end
@@ -82,6 +88,9 @@ end
 -- debt bound). `spent`: a refused call the provider counted keeps its
 -- reservation (charged beyond it, never given back).
 local function settle(reserved, used, spent)
+  if used.tier == nil and reserved.tier then  -- (no tier said: served in the one asked for)
+    used = {input = used.input, output = used.output, tier = reserved.tier}
+  end
   for _, kind in ipairs(active_budgets()) do
     local delta = budget_cost(kind, reserved) - budget_cost(kind, used)
     if spent then delta = math.min(delta, 0) end
@@ -90,13 +99,15 @@ local function settle(reserved, used, spent)
 end
 
 -- A rate-limited outcome: the provider's bucket is empty, so each active
--- bucket whose level the report's headers did not announce (`announced`:
--- kind -> true) is clamped to 0, as a remaining of 0 would. A refusal
--- never raises a level, so refusals cannot admit one another in a loop.
+-- bucket of the refused call's tier (`tier`, '' the standard one: a fast
+-- mode refusal says nothing of the standard limits, nor the other way)
+-- whose level the report's headers did not announce (`announced`: kind ->
+-- true) is clamped to 0, as a remaining of 0 would. A refusal never
+-- raises a level, so refusals cannot admit one another in a loop.
 -- Needs CONFIG.log_length and the events key's type checked.
-local function refused(announced)
+local function refused(announced, tier)
   for _, kind in ipairs(active_budgets()) do
-    if not announced[kind] and budget_level(kind) > 0 then
+    if not announced[kind] and BUDGET_COST[kind][4] == tier and budget_level(kind) > 0 then
       set_level(kind, 0)
       log('budget', 'budget', kind, 'limit', STATE[kind .. '_limit'], 'burst', STATE[kind .. '_burst'], 'level', 0,
         'source', STATE[kind .. '_source'], 'why', 'rate-limited: clamped to 0')
@@ -161,6 +172,7 @@ local function calibrate(kind, limit_h, remaining)
   local level
   if was_limit == 0 then
     level = remaining or limit  -- new: what the provider says is left
+    if BUDGET_COST[kind][4] ~= '' then CALL.tiers = true end  -- a tier's budget active (raise_layout)
     set('state', 'budgets', (function()
       local on = {}
       for _, k in ipairs(BUDGET_KINDS) do

@@ -62,7 +62,7 @@ local function begin(keys, argv)
   NOW, LIVE, CHANNEL, READ_ONLY = nil, nil, argv[2], false
   STATE, CONFIG, POLICY, DIRTY, STORE, CREATED = nil, nil, nil, nil, nil, nil
   CALL.active, CALL.caps, CALL.held, CALL.live, CALL.repairs, CALL.ttl_noted = false, false, false, false, false, false
-  CALL.foreign, CALL.ttl_rose = false, false
+  CALL.foreign, CALL.ttl_rose, CALL.origin, CALL.tiers = false, false, false, false
 end
 
 -- The clock: NOW, an integer of ms, NOW_S, the same as a string (a score

@@ -136,6 +136,8 @@ local OPS = {}
 --   foreign why a read-only call found the state written by another server (lib/origin.lua)
 --   ttl_noted the longest lease TTL the call announced (note_ttl of lib/origin.lua)
 --   ttl_rose  the call raised ttl_max: finish() announces it
+--   origin  the state's origin stamp as load() read it (false: none; lib/origin.lua)
+--   tiers   the call wrote what a client before TIERS_LAYOUT misreads: finish() stamps it (lib/fields.lua)
 local CALL = {}
 local NOW, NOW_S, LIVE, CHANNEL
 local READ_ONLY     -- the call may not write (status.lua sets it): a state that came back is only reported

@@ -101,7 +101,10 @@ local function apply_config(cfg, raw)
     set('state', f_level, ceiling)
     set('state', f_at, NOW)
     set('state', f_source, ceiling > 0 and 'configured' or '')
-    if ceiling > 0 then on[#on + 1] = kind end
+    if ceiling > 0 then
+      on[#on + 1] = kind
+      if BUDGET_COST[kind][4] ~= '' then CALL.tiers = true end  -- a tier's budget active (raise_layout)
+    end
   end
   set('state', 'budgets', table.concat(on, ','))
   CALL.active = false
@@ -122,7 +125,8 @@ local function clear_learnt()
   if not policy then fail('BADSTATE', 'field policy holds ' .. string.format('%q', tostring(cfg.policy))) end
   for _, list in ipairs({BASE_CONFIG, policy.config}) do
     for _, name in ipairs(list) do
-      if cfg[name] == nil then fail('BADSTATE', 'field ' .. name .. ' is missing') end
+      -- (one a later version added reads as its default: value_of)
+      if cfg[name] == nil then cfg[name], raw[name] = value_of(name, nil), ABSENT[name] end
     end
   end
   apply_config(cfg, raw)

@@ -3,7 +3,7 @@
 Uses lib/common.lua, lib/numbers.lua, lib/call.lua.
 Defines: fields_of, check_type, guard, check_types, kind_value, value_of, CHECKED, checked,
 read, read_all, hash_missing, read_more_list, read_more, set, stored, repair, save, check_all,
-touch_all, keep_alive, created, missing_reply, finish.
+touch_all, keep_alive, created, missing_reply, raise_layout, finish.
 
 A call reads the fields a path needs of the state, config and policy
 hashes (one HMGET per hash, each field checked against its kind before the
@@ -69,9 +69,15 @@ end
 -- not a number at all is GOVERNOR_BADSTATE, and so is a `fresh` field out
 -- of range (the fence, the window's sequence number: HINCRBY moves them on
 -- within the call, and a fence moved by a repair could repeat one handed out).
+-- A field a later version added (ABSENT: a state or config an older one
+-- created lacks it) reads as its default when absent; any other absent is
+-- GOVERNOR_BADSTATE.
 local function kind_value(field, raw)
   local kind = FIELDS[field]
-  if not raw then fail('BADSTATE', 'field ' .. field .. ' is missing') end
+  if not raw then
+    raw = ABSENT[field]
+    if not raw then fail('BADSTATE', 'field ' .. field .. ' is missing') end
+  end
   if kind[1] == 'str' then
     if kind[2] and not kind[2][raw] then fail('BADSTATE', 'field ' .. field .. ' holds ' .. string.format('%q', raw)) end
     return raw
@@ -298,6 +304,20 @@ local function missing_reply()
   return {SCHEMA, 'missing'}
 end
 
+-- A call that wrote what a client of a layout before TIERS_LAYOUT would
+-- misread (CALL.tiers: a record of a tier, a tier's budget active) stamps
+-- the state as one only clients of TIERS_LAYOUT on may use: the origin's
+-- min_layout (lib/origin.lua; never lowered), which such a client refuses
+-- (GOVERNOR_LAYOUT). A state without a stamp (a Redis without INFO: the
+-- handshake is off) stays as it is.
+local function raise_layout()
+  local origin = STATE.origin or CALL.origin
+  local layout, min_layout, rest = string.match(origin or '', '^(%d+):(%d+):(.*)$')
+  if layout and tonumber(min_layout) < TIERS_LAYOUT then
+    set('state', 'origin', layout .. ':' .. TIERS_LAYOUT .. ':' .. rest)
+  end
+end
+
 -- Push the expiry of created keys, write the changed fields, announce a
 -- longer lease TTL than any before (note_ttl of lib/origin.lua: the wake
 -- word '~<ms>'), reply.
@@ -305,6 +325,7 @@ local function finish(reply)
   if CREATED then
     for key in pairs(CREATED) do redis.call('PEXPIRE', key, CONFIG.idle_ms) end
   end
+  if CALL.tiers then raise_layout() end
   save()
   if CALL.ttl_rose then redis.call('PUBLISH', CHANNEL, STATE.epoch .. ' ~' .. int(STATE.ttl_max)) end
   return reply

@@ -283,6 +283,7 @@ local function load(fields, ttls)
     local seen = r and CHECKED[field]
     STATE[field] = seen and seen[r] or checked(field, r)
   end
+  CALL.origin = raw[1]
   if raw[1] ~= (STAMP or server_stamp()) then check_origin(raw[1]) end
   return STATE
 end

@@ -112,8 +112,11 @@ local function grant(caller, read_head, read_deadline, read_record)
     -- not looked at. (After a grant, a plain governor at capacity needs
     -- no asking: the rule's reason would be worded for nobody.)
     if admitted > 0 and alike() and CALL.live >= STATE.capacity then break end
-    local none, wait = blocked(NO_TOKENS)
-    if none and (admitted > 0 or wait == 0) then break end
+    local none, wait, by = blocked(NO_TOKENS)
+    -- (a bucket of the standard tier's holds no lease of a tier apart: with
+    -- such a tier's budgets on, the head is asked for its own tokens)
+    local tiered = by and by.bucket and active_budgets().apart
+    if none and not tiered and (admitted > 0 or wait == 0) then break end
     local first, known, head_record = read_head, read_deadline, read_record
     read_head, read_deadline, read_record = nil, nil, nil  -- (the first round's alone)
     if not first then first = redis.call('ZRANGE', KEY.queue, '0', '0', 'WITHSCORES') end
@@ -123,12 +126,12 @@ local function grant(caller, read_head, read_deadline, read_record)
     -- pause, hold, concurrency (the class from the band): no record needed
     -- (with no budget, cap or reserve the class changes nothing: the answer above)
     local band = math.floor(score / QUEUE_BAND)
-    local why, hint, budget = none, wait, nil
+    local why, hint, budget = none, wait, by
     if not alike() then
       why, hint, budget = blocked(NO_TOKENS, {rank = math.max(band - 1, 0), aged = band == 0})
     end
     local holder_record, impossible = nil, nil
-    if not why then
+    if not why or (budget and budget.bucket and active_budgets().apart) then
       holder_record = record_parse(head_record or redis.call('HGET', KEY.holders, head))
       if holder_record and (capped or #active_budgets() > 0) then
         impossible = never_fits(holder_record.tokens)

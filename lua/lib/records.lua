@@ -10,18 +10,25 @@ attempts, each derived with ZCOUNT over the live range, never a counter.
 
 -- holders entries: "fence|ttl_ms|since_ms|input|output|level|rank|tenant|holder"
 -- (governor.protocol.HolderRecord): input and output are the tokens the
--- lease reserved, {input = , output = } as a table ("tokens"); level is
--- the leases in flight when it was granted, itself included (0: a waiter);
--- rank and tenant its place ({rank = , tenant = }, arg_place).
+-- lease reserved, {input = , output = , tier = } as a table ("tokens"),
+-- the output followed by ",tier" for a lease of a tier with budgets of its
+-- own (arg_tokens); level is the leases in flight when it was granted,
+-- itself included (0: a waiter); rank and tenant its place ({rank = ,
+-- tenant = }, arg_place).
 local function record_parse(raw)
   if not raw then return nil end
-  local fence, ttl, since, input, output, level, rank, tenant, holder =
-    string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
+  local fence, ttl, since, input, output, tier, level, rank, tenant, holder =
+    string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)(,?[%l%d_]*)|(%d+)|(%d+)|([^|]*)|(.*)$')
   if not fence then return nil end
   -- (the fence and the time never recur: converted, not remembered; no
   -- tokens, the common case, is the one NO_TOKENS, never changed)
   local tokens = NO_TOKENS
-  if input ~= '0' or output ~= '0' then tokens = {input = num(input), output = num(output)} end
+  if tier ~= '' then
+    if string.byte(tier) ~= 44 then return nil end  -- (the tier comes after a ',')
+    tokens = {input = num(input), output = num(output), tier = string.sub(tier, 2)}
+  elseif input ~= '0' or output ~= '0' then
+    tokens = {input = num(input), output = num(output)}
+  end
   return {fence = tonumber(fence), ttl = num(ttl), since = tonumber(since), tokens = tokens, level = num(level),
     rank = num(rank), tenant = tenant, holder = holder}
 end
@@ -29,9 +36,14 @@ end
 -- (One concatenation: Lua builds the record once. The fence comes as its
 -- digits, which the caller makes once (a grant announces them too); the
 -- time rarely recurs, so it is formatted, not remembered.)
-local function record_format(fence, ttl, since, input, output, level, rank, tenant, holder)
-  return fence .. '|' .. dec(ttl) .. '|' .. (since == NOW and NOW_S or int(since)) .. '|' .. dec(input) .. '|' .. dec(output) .. '|'
-    .. dec(level) .. '|' .. dec(rank) .. '|' .. tenant .. '|' .. holder
+local function record_format(fence, ttl, since, tokens, level, rank, tenant, holder)
+  local output = dec(tokens.output)
+  if tokens.tier and tokens.tier ~= '' then
+    output = output .. ',' .. tokens.tier
+    CALL.tiers = true  -- a record a client before TIERS_LAYOUT misreads (finish() of lib/fields.lua)
+  end
+  return fence .. '|' .. dec(ttl) .. '|' .. (since == NOW and NOW_S or int(since)) .. '|' .. dec(tokens.input) .. '|'
+    .. output .. '|' .. dec(level) .. '|' .. dec(rank) .. '|' .. tenant .. '|' .. holder
 end
 
 local function in_flight()

@@ -34,8 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from governor.budgets import KIND_TIER, Tokens
 from governor.budgets import KINDS as BUDGET_KINDS
-from governor.budgets import Tokens
 from governor.policies import all_fields
 from governor.protocol import (
     CONFIG,
@@ -66,11 +66,16 @@ NO_TOKENS = Tokens()
 
 
 def parse_tokens(arg: str | None) -> Tokens:
-    """ARGV tokens: "input,output", '' (or absent) for none."""
+    """ARGV tokens: "input,output" or "input,output,tier", '' (or absent) for none."""
     if not arg:
         return NO_TOKENS
-    a, b = arg.split(",")
-    return Tokens(int(a), int(b))
+    a, b, *tier = arg.split(",")
+    return Tokens(int(a), int(b), tier=tier[0] if tier else None)
+
+
+def recorded(record: HolderRecord) -> Tokens:
+    """The tokens a holder record keeps, in its tier."""
+    return Tokens(record.input, record.output, tier=record.tier or None)
 
 
 @dataclass(frozen=True)
@@ -440,6 +445,8 @@ class Model:
         self.S[f"{kind}_at"] = self.now
 
     def _bucket_room(self, kind: str, tokens: Tokens) -> tuple[str | None, int]:
+        if not tokens.counts_in(kind):  # a bucket of another tier's holds no other lease
+            return None, 0
         cost = tokens.cost(kind)
         level, capacity = self.budget_level(kind), self._capacity_of(kind)
         need = min(cost, capacity)
@@ -458,11 +465,15 @@ class Model:
 
     def _take(self, tokens: Tokens) -> None:
         for kind in self.active():
-            self._set_level(kind, self.budget_level(kind) - tokens.cost(kind))
+            if tokens.counts_in(kind):
+                self._set_level(kind, self.budget_level(kind) - tokens.cost(kind))
 
     def _settle(self, reserved: Tokens, used: Tokens, spent: bool = False) -> None:
         """What was not used goes back, what was used beyond is charged;
-        ``spent``: a refused call the provider counted gives nothing back."""
+        ``spent``: a refused call the provider counted gives nothing back.
+        A usage that names no tier was served in the one its lease asked for."""
+        if used.tier is None:
+            used = used.in_tier(reserved.tier)
         for kind in self.active():
             delta = reserved.cost(kind) - used.cost(kind)
             if spent:
@@ -470,11 +481,12 @@ class Model:
             if delta != 0:
                 self._set_level(kind, min(self.budget_level(kind) + delta, self._capacity_of(kind)))
 
-    def _refused(self, announced: set[str]) -> None:
-        """A rate-limited outcome: each active bucket its headers did not
-        announce is clamped to 0 (a refusal never raises a level)."""
+    def _refused(self, announced: set[str], tier: str) -> None:
+        """A rate-limited outcome: each active bucket of the refused call's
+        tier ('' the standard one) its headers did not announce is clamped to
+        0 (a refusal never raises a level)."""
         for kind in self.active():
-            if kind not in announced and self.budget_level(kind) > 0:
+            if kind not in announced and KIND_TIER.get(kind, "") == tier and self.budget_level(kind) > 0:
                 self._set_level(kind, 0)
 
     def _reborn(self) -> None:
@@ -581,7 +593,9 @@ class Model:
         level = self.in_flight() + 1  # itself included
         self.leases[lease_id] = self.now + ttl
         rank, tenant = place[0], place[1] or DEFAULT_TENANT
-        record = HolderRecord(S["fence"], ttl, self.now, tokens.input, tokens.output, level, rank, tenant, holder)
+        record = HolderRecord(
+            S["fence"], ttl, self.now, tokens.input, tokens.output, level, rank, tenant, holder, tokens.apart
+        )
         self.holders[lease_id] = record.format()
         self._hold(rank, tenant)
         self._take(tokens)
@@ -628,13 +642,17 @@ class Model:
                 break
             head, score = _zsorted(self.queue)[0]
             record = self._record(head)
-            tokens = Tokens(record.input, record.output) if record is not None else NO_TOKENS
+            tokens = recorded(record) if record is not None else NO_TOKENS
             band = score // QUEUE_BAND
             # pause, hold, concurrency with the class from the band (and budgets at no cost)
             why, hint, park = self._rule(NO_TOKENS, Place(max(band - 1, 0), None, band == 0))
             impossible = None
             capped = self.raw_config.get("tenant_caps", "") != ""
-            if why is None and record is not None and (capped or self.active()):
+            # (a bucket of the standard tier's holds no lease of a tier apart: with such
+            # a tier's budgets on, the head is asked for its own tokens)
+            apart = any(KIND_TIER.get(kind) for kind in self.active())
+            bucket = why is not None and apart and why.startswith(tuple(f"{k} budget:" for k in self.active()))
+            if (why is None or bucket) and record is not None and (capped or self.active()):
                 impossible = self.never(tokens)
                 if impossible is None:
                     why, hint, park = self._rule(tokens, Place(record.rank, record.tenant, band == 0))
@@ -762,7 +780,7 @@ class Model:
             record = self._record(lease_id)
             if expiry > self.now and record is not None:
                 for kind in kinds:
-                    reserved[kind] += Tokens(record.input, record.output).cost(kind)
+                    reserved[kind] += recorded(record).cost(kind)
         out: list[str] = []
         for kind in kinds:
             level = self.budget_level(kind)
@@ -899,7 +917,7 @@ class Model:
                 return [SCHEMA, "denied", reason or "earlier callers are queued", str(hint), S["epoch"], ttl_max]
             self._enqueue(lease_id, rank, tenant, weight)
             self.waiters[lease_id] = self.now + queue_ttl
-            record = HolderRecord(0, ttl, self.now, tokens.input, tokens.output, 0, rank, tenant, holder)
+            record = HolderRecord(0, ttl, self.now, tokens.input, tokens.output, 0, rank, tenant, holder, tokens.apart)
             self.holders[lease_id] = record.format()
         granted = self._grant(lease_id)
         if lease_id in granted:
@@ -927,7 +945,7 @@ class Model:
         if record is not None:
             score = self.queue.get(lease_id)
             aged = score is not None and score < QUEUE_BAND
-            tokens, place = Tokens(record.input, record.output), Place(record.rank, record.tenant, aged)
+            tokens, place = recorded(record), Place(record.rank, record.tenant, aged)
         why, hint = self.blocked(tokens, place)
         if why is not None:
             return why, hint
@@ -1077,11 +1095,12 @@ class Model:
                 if until > S["not_before"]:
                     S["not_before"] = until
         if held is not None and usage is not None:
-            self._settle(Tokens(held.input, held.output), usage, spent=outcome in ("r", "b") and spent)
+            self._settle(recorded(held), usage, spent=outcome in ("r", "b") and spent)
         for kind, limit, remaining in limits:
             self._calibrate(kind, limit, remaining)
         if outcome == "r":
-            self._refused({kind for kind, _, remaining in limits if remaining is not None})
+            tier = usage.apart if usage is not None and usage.tier is not None else (held.tier if held else "")
+            self._refused({kind for kind, _, remaining in limits if remaining is not None}, tier)
         if release:
             self._give_back(lease_id, waiting)
         if waiting:

@@ -37,6 +37,9 @@ export interface GovernorConfig {
   tokensPerMinute?: number | null;
   inputTokensPerMinute?: number | null;
   outputTokensPerMinute?: number | null;
+  /** Anthropic's fast mode, limited apart: a lease whose tokens name tier "fast" counts here, not in the standard kinds */
+  fastInputTokensPerMinute?: number | null;
+  fastOutputTokensPerMinute?: number | null;
   priorities?: readonly string[];
   defaultPriority?: string;
   /** seconds after which a lower class's waiter goes ahead of every class (null: never) */
@@ -163,6 +166,8 @@ export function resolveConfig(config: GovernorConfig = {}): ResolvedConfig {
     tokens: config.tokensPerMinute,
     input_tokens: config.inputTokensPerMinute,
     output_tokens: config.outputTokensPerMinute,
+    fast_input_tokens: config.fastInputTokensPerMinute,
+    fast_output_tokens: config.fastOutputTokensPerMinute,
   };
   for (const kind of BUDGET_KINDS) {
     const value = perMinute[kind];

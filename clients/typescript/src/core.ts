@@ -56,11 +56,19 @@ export function newId(): string {
   return randomBytes(16).toString("hex");
 }
 
-/** Input and output tokens a lease reserves or a call used. */
+/**
+ * Input and output tokens a lease reserves or a call used, and the service
+ * tier they are asked or served in ("fast": Anthropic's fast mode, counted in
+ * its own budgets; undefined: a lease's the standard tier, a usage's the tier
+ * its lease asked for), as governor.budgets.Tokens.
+ */
 export interface Tokens {
   readonly input: number;
   readonly output: number;
+  readonly tier?: string;
 }
+
+const TIER = /^[a-z][a-z0-9_]{0,31}$/;
 
 export function tokensOf(tokens: Tokens | number | undefined): Tokens {
   if (tokens === undefined) return { input: 0, output: 0 };
@@ -68,11 +76,19 @@ export function tokensOf(tokens: Tokens | number | undefined): Tokens {
   for (const v of [t.input, t.output]) {
     if (!Number.isInteger(v) || v < 0 || v > 2 ** 53) throw new ConfigError(`tokens must be integers >= 0, got ${JSON.stringify(tokens)}`);
   }
+  if (t.tier !== undefined && !TIER.test(t.tier)) {
+    throw new ConfigError(`tokens.tier must be a tier name such as "fast" or "standard" (1-32 of a-z, 0-9 and _, a letter first), got ${JSON.stringify(t.tier)}`);
+  }
   return t;
 }
 
+/** The scripts' form: "input,output", or "input,output,tier" when a tier is said. */
+function tokensText(t: Tokens): string {
+  return t.tier === undefined ? `${t.input},${t.output}` : `${t.input},${t.output},${t.tier}`;
+}
+
 function tokensArg(t: Tokens): string {
-  return t.input === 0 && t.output === 0 ? "" : `${t.input},${t.output}`;
+  return t.input === 0 && t.output === 0 ? "" : tokensText(t);
 }
 
 export const MISSING = Symbol("missing");
@@ -400,7 +416,7 @@ export class Core {
     }
     // '0': the provider does not count a refused call against its limits (its reservation given back)
     const refused = named === OUTCOMES.RATE_LIMITED && !refusalsCount ? "0" : "";
-    let budgetArgs: string[] = [usage === undefined ? "" : `${usage.input},${usage.output}`, refused, ...figures];
+    let budgetArgs: string[] = [usage === undefined ? "" : tokensText(tokensOf(usage)), refused, ...figures];
     if (budgetArgs.length === 2 && budgetArgs[0] === "" && budgetArgs[1] === "") budgetArgs = []; // the common report
     const args = [code, ra, leaseId ?? "", fence === undefined ? "" : String(fence), release && leaseId !== undefined ? "1" : "0", ...budgetArgs];
     return this.call("report", args, (reply) => {

@@ -6,7 +6,7 @@
 export const SCHEMA_VERSION = 3 as const;
 
 /** the Functions library's name: the schema and its source's hash */
-export const LIBRARY_NAME = "governor_v3_22f2c88c6210" as const;
+export const LIBRARY_NAME = "governor_v3_c51649638a35" as const;
 
 /** the first part of every key */
 export const DEFAULT_PREFIX = "governor" as const;
@@ -244,7 +244,9 @@ export const BUDGET_KINDS = [
   "requests",
   "tokens",
   "input_tokens",
-  "output_tokens"
+  "output_tokens",
+  "fast_input_tokens",
+  "fast_output_tokens"
 ] as const;
 
 /** GovernorConfig's defaults (seconds for durations) */
@@ -278,7 +280,9 @@ export const BUDGET_CONFIG_FIELDS = {
   "requests": "requests_per_minute",
   "tokens": "tokens_per_minute",
   "input_tokens": "input_tokens_per_minute",
-  "output_tokens": "output_tokens_per_minute"
+  "output_tokens": "output_tokens_per_minute",
+  "fast_input_tokens": "fast_input_tokens_per_minute",
+  "fast_output_tokens": "fast_output_tokens_per_minute"
 } as const;
 
 /** each policy's stored fields at the default window, and those that follow it */
@@ -353,6 +357,10 @@ export const CONFIG_SAMPLES = [
       "0",
       "output_tokens_per_minute",
       "0",
+      "fast_input_tokens_per_minute",
+      "0",
+      "fast_output_tokens_per_minute",
+      "0",
       "pause_count",
       "4",
       "pause_ratio",
@@ -420,6 +428,10 @@ export const CONFIG_SAMPLES = [
       "0",
       "output_tokens_per_minute",
       "0",
+      "fast_input_tokens_per_minute",
+      "0",
+      "fast_output_tokens_per_minute",
+      "0",
       "decrease_count",
       "2",
       "decrease_ratio",
@@ -481,6 +493,10 @@ export const CONFIG_SAMPLES = [
       "input_tokens_per_minute",
       "0",
       "output_tokens_per_minute",
+      "0",
+      "fast_input_tokens_per_minute",
+      "0",
+      "fast_output_tokens_per_minute",
       "0",
       "pause_count",
       "4",
@@ -567,7 +583,7 @@ export const OVERLOAD_STATUSES = [
   529
 ] as const;
 
-/** rate-limit headers read into report's limits: name -> [budget kind, 'limit' | 'remaining'] */
+/** rate-limit headers read into report's limits: name -> [budget kind, 'limit' | 'remaining'] (a tier's own figures as the kinds <tier>_<kind>, headers.budget_limits) */
 export const HEADER_FIGURES = {
   "anthropic-ratelimit-requests-limit": [
     "requests",
@@ -615,6 +631,22 @@ export const HEADER_FIGURES = {
   ],
   "x-ratelimit-remaining-tokens": [
     "tokens",
+    "remaining"
+  ],
+  "anthropic-fast-input-tokens-limit": [
+    "fast_input_tokens",
+    "limit"
+  ],
+  "anthropic-fast-input-tokens-remaining": [
+    "fast_input_tokens",
+    "remaining"
+  ],
+  "anthropic-fast-output-tokens-limit": [
+    "fast_output_tokens",
+    "limit"
+  ],
+  "anthropic-fast-output-tokens-remaining": [
+    "fast_output_tokens",
     "remaining"
   ]
 } as const;
