@@ -135,13 +135,16 @@ class AdaptivePolicy(Policy):
       and cuts to ``cut_factor * level``; refused again while climbing back
       from that cut, the limit is lower still: cut by ``cut_factor`` again and
       remember the cut as the ceiling (after a refused probe a 429 is no such
-      news: the limit may sit between two levels). A 429 of a lease granted
+      news: the limit may sit between two levels). Within a window of a cut
+      a refusal waits for the background's verdict only while the refusals
+      since the cut are no more than the background (20 % while none is
+      learnt) explains of the attempts since; a burst cuts again at once. A 429 of a lease granted
       before the last cut was counted in that cut and changes nothing.
     - Successes: below ``ceiling - 1`` one step each (back to just below the
       ceiling within about a latency); at ``ceiling - 1`` a probe after
       ``probe_interval`` (backed off while refused); at or above the ceiling
       (the limit rose) probes every half ``probe_interval``, the step doubling
-      while the provider accepts.
+      while the provider accepts, never beyond a quarter of capacity.
     - Pause only in a storm: refused at one in flight with ``pause_count``
       429s making ``pause_ratio`` of the window.
     """
@@ -182,6 +185,8 @@ class AdaptivePolicy(Policy):
         "round_fence": COUNT,  #: the fence at the last cut: leases up to it were in that round
         "round_refused": COUNT,  #: of that round, how many were refused
         "round_at": COUNT,  #: (ms) when that round was counted: its refusals are judged net of for a window
+        "cut_seq": COUNT,  #: the attempts recorded before the last cut (event_seq then)
+        "cut_refused": COUNT,  #: refusals of leases granted since the last cut, while its verdict is open
     }
     #: state fields added after the policy hash was first stored: a refusal
     #: reads them, absent as 0 (a state an older client created has none yet)
@@ -195,6 +200,8 @@ class AdaptivePolicy(Policy):
         "round_fence",
         "round_refused",
         "round_at",
+        "cut_seq",
+        "cut_refused",
     )
     follows_window: ClassVar[dict[str, float]] = {"probe_interval": 0.25}
 

@@ -150,7 +150,10 @@ end
 local the_lease = {settles = lease and usage and #active_budgets() > 0}
 the_lease.counted = release and STATE.capped == 1 and redis.call('EXISTS', KEY.held) == 1  -- held counts only then
 if the_lease.counted then guard(KEY.held) end
-if the_lease.settles or the_lease.counted then
+-- (a refusal reported without usage clamps the budgets of the lease's
+-- tier, which its record names: read too)
+local tier_asked = outcome == 'r' and lease and not usage and #active_budgets() > 0
+if the_lease.settles or the_lease.counted or tier_asked then
   the_lease.record = record_parse(redis.call('HGET', KEY.holders, lease))
 end
 if release then

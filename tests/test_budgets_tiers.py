@@ -195,6 +195,21 @@ def test_a_fast_refusal_clamps_the_fast_budgets_and_no_other(make_gov: MakeGov, 
     assert (after["fast_input_tokens"], after["fast_output_tokens"]) == (pytest.approx(100), pytest.approx(20))
 
 
+def test_a_fast_refusal_reported_without_usage_clamps_the_fast_budgets_alone(
+    make_gov: MakeGov, clock: FakeClock
+) -> None:
+    """The lease's record names the refused call's tier when the report
+    carries no usage (read for it: no reserve or caps here, which would
+    have read it anyway)."""
+    gov = learnt(make_gov, clock)
+    lease = gov.try_acquire(tokens=fast(100, 10))
+    assert lease is not None
+    gov.report(R, lease=lease, release=True)
+    after = levels(gov)
+    assert (after["fast_input_tokens"], after["fast_output_tokens"]) == (0, 0)
+    assert (after["input_tokens"], after["output_tokens"]) == (80000, 16000)
+
+
 def test_configured_fast_ceilings_govern_from_the_start(make_gov: MakeGov, clock: FakeClock) -> None:
     config = GovernorConfig(max_capacity=10, fast_output_tokens_per_minute=600, restart_hold=False)
     gov = make_gov(config, clock=clock)

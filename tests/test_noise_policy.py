@@ -221,3 +221,49 @@ def test_a_slow_start_cut_by_the_background_resumes_the_slow_start(make_gov: Mak
     trace = provider.run(gov, clock, 12)
     late = trace[len(trace) // 2 :]  # from 6 s: three windows after the start
     assert sum(late) / len(late) >= 33, trace  # a ceiling kept at the slow start's level: about 27
+
+
+@RAW_BACKENDS
+def test_a_burst_of_refusals_since_a_cut_cuts_again_without_waiting_a_window(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    """Within a window of a cut the window's share alone (here 2 in 43)
+    would wait for the verdict; but two refusals in the first two attempts
+    since the cut are more than even the highest background (20 %) explains:
+    the fleet's load, cut again at once (a limit that fell below the cut)."""
+    gov = make_gov(config(), clock=clock)
+    settled(gov, clock, Provider(limit=24))
+    clock.advance(8.5)  # every earlier cut's verdict closed, the window empty
+    for _ in range(2):
+        for lease in hold(gov, 20):
+            gov.report(S, lease=lease, release=True)
+    leases = hold(gov, 20)
+    gov.report(R, lease=leases[-1], release=True)  # below the ceiling: a cut
+    for lease in leases[:-1]:
+        lease.release()
+    cut = gov.status().capacity
+    assert cut == 18, gov.status()
+    fresh = hold(gov, 10)
+    gov.report(R, lease=fresh[0], release=True)  # one since the cut: a window to tell
+    assert gov.status().capacity == cut
+    gov.report(R, lease=fresh[1], release=True)  # two in two: the fleet's load
+    assert gov.status().capacity < cut, gov.status()
+    whys = [e.get("why") for e in read_events_after(gov.client, gov.keys, "0") if e.kind == "capacity"]
+    assert whys[-1].endswith("again after a cut: cut"), whys
+    for lease in fresh[2:]:
+        lease.release()
+
+
+@RAW_BACKENDS
+def test_a_probe_above_the_ceiling_steps_at_most_a_quarter_of_capacity(make_gov: MakeGov, clock) -> None:  # type: ignore[no-untyped-def]
+    """The limit rises far above the ceiling: the probes' step doubles while
+    accepted, but never beyond a quarter of capacity (a step of 16 from 31
+    overshoots a limit of 37 by 10, each refused round after round)."""
+    gov = make_gov(config(max_capacity=96), clock=clock)
+    provider = Provider(limit=24)
+    settled(gov, clock, provider)
+    provider.limit = 96
+    provider.run(gov, clock, 8)
+    assert gov.status().capacity >= 60, gov.status()  # still climbs
+    probes = [e for e in read_events_after(gov.client, gov.keys, "0") if e.kind == "capacity" and e.get("step")]
+    assert len(probes) >= 5
+    for e in probes:
+        assert int(e.get("step")) <= max(1, int(e.get("from")) // 4), e.fields

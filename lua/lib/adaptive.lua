@@ -11,7 +11,8 @@ mostly refused lands on its accepted count in one step.
 ]]
 -- The adaptive policy's probe: due after probe_wait just below the ceiling
 -- (backed off while refused); at or above it (the limit rose) every half
--- interval, the step doubling while the provider keeps accepting.
+-- interval, the step doubling while the provider keeps accepting, never
+-- beyond a quarter of capacity (an overshoot is refused round after round).
 local function probe_due(waited)
   local since = NOW - POLICY.probe_at
   if waited and waited < since then since = waited end
@@ -23,7 +24,7 @@ local function probe(why, rl, total)
   set('policy', 'climbing', 0)
   if STATE.capacity >= POLICY.ceiling then set('policy', 'probe_wait', CONFIG.probe_ms) end
   set('policy', 'probe_at', NOW)
-  local step = POLICY.probe_step
+  local step = math.min(POLICY.probe_step, math.max(1, math.floor(STATE.capacity / 4)))
   set('policy', 'probe_step', math.min(POLICY.probe_step * 2, CONFIG.max_capacity))
   set_capacity(STATE.capacity + step, why, rl, total, 'ceiling', POLICY.ceiling, 'step', step)
 end
@@ -70,6 +71,8 @@ local function cut(capacity, ceiling, why, level, rl, total, fence)
   set('policy', 'cut_level', level)
   set('policy', 'cut_at', NOW)
   set('policy', 'cut_share_ppm', 0)
+  set('policy', 'cut_seq', STATE.event_seq)
+  set('policy', 'cut_refused', 0)
   set('policy', 'round_fence', STATE.fence)
   set('policy', 'round_refused', 1)
   set('policy', 'round_at', NOW)
@@ -95,7 +98,7 @@ POLICIES.adaptive = {
   config = {'pause_count', 'pause_ratio', 'increase_successes', 'cut_factor', 'probe_ms'},
   state = {'ceiling', 'cut_fence', 'probe_at', 'probe_step', 'probe_wait', 'climbing'},
   later = {'background_ppm', 'cut_from', 'cut_ceiling', 'cut_level', 'cut_at', 'cut_share_ppm', 'round_fence',
-    'round_refused', 'round_at'},
+    'round_refused', 'round_at', 'cut_seq', 'cut_refused'},
   reset = function()
     set('policy', 'ceiling', 0)
     set('policy', 'cut_fence', STATE.fence)
@@ -112,6 +115,8 @@ POLICIES.adaptive = {
     set('policy', 'round_fence', 0)
     set('policy', 'round_refused', 0)
     set('policy', 'round_at', 0)
+    set('policy', 'cut_seq', 0)
+    set('policy', 'cut_refused', 0)
     -- A new governor, a reset, a state re-created after a loss: no blind
     -- burst of max_capacity; discover the limit from the resume level. Each
     -- success adds one (success() below, nothing refused yet): a round of
@@ -194,7 +199,17 @@ POLICIES.adaptive = {
         .. percent(POLICY.background_ppm / 1e6) .. ': no cut', rl, total, level)
     end
     local since = NOW - POLICY.cut_at
-    if verdict_open() and share <= NOISE_MAX then
+    local verdict = verdict_open() and share <= NOISE_MAX
+    if verdict then
+      -- Refused since the cut more often than the background (NOISE_MAX
+      -- while none is learnt) explains of the attempts since: a burst at
+      -- the level the cut left is the fleet's load, whatever the window's
+      -- share says; no window to tell.
+      set('policy', 'cut_refused', POLICY.cut_refused + 1)
+      local most = POLICY.background_ppm > 0 and POLICY.background_ppm / 1e6 or NOISE_MAX
+      verdict = POLICY.cut_refused <= explained(most, STATE.event_seq - POLICY.cut_seq)
+    end
+    if verdict then
       -- Refused again within a few windows of a cut, at a share the
       -- background could explain: a lower limit, or the background?
       if since < CONFIG.window_ms then
@@ -212,6 +227,8 @@ POLICIES.adaptive = {
         -- the level is the fleet's load; one that stays, the background).
         set('policy', 'cut_share_ppm', ppm)
         set('policy', 'cut_at', NOW)
+        set('policy', 'cut_seq', STATE.event_seq)
+        set('policy', 'cut_refused', 0)
         set('policy', 'cut_fence', STATE.fence)
         set('policy', 'probe_at', NOW + CONFIG.window_ms)  -- held there a window (success())
         set('policy', 'climbing', 1)

@@ -1074,7 +1074,8 @@ class Model:
         S = self.S
         self._keep_alive()
         waiting = len(self.queue) > 0 or len(self.parked) > 0
-        held = self._record(lease_id) if lease_id and usage is not None and self.active() else None
+        # the lease's record: what a usage settles, and a refusal without one the tier it clamps
+        held = self._record(lease_id) if lease_id and (usage is not None or outcome == "r") and self.active() else None
         if lease_id != "":
             expiry = self.leases.get(lease_id)
             if expiry is None or expiry <= self.now:

@@ -109,6 +109,8 @@ class Adaptive(Policy):
         "round_fence",
         "round_refused",
         "round_at",
+        "cut_seq",
+        "cut_refused",
     )
 
     def reset(self, m: Model) -> None:
@@ -160,7 +162,12 @@ class Adaptive(Policy):
         if net <= explained(P["background_ppm"] / 1e6, total):  # the background explains it: no cut
             return False
         since = m.now - P["cut_at"]
-        if self._verdict_open(m) and share <= NOISE_MAX:
+        verdict = self._verdict_open(m) and share <= NOISE_MAX
+        if verdict:  # refused since the cut more than the highest background explains: load
+            P["cut_refused"] += 1
+            most = P["background_ppm"] / 1e6 if P["background_ppm"] > 0 else NOISE_MAX
+            verdict = P["cut_refused"] <= explained(most, S["event_seq"] - P["cut_seq"])
+        if verdict:
             if since < C["window_ms"]:  # a window to tell the background from a lower limit
                 return False
             ppm = math.floor(share * 1e6)
@@ -168,6 +175,7 @@ class Adaptive(Policy):
                 P["cut_level"] = 0
             elif P["cut_share_ppm"] == 0:  # a level lower for a window, to compare
                 P.update(cut_share_ppm=ppm, cut_at=m.now, cut_fence=S["fence"], probe_at=m.now + C["window_ms"])
+                P.update(cut_seq=S["event_seq"], cut_refused=0)
                 P["climbing"] = 1
                 m.set_capacity(max(1, math.floor(level * C["cut_factor"])))
                 return False
@@ -202,6 +210,7 @@ class Adaptive(Policy):
         P.update(cut_from=S["capacity"], cut_ceiling=P["ceiling"], cut_level=level, cut_at=m.now, round_refused=1)
         P["round_at"] = m.now
         P["cut_share_ppm"] = 0
+        P.update(cut_seq=S["event_seq"], cut_refused=0)
         P["round_fence"] = S["fence"]
         P.update(ceiling=ceiling, cut_fence=S["fence"], probe_at=m.now, probe_step=1, probe_wait=C["probe_ms"])
         P["climbing"] = 1  # a 429 before the next probe may mean lower still
@@ -237,7 +246,7 @@ class Adaptive(Policy):
         if S["capacity"] >= P["ceiling"]:
             P["probe_wait"] = C["probe_ms"]
         P["probe_at"] = m.now
-        step = P["probe_step"]
+        step = min(P["probe_step"], max(1, S["capacity"] // 4))
         P["probe_step"] = min(P["probe_step"] * 2, C["max_capacity"])
         m.set_capacity(S["capacity"] + step)
 
