@@ -297,11 +297,13 @@ def test_the_holder_record_format_is_the_protocols() -> None:
     named = ["fence"] + [m.group(2) for m in formatted if m] + values[7:]
     assert named == ["fence", "ttl", "since", "tokens.input", "level", "rank", "tenant", "holder"], values
     assert values[7:] == ["tenant", "holder"]
-    (pattern,) = re.findall(r"string\.match\(raw, '([^']*)'\)", admission)
-    # seven numbers (the output's tier after it), the tenant (no '|'), then the holder (may hold '|')
-    assert pattern == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)(,?[%l%d_]*)|(%d+)|(%d+)|([^|]*)|(.*)$"
+    standard, tiered = re.findall(r"string\.match\(raw, '([^']*)'\)", admission)
+    # seven numbers, the tenant (no '|'), then the holder (may hold '|'); a record of a tier has
+    # ",tier" after its output, matched by the second pattern alone
+    assert standard == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$"
+    assert tiered == r"^(%d+)|(%d+)|(%d+)|(%d+)|(%d+),([%l%d_]+)|(%d+)|(%d+)|([^|]*)|(.*)$"
     (names,) = re.findall(
-        r"local (fence, ttl, since, input, output, tier, level, rank, tenant, holder) =\s+string\.match", admission
+        r"(fence, ttl, since, input, output, tier, level, rank, tenant, holder) =\s+string\.match", admission
     )
     assert [n.strip() for n in names.split(",")] == expanded
 

@@ -17,15 +17,21 @@ attempts, each derived with ZCOUNT over the live range, never a counter.
 -- tenant = }, arg_place).
 local function record_parse(raw)
   if not raw then return nil end
-  local fence, ttl, since, input, output, tier, level, rank, tenant, holder =
-    string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)(,?[%l%d_]*)|(%d+)|(%d+)|([^|]*)|(.*)$')
-  if not fence then return nil end
+  -- (a record of a tier, the rare case, is matched again with its ",tier":
+  -- one pattern with an optional part costs every record more)
+  local fence, ttl, since, input, output, level, rank, tenant, holder =
+    string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|(%d+)|([^|]*)|(.*)$')
+  local tier = nil
+  if not fence then
+    fence, ttl, since, input, output, tier, level, rank, tenant, holder =
+      string.match(raw, '^(%d+)|(%d+)|(%d+)|(%d+)|(%d+),([%l%d_]+)|(%d+)|(%d+)|([^|]*)|(.*)$')
+    if not fence then return nil end
+  end
   -- (the fence and the time never recur: converted, not remembered; no
   -- tokens, the common case, is the one NO_TOKENS, never changed)
   local tokens = NO_TOKENS
-  if tier ~= '' then
-    if string.byte(tier) ~= 44 then return nil end  -- (the tier comes after a ',')
-    tokens = {input = num(input), output = num(output), tier = string.sub(tier, 2)}
+  if tier then
+    tokens = {input = num(input), output = num(output), tier = tier}
   elseif input ~= '0' or output ~= '0' then
     tokens = {input = num(input), output = num(output)}
   end

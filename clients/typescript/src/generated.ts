@@ -6,7 +6,7 @@
 export const SCHEMA_VERSION = 3 as const;
 
 /** the Functions library's name: the schema and its source's hash */
-export const LIBRARY_NAME = "governor_v3_fdc3d0e98501" as const;
+export const LIBRARY_NAME = "governor_v3_7ec075618cc0" as const;
 
 /** the first part of every key */
 export const DEFAULT_PREFIX = "governor" as const;
