@@ -107,7 +107,7 @@ def host(
 
         from governor.providers.bedrock import bedrock_client
 
-        common = {
+        common: dict[str, Any] = {
             "endpoint_url": url,
             "region_name": "us-east-1",
             "aws_access_key_id": "k",

@@ -25,7 +25,7 @@ from .classify import Verdict, classify_http
 from .config import RetryPolicy
 from .core import Ask, Outcome
 from .errors import ConfigError, GovernorError
-from .prices import PriceBook
+from .prices import PriceBook, UnknownPrice
 from .prices import Usage as PricedUsage
 from .profiles import Profile, request_body, usage_of
 from .profiles import profile as find_profile
@@ -353,9 +353,9 @@ class Charge:
     charge: a response's usage at the tier that served it (the tier asked
     for when it does not say); a refusal or an error answer what the
     provider bills it (``Profile.refusals_charged``: nothing for every
-    supported provider); an answer whose usage cannot be read, or an
-    attempt that broke off after it was sent, its reservation (it may have
-    been billed)."""
+    supported provider); an answer whose usage cannot be read or whose
+    tier served has no price, or an attempt that broke off after it was
+    sent, its reservation (it may have been billed: nothing is under-counted)."""
 
     def __init__(self, book: PriceBook, profile: Profile, model: str, tier: str, estimate: Tokens) -> None:
         self.book, self.profile, self.model, self.tier = book, profile, model, tier
@@ -384,10 +384,15 @@ class Charge:
                 decoded = None
         usage = self.profile.priced_usage(decoded) if decoded is not None else None
         if usage is None:
-            self.charged += self.most
-            self.tokens += self.estimate
+            self._reserved()
             return
-        self.charged += self._cost(usage, self.profile.served_tier(decoded, headers))
+        try:
+            cost = self._cost(usage, self.profile.served_tier(decoded, headers))
+        except UnknownPrice:
+            # a tier served that has no price: the call was billed, so it is charged its reservation
+            self._reserved()
+            return
+        self.charged += cost
         self.tokens += usage.input_tokens + usage.output_tokens
 
     def streamed(
@@ -409,7 +414,10 @@ class Charge:
         self.charged += self._cost(PricedUsage(input_tokens=usage.input, output_tokens=usage.output), None)
         self.tokens += usage.total
 
-    def broke_off(self) -> None:
-        """An attempt that raised after it may have been sent."""
+    def _reserved(self) -> None:
         self.charged += self.most
         self.tokens += self.estimate
+
+    def broke_off(self) -> None:
+        """An attempt that raised after it may have been sent."""
+        self._reserved()

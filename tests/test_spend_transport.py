@@ -20,6 +20,7 @@ import openai
 import pytest
 
 from governor import AsyncGovernor, ConfigError, Governor, GovernorConfig
+from governor.estimate import estimate_request
 from governor.prices import MICROS, Price, PriceBook, Usage
 from governor.providers import anthropic_client, async_anthropic_client, openai_client
 from governor.spend import SpendBudget, SpendExhausted, read_lines
@@ -104,6 +105,23 @@ def test_a_call_is_charged_its_usage_at_the_tier_that_served_it(make_gov: MakeGo
     charged = BOOK.cost("openai", "gpt-test", Usage(input_tokens=1000, output_tokens=500), "flex")
     assert charged == 1000 * 1 + 500 * 4  # micro-dollars: tokens x USD per million
     assert spent(gov, clock) == (charged, 0)
+
+
+def test_a_call_served_at_a_tier_without_a_price_is_charged_its_reservation(
+    make_gov: MakeGov, provider: Provider
+) -> None:
+    """The call was billed at a price the book does not know: it is charged
+    the most it could cost at the tier asked for, never nothing (the Node
+    client's answer too: tests/conformance/charges.json)."""
+    gov, clock = make(make_gov)
+    answer = chat_ok(prompt=1000, completion=500)
+    answer.body["service_tier"] = "batch"  # no batch price in BOOK
+    provider.script(answer)
+    with governed(gov, provider) as client:
+        client.chat.completions.create(model="gpt-test", messages=MESSAGES, max_tokens=600)
+    estimate = estimate_request(provider.requests[0].body, "/v1/chat/completions")
+    most = BOOK.most("openai", "gpt-test", estimate.input, estimate.output)
+    assert most > 0 and spent(gov, clock) == (most, 0)
 
 
 def test_a_refusal_is_charged_nothing_and_the_retry_its_usage(make_gov: MakeGov, provider: Provider) -> None:

@@ -16,6 +16,17 @@ reported when its ``metadata`` event has passed, or when it is closed or
 breaks off; an exception event inside it (``throttlingException``) is
 reported as the profile classifies it.
 
+A governor with spend budgets (docs/spend.md) needs prices
+(``GovernorConfig(prices=...)`` or ``prices=``): each call reserves the most
+it can cost (its estimate at the price of the model its path names, at the
+tier it asks for, ``serviceTier.type``) before it is sent, and raises
+``SpendExhausted`` at once when no budget affords it (unless
+``wait_for_spend``); it settles the usage the answer reports
+(``inputTokens``, its cache reads and writes, ``outputTokens``) at the tier
+that served it, a ``converse_stream`` at its end (its ``metadata`` event), and
+an answer without a usage Bedrock's shape reads, or an attempt that broke
+off, at its reservation.
+
 boto3's own retries would fight the governor's (attempts the governor
 never sees, on boto3's schedule), so the client is built with
 ``retries={"total_max_attempts": 1}``: botocore makes one attempt, the
@@ -36,17 +47,21 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from .._exchange import Charge
 from .._sync.retry import retry_call
+from .._sync.transport import _settle
 from ..budgets import Tokens
 from ..classify import Verdict
 from ..core import Outcome
 from ..errors import ConfigError, GovernorError
+from ..prices import PriceBook
 from ..profiles import REGISTRY
 from ..transport import judge_response
 
 if TYPE_CHECKING:
     from .._sync.governor import Governor
     from .._sync.lease import Lease
+    from .._sync.spend import Reservation
     from ..config import RetryPolicy
 
 log = logging.getLogger("governor")
@@ -65,21 +80,26 @@ def bedrock_client(
     priority: str | None = None,
     tenant: str | None = None,
     session: Any = None,
+    prices: PriceBook | None = None,
+    wait_for_spend: bool = False,
     **options: Any,
 ) -> Any:
     """``boto3.client("bedrock-runtime", **options)`` with boto3's retries
     off (one attempt); with ``governor=``, every model operation governed
     (see the module docstring). ``session``: a ``boto3.Session`` to build it
     from (default boto3's default session). A ``config=`` of your own is
-    kept, its retries replaced; one that asks for more attempts is refused."""
+    kept, its retries replaced; one that asks for more attempts is refused.
+    ``prices`` and ``wait_for_spend``: as the governed transport's, for a
+    governor with spend budgets."""
     try:
         import boto3
         from botocore.config import Config
     except ImportError as error:
         raise ImportError("the 'boto3' package is not installed: pip install 'fleet-governor[bedrock]'") from error
-    if governor is None and any(v is not None for v in (retry, holder, priority, tenant)):
+    if governor is None and (any(v is not None for v in (retry, holder, priority, tenant, prices)) or wait_for_spend):
         raise ConfigError(
-            "retry=, holder=, priority= and tenant= are options of the governed client: pass governor= too"
+            "retry=, holder=, priority=, tenant=, prices= and wait_for_spend= are options of the governed client: "
+            "pass governor= too"
         )
     config = options.pop("config", None)
     asked = getattr(config, "retries", None) or {}
@@ -93,7 +113,16 @@ def bedrock_client(
     config = ours if config is None else config.merge(ours)
     client = (session or boto3).client("bedrock-runtime", config=config, **options)
     if governor is not None:
-        GovernedSend(governor, client, retry=retry, holder=holder, priority=priority, tenant=tenant).register()
+        GovernedSend(
+            governor,
+            client,
+            retry=retry,
+            holder=holder,
+            priority=priority,
+            tenant=tenant,
+            prices=prices,
+            wait_for_spend=wait_for_spend,
+        ).register()
     return client
 
 
@@ -110,11 +139,25 @@ class GovernedSend:
         timeout: float | None = None,
         priority: str | None = None,
         tenant: str | None = None,
+        prices: PriceBook | None = None,
+        wait_for_spend: bool = False,
     ) -> None:
         from .._sync.governor import Governor
 
         if not isinstance(governor, Governor):
             raise ConfigError(f"the Bedrock runtime client is synchronous: it needs a Governor, got {governor!r}")
+        if prices is not None and not isinstance(prices, PriceBook):
+            raise ConfigError(f"prices must be a governor.prices.PriceBook or None, got {prices!r}")
+        if governor.config.spend:
+            prices = prices or governor.config.prices
+            if prices is None:
+                raise ConfigError(
+                    f"governor {governor.name!r} has spend budgets: give GovernorConfig(prices=...) or the "
+                    "Bedrock client's prices= (a governor.prices.PriceBook) to price each call"
+                )
+        #: what prices each call for the spend budgets (None: the governor has none)
+        self._prices = prices if governor.config.spend else None
+        self._wait_for_spend = bool(wait_for_spend)
         self.governor = governor
         #: what its calls ask for (each with its own estimate)
         self._ask = governor.ask(holder, priority=priority, tenant=tenant)
@@ -136,12 +179,19 @@ class GovernedSend:
             request.body = body
         raw = body if isinstance(body, bytes) else (body or "").encode()
         ask = self._ask.reserving(self.profile.estimate(raw, path))
+        charge = self._charge(raw, path, ask.tokens)
+        reservation: Reservation | None = None
         streamed = bool(getattr(request, "stream_output", False))
         read: dict[int, bytes] = {}
         session = self._client._endpoint.http_session
 
         def send_once() -> Any:
-            response = session.send(request)
+            try:
+                response = session.send(request)
+            except Exception:
+                if charge is not None:
+                    charge.broke_off()
+                raise
             if streamed and response.status_code < 300:
                 return response
             read[id(response)] = response.content  # read whole (botocore keeps it for its parser)
@@ -149,11 +199,43 @@ class GovernedSend:
 
         def judge(response: Any, lease: Lease) -> Verdict | None:
             if id(response) not in read:
-                response.raw = GovernedEventStream(response.raw, _Settlement(self.governor, lease), path)
+                settlement = _Settlement(self.governor, lease, charge, reservation)
+                if charge is not None:
+                    charge.handed_over = True
+                response.raw = GovernedEventStream(response.raw, settlement, path)
                 return None
-            return judge_response(response.status_code, response.headers, read.pop(id(response)), self.profile, path)
+            body_read = read.pop(id(response))
+            if charge is not None:
+                charge.answered(response.status_code, response.headers, body_read)
+            return judge_response(response.status_code, response.headers, body_read, self.profile, path)
 
-        return retry_call(self.governor, send_once, (), {}, ask, retry=self._retry, timeout=self._timeout, judge=judge)
+        try:
+            if charge is not None:
+                reservation = self.governor.spend.reserve(
+                    charge.most,
+                    tenant=ask.tenant,
+                    timeout=self._timeout,
+                    wait=self._wait_for_spend,
+                    tokens=charge.estimate,
+                )
+            return retry_call(
+                self.governor, send_once, (), {}, ask, retry=self._retry, timeout=self._timeout, judge=judge
+            )
+        finally:
+            if charge is not None and reservation is not None and not charge.handed_over:
+                _settle(self.governor, reservation, charge)
+
+    def _charge(self, body: bytes, path: str, estimate: Tokens) -> Charge | None:
+        """The call's charge: the model its path names, at the tier it asks for (None: no spend budget)."""
+        if self._prices is None:
+            return None
+        model = _model(path)
+        if model is None:
+            raise ConfigError(
+                f"governor {self.governor.name!r} has spend budgets but the request to {path} names no model: "
+                "its price is unknown"
+            )
+        return Charge(self._prices, self.profile, model, self.profile.requested_tier(body), estimate)
 
 
 def _path(url: str) -> str:
@@ -162,11 +244,22 @@ def _path(url: str) -> str:
     return unquote(urlsplit(url).path)
 
 
-class _Settlement:
-    """Reports a stream's outcome and releases its lease, exactly once."""
+def _model(path: str) -> str | None:
+    """The model id a runtime path names (``/model/<id>/converse``; an ARN keeps its slashes)."""
+    if not path.startswith("/model/"):
+        return None
+    model = path[len("/model/") :].rsplit("/", 1)[0]
+    return model or None
 
-    def __init__(self, governor: Governor, lease: Lease) -> None:
+
+class _Settlement:
+    """Reports a stream's outcome and releases its lease, exactly once; settles its charge."""
+
+    def __init__(
+        self, governor: Governor, lease: Lease, charge: Charge | None = None, reservation: Reservation | None = None
+    ) -> None:
         self._governor, self._lease = governor, lease
+        self._charge, self._reservation = charge, reservation
         self._lock = threading.Lock()
         self.done = False
 
@@ -178,12 +271,21 @@ class _Settlement:
             return True
 
     def report(
-        self, outcome: Outcome, retry_after: float | None, usage: Tokens | None, description: str, load: bool = True
+        self,
+        outcome: Outcome,
+        retry_after: float | None,
+        usage: Tokens | None,
+        description: str,
+        load: bool = True,
+        reported: Any = None,
     ) -> None:
         try:
             self._governor.report(outcome, retry_after, self._lease, release=True, usage=usage, load=load)
         except GovernorError as error:  # never fails the caller's stream; the TTL frees the slot
             log.warning("governor %r: could not report a stream (%s): %s", self._governor.name, description, error)
+        if self._charge is not None and self._reservation is not None:
+            self._charge.streamed(usage, outcome is Outcome.ERROR, reported)
+            _settle(self._governor, self._reservation, self._charge)
 
 
 class GovernedEventStream:
@@ -200,6 +302,8 @@ class GovernedEventStream:
         self._path = path
         self._buffer = EventStreamBuffer()
         self.usage: Tokens | None = None
+        #: the ``metadata`` event that said it (its usage priced as a response read whole)
+        self.reported: Any = None
         #: the first exception event: (outcome, retry delay, description, whether it is a load signal)
         self.error: tuple[Outcome, float | None, str, bool] | None = None
 
@@ -239,11 +343,12 @@ class GovernedEventStream:
             self.error = (reading.kind, reading.retry_after, reading.description, reading.load)
         elif headers.get(":event-type") == "metadata":
             try:
-                found = REGISTRY["bedrock"].usage(json.loads(payload), self._path)
+                event = json.loads(payload)
             except ValueError:
-                found = None
+                return
+            found = REGISTRY["bedrock"].usage(event, self._path)
             if found is not None:
-                self.usage = found
+                self.usage, self.reported = found, event
 
     def _finish(self, failed: bool) -> None:
         if not self._settlement.claim():
@@ -251,11 +356,11 @@ class GovernedEventStream:
         if self.error is not None:
             outcome, retry_after, description, load = self.error
             spent = self.usage if self.usage is not None else (Tokens() if outcome is not Outcome.ERROR else None)
-            self._settlement.report(outcome, retry_after, spent, description, load)
+            self._settlement.report(outcome, retry_after, spent, description, load, self.reported)
         elif failed:
-            self._settlement.report(Outcome.ERROR, None, self.usage, "the stream broke off")
+            self._settlement.report(Outcome.ERROR, None, self.usage, "the stream broke off", reported=self.reported)
         else:
-            self._settlement.report(Outcome.SUCCESS, None, self.usage, "stream")
+            self._settlement.report(Outcome.SUCCESS, None, self.usage, "stream", reported=self.reported)
 
     def close(self) -> None:
         try:

@@ -9,7 +9,8 @@ reserve, for the same request, the micro-dollars the Python transport
 reserves, and settle, for the same answers, the micro-dollars it settles
 (governor._exchange.Charge): the usage read from the response body (its
 cached tokens apart), priced at the tier that served it (the tier asked
-for when the body does not say), a refusal as the provider bills it, an
+for when the body does not say; its reservation when that tier has no
+price), a refusal as the provider bills it, an
 answer without usage or an attempt that broke off at the reservation, a
 stream's usage (read from its events, governor.streams.StreamUsage)
 priced as a response read whole. Each vector is a request (its path and JSON body,
@@ -165,6 +166,12 @@ CASES: list[tuple[str, str, dict[str, Any], list[dict[str, Any]]]] = [
         "/v1/embeddings",
         {"model": "house-model", "input": ["one", "two", "three"]},
         [_ok({"prompt_tokens": 3, "total_tokens": 3})],
+    ),
+    (
+        "chat: a tier served that has no price: its reservation",
+        CHAT,
+        _chat(max_tokens=100),
+        [_ok({"prompt_tokens": 70, "completion_tokens": 9}, service_tier="batch")],
     ),
     (
         "a 429 charged nothing, then a success",
