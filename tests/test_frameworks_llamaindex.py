@@ -119,13 +119,16 @@ def test_a_429_reported_by_a_governed_client_holds_the_gated_llm(
 
 async def test_asyncio_calls_wait_at_the_gate(redis_url: str, name: str, gov: Governor, mock: ServedMock) -> None:
     async with AsyncGovernor.from_url(redis_url, name, CONFIG) as agov:
-        llm = MockLLM(base_url=f"{mock.url}/v1", rate_limiter=GovernorRateLimiter(async_governor=agov, timeout=0.2))
+        # the fourth of four waits for one of the three slots (a generous bound, not a wall-clock bet)
+        llm = MockLLM(base_url=f"{mock.url}/v1", rate_limiter=GovernorRateLimiter(async_governor=agov, timeout=30.0))
         replies = await asyncio.gather(*(llm.acomplete(f"hello {i}") for i in range(4)))
         assert all(r.text.startswith("ok") for r in replies)
         await agov.pause("maintenance")
         try:
+            gate = GovernorRateLimiter(async_governor=agov, timeout=0.2)  # a paused fleet: it times out
+            held = MockLLM(base_url=f"{mock.url}/v1", rate_limiter=gate)
             with pytest.raises(AcquireTimeout):
-                await llm.acomplete("hello there")
+                await held.acomplete("hello there")
         finally:
             await agov.resume()
     assert mock.attempts() == 4
